@@ -1,0 +1,8 @@
+//go:build tools
+
+// Package tools pins the command this module builds so `go mod tidy` keeps its deps.
+package tools
+
+import (
+	_ "go.etcd.io/etcd/server/v3"
+)

@@ -1,0 +1,112 @@
+"""Enumerations used across the CRDs. Values are the exact strings that appear in YAML."""
+
+from enum import StrEnum
+
+
+class AcceleratorKind(StrEnum):
+    GPU = "gpu"
+    TPU = "tpu"
+
+
+class WorkloadMode(StrEnum):
+    TRAINING = "training"
+    INFERENCE = "inference"
+
+
+class Precision(StrEnum):
+    """Numeric recipe. ``amp-*``: fp32 master weights with autocast; ``bf16``/``fp16``: pure."""
+
+    AMP_BF16 = "amp-bf16"
+    AMP_FP16 = "amp-fp16"
+    BF16 = "bf16"
+    FP16 = "fp16"
+    FP32 = "fp32"
+
+
+class Optimizer(StrEnum):
+    ADAMW = "adamw"
+    SGD = "sgd"  # with momentum
+    ADAFACTOR = "adafactor"
+    ADAMW_8BIT = "adamw-8bit"
+
+
+class Sharding(StrEnum):
+    NONE = "none"
+    ZERO1 = "zero1"
+    ZERO2 = "zero2"
+    ZERO3 = "zero3"
+    FSDP = "fsdp"
+
+
+class MlpKind(StrEnum):
+    SWIGLU = "swiglu"
+    GELU = "gelu"
+
+
+class Attention(StrEnum):
+    """``sdpa``/``flash`` never materialise the s×s scores; ``eager`` does."""
+
+    SDPA = "sdpa"
+    FLASH = "flash"
+    EAGER = "eager"
+
+
+class Objective(StrEnum):
+    COST = "cost"
+    TIME = "time"
+
+
+class SpotPolicy(StrEnum):
+    NEVER = "never"
+    PREFER = "prefer"
+    REQUIRE = "require"
+
+
+class CapacityType(StrEnum):
+    SPOT = "spot"
+    ON_DEMAND = "on-demand"
+
+
+class Provider(StrEnum):
+    AWS = "aws"
+    GCP = "gcp"
+    ONPREM = "onprem"
+
+
+class PriceSource(StrEnum):
+    STATIC = "static"  # the pool's own numbers, or the catalog's defaults
+    LIVE = "live"  # the cloud's price API through an adapter
+
+
+class JobPhase(StrEnum):
+    PENDING = "Pending"  # accepted, not planned yet
+    UNSCHEDULABLE = "Unschedulable"  # no pool can run it as asked; reasons in status.plan
+    ADMITTED = "Admitted"  # devices reserved all-or-nothing, workload being created
+    RUNNING = "Running"
+    PREEMPTED = "Preempted"  # lost its capacity; a resume decision follows
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+
+
+class BudgetPeriod(StrEnum):
+    DAILY = "daily"
+    WEEKLY = "weekly"
+    MONTHLY = "monthly"
+
+
+class TaintEffect(StrEnum):
+    NO_SCHEDULE = "NoSchedule"
+    PREFER_NO_SCHEDULE = "PreferNoSchedule"
+    NO_EXECUTE = "NoExecute"
+
+
+class TolerationOperator(StrEnum):
+    EXISTS = "Exists"
+    EQUAL = "Equal"
+
+
+class AgentBackend(StrEnum):
+    NVML = "nvml"
+    SIMULATED = "simulated"
+    TPU = "tpu"
+    NONE = "none"

@@ -1,0 +1,87 @@
+"""The label, annotation, taint, resource and environment-variable names the product speaks.
+
+Every string that crosses a boundary (Kubernetes objects, the job's container, the clouds) is
+named here once, so a grep for a key finds its one definition.
+"""
+
+from typing import Final
+
+GROUP: Final = "accel.dev"
+VERSION: Final = "v1alpha1"
+API_VERSION: Final = f"{GROUP}/{VERSION}"
+
+# --- our own labels and annotations -------------------------------------------------------
+LABEL_JOB: Final = f"{GROUP}/job"
+LABEL_TEAM: Final = f"{GROUP}/team"
+LABEL_POOL: Final = f"{GROUP}/pool"
+LABEL_ATTEMPT: Final = f"{GROUP}/attempt"
+LABEL_MANAGED_BY: Final = "app.kubernetes.io/managed-by"
+MANAGED_BY_VALUE: Final = "accel-operator"
+# A job may report its progress by annotating its own pod or the AcceleratorJob.
+ANNOTATION_CHECKPOINT: Final = f"{GROUP}/last-checkpoint"
+ANNOTATION_CHECKPOINT_STEP: Final = f"{GROUP}/last-checkpoint-step"
+# Set by the local cluster's node factory so simulated nodes can be traced back to a pool.
+ANNOTATION_SIMULATED: Final = f"{GROUP}/simulated"
+
+# --- accelerators -------------------------------------------------------------------------
+RESOURCE_NVIDIA_GPU: Final = "nvidia.com/gpu"
+RESOURCE_GOOGLE_TPU: Final = "google.com/tpu"
+LABEL_GPU_PRODUCT: Final = "nvidia.com/gpu.product"
+LABEL_GPU_MEMORY_MIB: Final = "nvidia.com/gpu.memory"
+LABEL_GPU_COUNT: Final = "nvidia.com/gpu.count"
+LABEL_MIG_STRATEGY: Final = "nvidia.com/mig.strategy"
+LABEL_TPU_ACCELERATOR: Final = "cloud.google.com/gke-tpu-accelerator"
+LABEL_TPU_TOPOLOGY: Final = "cloud.google.com/gke-tpu-topology"
+TAINT_TPU: Final = "google.com/tpu"
+TAINT_GPU: Final = "nvidia.com/gpu"
+
+# --- capacity type ------------------------------------------------------------------------
+LABEL_KARPENTER_CAPACITY: Final = "karpenter.sh/capacity-type"  # spot | on-demand
+LABEL_EKS_CAPACITY: Final = "eks.amazonaws.com/capacityType"  # SPOT | ON_DEMAND
+LABEL_GKE_SPOT: Final = "cloud.google.com/gke-spot"  # "true"
+LABEL_GKE_PREEMPTIBLE: Final = "cloud.google.com/gke-preemptible"  # "true"
+LABEL_ZONE: Final = "topology.kubernetes.io/zone"
+LABEL_INSTANCE_TYPE: Final = "node.kubernetes.io/instance-type"
+
+# --- termination signals ------------------------------------------------------------------
+TAINT_NTH_SPOT_ITN: Final = "aws-node-termination-handler/spot-itn"
+TAINT_NTH_REBALANCE: Final = "aws-node-termination-handler/rebalance-recommendation"
+TAINT_NTH_MAINTENANCE: Final = "aws-node-termination-handler/scheduled-maintenance"
+TAINT_NTH_ASG: Final = "aws-node-termination-handler/asg-lifecycle-termination"
+TAINT_KARPENTER_DISRUPTED: Final = "karpenter.sh/disrupted"
+TAINT_KARPENTER_DISRUPTION_OLD: Final = "karpenter.sh/disruption"
+TAINT_GKE_IMPENDING_TERMINATION: Final = "cloud.google.com/impending-node-termination"
+TAINT_UNREACHABLE: Final = "node.kubernetes.io/unreachable"
+TAINT_NOT_READY: Final = "node.kubernetes.io/not-ready"
+TERMINATION_TAINTS: Final = frozenset(
+    {
+        TAINT_NTH_SPOT_ITN,
+        TAINT_NTH_REBALANCE,
+        TAINT_NTH_MAINTENANCE,
+        TAINT_NTH_ASG,
+        TAINT_KARPENTER_DISRUPTED,
+        TAINT_KARPENTER_DISRUPTION_OLD,
+        TAINT_GKE_IMPENDING_TERMINATION,
+    }
+)
+CONDITION_DISRUPTION_TARGET: Final = "DisruptionTarget"
+DISRUPTION_REASONS: Final = frozenset(
+    {
+        "PreemptionByScheduler",
+        "DeletionByTaintManager",
+        "EvictionByEvictionAPI",
+        "DeletionByPodGC",
+        "TerminationByKubelet",
+    }
+)
+GKE_PREEMPTED_POD_REASONS: Final = frozenset({"Terminated", "NodeShutdown"})
+
+# --- the checkpoint contract: environment variables the job's container receives ----------
+ENV_CHECKPOINT_URI: Final = "ACCEL_CHECKPOINT_URI"  # where to write checkpoints
+ENV_RESUME_FROM: Final = "ACCEL_RESUME_FROM"  # latest checkpoint to resume from; empty at first
+ENV_ATTEMPT: Final = "ACCEL_ATTEMPT"  # 0 on first start, +1 per resume
+ENV_CHECKPOINT_INTERVAL_SECONDS: Final = "ACCEL_CHECKPOINT_INTERVAL_SECONDS"
+ENV_JOB_NAME: Final = "ACCEL_JOB_NAME"
+ENV_TEAM: Final = "ACCEL_TEAM"
+ENV_DEVICES: Final = "ACCEL_DEVICES"  # devices in the whole job
+ENV_ACCELERATOR: Final = "ACCEL_ACCELERATOR"  # catalog id, e.g. h100-80gb

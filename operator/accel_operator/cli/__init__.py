@@ -1,0 +1,1 @@
+"""``accelctl``: the command-line front end (validate, crds, plan, cluster, ...)."""

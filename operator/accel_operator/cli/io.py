@@ -1,0 +1,40 @@
+"""Reading resources from files or stdin for the CLI, with errors that name the file."""
+
+import sys
+from pathlib import Path
+
+from accel_api import InvalidResource, load_documents, parse_resource
+from accel_api.base import ApiModel
+
+
+def read_text(path: str) -> str:
+    from accel_operator.cli.main import UsageError
+
+    if path == "-":
+        return sys.stdin.read()
+    p = Path(path)
+    if not p.is_file():
+        raise UsageError(f"{path}: no such file")
+    try:
+        return p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{path}: cannot read ({exc})") from None
+
+
+def read_resources(path: str) -> list[ApiModel]:
+    """Every accel.dev resource in ``path`` (multi-document YAML), validated."""
+    text = read_text(path)
+    docs = load_documents(text, source=path)
+    out: list[ApiModel] = []
+    problems: list[str] = []
+    for i, doc in enumerate(docs):
+        try:
+            out.append(parse_resource(doc, source=None))
+        except InvalidResource as exc:
+            label = f"document {i + 1}" if len(docs) > 1 else ""
+            problems.extend(f"{label + ': ' if label else ''}{p}" for p in exc.problems)
+    if problems:
+        raise InvalidResource(problems, path)
+    if not out:
+        raise InvalidResource(["(document): the file holds no resource"], path)
+    return out

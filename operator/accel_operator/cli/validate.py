@@ -1,0 +1,29 @@
+"""``accelctl validate FILE...``: check resources against the models, report every problem."""
+
+import argparse
+
+from accel_api import InvalidResource
+from accel_operator.cli import io
+
+NAME = "validate"
+HELP = "Validate AcceleratorJob/Pool/Policy/NodeReport YAML; print each problem with its field path."
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("files", nargs="+", metavar="FILE", help="YAML files, or - for stdin")
+
+
+def run(args: argparse.Namespace) -> int:
+    failed: list[InvalidResource] = []
+    for path in args.files:
+        try:
+            for res in io.read_resources(path):
+                name = res.model_dump().get("metadata", {}).get("name") or "(unnamed)"
+                print(f"{path}: {res.model_dump(by_alias=True)['kind']}/{name} is valid")
+        except InvalidResource as exc:
+            failed.append(exc)
+    if len(failed) == 1:
+        raise failed[0]
+    if failed:
+        raise InvalidResource([f"{e.source}: {p}" for e in failed for p in e.problems])
+    return 0

@@ -1,0 +1,1 @@
+"""kopf entry points: parse the body into a model, observe, decide, apply, write status."""

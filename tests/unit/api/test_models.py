@@ -1,0 +1,92 @@
+"""Model validation: defaults, cross-field rules and the wording of errors (field path + fix)."""
+
+from typing import Any
+
+import pytest
+
+from accel_api import AcceleratorJob, InvalidResource, parse_resource
+from accel_api.durations import parse_seconds
+from accel_api.enums import MlpKind
+
+
+def job(**spec_overrides: Any) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "team": "research",
+        "image": "trainer:1",
+        "model": {"architecture": {"layers": 2, "hidden": 64, "heads": 4, "vocab": 1000}},
+        "workload": {"tokens": 1000},
+    }
+    spec.update(spec_overrides)
+    return {"apiVersion": "accel.dev/v1alpha1", "kind": "AcceleratorJob", "metadata": {"name": "j"}, "spec": spec}
+
+
+def problems(doc: dict[str, Any]) -> list[str]:
+    with pytest.raises(InvalidResource) as info:
+        parse_resource(doc)
+    return info.value.problems
+
+
+def test_defaults() -> None:
+    res = parse_resource(job())
+    assert isinstance(res, AcceleratorJob)
+    w = res.spec.workload
+    assert (w.mode, w.precision, w.optimizer, w.sharding, w.micro_batch) == ("training", "amp-bf16", "adamw", "none", 1)
+    arch = res.spec.model.architecture
+    assert arch is not None
+    assert arch.mlp is MlpKind.SWIGLU
+    assert arch.kv_heads_or_default == 4
+    assert arch.intermediate_or_default == 256  # 8/3 × 64 rounded up to 256
+    assert arch.norm_or_default == "rmsnorm"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        ({"workload": {"tokens": 10, "microBatch": 0}}, "spec.workload.microBatch: must be >= 1 (got 0)"),
+        ({"workload": {"tokens": 10, "precision": "fp8"}}, "spec.workload.precision: must be one of"),
+        (
+            {"workload": {"tokens": 10, "microbatch": 2}},
+            "spec.workload.microbatch: unknown field; did you mean 'microBatch'?",
+        ),
+        ({"workload": {"mode": "training"}}, "spec.workload: training needs workload.tokens"),
+        ({"model": {}}, "spec.model: give model.architecture (preferred) or model.parameters"),
+        (
+            {"model": {"architecture": {"layers": 2, "hidden": 65, "heads": 4, "vocab": 10}}},
+            "must be a multiple of heads",
+        ),
+        ({"team": "Research"}, "spec.team: must be a lowercase DNS label"),
+        ({"deadline": "3 days"}, "spec.deadline: must be a duration such as 90m"),
+        ({"checkpoint": {"uri": "gs://b/x"}}, "spec.checkpoint.uri: must be s3://bucket/prefix or pvc://claim/path"),
+        ({"placement": {"minDevices": 8, "maxDevices": 4}}, "maxDevices (4) must be >= minDevices (8)"),
+        ({"maxCost": -5}, "spec.maxCost: must be > 0"),
+        ({"workload": {"tokens": "many"}}, "spec.workload.tokens: must be a whole number (got 'many')"),
+    ],
+)
+def test_errors_name_the_field_and_the_rule(overrides: dict[str, Any], expected: str) -> None:
+    found = problems(job(**overrides))
+    assert any(expected in p for p in found), found
+
+
+def test_missing_spec_and_wrong_kind() -> None:
+    doc = job()
+    del doc["spec"]
+    assert problems(doc) == ["spec: required field is missing"]
+    assert "is not an accel.dev kind" in problems({**job(), "kind": "Job"})[0]
+    assert "apiVersion: must be accel.dev/v1alpha1" in problems({**job(), "apiVersion": "v1"})[0]
+
+
+def test_every_problem_is_reported_at_once() -> None:
+    found = problems(job(team="X", workload={"tokens": 0, "seqLen": -1}))
+    assert len(found) == 3, found
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("90m", 5400), ("36h", 129600), ("2d12h", 216000), ("1.5h", 5400)])
+def test_durations(text: str, seconds: float) -> None:
+    assert parse_seconds(text) == seconds
+
+
+def test_wire_round_trip_keeps_camel_case() -> None:
+    res = parse_resource(job(checkpoint={"uri": "s3://b/p", "intervalMinutes": 15}))
+    wire = res.to_wire()
+    assert wire["spec"]["checkpoint"] == {"uri": "s3://b/p", "intervalMinutes": 15.0}
+    assert parse_resource(wire) == res
