@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# The project's one entry point for people and CI:
+#   bash hack/dev.sh demo    set up everything, start the local cluster, run the demo
+#   bash hack/dev.sh test    set up everything, run lint, types, layering, drift, unit and cluster tests
+#   bash hack/dev.sh setup   only the set-up (virtualenv + local control plane binaries)
+# Set-up installs Python packages into .venv from the package index (pinned by constraints.txt)
+# and builds the control plane with the machine's Go from the Go module proxy. Both are cached:
+# a second run takes seconds.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+venv=$root/.venv
+py=$venv/bin/python
+
+log() { printf '\n== %s\n' "$*" >&2; }
+
+setup_python() {
+  local stamp=$venv/.installed
+  if [[ -x $py && -f $stamp && $stamp -nt pyproject.toml && $stamp -nt constraints.txt ]]; then
+    return 0
+  fi
+  log "python: creating .venv and installing the project with its dev extras"
+  command -v python3 >/dev/null || { echo "python3 (3.11+) is required" >&2; exit 1; }
+  [[ -x $py ]] || python3 -m venv "$venv"
+  "$py" -m pip install -q --upgrade pip
+  "$py" -m pip install -q -c constraints.txt -e ".[dev]"
+  touch "$stamp"
+}
+
+setup_cluster() {
+  command -v go >/dev/null || { echo "go (1.26+) is required to build the local control plane" >&2; exit 1; }
+  log "local control plane: building (cached after the first time)"
+  local t0=$SECONDS
+  bash hack/localcluster/build.sh >/dev/null
+  echo "control plane binaries ready in $((SECONDS - t0))s" >&2
+}
+
+run_checks() {
+  log "ruff"
+  "$venv/bin/ruff" check operator agent tests bench
+  "$venv/bin/ruff" format --check operator agent tests bench
+  log "mypy --strict"
+  "$venv/bin/mypy"
+  log "import layers (import-linter)"
+  "$venv/bin/lint-imports"
+  log "CRDs in sync with the models"
+  "$venv/bin/accelctl" crds --check
+}
+
+run_tests() {
+  log "pytest: unit and cluster tests"
+  "$py" -m pytest "$@"
+}
+
+cmd=${1:-test}
+shift || true
+case "$cmd" in
+  setup) setup_python; setup_cluster ;;
+  test) setup_python; setup_cluster; run_checks; run_tests "$@" ;;
+  demo) setup_python; setup_cluster; exec "$py" -m accel_localcluster.demo "$@" ;;
+  *) echo "usage: bash hack/dev.sh [setup|test|demo]" >&2; exit 2 ;;
+esac
