@@ -1,0 +1,72 @@
+"""The agent's one settings class: environment ``ACCEL_AGENT_*``, command-line flags on top.
+
+Loaded once in :mod:`accel_agent.cli` and passed in; nothing else reads the environment. The node
+name also comes from ``NODE_NAME``, which the DaemonSet sets from the downward API
+(``spec.nodeName``).
+"""
+
+from enum import StrEnum
+from pathlib import Path
+from typing import Self
+
+from pydantic import AliasChoices, Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class BackendChoice(StrEnum):
+    AUTO = "auto"  # NVML where libnvidia-ml loads, else TPU where the node has TPU chips, else NVML (unhealthy)
+    NVML = "nvml"
+    SIMULATED = "simulated"  # KWOK nodes: devices follow the pods (needs the Kubernetes API)
+    FAKE = "fake"  # the fake NVML with idle H100s: the agent end to end on a machine without GPU
+    TPU = "tpu"
+
+
+class AgentSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="ACCEL_AGENT_", frozen=True, extra="ignore", populate_by_name=True)
+
+    node_name: str = Field(
+        default="",
+        validation_alias=AliasChoices("node_name", "ACCEL_AGENT_NODE_NAME", "NODE_NAME"),
+        description="The node this agent reports on; empty: the host name.",
+    )
+    backend: BackendChoice = BackendChoice.NVML
+    interval_seconds: float = Field(default=15.0, gt=0, description="Seconds between two samples.")
+    heartbeat_seconds: float = Field(default=300.0, gt=0, description="Write at least this often, changed or not.")
+    utilization_change_points: float = Field(default=10.0, ge=0)
+    memory_change_fraction: float = Field(default=0.05, ge=0, le=1)
+    memory_change_min_bytes: int = Field(default=1 << 30, ge=0)
+    free_memory_fraction: float = Field(default=0.05, ge=0, le=1)
+    port: int = Field(default=9402, ge=0, le=65535, description="Metrics and probes; 0 picks a free port.")
+    once: bool = False
+    output: Path | None = None
+    stats_output: Path | None = None
+    loop_seconds: float | None = Field(default=None, gt=0)
+    kubernetes: bool | None = Field(
+        default=None, description="Use the API (pod names, node, report writes); None: only when running as a daemon."
+    )
+    kubeconfig: Path | None = None
+    proc_root: Path = Path("/proc")
+    dev_root: Path = Path("/dev")
+    pod_resources_socket: Path = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
+    pod_refresh_seconds: float = Field(default=30.0, ge=0)
+    xid_events: bool = True
+    log_level: str = "INFO"
+
+    @model_validator(mode="after")
+    def _heartbeat_not_below_interval(self) -> Self:
+        if self.heartbeat_seconds < self.interval_seconds:
+            raise ValueError(
+                f"heartbeat_seconds ({self.heartbeat_seconds}) must be >= interval_seconds ({self.interval_seconds})"
+            )
+        return self
+
+    @property
+    def local_run(self) -> bool:
+        """``--once`` or ``--loop-seconds``: write files, not the API."""
+        return self.once or self.loop_seconds is not None
+
+    @property
+    def uses_kubernetes(self) -> bool:
+        if self.kubernetes is not None:
+            return self.kubernetes
+        return not self.local_run or self.backend is BackendChoice.SIMULATED

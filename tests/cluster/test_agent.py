@@ -1,0 +1,141 @@
+"""The node agent against the real API server, under its own RBAC and admission policy
+(manifests/agent/): it writes its node's AcceleratorNodeReport as a status patch, with figures
+that follow the pods bound to the (KWOK) node, and it is refused another node's report."""
+
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from accel_agent import run_cluster_pass
+from accel_api import registry
+from accel_api import vocabulary as v
+from accel_api.pool import AcceleratorPoolSpec
+from accel_localcluster import nodes, preempt
+from tests.cluster.conftest import ROOT, wait_for
+
+AGENT_NS = "accel-system"
+
+
+def _apply_agent_rbac(api: client.ApiClient) -> None:
+    core = client.CoreV1Api(api)
+    rbac = client.RbacAuthorizationV1Api(api)
+    adm = client.AdmissionregistrationV1Api(api)
+    try:
+        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=AGENT_NS)))
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
+    folder = ROOT / "manifests" / "agent"
+    for name in ("serviceaccount.yaml", "rbac.yaml", "node-restriction.yaml"):
+        for doc in yaml.safe_load_all((folder / name).read_text()):
+            if not doc:
+                continue
+            create = {
+                "ServiceAccount": lambda d: core.create_namespaced_service_account(AGENT_NS, d),
+                "ClusterRole": rbac.create_cluster_role,
+                "ClusterRoleBinding": rbac.create_cluster_role_binding,
+                "ValidatingAdmissionPolicy": adm.create_validating_admission_policy,
+                "ValidatingAdmissionPolicyBinding": adm.create_validating_admission_policy_binding,
+            }[doc["kind"]]
+            try:
+                create(doc)
+            except ApiException as exc:
+                if exc.status != 409:
+                    raise
+
+
+def _agent_client(api: client.ApiClient, core: client.CoreV1Api, node: str) -> client.ApiClient:
+    """A client holding the agent ServiceAccount's token, bound to an agent pod on ``node``."""
+    pod = core.create_namespaced_pod(AGENT_NS, client.V1Pod(
+        metadata=client.V1ObjectMeta(name=f"accel-agent-{node}"),
+        spec=client.V1PodSpec(
+            service_account_name="accel-agent", node_name=node,
+            tolerations=[client.V1Toleration(operator="Exists")],
+            containers=[client.V1Container(name="agent", image="ghcr.io/accel-dev/accel-agent:0.1.0")],
+        ),
+    ))
+    token = core.create_namespaced_service_account_token("accel-agent", AGENT_NS, client.AuthenticationV1TokenRequest(
+        spec=client.V1TokenRequestSpec(
+            audiences=[], expiration_seconds=3600,
+            bound_object_ref=client.V1BoundObjectReference(kind="Pod", api_version="v1", name=pod.metadata.name,
+                                                           uid=pod.metadata.uid),
+        ),
+    )).status.token
+    cfg = client.Configuration()
+    cfg.host = api.configuration.host
+    cfg.ssl_ca_cert = api.configuration.ssl_ca_cert
+    cfg.api_key = {"authorization": token}
+    cfg.api_key_prefix = {"authorization": "Bearer"}
+    return client.ApiClient(cfg)
+
+
+def _report(api: client.ApiClient, node: str) -> dict[str, Any]:
+    obj: dict[str, Any] = client.CustomObjectsApi(api).get_cluster_custom_object(
+        v.GROUP, v.VERSION, registry.NODE_REPORT.plural, node)
+    return obj
+
+
+@pytest.fixture
+def gpu_nodes(core: client.CoreV1Api, api: client.ApiClient, crds: list[str]) -> Any:
+    pool = f"agent-{uuid.uuid4().hex[:6]}"
+    spec = AcceleratorPoolSpec.model_validate({"provider": "aws", "accelerator": "h100-80gb", "devicesPerNode": 8,
+                                               "capacityType": "on-demand", "maxNodes": 2})
+    names = nodes.ensure_nodes(core, nodes.node_manifests(pool, spec))
+    yield names
+    custom = client.CustomObjectsApi(api)
+    for n in names:
+        try:
+            custom.delete_cluster_custom_object(v.GROUP, v.VERSION, registry.NODE_REPORT.plural, n)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+        try:
+            core.delete_namespaced_pod(f"accel-agent-{n}", AGENT_NS, grace_period_seconds=0)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+        preempt.delete_node(core, n)
+
+
+def test_agent_reports_its_node_under_least_privilege(
+    api: client.ApiClient, core: client.CoreV1Api, namespace: str, gpu_nodes: list[str], tmp_path: Path
+) -> None:
+    own, other = gpu_nodes
+    _apply_agent_rbac(api)
+    # A training pod holding 2 of the node's 8 GPUs.
+    core.create_namespaced_pod(namespace, client.V1Pod(
+        metadata=client.V1ObjectMeta(name="train"),
+        spec=client.V1PodSpec(
+            node_name=own, tolerations=[client.V1Toleration(key=v.TAINT_GPU, operator="Exists")],
+            containers=[client.V1Container(name="t", image="trainer:1", resources=client.V1ResourceRequirements(
+                limits={v.RESOURCE_NVIDIA_GPU: "2"}, requests={v.RESOURCE_NVIDIA_GPU: "2"}))],
+        ),
+    ))
+    wait_for(lambda: core.read_namespaced_pod("train", namespace).status.phase == "Running", timeout=60,
+             what="training pod Running")
+    agent_api = _agent_client(api, core, own)
+
+    result = run_cluster_pass(agent_api, node_name=own)
+    assert result.written, result.write_error
+    report = _report(api, own)
+    status = report["status"]
+    assert status["backend"] == "simulated"
+    assert status["fragmentation"]["totalDevices"] == 8
+    assert status["fragmentation"]["freeDevices"] == 6
+    assert report["metadata"]["ownerReferences"][0]["uid"] == core.read_node(own).metadata.uid
+
+    # A fault on device 1 makes the node unhealthy in the next report.
+    core.patch_node(own, {"metadata": {"annotations": {"accel.dev/simulated-faults": "1=ecc"}}})
+    result = run_cluster_pass(agent_api, node_name=own)
+    assert result.written, result.write_error
+    assert _report(api, own)["status"]["healthy"] is False
+
+    # The admission policy keeps an agent to its own node's report.
+    denied = run_cluster_pass(agent_api, node_name=other)
+    assert not denied.written
+    assert denied.write_error and "may only write the AcceleratorNodeReport of its own node" in denied.write_error
