@@ -89,6 +89,8 @@ def _device(d: DeviceSample, policy: health.HealthPolicy) -> Device:
             for m in d.mig_instances
         ],
         processes=[DeviceProcess(pid=p.pid, used_memory_bytes=p.used_memory_bytes, pod=p.pod) for p in d.processes],
+        allocated_pods=list(d.allocated_pods),
+        xid_errors=list(d.xid_errors),
         healthy=not problems,
         problems=problems,
         not_supported=list(d.not_supported),

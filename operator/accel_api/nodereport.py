@@ -60,6 +60,10 @@ class Device(ApiModel):
     mig_enabled: bool | None = None
     mig_instances: list[MigInstance] = Field(default_factory=list)
     processes: list[DeviceProcess] = Field(default_factory=list)
+    allocated_pods: list[PodRef] = Field(
+        default_factory=list, description="Pods the kubelet gave this device to (held even before first use)."
+    )
+    xid_errors: list[int] = Field(default_factory=list, description="XID errors seen since the agent started.")
     healthy: bool = True
     problems: list[str] = Field(default_factory=list)
     not_supported: list[str] = Field(default_factory=list)

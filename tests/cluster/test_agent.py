@@ -128,6 +128,8 @@ def test_agent_reports_its_node_under_least_privilege(
     assert status["fragmentation"]["totalDevices"] == 8
     assert status["fragmentation"]["freeDevices"] == 6
     assert report["metadata"]["ownerReferences"][0]["uid"] == core.read_node(own).metadata.uid
+    holders = [p for d in status["devices"] for p in d.get("allocatedPods", [])]
+    assert holders == [{"namespace": namespace, "name": "train", "container": "t"}] * 2, holders
 
     # A fault on device 1 makes the node unhealthy in the next report.
     core.patch_node(own, {"metadata": {"annotations": {"accel.dev/simulated-faults": "1=ecc"}}})
