@@ -6,18 +6,17 @@ teams may use only the pools granted to them. Several policies combine: every ru
 
 from typing import Annotated, Literal
 
-CheckpointScheme = Literal["s3", "pvc"]
-
-
-def _all_schemes() -> list[CheckpointScheme]:
-    return ["s3", "pvc"]
-
-
 from pydantic import Field
 
 from accel_api import vocabulary
 from accel_api.base import ApiModel, Condition, ObjectMeta
 from accel_api.enums import BudgetPeriod
+
+CheckpointScheme = Literal["s3", "pvc"]
+
+
+def _all_schemes() -> list[CheckpointScheme]:
+    return ["s3", "pvc"]
 
 
 class SpotRules(ApiModel):

@@ -16,7 +16,7 @@ def main() -> int:
     asyncio.run(
         kopf.operator(
             clusterwide=not settings.namespaces,
-            namespaces=settings.namespaces or None,
+            namespaces=settings.namespaces,
             liveness_endpoint=liveness,
             standalone=True,
         )

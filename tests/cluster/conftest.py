@@ -122,3 +122,27 @@ def unexpected_errors(log: str, expected: list[str]) -> list[str]:
         if ERROR_LINE.search(line) and not any(re.search(p, line) for p in expected):
             found.append(line)
     return found
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "expect_errors(*patterns): operator log errors this test expects")
+
+
+@pytest.fixture
+def operator(cluster: Cluster, crds: list[str], request: pytest.FixtureRequest) -> Iterator[Any]:
+    """The operator running in-process (kopf's KopfRunner) for one test.
+
+    After the test, any ERROR/CRITICAL/Traceback line in its log that matches no pattern of the
+    test's ``expect_errors`` marker fails the test.
+    """
+    from kopf.testing import KopfRunner
+
+    marker = request.node.get_closest_marker("expect_errors")
+    expected = list(marker.args) if marker else []
+    args = ["run", "--all-namespaces", "--standalone", "--verbose", "-m", "accel_operator.handlers.jobs"]
+    with KopfRunner(args, timeout=60) as runner:
+        yield runner
+    assert runner.exit_code == 0, runner.output
+    assert runner.exception is None, runner.exception
+    errors = unexpected_errors(runner.output, expected)
+    assert not errors, "the operator logged errors the test did not expect:\n" + "\n".join(errors)

@@ -51,21 +51,31 @@ def _apply_agent_rbac(api: client.ApiClient) -> None:
 
 def _agent_client(api: client.ApiClient, core: client.CoreV1Api, node: str) -> client.ApiClient:
     """A client holding the agent ServiceAccount's token, bound to an agent pod on ``node``."""
-    pod = core.create_namespaced_pod(AGENT_NS, client.V1Pod(
-        metadata=client.V1ObjectMeta(name=f"accel-agent-{node}"),
-        spec=client.V1PodSpec(
-            service_account_name="accel-agent", node_name=node,
-            tolerations=[client.V1Toleration(operator="Exists")],
-            containers=[client.V1Container(name="agent", image="ghcr.io/accel-dev/accel-agent:0.1.0")],
+    pod = core.create_namespaced_pod(
+        AGENT_NS,
+        client.V1Pod(
+            metadata=client.V1ObjectMeta(name=f"accel-agent-{node}"),
+            spec=client.V1PodSpec(
+                service_account_name="accel-agent",
+                node_name=node,
+                tolerations=[client.V1Toleration(operator="Exists")],
+                containers=[client.V1Container(name="agent", image="ghcr.io/accel-dev/accel-agent:0.1.0")],
+            ),
         ),
-    ))
-    token = core.create_namespaced_service_account_token("accel-agent", AGENT_NS, client.AuthenticationV1TokenRequest(
-        spec=client.V1TokenRequestSpec(
-            audiences=[], expiration_seconds=3600,
-            bound_object_ref=client.V1BoundObjectReference(kind="Pod", api_version="v1", name=pod.metadata.name,
-                                                           uid=pod.metadata.uid),
+    )
+    token = core.create_namespaced_service_account_token(
+        "accel-agent",
+        AGENT_NS,
+        client.AuthenticationV1TokenRequest(
+            spec=client.V1TokenRequestSpec(
+                audiences=[],
+                expiration_seconds=3600,
+                bound_object_ref=client.V1BoundObjectReference(
+                    kind="Pod", api_version="v1", name=pod.metadata.name, uid=pod.metadata.uid
+                ),
+            ),
         ),
-    )).status.token
+    ).status.token
     cfg = client.Configuration()
     cfg.host = api.configuration.host
     cfg.ssl_ca_cert = api.configuration.ssl_ca_cert
@@ -76,15 +86,17 @@ def _agent_client(api: client.ApiClient, core: client.CoreV1Api, node: str) -> c
 
 def _report(api: client.ApiClient, node: str) -> dict[str, Any]:
     obj: dict[str, Any] = client.CustomObjectsApi(api).get_cluster_custom_object(
-        v.GROUP, v.VERSION, registry.NODE_REPORT.plural, node)
+        v.GROUP, v.VERSION, registry.NODE_REPORT.plural, node
+    )
     return obj
 
 
 @pytest.fixture
 def gpu_nodes(core: client.CoreV1Api, api: client.ApiClient, crds: list[str]) -> Any:
     pool = f"agent-{uuid.uuid4().hex[:6]}"
-    spec = AcceleratorPoolSpec.model_validate({"provider": "aws", "accelerator": "h100-80gb", "devicesPerNode": 8,
-                                               "capacityType": "on-demand", "maxNodes": 2})
+    spec = AcceleratorPoolSpec.model_validate(
+        {"provider": "aws", "accelerator": "h100-80gb", "devicesPerNode": 8, "capacityType": "on-demand", "maxNodes": 2}
+    )
     names = nodes.ensure_nodes(core, nodes.node_manifests(pool, spec))
     yield names
     custom = client.CustomObjectsApi(api)
@@ -108,16 +120,30 @@ def test_agent_reports_its_node_under_least_privilege(
     own, other = gpu_nodes
     _apply_agent_rbac(api)
     # A training pod holding 2 of the node's 8 GPUs.
-    core.create_namespaced_pod(namespace, client.V1Pod(
-        metadata=client.V1ObjectMeta(name="train"),
-        spec=client.V1PodSpec(
-            node_name=own, tolerations=[client.V1Toleration(key=v.TAINT_GPU, operator="Exists")],
-            containers=[client.V1Container(name="t", image="trainer:1", resources=client.V1ResourceRequirements(
-                limits={v.RESOURCE_NVIDIA_GPU: "2"}, requests={v.RESOURCE_NVIDIA_GPU: "2"}))],
+    core.create_namespaced_pod(
+        namespace,
+        client.V1Pod(
+            metadata=client.V1ObjectMeta(name="train"),
+            spec=client.V1PodSpec(
+                node_name=own,
+                tolerations=[client.V1Toleration(key=v.TAINT_GPU, operator="Exists")],
+                containers=[
+                    client.V1Container(
+                        name="t",
+                        image="trainer:1",
+                        resources=client.V1ResourceRequirements(
+                            limits={v.RESOURCE_NVIDIA_GPU: "2"}, requests={v.RESOURCE_NVIDIA_GPU: "2"}
+                        ),
+                    )
+                ],
+            ),
         ),
-    ))
-    wait_for(lambda: core.read_namespaced_pod("train", namespace).status.phase == "Running", timeout=60,
-             what="training pod Running")
+    )
+    wait_for(
+        lambda: core.read_namespaced_pod("train", namespace).status.phase == "Running",
+        timeout=60,
+        what="training pod Running",
+    )
     agent_api = _agent_client(api, core, own)
 
     result = run_cluster_pass(agent_api, node_name=own)

@@ -8,7 +8,7 @@ from accel_api.base import ApiModel
 
 
 def read_text(path: str) -> str:
-    from accel_operator.cli.main import UsageError
+    from accel_operator.cli.errors import UsageError
 
     if path == "-":
         return sys.stdin.read()

@@ -10,10 +10,7 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from accel_api import InvalidResource
-
-
-class UsageError(Exception):
-    """A problem with what the user asked for (file missing, bad flag combination)."""
+from accel_operator.cli.errors import UsageError
 
 
 class Subcommand(Protocol):

@@ -1,0 +1,218 @@
+"""Planner accuracy: predicted vs measured memory and speed for every calibration row.
+
+Reads /work/shared/calibration/h100-hf-transformers.jsonl (or $ACCEL_CALIBRATION) and every
+``*.jsonl`` under tests/data/calibration/ (rows found twice count once), turns each row into the AcceleratorJobSpec that
+describes the same run, and compares the planner's figures for one device of the row's GPU
+with the measurement: peak allocated bytes, NVML footprint, out-of-memory, training tokens/s
+and inference prefill time. Prints a table, then the median and worst absolute errors.
+
+Run: ``PYTHONPATH=operator python bench/plan_accuracy.py [FILE.jsonl ...]``
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from accel_api.job import AcceleratorJobSpec
+from accel_operator.planning import catalog, memory, throughput, workload
+from accel_operator.planning.layout import Layout
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED = Path(os.environ.get("ACCEL_CALIBRATION", "/work/shared/calibration/h100-hf-transformers.jsonl"))
+EXTRA = ROOT / "tests" / "data" / "calibration"
+# Every calibration row so far was measured on this GPU; a row may name another with "accelerator".
+DEFAULT_ACCELERATOR = "h100-80gb"
+_PRECISION = {"amp_bf16": "amp-bf16", "amp_fp16": "amp-fp16", "bf16": "bf16", "fp16": "fp16", "fp32": "fp32"}
+
+
+def calibration_files(extra: Sequence[str] = ()) -> list[Path]:
+    files = [Path(p) for p in extra] if extra else [SHARED, *sorted(EXTRA.glob("*.jsonl"))]
+    return [f for f in files if f.is_file()]
+
+
+def read_rows(files: Iterable[Path]) -> list[dict[str, Any]]:
+    """Every row of ``files``; a row that appears twice (the shared set and its copy) counts once."""
+    rows: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for f in files:
+        for n, line in enumerate(f.read_text(encoding="utf-8").splitlines(), 1):
+            if line.strip():
+                row = json.loads(line)
+                key = json.dumps(row, sort_keys=True)
+                if key in seen:
+                    continue
+                seen.add(key)
+                if "error" in row or "peak_alloc" not in row:
+                    print(f"skipped {f.name}:{n}: {row.get('error', 'no peak_alloc')}", file=sys.stderr)
+                    continue
+                row["_source"] = f"{f.name}:{n}"
+                rows.append(row)
+    return rows
+
+
+def _max_positions(row: dict[str, Any]) -> int:
+    """GPT-2's learned position table, recovered from the row's parameter count."""
+    h, layers, vocab, inter = row["hidden"], row["layers"], row["vocab"], row["inter"]
+    per_layer = h * 3 * h + 3 * h + h * h + h + h * inter + inter + inter * h + h + 4 * h
+    rest = row["n_params"] - layers * per_layer - vocab * h - 2 * h
+    return max(1, int(rest) // int(h))
+
+
+def spec_for(row: dict[str, Any]) -> AcceleratorJobSpec:
+    """The AcceleratorJobSpec of the run a calibration row measured."""
+    llama = row["kind"] == "llama"
+    arch: dict[str, Any] = {
+        "layers": row["layers"],
+        "hidden": row["hidden"],
+        "heads": row["heads"],
+        "kvHeads": row["kv_heads"],
+        "intermediate": row["inter"],
+        "vocab": row["vocab"],
+        "mlp": "swiglu" if llama else "gelu",
+        "tiedEmbeddings": row.get("tied", not llama),
+    }
+    if not llama:
+        arch["maxPositions"] = _max_positions(row)
+    wl: dict[str, Any] = {"precision": _PRECISION[row["precision"]], "attention": row.get("attn", "sdpa")}
+    if row["mode"] == "train":
+        wl |= {
+            "mode": "training",
+            "optimizer": row.get("optimizer", "adamw"),
+            "microBatch": row["micro_batch"],
+            "seqLen": row["seq"],
+            "gradientCheckpointing": bool(row.get("grad_ckpt", False)),
+            "tokens": 10**9,
+        }
+    else:
+        wl |= {
+            "mode": "inference",
+            "batch": row["batch"],
+            "promptLen": row["prompt_len"],
+            "newTokens": row["new_tokens"],
+        }
+    return AcceleratorJobSpec.model_validate(
+        {"team": "bench", "image": "bench", "model": {"architecture": arch}, "workload": wl}
+    )
+
+
+@dataclass(frozen=True)
+class Comparison:
+    row: dict[str, Any]
+    mem: memory.MemoryEstimate
+    speed: throughput.ThroughputEstimate
+
+    @property
+    def oom(self) -> bool:
+        return bool(self.row.get("oom", False))
+
+    def peak_error(self) -> float | None:
+        if self.oom or "peak_alloc" not in self.row:
+            return None  # an OOM row's peak is where the allocation failed, not the step's peak
+        return self.mem.peak_allocated_bytes / float(self.row["peak_alloc"]) - 1
+
+    def footprint_error(self) -> float | None:
+        if self.oom or "nvml_used_after" not in self.row:
+            return None
+        return self.mem.footprint_bytes / float(self.row["nvml_used_after"]) - 1
+
+    def speed_error(self) -> float | None:
+        if self.oom or self.row["mode"] != "train" or "tokens_per_s" not in self.row:
+            return None
+        return self.speed.tokens_per_second / float(self.row["tokens_per_s"]) - 1
+
+    def prefill_error(self) -> float | None:
+        if self.oom or self.speed.prefill_seconds is None or "prefill_s" not in self.row:
+            return None
+        return self.speed.prefill_seconds / float(self.row["prefill_s"]) - 1
+
+
+def compare(rows: Iterable[dict[str, Any]], cat: catalog.Catalog | None = None) -> list[Comparison]:
+    cat = cat or catalog.default()
+    out = []
+    for row in rows:
+        accel = cat.get(row.get("accelerator") or DEFAULT_ACCELERATOR)
+        assert accel is not None, row.get("accelerator")
+        w = workload.from_spec(spec_for(row))
+        layout = Layout(devices=1, nodes=1)
+        out.append(Comparison(row, memory.estimate(w, accel, layout), throughput.estimate(w, accel, layout)))
+    return out
+
+
+def _pct(x: float | None) -> str:
+    return "" if x is None else f"{x * 100:+.1f}%"
+
+
+def _label(row: dict[str, Any]) -> str:
+    parts = [row["arch"], row["mode"], row["precision"]]
+    if row["mode"] == "train":
+        parts += [row.get("optimizer", "adamw"), f"b{row['micro_batch']}×{row['seq']}"]
+        if row.get("grad_ckpt"):
+            parts.append("ckpt")
+    else:
+        parts.append(f"b{row['batch']} p{row['prompt_len']}+{row['new_tokens']}")
+    if row.get("attn", "sdpa") != "sdpa":
+        parts.append(row["attn"])
+    return " ".join(parts)
+
+
+def summary(values: Sequence[float | None]) -> tuple[float, float] | None:
+    xs = [abs(v) for v in values if v is not None]
+    return (statistics.median(xs), max(xs)) if xs else None
+
+
+def main(argv: Sequence[str]) -> int:
+    rows = read_rows(calibration_files(argv))
+    if not rows:
+        print("no calibration rows found", file=sys.stderr)
+        return 1
+    results = compare(rows)
+    gb = 1e9
+    print(
+        f"{'run':44} {'peak meas':>9} {'pred':>7} {'err':>7}  {'nvml meas':>9} {'pred':>7} {'err':>7}  "
+        f"{'oom':>9}  {'tok/s meas':>10} {'pred':>9} {'err':>7}  {'peak at'}"
+    )
+    for c in results:
+        r = c.row
+        oom = f"{'yes' if c.oom else 'no'}/{'no' if c.mem.fits else 'yes'}"
+        peak_meas = f"{r['peak_alloc'] / gb:.2f}" if "peak_alloc" in r else "-"
+        nvml_meas = f"{r['nvml_used_after'] / gb:.2f}" if "nvml_used_after" in r else "-"
+        if r["mode"] == "train":
+            speed_meas = f"{r['tokens_per_s']:.0f}" if "tokens_per_s" in r else "-"
+            speed_pred, speed_err = f"{c.speed.tokens_per_second:.0f}", _pct(c.speed_error())
+        else:
+            speed_meas = f"{r['prefill_s']:.3f}s" if "prefill_s" in r else "-"
+            pre = c.speed.prefill_seconds or 0.0
+            speed_pred, speed_err = f"{pre:.3f}s", _pct(c.prefill_error())
+        print(
+            f"{_label(r):44} {peak_meas:>9} {c.mem.peak_allocated_bytes / gb:7.2f} {_pct(c.peak_error()):>7}  "
+            f"{nvml_meas:>9} {c.mem.footprint_bytes / gb:7.2f} {_pct(c.footprint_error()):>7}  "
+            f"{oom:>9}  {speed_meas:>10} {speed_pred:>9} {speed_err:>7}  {c.mem.peak_at}"
+        )
+    print("(oom: measured/predicted; memory in GB = 1e9 bytes; inference speed is the prefill time)")
+    print()
+    for name, values in (
+        ("peak allocated", [c.peak_error() for c in results]),
+        ("NVML footprint", [c.footprint_error() for c in results]),
+        ("training tokens/s", [c.speed_error() for c in results]),
+        ("inference prefill time", [c.prefill_error() for c in results]),
+    ):
+        s = summary(values)
+        if s is not None:
+            n = sum(v is not None for v in values)
+            print(f"{name:24} median |error| {s[0] * 100:5.1f}%   worst {s[1] * 100:5.1f}%   ({n} rows)")
+    ooms = [c for c in results if c.oom]
+    caught = sum(not c.mem.fits for c in ooms)
+    false_oom = sum(1 for c in results if not c.oom and not c.mem.fits)
+    print(f"{'OOM rows':24} {caught}/{len(ooms)} predicted not to fit; {false_oom} rows that ran predicted not to fit")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

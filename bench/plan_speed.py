@@ -1,0 +1,122 @@
+"""Planner speed: one job across 50 pools and all their device counts.
+
+Each iteration plans a job the planner has not seen (the token count changes, so nothing is
+served from a cache keyed by the job) across 50 pools: every catalog accelerator, on-demand and
+spot, with 1–16 nodes (270 pool × device-count candidates). Prints the median and p95 wall time
+of ``select.plan`` (target < 5 ms), of a job planned again, and of ``plan`` followed by
+``to_status`` (what the operator does, formatting every reason). Timings on a shared machine
+are noisy: compare medians.
+
+Run: ``PYTHONPATH=operator python bench/plan_speed.py [ITERATIONS]``
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+
+from accel_api.enums import CapacityType, Provider
+from accel_api.job import AcceleratorJobSpec
+from accel_api.pool import AcceleratorPoolSpec
+from accel_operator.planning import catalog, select
+
+TARGET_SECONDS = 0.005
+
+
+def pools(cat: catalog.Catalog, count: int = 50) -> list[select.PoolOffer]:
+    accels = list(cat)
+    out = []
+    for i in range(count):
+        accel = accels[i % len(accels)]
+        capacity = CapacityType.SPOT if (i // len(accels)) % 2 else CapacityType.ON_DEMAND
+        spec = AcceleratorPoolSpec(
+            provider=Provider.AWS,
+            accelerator=accel.id,
+            devices_per_node=accel.devices_per_node,
+            capacity_type=capacity,
+            max_nodes=(1, 2, 4, 8, 16)[i % 5],
+            preemption_rate_per_hour=0.05 if capacity is CapacityType.SPOT else None,
+        )
+        out.append(select.PoolOffer(name=f"pool-{i:02d}-{accel.id}-{capacity.value}", spec=spec))
+    return out
+
+
+def job(tokens: int) -> AcceleratorJobSpec:
+    return AcceleratorJobSpec.model_validate(
+        {
+            "team": "bench",
+            "image": "bench",
+            "model": {
+                "architecture": {
+                    "layers": 32,
+                    "hidden": 4096,
+                    "heads": 32,
+                    "kvHeads": 8,
+                    "intermediate": 14336,
+                    "vocab": 128256,
+                }
+            },
+            "workload": {
+                "mode": "training",
+                "precision": "amp-bf16",
+                "optimizer": "adamw",
+                "sharding": "zero3",
+                "microBatch": 2,
+                "seqLen": 8192,
+                "gradientCheckpointing": True,
+                "tokens": tokens,
+            },
+            "objective": "cost",
+            "deadline": "7d",
+            "spot": {"policy": "prefer"},
+            "checkpoint": {"uri": "s3://bench/ckpt", "intervalMinutes": 20},
+        }
+    )
+
+
+def _stats(samples: Sequence[float]) -> tuple[float, float, float]:
+    ordered = sorted(samples)
+    return ordered[0], statistics.median(ordered), ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))]
+
+
+def _timed(label: str, samples: Sequence[float]) -> str:
+    low, med, p95 = _stats(samples)
+    return f"{label:34} median {med * 1e3:5.2f} ms   p95 {p95 * 1e3:5.2f} ms   (fastest {low * 1e3:.2f} ms)"
+
+
+def main(argv: Sequence[str]) -> int:
+    iterations = int(argv[0]) if argv else 300
+    cat = catalog.default()
+    offers = pools(cat)
+    jobs = [job(10**10 + i) for i in range(iterations)]
+    first = select.plan(jobs[0], offers, cat)
+    for i in range(50):  # warm the interpreter and allocator up on jobs not used below
+        select.plan(job(10**9 + i), offers, cat)
+    cold, warm, status = [], [], []
+    for spec in jobs:
+        t0 = time.perf_counter()
+        select.plan(spec, offers, cat)
+        cold.append(time.perf_counter() - t0)
+    for _ in range(iterations):
+        t0 = time.perf_counter()
+        select.plan(jobs[0], offers, cat)
+        warm.append(time.perf_counter() - t0)
+    for spec in jobs:
+        unseen = spec.model_copy(update={"max_cost": 1e9})
+        t0 = time.perf_counter()
+        select.plan(unseen, offers, cat).to_status()
+        status.append(time.perf_counter() - t0)
+    print(
+        f"{len(offers)} pools, {len(first.candidates)} candidates (pool × device count) per plan, "
+        f"{iterations} iterations; target < {TARGET_SECONDS * 1e3:.0f} ms"
+    )
+    print(_timed("plan(), a job not seen before:", cold))
+    print(_timed("plan(), the same job again:", warm))
+    print(_timed("plan() + to_status(), new job:", status))
+    return 0 if _stats(cold)[1] < TARGET_SECONDS else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

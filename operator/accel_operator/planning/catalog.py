@@ -1,0 +1,237 @@
+"""The accelerator catalog: what each accelerator id is (memory, peak rates, links, prices).
+
+The catalog ships as ``catalog.yaml`` beside this module; a user file may override fields of
+known ids or add new ids (``load(path)``). This is the only module of ``planning`` that reads a
+file; the result is cached and every value is frozen.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, fields
+from importlib import resources
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+import yaml
+
+from accel_api.enums import AcceleratorKind
+
+
+class CatalogError(ValueError):
+    """A catalog file that cannot be used; the message names the field path."""
+
+
+@dataclass(frozen=True, slots=True)
+class ListPrice:
+    on_demand_per_device_hour: float
+    spot_per_device_hour: float
+    as_of: str
+    source: str
+
+
+@dataclass(frozen=True, slots=True)
+class Accelerator:
+    """One accelerator model, per device. Rates in bytes/s and FLOP/s, sizes in bytes."""
+
+    id: str
+    kind: AcceleratorKind
+    product: str
+    memory_bytes: int
+    bf16_flops: float
+    fp32_flops: float
+    hbm_bytes_per_second: float
+    intra_node_bytes_per_second: float
+    inter_node_bytes_per_second: float
+    devices_per_node: int
+    compute_units: int
+    mfu: float
+    attention_efficiency: float
+    bandwidth_efficiency: float
+    unaligned_matmul_efficiency: float
+    kernel_seconds: float
+    host_seconds_per_op: float
+    context_bytes: int
+    workspace_bytes: int
+    price: ListPrice
+
+    def __hash__(self) -> int:
+        # Cheap and consistent with equality (equal accelerators share an id); the models'
+        # caches hash accelerators on every call.
+        return hash(self.id)
+
+    def flops(self, compute_bytes: int) -> float:
+        """Dense peak for matrix products whose operands have ``compute_bytes`` per element."""
+        return self.fp32_flops if compute_bytes >= 4 else self.bf16_flops
+
+
+@dataclass(frozen=True, slots=True)
+class Catalog:
+    accelerators: Mapping[str, Accelerator]
+    source: str
+
+    def get(self, accelerator_id: str) -> Accelerator | None:
+        return self.accelerators.get(accelerator_id)
+
+    def __contains__(self, accelerator_id: object) -> bool:
+        return accelerator_id in self.accelerators
+
+    def __iter__(self) -> Iterator[Accelerator]:
+        return iter(self.accelerators.values())
+
+    def ids(self) -> tuple[str, ...]:
+        return tuple(self.accelerators)
+
+
+# YAML (camelCase) name → dataclass field, for the scalar fields of an accelerator.
+_SCALARS: Mapping[str, tuple[str, type]] = MappingProxyType(
+    {
+        "kind": ("kind", str),
+        "product": ("product", str),
+        "memoryBytes": ("memory_bytes", int),
+        "bf16Flops": ("bf16_flops", float),
+        "fp32Flops": ("fp32_flops", float),
+        "hbmBytesPerSecond": ("hbm_bytes_per_second", float),
+        "intraNodeBytesPerSecond": ("intra_node_bytes_per_second", float),
+        "interNodeBytesPerSecond": ("inter_node_bytes_per_second", float),
+        "devicesPerNode": ("devices_per_node", int),
+        "computeUnits": ("compute_units", int),
+        "mfu": ("mfu", float),
+        "attentionEfficiency": ("attention_efficiency", float),
+        "bandwidthEfficiency": ("bandwidth_efficiency", float),
+        "unalignedMatmulEfficiency": ("unaligned_matmul_efficiency", float),
+        "kernelSeconds": ("kernel_seconds", float),
+        "hostSecondsPerOp": ("host_seconds_per_op", float),
+        "contextBytes": ("context_bytes", int),
+        "workspaceBytes": ("workspace_bytes", int),
+    }
+)
+_PRICE: Mapping[str, tuple[str, type]] = MappingProxyType(
+    {
+        "onDemandPerDeviceHour": ("on_demand_per_device_hour", float),
+        "spotPerDeviceHour": ("spot_per_device_hour", float),
+        "asOf": ("as_of", str),
+        "source": ("source", str),
+    }
+)
+_FRACTIONS = ("mfu", "attentionEfficiency", "bandwidthEfficiency", "unalignedMatmulEfficiency")
+
+
+def _value(raw: Any, kind: type, path: str) -> Any:
+    if kind is str:
+        if not isinstance(raw, str) or not raw:
+            raise CatalogError(f"{path}: must be a non-empty string (got {raw!r})")
+        return raw
+    if isinstance(raw, str):
+        # YAML 1.1 reads 1.5e12 (no exponent sign) as text; accept any numeric text.
+        try:
+            raw = float(raw)
+        except ValueError:
+            raise CatalogError(f"{path}: must be a number (got {raw!r})") from None
+    if isinstance(raw, bool) or not isinstance(raw, int | float):
+        raise CatalogError(f"{path}: must be a number (got {raw!r})")
+    if raw < 0:
+        raise CatalogError(f"{path}: must be >= 0 (got {raw!r})")
+    if kind is int:
+        if float(raw) != int(raw):
+            raise CatalogError(f"{path}: must be a whole number (got {raw!r})")
+        return int(raw)
+    return float(raw)
+
+
+def _fields(raw: Mapping[str, Any], table: Mapping[str, tuple[str, type]], path: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in raw.items():
+        if key not in table:
+            known = ", ".join(sorted(table))
+            raise CatalogError(f"{path}.{key}: unknown field. Known fields: {known}.")
+        name, kind = table[key]
+        out[name] = _value(value, kind, f"{path}.{key}")
+    return out
+
+
+def _accelerator(acc_id: str, raw: Any, base: Accelerator | None, path: str) -> Accelerator:
+    if not isinstance(raw, Mapping):
+        raise CatalogError(f"{path}: must be a mapping of fields")
+    raw = dict(raw)
+    price_raw = raw.pop("price", None)
+    values = _fields(raw, _SCALARS, path)
+    if "kind" in values:
+        try:
+            values["kind"] = AcceleratorKind(values["kind"])
+        except ValueError:
+            raise CatalogError(f"{path}.kind: must be gpu or tpu (got {values['kind']!r})") from None
+    for key in _FRACTIONS:
+        name = _SCALARS[key][0]
+        if name in values and not 0 < values[name] <= 1:
+            raise CatalogError(f"{path}.{key}: must be in (0, 1] (got {values[name]!r})")
+    for key in ("memoryBytes", "bf16Flops", "fp32Flops", "hbmBytesPerSecond", "devicesPerNode"):
+        name = _SCALARS[key][0]
+        if name in values and values[name] <= 0:
+            raise CatalogError(f"{path}.{key}: must be > 0 (got {values[name]!r})")
+    price: dict[str, Any] = {}
+    if price_raw is not None:
+        if not isinstance(price_raw, Mapping):
+            raise CatalogError(f"{path}.price: must be a mapping of fields")
+        price = _fields(price_raw, _PRICE, f"{path}.price")
+    if base is not None:
+        merged_price = {f.name: getattr(base.price, f.name) for f in fields(ListPrice)} | price
+        merged = {f.name: getattr(base, f.name) for f in fields(Accelerator)} | values
+        merged["price"] = ListPrice(**merged_price)
+        return Accelerator(**merged)
+    missing = [k for k, (name, _) in _SCALARS.items() if name not in values]
+    missing += [f"price.{k}" for k, (name, _) in _PRICE.items() if name not in price]
+    if missing:
+        raise CatalogError(f"{path}: a new accelerator needs every field; missing {', '.join(missing)}")
+    return Accelerator(id=acc_id, price=ListPrice(**price), **values)
+
+
+def parse(data: Any, *, base: Catalog | None = None, source: str = "(inline)") -> Catalog:
+    """A catalog from parsed YAML; entries of ``base`` are kept unless ``data`` overrides them."""
+    if not isinstance(data, Mapping) or not isinstance(data.get("accelerators"), Mapping):
+        raise CatalogError(f"{source}: must be a mapping with an 'accelerators' mapping of id → fields")
+    extra = set(data) - {"accelerators"}
+    if extra:
+        raise CatalogError(f"{source}: unknown top-level field(s) {', '.join(sorted(map(str, extra)))}")
+    out: dict[str, Accelerator] = dict(base.accelerators) if base is not None else {}
+    for acc_id, raw in data["accelerators"].items():
+        if not isinstance(acc_id, str) or not acc_id:
+            raise CatalogError(f"{source}: accelerators: ids must be strings (got {acc_id!r})")
+        out[acc_id] = _accelerator(acc_id, raw, out.get(acc_id), f"accelerators.{acc_id}")
+    return Catalog(accelerators=MappingProxyType(out), source=source)
+
+
+def _read_yaml(text: str, source: str) -> Any:
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise CatalogError(f"{source}: not valid YAML ({exc})") from None
+
+
+@functools.cache
+def default() -> Catalog:
+    """The catalog shipped with the package."""
+    text = resources.files("accel_operator.planning").joinpath("catalog.yaml").read_text(encoding="utf-8")
+    return parse(_read_yaml(text, "catalog.yaml"), source="catalog.yaml")
+
+
+@functools.lru_cache(maxsize=16)
+def _load_file(path: str, mtime_ns: int) -> Catalog:
+    del mtime_ns  # part of the cache key only: an edited file is read again
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CatalogError(f"{path}: cannot read ({exc})") from None
+    return parse(_read_yaml(text, path), base=default(), source=path)
+
+
+def load(path: str | Path | None = None) -> Catalog:
+    """The shipped catalog, with the entries of the YAML file at ``path`` (if any) on top."""
+    if path is None:
+        return default()
+    p = Path(path)
+    if not p.is_file():
+        raise CatalogError(f"{path}: no such file")
+    return _load_file(str(p.resolve()), p.stat().st_mtime_ns)

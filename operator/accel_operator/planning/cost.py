@@ -1,0 +1,104 @@
+"""Cost model: dollars and wall time of one placement, with spot preemptions priced in.
+
+Every device is billed for the whole wall time, including the work a preemption throws away.
+On spot capacity, preemptions arrive at the pool's rate per node-hour, on every node the job
+holds. With a checkpoint every τ, each preemption loses about τ/2 of work plus the restart
+time R, so the wall time T solves T = D + λ·T·(τ/2 + R) (λ: preemptions per hour for the job).
+Without a checkpoint a preemption restarts the job from zero: E[T] = (1/λ + R)(e^{λD} − 1).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from accel_api.enums import CapacityType
+from accel_api.pool import AcceleratorPoolSpec
+from accel_operator.planning.catalog import Accelerator
+
+HOUR = 3600.0
+# Used for a spot pool that states no preemption rate and has no observed one: a typical
+# interruption rate for GPU spot capacity (about one per node-day).
+DEFAULT_SPOT_PREEMPTIONS_PER_NODE_HOUR = 0.05
+
+
+@dataclass(frozen=True, slots=True)
+class Pricing:
+    on_demand_per_device_hour: float
+    spot_per_device_hour: float
+    from_pool: tuple[bool, bool]  # (on-demand, spot) stated by the pool, else the catalog's
+    accelerator: Accelerator
+
+    @property
+    def source(self) -> str:
+        catalog = f"catalog list price as of {self.accelerator.price.as_of}, {self.accelerator.price.source}"
+        if all(self.from_pool):
+            return "pool spec"
+        if not any(self.from_pool):
+            return catalog
+        return f"pool spec, else {catalog}"
+
+    def per_device_hour(self, capacity: CapacityType) -> float:
+        return self.spot_per_device_hour if capacity is CapacityType.SPOT else self.on_demand_per_device_hour
+
+
+def pricing(pool: AcceleratorPoolSpec, accel: Accelerator) -> Pricing:
+    """The pool's own prices where it states them, else the catalog's list prices."""
+    od, spot = pool.price.on_demand_per_device_hour, pool.price.spot_per_device_hour
+    return Pricing(
+        on_demand_per_device_hour=od if od is not None else accel.price.on_demand_per_device_hour,
+        spot_per_device_hour=spot if spot is not None else accel.price.spot_per_device_hour,
+        from_pool=(od is not None, spot is not None),
+        accelerator=accel,
+    )
+
+
+class CostEstimate(NamedTuple):
+    """Immutable; a NamedTuple because plan() builds one per candidate."""
+
+    on_demand_usd: float  # devices × duration × on-demand price, no preemptions
+    spot_usd: float  # devices × duration × spot price, no preemptions
+    expected_usd: float  # on the pool's capacity type, preemption losses included
+    expected_seconds: float  # wall time, preemption losses included (inf: never finishes)
+    preemptions: float  # expected number of preemptions
+    preemption_rate_per_node_hour: float
+    capacity_type: CapacityType
+    notes: tuple[str, ...] = ()
+
+
+def estimate(
+    *,
+    duration_seconds: float,
+    devices: int,
+    nodes: int,
+    capacity_type: CapacityType,
+    prices: Pricing,
+    preemption_rate_per_node_hour: float | None,
+    restart_seconds: float,
+    checkpoint_interval_seconds: float | None,
+) -> CostEstimate:
+    """Cost of running ``devices`` for ``duration_seconds`` of useful work."""
+    device_hours = devices * duration_seconds / HOUR
+    on_demand = device_hours * prices.on_demand_per_device_hour
+    spot = device_hours * prices.spot_per_device_hour
+    notes: list[str] = []
+    if capacity_type is CapacityType.ON_DEMAND:
+        return CostEstimate(on_demand, spot, on_demand, duration_seconds, 0.0, 0.0, capacity_type)
+    rate = preemption_rate_per_node_hour
+    if rate is None:
+        rate = DEFAULT_SPOT_PREEMPTIONS_PER_NODE_HOUR
+        notes.append(f"assumed {rate:g} preemptions per node-hour (the pool states none)")
+    lam = rate * nodes / HOUR  # preemptions per second for the whole job
+    if lam <= 0:
+        wall = duration_seconds
+    elif checkpoint_interval_seconds is not None:
+        lost_per_preemption = checkpoint_interval_seconds / 2 + restart_seconds
+        overhead = lam * lost_per_preemption
+        wall = duration_seconds / (1 - overhead) if overhead < 1 else math.inf
+    else:
+        exponent = lam * duration_seconds
+        wall = (1 / lam + restart_seconds) * math.expm1(exponent) if exponent < 700 else math.inf
+    preemptions = lam * wall if math.isfinite(wall) else math.inf
+    expected = devices * wall / HOUR * prices.spot_per_device_hour
+    return CostEstimate(on_demand, spot, expected, wall, preemptions, rate, capacity_type, tuple(notes))

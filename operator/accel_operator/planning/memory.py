@@ -1,0 +1,315 @@
+"""Memory model: bytes per device for one placement of a job, and whether it fits.
+
+Training: the peak of ``torch.cuda.max_memory_allocated`` over steady-state steps is the largest
+of four moments, each a sum of what is alive then:
+
+- the loss in the forward pass (all saved activations, autocast's cached bf16 weight copies,
+  the logits and their fp32 copies);
+- the loss's backward (three fp32 [tokens × vocab] tensors: often the peak of small models with
+  large vocabularies);
+- the first layers' backward (gradients appear while activations are still alive);
+- the optimizer step (weights, all gradients and the optimizer states, which the first step
+  allocates while the gradients are alive).
+
+Optimizer states exist from the first step on, so they count at every moment. Sharding (ZeRO
+1/2/3, FSDP) divides states, gradients and weights by the data-parallel degree; tensor
+parallelism divides the layers' matrices and the split activations.
+
+Inference: weights, the KV cache of Hugging Face's dynamic cache (which grows by concatenation)
+and the prefill's transient activations, or the decode's per-step buffers.
+
+The device footprint NVML shows is the caching allocator's reserve (the peak plus what the
+allocator strands) plus the runtime context.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from accel_api.enums import Optimizer, Sharding
+from accel_api.job import AcceleratorJobSpec
+from accel_operator.planning import layers, workload
+from accel_operator.planning.catalog import Accelerator
+from accel_operator.planning.layout import Layout
+from accel_operator.planning.workload import Shape, Workload
+
+GB = 1e9
+# Headroom kept free on the device: the planner refuses footprints above (1 - SAFETY) × memory.
+SAFETY = 0.02
+# PyTorch's caching allocator rounds blocks up and splits cached segments; of the memory that
+# is allocated and freed again every training step it strands about this fraction (measured on
+# H100 with PyTorch 2.11: reserved − allocated is 6–9 % of the per-step transient bytes without
+# gradient checkpointing; with it 14–38 %, which this constant underestimates).
+TRAINING_STRANDED = 0.08
+# bitsandbytes' 8-bit Adam: two 1-byte states plus an fp32 absmax per 2048-element block for
+# tensors of at least 4096 elements; smaller tensors keep 32-bit states.
+ADAM8_BLOCK = 2048
+ADAM8_MIN = 4096
+# PyTorch DDP copies gradients into communication buckets (gradient_as_bucket_view=False);
+# ZeRO-2 keeps reduce buckets of about this many bytes.
+ZERO_BUCKET_BYTES = 2 * 25 * 2**20
+
+
+class MemoryEstimate(NamedTuple):
+    """Per-device memory of one placement. A NamedTuple (immutable) rather than a frozen
+    dataclass: plan() builds one per layout and tuples are several times cheaper to build."""
+
+    peak_allocated_bytes: int  # comparable to torch.cuda.max_memory_allocated, per device
+    reserved_bytes: int  # the caching allocator's reserve at that peak
+    footprint_bytes: int  # what NVML shows as used: reserved + runtime context
+    device_bytes: int
+    fits: bool
+    peak_at: str  # the moment of the peak, e.g. "loss backward", "optimizer step", "prefill"
+    components: tuple[tuple[str, float], ...]  # what is alive at the peak (bytes)
+    moments: tuple[tuple[str, float], ...] = ()  # bytes alive at each moment considered (no workspace)
+
+    @property
+    def usable_bytes(self) -> int:
+        return int(self.device_bytes * (1 - SAFETY))
+
+    @property
+    def reason(self) -> str:
+        """One line: "fits: 41.3 GB of 85.5 GB per device ..." or "needs 93.1 GB per device > ..."."""
+        if self.fits:
+            return (
+                f"fits: {self.footprint_bytes / GB:.1f} GB of {self.device_bytes / GB:.1f} GB per device "
+                f"(peak at {self.peak_at})"
+            )
+        return (
+            f"needs {self.footprint_bytes / GB:.1f} GB per device > {self.usable_bytes / GB:.1f} GB usable "
+            f"(peak at {self.peak_at})"
+        )
+
+
+@functools.lru_cache(maxsize=64)
+def _optimizer_state_bytes(shape: Shape, optimizer: Optimizer, p: int) -> float:
+    """Optimizer state bytes for the whole model (before any sharding); ``p``: parameter bytes."""
+    n = shape.params
+    if optimizer is Optimizer.ADAMW:
+        return 2.0 * p * n  # exp_avg, exp_avg_sq in the parameters' dtype (fused AdamW)
+    if optimizer is Optimizer.SGD:
+        return 1.0 * p * n  # momentum buffer
+    if optimizer is Optimizer.ADAFACTOR:
+        # Factored second moment (row + column) per matrix, full for vectors; no first moment.
+        return float(p * (sum(rows + cols for rows, cols in shape.matrices()) + shape.vector_params))
+    big = sum(rows * cols for rows, cols in shape.matrices() if rows * cols >= ADAM8_MIN)
+    small = n - big
+    return 2.0 * big + 2 * 4.0 * big / ADAM8_BLOCK + 8.0 * small
+
+
+def _optimizer_temp_bytes(w: Workload, tp: int) -> float:
+    """Scratch the optimizer step allocates while weights, grads and states are alive."""
+    if w.optimizer is Optimizer.ADAFACTOR:
+        # HF Adafactor updates one tensor at a time with a few fp32 temporaries of its size.
+        largest = w.shape.largest_matrix / tp
+        return 3 * 4.0 * largest
+    return 0.0  # fused AdamW, foreach SGD (momentum in place) and bitsandbytes: in place
+
+
+@dataclass(frozen=True, slots=True)
+class _Params:
+    total: float  # parameters held per device before ZeRO sharding
+    matmul: float  # of which take part in matrix products
+    layer: float  # one layer's parameters per device
+
+
+def _params(w: Workload, tp: int) -> _Params:
+    s = w.shape
+    layer = s.layer_matmul_params / tp + s.layer_bias_params / tp + 2 * s.norm_params
+    total = s.layers * layer + (s.embedding_params + s.head_params) / tp + s.norm_params
+    return _Params(total=total, matmul=s.matmul_params / tp, layer=layer)
+
+
+@dataclass(frozen=True, slots=True)
+class _Peak:
+    """The largest of a step's moments, independent of the device it runs on."""
+
+    at: str
+    components: tuple[tuple[str, float], ...]
+    allocated: int
+    stranded: int
+    moments: tuple[tuple[str, float], ...]
+
+
+def _peak(moments: list[tuple[str, dict[str, float]]], stranded: float) -> _Peak:
+    at, parts = max(moments, key=lambda m: sum(m[1].values()))
+    totals = tuple((name, sum(p.values())) for name, p in moments)
+    return _Peak(at, tuple((k, v) for k, v in parts.items() if v > 0), int(sum(parts.values())), int(stranded), totals)
+
+
+def _result(peak: _Peak, accel: Accelerator) -> MemoryEstimate:
+    # The framework's workspace is alive at every moment; it never moves the peak.
+    allocated = peak.allocated + accel.workspace_bytes
+    reserved = allocated + peak.stranded
+    footprint = reserved + accel.context_bytes
+    return MemoryEstimate(
+        peak_allocated_bytes=allocated,
+        reserved_bytes=reserved,
+        footprint_bytes=footprint,
+        device_bytes=accel.memory_bytes,
+        fits=footprint <= accel.memory_bytes * (1 - SAFETY),
+        peak_at=peak.at,
+        components=(*peak.components, ("workspace", float(accel.workspace_bytes))),
+        moments=peak.moments,
+    )
+
+
+@functools.lru_cache(maxsize=128)
+def _training_peak(w: Workload, tp: int, dp: int) -> _Peak:
+    """What is alive at each moment of a training step, and the bytes the allocator strands."""
+    s, num = w.shape, w.numerics
+    prm = _params(w, tp)
+    blk = layers.block(s, num, w.attention, w.dropout)
+    hd = layers.head(s, num)
+    tokens = w.step_tokens
+    fully_sharded = w.sharding in (Sharding.ZERO3, Sharding.FSDP) and dp > 1
+    shard_w = dp if fully_sharded else 1
+    shard_g = dp if w.sharding in (Sharding.ZERO2, Sharding.ZERO3, Sharding.FSDP) else 1
+    shard_s = dp if w.sharding is not Sharding.NONE else 1
+
+    weights = prm.total * num.param / shard_w
+    grads = prm.total * num.param / shard_g
+    states = _optimizer_state_bytes(s, w.optimizer, num.param) / tp / shard_s
+    buckets = 0.0
+    if w.sharding is Sharding.NONE and dp > 1:
+        buckets = prm.total * num.param  # DDP's bucket copy of every gradient
+    elif w.sharding is Sharding.ZERO2 and dp > 1:
+        buckets = min(prm.total * num.param, ZERO_BUCKET_BYTES)
+    # Weights as the matrix products see them. Fully sharded: the current and the prefetched
+    # layer are gathered in the compute dtype (and the layer's full gradient in backward).
+    # Otherwise, under autocast, the cast cache keeps a bf16 copy of every matrix from its first
+    # use until autocast exits after the loss, and autograd keeps them for backward.
+    gathered = 2 * prm.layer * num.compute if fully_sharded else 0.0
+    gathered_bwd = gathered + (prm.layer * num.param if fully_sharded else 0.0)
+    copies_all = prm.matmul * num.compute if num.autocast and not fully_sharded else 0.0
+    head_matmul = s.vocab * s.hidden / tp
+    layer_matmul = s.layer_matmul_params / tp
+    # Under checkpointing, recomputed layers re-cast their weights: backward keeps only the LM
+    # head's copy and the current layer's.
+    recast = (head_matmul + layer_matmul) * num.compute if copies_all else 0.0
+    copies_bwd = recast if w.checkpointing else copies_all
+
+    per_layer = blk.saved_shared + blk.saved_split / tp + blk.saved_per_score * w.seq_len / tp
+    one_layer = per_layer * tokens
+    rotary = 2.0 * s.head_dim * num.residual * tokens if s.positions == 0 else 0.0  # cos, sin
+    embed_mask = s.hidden * tokens if w.dropout > 0 else 0.0
+    if w.checkpointing:
+        tape = blk.checkpoint_input * tokens * s.layers
+        tape_bwd_layer = tape + one_layer  # one layer recomputed in backward
+    else:
+        tape = one_layer * s.layers
+        tape_bwd_layer = tape
+    tape += rotary + embed_mask
+    tape_bwd_layer += rotary + embed_mask
+    final = hd.saved * tokens
+    logit = 4.0 * tokens * s.vocab / tp  # one fp32 [tokens × vocab] tensor
+
+    base = {"weights": weights, "optimizer states": states}
+    moments: list[tuple[str, dict[str, float]]] = [
+        (
+            "loss forward",
+            base
+            | {
+                "weight copies": copies_all + gathered,
+                "activations": tape + final,
+                "logits": logit * hd.logits_fwd_units,
+                "buckets": buckets,
+            },
+        ),
+        (
+            "loss backward",
+            base
+            | {
+                "weight copies": copies_bwd + gathered_bwd,
+                "activations": tape + final,
+                "logits": logit * hd.logits_bwd_units,
+                "buckets": buckets,
+            },
+        ),
+        (
+            "layer backward",
+            base
+            | {
+                "weight copies": copies_bwd + gathered_bwd,
+                "activations": tape_bwd_layer,
+                "gradients": (head_matmul + prm.layer) * num.param / shard_g,
+                "backward scratch": (blk.backward_transient_split + blk.backward_transient_per_score * w.seq_len)
+                * tokens
+                / tp
+                + prm.layer * (num.compute + 4),
+                "buckets": buckets,
+            },
+        ),
+        (
+            "optimizer step",
+            base
+            | {
+                "gradients": grads,
+                "optimizer scratch": _optimizer_temp_bytes(w, tp),
+                "buckets": buckets,
+            },
+        ),
+    ]
+    peak = max(sum(parts.values()) for _, parts in moments)
+    persistent = weights + states + buckets
+    stranded = TRAINING_STRANDED * max(0.0, peak - persistent)
+    return _peak(moments, stranded)
+
+
+def _training(w: Workload, accel: Accelerator, layout: Layout) -> MemoryEstimate:
+    # Without sharding, the data-parallel degree matters only as "more than one" (DDP buckets).
+    dp = layout.data_parallel if w.sharding is not Sharding.NONE else min(2, layout.data_parallel)
+    return _result(_training_peak(w, layout.tensor_parallel, dp), accel)
+
+
+def kv_cache_bytes(w: Workload, tp: int, tokens_per_sequence: int) -> float:
+    """Hugging Face's dynamic cache: K (after rotary) and V of every layer, per device."""
+    s, num = w.shape, w.numerics
+    k_bytes = max(num.compute, num.residual) if s.positions == 0 else num.compute
+    return float(s.layers * (s.kv_dim / tp) * (k_bytes + num.compute) * w.batch * tokens_per_sequence)
+
+
+def _inference(w: Workload, accel: Accelerator, layout: Layout) -> MemoryEstimate:
+    s, num = w.shape, w.numerics
+    tp = layout.tensor_parallel
+    prm = _params(w, tp)
+    blk = layers.block(s, num, w.attention, 0.0)
+    weights = prm.total * num.param
+    copies = prm.matmul * num.compute if num.autocast else 0.0
+    prompt_tokens = w.batch * w.prompt_len
+    kv_prompt = kv_cache_bytes(w, tp, w.prompt_len)
+    kv_final = kv_cache_bytes(w, tp, w.prompt_len + w.new_tokens)
+    kv_layer = kv_final / s.layers
+    # Prefill (generate keeps only the last position's logits): the last layer's MLP.
+    held = (blk.infer_held_shared + blk.infer_held_split / tp) * prompt_tokens
+    scores = blk.infer_per_score / tp * w.prompt_len * prompt_tokens
+    rotary = 2.0 * s.head_dim * num.residual * prompt_tokens if s.positions == 0 else 0.0
+    step_logits = w.batch * s.vocab / tp * (num.compute + 4.0)
+    prefill_act = held + scores + rotary
+    base = {"weights": weights, "weight copies": copies}
+    moments: list[tuple[str, dict[str, float]]] = [
+        ("prefill", base | {"kv cache": kv_prompt, "activations": prefill_act, "logits": step_logits}),
+        # Decoding: torch.cat allocates a layer's grown K and V before freeing the old ones.
+        ("decode", base | {"kv cache": kv_final + kv_layer, "logits": 2 * step_logits}),
+    ]
+    # The grown cache blocks cannot reuse the slightly smaller freed ones, so the allocator
+    # holds a second generation of the cache; it is carved from the prefill's freed transients
+    # where they are larger.
+    stranded = max(kv_final, prefill_act)
+    return _result(_peak(moments, stranded), accel)
+
+
+def estimate(
+    job: Workload | AcceleratorJobSpec,
+    accelerator: Accelerator,
+    layout: Layout | int = 1,
+) -> MemoryEstimate:
+    """Per-device memory of ``job`` on ``layout`` (or that many devices on one node)."""
+    w = job if isinstance(job, Workload) else workload.from_spec(job)
+    if isinstance(layout, int):
+        layout = Layout(devices=layout, nodes=1, tensor_parallel=w.tensor_parallel)
+    if w.training:
+        return _training(w, accelerator, layout)
+    return _inference(w, accelerator, layout)

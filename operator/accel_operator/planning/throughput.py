@@ -1,0 +1,383 @@
+"""Throughput model: step time, tokens per second and total duration of one placement.
+
+The device's time for a training step on one data-parallel rank is the sum of
+
+- the matrix products (forward, two backward products each, and the forward again for layers
+  recomputed under gradient checkpointing): a roofline of FLOPs at the accelerator's large-product
+  rate (less for shallow reductions, whose tile pipeline never fills, and far less for operands
+  whose rows are not 16-byte aligned, such as GPT-2's 50257-entry vocabulary) and operand bytes
+  at the memory bandwidth;
+- the fused attention kernels over the causal half of the scores, at an efficiency that grows
+  with the sequence (per-query-block costs amortise over the keys);
+- the memory-bound ops (norms, casts, rotary, activations, residual adds, dropout: the bytes
+  they move at the bandwidth such kernels achieve; backward moves about twice the forward's
+  bytes), the loss over the fp32 [tokens × vocab] logits and the optimizer's pass over its states;
+- a small fixed cost per kernel on the device;
+- the exposed part of communication: data-parallel gradient all-reduce (reduce-scatter +
+  all-gather for ZeRO, and parameter all-gathers for ZeRO-3/FSDP) overlaps the backward pass;
+  tensor-parallel all-reduces of activations are on the critical path. Hierarchical: within a
+  node at the node's link bandwidth, between nodes at the per-device share of the network.
+
+Eager PyTorch also spends host time dispatching every kernel (Python, autograd, launch). The
+host runs ahead of the device during long kernels and falls behind during runs of short ones,
+so the step takes between the larger and the sum of the two; profiles of H100 training steps
+(bench/gpu/measure_training.py --profile) follow their root-sum-square within a few percent,
+from 69 % device-busy (a 125M model) to 99 % (3B). Small models are slow for this reason.
+
+Inference (Hugging Face ``generate``): the prefill is a forward pass; each decode step reads every
+weight and the KV cache once, so it is bandwidth-bound, and for small batches host-bound.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from accel_api.enums import AcceleratorKind, Attention, Optimizer, Precision, Sharding
+from accel_api.job import AcceleratorJobSpec
+from accel_operator.planning import layers, workload
+from accel_operator.planning.catalog import Accelerator
+from accel_operator.planning.layers import Gemm
+from accel_operator.planning.layout import Layout
+from accel_operator.planning.workload import Workload
+
+# FlashAttention's backward recomputes the scores: five score-sized products against the
+# forward's two.
+ATTENTION_BACKWARD = 2.5
+# Attention reaches its asymptotic efficiency only for long sequences: per query block it loads
+# Q, rescales and writes O and computes the causal diagonal block in full, worth about this many
+# keys (profiled on H100: 0.29 of peak at 1024 tokens, 0.36 at 2048).
+ATTENTION_FIXED_KEYS = 512
+# FlashAttention kernels exist for these head dimensions; others are padded up to the next.
+ATTENTION_HEAD_DIMS = (32, 64, 96, 128, 160, 192, 224, 256)
+# Backward launches more kernels than forward (two products per forward product, gradient
+# accumulation, reductions for norm weights): profiles count 3.3–3.5× the forward's kernels
+# for forward + backward.
+BACKWARD_KERNELS = 2.4
+# XLA fuses chains of elementwise ops on TPU, so intermediates stay on chip.
+TPU_FUSION = 0.5
+# Pipeline fill and tile epilogue of a matrix product, in units of reduction depth (profiled
+# H100 products with depth 768–11008 are within 11 % of this model).
+GEMM_TILE_OVERHEAD_K = 128
+# Depth at which the catalog's matrix efficiency (mfu) was measured (an 8192³ product).
+GEMM_REFERENCE_K = 8192
+# Matrix products need 16-byte-aligned rows for the tensor-core fast path.
+GEMM_ALIGNMENT_BYTES = 16
+# Fixed latency of one collective (launch, synchronisation), seconds.
+COLLECTIVE_LATENCY = 20e-6
+# Fraction of the backward pass that data-parallel communication can hide under.
+OVERLAP = 0.9
+# Share of data-parallel communication that stays exposed even when the backward pass is long
+# enough to hide it (the last gradient bucket is reduced after the backward pass ends).
+UNHIDDEN_TAIL = 0.05
+# Host ops per decode step outside the layers (sampling, logits processors, stopping criteria,
+# the cache's concatenations).
+GENERATE_OPS_PER_STEP = 40
+
+
+class ThroughputEstimate(NamedTuple):
+    """A NamedTuple (immutable) rather than a frozen dataclass: plan() makes one per layout and
+    tuples are several times cheaper to build."""
+
+    step_seconds: float  # training: one optimizer step; inference: one generate() call
+    tokens_per_second: float  # whole placement (all replicas)
+    duration_seconds: float  # for the job's tokens
+    steps: int  # optimizer steps (training) or generate() calls per replica (inference)
+    global_batch: int  # sequences per optimizer step (training) or per call on all replicas
+    flops_per_token: float  # model FLOPs per token, including recomputation
+    mfu: float  # achieved fraction of the dense peak
+    breakdown: tuple[tuple[str, float], ...]  # seconds per component of one step
+    prefill_seconds: float | None = None
+    decode_step_seconds: float | None = None
+
+    def component(self, name: str) -> float:
+        return dict(self.breakdown).get(name, 0.0)
+
+
+def _overlap(device: float, host: float) -> float:
+    """Wall time of work that takes ``device`` seconds on the accelerator and ``host`` to dispatch."""
+    return math.sqrt(device * device + host * host)
+
+
+# A product of reduction depth k reaches k / (k + GEMM_TILE_OVERHEAD_K) of the large-product
+# rate; the catalog's mfu was measured at GEMM_REFERENCE_K, so scale that depth to exactly mfu.
+_REFERENCE_DEPTH = (GEMM_REFERENCE_K + GEMM_TILE_OVERHEAD_K) / GEMM_REFERENCE_K
+
+
+def _gemm_seconds(m: float, n: float, k: float, dtype_bytes: int, accel: Accelerator) -> float:
+    """Roofline of one matrix product [m × k] @ [k × n], plus the kernel's fixed cost."""
+    per_row = GEMM_ALIGNMENT_BYTES // dtype_bytes
+    peak = accel.fp32_flops if dtype_bytes >= 4 else accel.bf16_flops
+    if n % per_row or k % per_row or m % per_row:
+        rate = peak * accel.unaligned_matmul_efficiency
+    else:
+        rate = peak * accel.mfu * (k / (k + GEMM_TILE_OVERHEAD_K)) * _REFERENCE_DEPTH
+    compute = 2.0 * m * n * k / rate
+    traffic = (m * k + k * n + m * n) * dtype_bytes / (accel.hbm_bytes_per_second * accel.bandwidth_efficiency)
+    return (compute if compute > traffic else traffic) + accel.kernel_seconds
+
+
+def _attention_efficiency(head_dim: int, context: float, accel: Accelerator) -> float:
+    padded = next((d for d in ATTENTION_HEAD_DIMS if d >= head_dim), head_dim)
+    return accel.attention_efficiency * context / (context + ATTENTION_FIXED_KEYS) * head_dim / padded
+
+
+def _bandwidth(accel: Accelerator) -> float:
+    return accel.hbm_bytes_per_second * accel.bandwidth_efficiency
+
+
+def _elementwise_scale(accel: Accelerator) -> float:
+    return TPU_FUSION if accel.kind is AcceleratorKind.TPU else 1.0
+
+
+def _layer_gemms(gemms: tuple[Gemm, ...], m: float, tp: int, a: int, accel: Accelerator) -> tuple[float, float]:
+    """Seconds of one layer's products: (forward, backward: the input- and weight-gradient products)."""
+    fwd = bwd = 0.0
+    seen: dict[tuple[float, float], tuple[float, float]] = {}  # q/o, k/v, gate/up share shapes
+    for g in gemms:
+        n = g.n / tp if g.split_n else g.n
+        k = g.k if g.split_n else g.k / tp
+        found = seen.get((n, k))
+        if found is None:
+            dgrad_wgrad = _gemm_seconds(m, k, n, a, accel) + _gemm_seconds(k, n, m, a, accel)
+            found = seen[(n, k)] = (_gemm_seconds(m, n, k, a, accel), dgrad_wgrad)
+        fwd += found[0]
+        bwd += found[1]
+    return fwd, bwd
+
+
+def _allreduce_seconds(nbytes: float, ranks: int, layout: Layout, accel: Accelerator) -> float:
+    """Hierarchical ring all-reduce of ``nbytes`` per rank over ``ranks`` data-parallel ranks."""
+    if ranks <= 1 or nbytes <= 0:
+        return 0.0
+    nodes = max(1, layout.nodes)
+    local = max(1, ranks // nodes)
+    t = COLLECTIVE_LATENCY * math.log2(ranks)
+    if local > 1:
+        t += 2 * (local - 1) / local * nbytes / accel.intra_node_bytes_per_second
+    if nodes > 1:
+        # After the intra-node reduce-scatter each device carries 1/local of the data to its NIC.
+        t += 2 * (nodes - 1) / nodes * (nbytes / local) / accel.inter_node_bytes_per_second
+    return t
+
+
+def _optimizer_bytes_per_param(w: Workload) -> tuple[float, int]:
+    """Bytes the optimizer step moves per parameter, and kernels per parameter tensor."""
+    p = w.numerics.param
+    if w.optimizer is Optimizer.ADAMW:
+        return 7.0 * p, 0  # fused: read p, g, m, v; write p, m, v
+    if w.optimizer is Optimizer.SGD:
+        return 8.0 * p, 0  # foreach: buf *= m; buf += g; p -= lr * buf
+    if w.optimizer is Optimizer.ADAFACTOR:
+        return 12.0 * 4, 20  # per-tensor loop of fp32 temporaries
+    return 3.0 * p + 4.0, 0  # 8-bit Adam: p, g and two 1-byte states
+
+
+@dataclass(frozen=True, slots=True)
+class _DeviceStep:
+    """The part of a training step that depends only on the device and the TP degree."""
+
+    forward: float
+    backward: float
+    other: float
+    optimizer_per_shard: float  # optimizer pass with states divided by the ZeRO degree: × 1/shard
+    optimizer_fixed: float
+    kernels: float  # kernel launches per step
+    params: float  # parameters per device before ZeRO sharding
+    flops_per_token: float
+    tp_comm: float  # tensor-parallel all-reduces of activations, per step
+
+
+@functools.lru_cache(maxsize=128)
+def _device_step(w: Workload, accel: Accelerator, tp: int) -> _DeviceStep:
+    s, num = w.shape, w.numerics
+    a = num.compute
+    m = float(w.step_tokens)
+    blk = layers.block(s, num, w.attention, w.dropout)
+    hd = layers.head(s, num)
+    bw = _bandwidth(accel)
+    ew = _elementwise_scale(accel)
+    eager = w.attention is Attention.EAGER
+
+    g_fwd, g_bwd = _layer_gemms(blk.gemms, m, tp, a, accel)
+    head_fwd, head_bwd = _layer_gemms((Gemm(s.vocab, s.hidden, True),), m, tp, a, accel)
+
+    # Attention: the fused kernel over the causal half of the scores; eager attention runs QK^T
+    # and PV as batched products over all of them (QK^T only head_dim deep).
+    if eager:
+        rows = m * s.heads / tp
+        attn_fwd, attn_bwd = _layer_gemms(
+            (Gemm(w.seq_len, s.head_dim, True), Gemm(s.head_dim, w.seq_len, True)), rows, 1, a, accel
+        )
+    else:
+        score_flops = 2 * 2 * m * w.seq_len * (s.heads / tp) * s.head_dim
+        attn_fwd = 0.5 * score_flops / (accel.flops(a) * _attention_efficiency(s.head_dim, w.seq_len, accel))
+        attn_bwd = ATTENTION_BACKWARD * attn_fwd
+
+    per_score = w.seq_len / tp
+    ew_fwd_bytes = (blk.fwd_bytes_shared + blk.fwd_bytes_split / tp + blk.fwd_bytes_per_score * per_score) * m
+    ew_bwd_bytes = (blk.bwd_bytes_shared + blk.bwd_bytes_split / tp + blk.bwd_bytes_per_score * per_score) * m
+    ew_fwd = ew * ew_fwd_bytes / bw + blk.fwd_kernels * accel.kernel_seconds
+    ew_bwd = ew * ew_bwd_bytes / bw + BACKWARD_KERNELS * blk.fwd_kernels * accel.kernel_seconds
+
+    layer_fwd = g_fwd + attn_fwd + ew_fwd
+    layer_bwd = g_bwd + attn_bwd + ew_bwd
+    recompute = layer_fwd if w.checkpointing else 0.0
+
+    # Autocast casts every matrix to bf16 per forward; backward casts the bf16 weight gradients
+    # to fp32 (the first accumulation into a None gradient takes the tensor without a copy).
+    matmul_params = s.matmul_params / tp
+    casts = 2 * (4 + a) * matmul_params if num.autocast else 0.0
+    embedding = 2 * 4.0 * s.embedding_params / tp + 8.0 * m * s.hidden
+    loss_bytes = hd.loss_bytes_per_logit * m * s.vocab / tp
+    other = ew * (casts + embedding + loss_bytes) / bw + (hd.loss_kernels + 10) * accel.kernel_seconds
+
+    params_dev = s.params / tp
+    per_param, kernels_per_tensor = _optimizer_bytes_per_param(w)
+    tensors = s.layers * (len(blk.gemms) + 2) + 3
+    optimizer_kernels = kernels_per_tensor * tensors + 10
+    optimizer_fixed = optimizer_kernels * accel.kernel_seconds
+    if w.precision is Precision.AMP_FP16:
+        optimizer_fixed += 3 * 4.0 * params_dev / bw  # GradScaler: unscale and check the gradients
+
+    passes = 1 + BACKWARD_KERNELS + (1 if w.checkpointing else 0)
+    kernels = s.layers * blk.fwd_kernels * passes + 3 * hd.loss_kernels + optimizer_kernels
+    flops_per_token = 6.0 * s.matmul_params + 6.0 * s.layers * w.seq_len * s.hidden * (1 if eager else 0.5)
+    if w.checkpointing:
+        flops_per_token += 2.0 * s.layers * s.layer_matmul_params + 2.0 * s.layers * w.seq_len * s.hidden * 0.5
+    # Tensor parallel: two activation all-reduces per layer forward, two backward, within a node.
+    tp_comm = 0.0
+    if tp > 1:
+        one = COLLECTIVE_LATENCY + 2 * (tp - 1) / tp * m * s.hidden * a / accel.intra_node_bytes_per_second
+        tp_comm = s.layers * 4 * one * (1.5 if w.checkpointing else 1.0)
+    return _DeviceStep(
+        forward=s.layers * layer_fwd + head_fwd,
+        backward=s.layers * layer_bwd + head_bwd + s.layers * recompute,
+        other=other,
+        optimizer_per_shard=per_param * params_dev / bw,
+        optimizer_fixed=optimizer_fixed,
+        kernels=kernels,
+        params=params_dev,
+        flops_per_token=flops_per_token,
+        tp_comm=tp_comm,
+    )
+
+
+def _training(w: Workload, accel: Accelerator, layout: Layout) -> ThroughputEstimate:
+    tp, dp = layout.tensor_parallel, layout.data_parallel
+    dev = _device_step(w, accel, tp)
+    optimizer = dev.optimizer_per_shard / (dp if w.sharding is not Sharding.NONE else 1) + dev.optimizer_fixed
+    forward, backward = dev.forward, dev.backward
+
+    # Data parallel: gradients (in the parameters' dtype) all-reduced, or reduce-scattered and
+    # the updated shards all-gathered (ZeRO-1/2: the same volume); ZeRO-3/FSDP also all-gather
+    # the compute-dtype weights for forward and backward.
+    dp_comm = _allreduce_seconds(dev.params * w.numerics.param, dp, layout, accel)
+    hideable = OVERLAP * backward
+    if dp > 1 and w.sharding in (Sharding.ZERO3, Sharding.FSDP):
+        dp_comm += _allreduce_seconds(dev.params * w.numerics.compute, dp, layout, accel)  # 2 all-gathers
+        hideable = OVERLAP * (forward + backward)
+    # The last bucket's reduction cannot overlap anything.
+    dp_exposed = max(0.0, dp_comm - hideable) + dp_comm * UNHIDDEN_TAIL
+
+    device = forward + backward + dev.other + optimizer + dp_exposed + dev.tp_comm
+    host = dev.kernels * accel.host_seconds_per_op
+    step = _overlap(device, host)
+    global_tokens = w.step_tokens * dp
+    steps = max(1, -(-w.tokens // global_tokens))
+    tokens_per_second = global_tokens / step
+    breakdown = (
+        ("forward", forward),
+        ("backward", backward),
+        ("loss, casts, embedding", dev.other),
+        ("optimizer", optimizer),
+        ("data-parallel communication (exposed)", dp_exposed),
+        ("tensor-parallel communication", dev.tp_comm),
+        ("host dispatch (not hidden)", step - device),
+    )
+    return ThroughputEstimate(
+        step_seconds=step,
+        tokens_per_second=tokens_per_second,
+        duration_seconds=steps * step,
+        steps=steps,
+        global_batch=w.micro_batch * dp,
+        flops_per_token=dev.flops_per_token,
+        mfu=dev.flops_per_token * tokens_per_second / (accel.flops(w.numerics.compute) * layout.devices),
+        breakdown=breakdown,
+    )
+
+
+def _forward_seconds(w: Workload, accel: Accelerator, tp: int, tokens: float, context: float) -> float:
+    """Device time of one forward pass over ``tokens`` new tokens, each attending to ``context``."""
+    s, num = w.shape, w.numerics
+    a = num.compute
+    blk = layers.block(s, num, w.attention, 0.0)
+    g_fwd, _ = _layer_gemms(blk.gemms, tokens, tp, a, accel)
+    eager = w.attention is Attention.EAGER
+    causal = 1.0 if eager or tokens <= w.batch else 0.5
+    score_flops = 2 * 2 * tokens * context * (s.heads / tp) * s.head_dim * causal
+    eff = accel.mfu if eager else _attention_efficiency(s.head_dim, context, accel)
+    attn = score_flops / (accel.flops(a) * eff)
+    # Reading the KV cache (decode) bounds attention from below.
+    kv_read = w.batch * context * s.kv_dim / tp * 2 * a
+    attn = max(attn, kv_read / _bandwidth(accel)) + accel.kernel_seconds
+    ew_bytes = (blk.fwd_bytes_shared + blk.fwd_bytes_split / tp + blk.fwd_bytes_per_score * context / tp) * tokens
+    ew = _elementwise_scale(accel) * ew_bytes / _bandwidth(accel) + blk.fwd_kernels * accel.kernel_seconds
+    return s.layers * (g_fwd + attn + ew)
+
+
+def _inference(w: Workload, accel: Accelerator, layout: Layout) -> ThroughputEstimate:
+    s, num = w.shape, w.numerics
+    tp, replicas = layout.tensor_parallel, layout.data_parallel
+    a = num.compute
+    blk = layers.block(s, num, w.attention, 0.0)
+    head_last, _ = _layer_gemms((Gemm(s.vocab, s.hidden, True),), float(w.batch), tp, a, accel)
+    kernels = s.layers * blk.fwd_kernels
+    tp_step = s.layers * 2 * COLLECTIVE_LATENCY if tp > 1 else 0.0
+
+    prefill_device = _forward_seconds(w, accel, tp, float(w.batch * w.prompt_len), float(w.prompt_len)) + head_last
+    if tp > 1:
+        act = w.batch * w.prompt_len * s.hidden * a
+        prefill_device += s.layers * 2 * (2 * (tp - 1) / tp * act / accel.intra_node_bytes_per_second)
+    prefill = _overlap(prefill_device + tp_step, kernels * accel.host_seconds_per_op)
+    mid = w.prompt_len + w.new_tokens / 2  # the average context while decoding
+    decode_device = _forward_seconds(w, accel, tp, float(w.batch), mid) + head_last + tp_step
+    decode_host = (kernels + GENERATE_OPS_PER_STEP) * accel.host_seconds_per_op
+    decode = _overlap(decode_device, decode_host)
+    call = prefill + w.new_tokens * decode
+    per_call = w.batch * w.new_tokens
+    calls = max(1, math.ceil(w.tokens / per_call))
+    calls_per_replica = max(1, math.ceil(calls / replicas))
+    tokens_per_second = per_call * replicas / call
+    flops_per_token = 2.0 * s.matmul_params
+    mfu = flops_per_token * (w.batch * (w.prompt_len + w.new_tokens)) * replicas / call
+    mfu /= accel.flops(a) * layout.devices
+    breakdown = (("prefill", prefill), ("decode", w.new_tokens * decode))
+    return ThroughputEstimate(
+        step_seconds=call,
+        tokens_per_second=tokens_per_second,
+        duration_seconds=calls_per_replica * call,
+        steps=calls_per_replica,
+        global_batch=w.batch * replicas,
+        flops_per_token=flops_per_token,
+        mfu=mfu,
+        breakdown=breakdown,
+        prefill_seconds=prefill,
+        decode_step_seconds=decode,
+    )
+
+
+def estimate(
+    job: Workload | AcceleratorJobSpec,
+    accelerator: Accelerator,
+    layout: Layout | int = 1,
+) -> ThroughputEstimate:
+    """Step time, tokens/s and duration of ``job`` on ``layout`` (or that many devices on one node)."""
+    w = job if isinstance(job, Workload) else workload.from_spec(job)
+    if isinstance(layout, int):
+        layout = Layout(devices=layout, nodes=1, tensor_parallel=w.tensor_parallel)
+    if w.training:
+        return _training(w, accelerator, layout)
+    return _inference(w, accelerator, layout)

@@ -1,0 +1,261 @@
+"""A normalised, frozen view of an AcceleratorJob's model and workload.
+
+The memory, throughput and cost models read this instead of the CRD spec: the architecture with
+every default resolved and the parameter counts derived from it, the numeric recipe as byte
+widths, and the training or inference shape. When the job gives only ``model.parameters``, a
+Llama-shaped architecture of that size is inferred (and said so in ``notes``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from accel_api.enums import Attention, MlpKind, Optimizer, Precision, Sharding, WorkloadMode
+from accel_api.job import AcceleratorJobSpec, Architecture
+
+# HF GPT-2's defaults (resid/embd/attn pdrop): GPT-2-family models train with dropout 0.1, which
+# saves a one-byte mask per element; Llama-family models have none.
+GPT2_DROPOUT = 0.1
+
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """A decoder-only transformer. ``positions`` > 0 means learned position embeddings."""
+
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    intermediate: int
+    vocab: int
+    mlp: MlpKind
+    tied: bool
+    rmsnorm: bool
+    positions: int
+    biases: bool
+
+    def __hash__(self) -> int:
+        # Consistent with equality and cheaper than hashing every field (the models cache on it).
+        return hash((self.layers, self.hidden, self.intermediate, self.vocab))
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.heads
+
+    @property
+    def kv_dim(self) -> int:
+        return self.kv_heads * self.head_dim
+
+    @property
+    def attention_matmul_params(self) -> int:
+        return self.hidden * (self.hidden + 2 * self.kv_dim) + self.hidden * self.hidden
+
+    @property
+    def mlp_matmul_params(self) -> int:
+        return (3 if self.mlp is MlpKind.SWIGLU else 2) * self.hidden * self.intermediate
+
+    @property
+    def layer_matmul_params(self) -> int:
+        return self.attention_matmul_params + self.mlp_matmul_params
+
+    @property
+    def norm_params(self) -> int:
+        """One norm's parameters (LayerNorm has a bias)."""
+        return self.hidden if self.rmsnorm else 2 * self.hidden
+
+    @property
+    def layer_bias_params(self) -> int:
+        if not self.biases:
+            return 0
+        mlp = (2 if self.mlp is MlpKind.SWIGLU else 1) * self.intermediate + self.hidden
+        return self.hidden + 2 * self.kv_dim + self.hidden + mlp
+
+    @property
+    def layer_params(self) -> int:
+        return self.layer_matmul_params + self.layer_bias_params + 2 * self.norm_params
+
+    @property
+    def embedding_params(self) -> int:
+        return (self.vocab + self.positions) * self.hidden
+
+    @property
+    def head_params(self) -> int:
+        return 0 if self.tied else self.vocab * self.hidden
+
+    @property
+    def params(self) -> int:
+        return self.layers * self.layer_params + self.embedding_params + self.head_params + self.norm_params
+
+    @property
+    def matmul_params(self) -> int:
+        """Parameters that take part in a matrix product per token (the LM head even when tied)."""
+        return self.layers * self.layer_matmul_params + self.vocab * self.hidden
+
+    def matrices(self) -> tuple[tuple[int, int], ...]:
+        """(rows, columns) of every weight matrix, for factored optimizer states."""
+        h, kv, i = self.hidden, self.kv_dim, self.intermediate
+        layer = [(h, h), (kv, h), (kv, h), (h, h), (i, h), (h, i)]
+        if self.mlp is MlpKind.SWIGLU:
+            layer.append((i, h))
+        out = layer * self.layers + [(self.vocab, h)]
+        if self.positions:
+            out.append((self.positions, h))
+        if not self.tied:
+            out.append((self.vocab, h))
+        return tuple(out)
+
+    @property
+    def largest_matrix(self) -> int:
+        return max(self.vocab, self.intermediate, self.hidden + 2 * self.kv_dim) * self.hidden
+
+    @property
+    def vector_params(self) -> int:
+        return self.layers * (self.layer_bias_params + 2 * self.norm_params) + self.norm_params
+
+
+@dataclass(frozen=True, slots=True)
+class Numerics:
+    """Byte widths of the numeric recipe.
+
+    ``param``: how parameters, gradients and (fused) optimizer states are stored. ``compute``:
+    what the matrix products consume. ``residual``: the dtype of the residual stream (the
+    embedding output, which follows the parameters). ``autocast``: activations are cast per op.
+    """
+
+    param: int
+    compute: int
+    residual: int
+    autocast: bool
+
+    @property
+    def norm_out(self) -> int:
+        # RMSNorm multiplies by an fp32 weight, LayerNorm is an fp32 op under autocast.
+        return 4 if self.autocast else self.residual
+
+
+def numerics(precision: Precision) -> Numerics:
+    if precision in (Precision.AMP_BF16, Precision.AMP_FP16):
+        return Numerics(param=4, compute=2, residual=4, autocast=True)
+    if precision in (Precision.BF16, Precision.FP16):
+        return Numerics(param=2, compute=2, residual=2, autocast=False)
+    return Numerics(param=4, compute=4, residual=4, autocast=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    shape: Shape
+    mode: WorkloadMode
+    precision: Precision
+    numerics: Numerics
+    optimizer: Optimizer
+    micro_batch: int
+    seq_len: int
+    checkpointing: bool
+    sharding: Sharding
+    tensor_parallel: int
+    attention: Attention
+    tokens: int
+    batch: int
+    prompt_len: int
+    new_tokens: int
+    dropout: float
+    notes: tuple[str, ...] = ()
+
+    def __hash__(self) -> int:
+        # Consistent with equality and cheaper than hashing every field (the models cache on it).
+        return hash((self.shape.hidden, self.shape.layers, self.tokens, self.micro_batch, self.seq_len, self.batch))
+
+    @property
+    def training(self) -> bool:
+        return self.mode is WorkloadMode.TRAINING
+
+    @property
+    def step_tokens(self) -> int:
+        """Tokens one data-parallel rank processes per step (training)."""
+        return self.micro_batch * self.seq_len
+
+
+def shape_from_architecture(arch: Architecture) -> Shape:
+    gelu = arch.mlp is MlpKind.GELU
+    return Shape(
+        layers=arch.layers,
+        hidden=arch.hidden,
+        heads=arch.heads,
+        kv_heads=arch.kv_heads_or_default,
+        intermediate=arch.intermediate_or_default,
+        vocab=arch.vocab,
+        mlp=arch.mlp,
+        tied=arch.tied_embeddings,
+        rmsnorm=arch.norm_or_default == "rmsnorm",
+        positions=arch.max_positions or 0,
+        # GPT-2-style blocks (GELU MLP, LayerNorm) carry biases on every projection.
+        biases=gelu and arch.norm_or_default == "layernorm",
+    )
+
+
+def shape_from_parameters(parameters: int) -> Shape:
+    """A Llama-shaped model of about ``parameters``: hidden/layers = 128, head dim 128."""
+    vocab = 32000
+    best: Shape | None = None
+    for hidden in range(256, 32768 + 1, 128):
+        layers = max(1, round(hidden / 128))
+        shape = Shape(
+            layers=layers,
+            hidden=hidden,
+            heads=max(1, hidden // 128),
+            kv_heads=max(1, hidden // 128),
+            intermediate=256 * math.ceil(8 * hidden / 3 / 256),
+            vocab=vocab,
+            mlp=MlpKind.SWIGLU,
+            tied=False,
+            rmsnorm=True,
+            positions=0,
+            biases=False,
+        )
+        if best is None or abs(shape.params - parameters) < abs(best.params - parameters):
+            best = shape
+        if shape.params > parameters:
+            break
+    assert best is not None
+    return best
+
+
+def from_spec(spec: AcceleratorJobSpec) -> Workload:
+    notes: list[str] = []
+    arch = spec.model.architecture
+    if arch is not None:
+        shape = shape_from_architecture(arch)
+    else:
+        assert spec.model.parameters is not None  # the model validator guarantees one of them
+        shape = shape_from_parameters(spec.model.parameters)
+        notes.append(
+            f"architecture inferred from {spec.model.parameters:,} parameters "
+            f"(Llama-shaped: {shape.layers} layers, hidden {shape.hidden}); give model.architecture for exact figures"
+        )
+    w = spec.workload
+    if w.mode is WorkloadMode.TRAINING:
+        assert w.tokens is not None
+        tokens = w.tokens
+    else:
+        tokens = w.tokens if w.tokens is not None else w.batch * w.new_tokens
+    gpt2_style = shape.mlp is MlpKind.GELU and not shape.rmsnorm
+    return Workload(
+        shape=shape,
+        mode=w.mode,
+        precision=w.precision,
+        numerics=numerics(w.precision),
+        optimizer=w.optimizer,
+        micro_batch=w.micro_batch,
+        seq_len=w.seq_len,
+        checkpointing=w.gradient_checkpointing,
+        sharding=w.sharding,
+        tensor_parallel=w.tensor_parallel,
+        attention=w.attention,
+        tokens=tokens,
+        batch=w.batch,
+        prompt_len=w.prompt_len,
+        new_tokens=w.new_tokens,
+        dropout=GPT2_DROPOUT if gpt2_style and w.mode is WorkloadMode.TRAINING else 0.0,
+        notes=tuple(notes),
+    )

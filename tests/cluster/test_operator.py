@@ -1,0 +1,148 @@
+"""The operator against the real API server: every AcceleratorJob gets a plan in its status,
+invalid specs are reported on the object, and the operator works under its own least-privilege
+ClusterRole from manifests/operator/rbac.yaml."""
+
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from accel_api import registry
+from accel_api import vocabulary as v
+from tests.cluster.conftest import ROOT, wait_for
+
+EXAMPLES = ROOT / "examples"
+
+
+def _docs(name: str) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all((EXAMPLES / name).read_text()) if d]
+
+
+@pytest.fixture
+def pools(api: client.ApiClient, crds: list[str]) -> Any:
+    """The example pools under unique names; removed after the test."""
+    custom = client.CustomObjectsApi(api)
+    suffix = uuid.uuid4().hex[:6]
+    made = []
+    for name in ("10-pool-h100-spot.yaml", "11-pool-l4-on-demand.yaml", "12-pool-tpu-v5e.yaml"):
+        for doc in _docs(name):
+            doc["metadata"]["name"] += f"-{suffix}"
+            custom.create_cluster_custom_object(v.GROUP, v.VERSION, registry.POOL.plural, doc)
+            made.append(doc["metadata"]["name"])
+    yield made
+    for name in made:
+        custom.delete_cluster_custom_object(v.GROUP, v.VERSION, registry.POOL.plural, name)
+
+
+def _create_job(api: client.ApiClient, ns: str, example: str, **spec_changes: Any) -> dict[str, Any]:
+    doc = _docs(example)[0]
+    doc["metadata"]["namespace"] = ns
+    doc["spec"].update(spec_changes)
+    custom = client.CustomObjectsApi(api)
+    created: dict[str, Any] = custom.create_namespaced_custom_object(v.GROUP, v.VERSION, ns, registry.JOB.plural, doc)
+    return created
+
+
+def _status(api: client.ApiClient, ns: str, name: str) -> dict[str, Any] | None:
+    obj = client.CustomObjectsApi(api).get_namespaced_custom_object(v.GROUP, v.VERSION, ns, registry.JOB.plural, name)
+    status: dict[str, Any] | None = obj.get("status")
+    return status if status and status.get("phase") else None
+
+
+def test_job_gets_a_plan_from_the_pools(api: client.ApiClient, namespace: str, pools: list[str], operator: Any) -> None:
+    job = _create_job(api, namespace, "01-finetune-single-gpu.yaml")
+    status = wait_for(lambda: _status(api, namespace, job["metadata"]["name"]), timeout=60, what="a planned job")
+    assert status["phase"] == "Pending", status
+    plan = status["plan"]
+    assert plan["pool"] in pools
+    assert plan["devices"] == 1
+    assert plan["peakAllocatedBytesPerDevice"] > 0
+    assert plan["costUsd"] > 0
+    assert plan["alternatives"], "the plan should say why the other pools lost"
+    assert {c["type"]: c["status"] for c in status["conditions"]} == {"Valid": "True", "Planned": "True"}
+
+
+def test_impossible_job_is_unschedulable_with_reasons(
+    api: client.ApiClient, namespace: str, pools: list[str], operator: Any
+) -> None:
+    job = _create_job(api, namespace, "01-finetune-single-gpu.yaml", maxCost=0.01)
+    status = wait_for(lambda: _status(api, namespace, job["metadata"]["name"]), timeout=60, what="a planned job")
+    assert status["phase"] == "Unschedulable", status
+    assert status["plan"]["alternatives"], status
+    assert all(alt["reason"] for alt in status["plan"]["alternatives"])
+
+
+@pytest.mark.expect_errors(r"maxDevices \(1\) must be >= minDevices \(4\)")
+def test_invalid_spec_is_reported_on_the_object(
+    api: client.ApiClient, namespace: str, pools: list[str], operator: Any
+) -> None:
+    # The CRD schema cannot express this cross-field rule; the operator's model does.
+    job = _create_job(
+        api,
+        namespace,
+        "01-finetune-single-gpu.yaml",
+        placement={"acceleratorKinds": ["gpu"], "minDevices": 4, "maxDevices": 1},
+    )
+    status = wait_for(lambda: _status(api, namespace, job["metadata"]["name"]), timeout=60, what="a status")
+    assert status["phase"] == "Failed"
+    assert "spec.placement: maxDevices (1) must be >= minDevices (4)" in status["message"]
+
+
+def _token_kubeconfig(api: client.ApiClient, core: client.CoreV1Api, tmp: Path) -> Path:
+    """Install manifests/operator/rbac.yaml and return a kubeconfig with the ServiceAccount's token."""
+    rbac = client.RbacAuthorizationV1Api(api)
+    docs = [d for d in yaml.safe_load_all((ROOT / "manifests" / "operator" / "rbac.yaml").read_text()) if d]
+    try:
+        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name="accel-system")))
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
+    for doc in docs:
+        create = {
+            "ServiceAccount": lambda d: core.create_namespaced_service_account("accel-system", d),
+            "ClusterRole": rbac.create_cluster_role,
+            "ClusterRoleBinding": rbac.create_cluster_role_binding,
+        }[doc["kind"]]
+        try:
+            create(doc)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+            if doc["kind"] == "ClusterRole":
+                rbac.replace_cluster_role(doc["metadata"]["name"], doc)
+    token = core.create_namespaced_service_account_token(
+        "accel-operator",
+        "accel-system",
+        client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=3600)),
+    ).status.token
+    admin = yaml.safe_load(Path(os.environ["KUBECONFIG"]).read_text())
+    admin["users"] = [{"name": "accel-admin", "user": {"token": token}}]
+    path = tmp / "operator-kubeconfig"
+    path.write_text(yaml.safe_dump(admin))
+    return path
+
+
+def test_operator_runs_under_its_least_privilege_role(
+    api: client.ApiClient, core: client.CoreV1Api, namespace: str, pools: list[str], tmp_path: Path
+) -> None:
+    kubeconfig = _token_kubeconfig(api, core, tmp_path)
+    env = {**os.environ, "KUBECONFIG": str(kubeconfig), "ACCEL_OPERATOR_LIVENESS_PORT": "0"}
+    log = tmp_path / "operator.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "accel_operator"], env=env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        job = _create_job(api, namespace, "03-inference-batch.yaml")
+        status = wait_for(lambda: _status(api, namespace, job["metadata"]["name"]), timeout=90, what="a plan")
+        assert status["phase"] in ("Pending", "Unschedulable")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    text = log.read_text()
+    assert "Forbidden" not in text and " 403" not in text, text[-3000:]

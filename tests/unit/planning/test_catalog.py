@@ -1,0 +1,98 @@
+"""The accelerator catalog: shipped ids and figures, user overrides, errors by field path."""
+
+from pathlib import Path
+
+import pytest
+
+from accel_api.enums import AcceleratorKind
+from accel_operator.planning import catalog
+
+IDS = (
+    "t4",
+    "l4",
+    "a10g",
+    "a100-40gb",
+    "a100-80gb",
+    "h100-80gb",
+    "h200-141gb",
+    "b200",
+    "tpu-v4",
+    "tpu-v5e",
+    "tpu-v5p",
+    "tpu-v6e",
+)
+
+
+def test_every_issue_id_is_shipped_with_sane_figures() -> None:
+    cat = catalog.default()
+    assert set(IDS) <= set(cat.ids())
+    for acc in cat:
+        assert acc.kind is (AcceleratorKind.TPU if acc.id.startswith("tpu") else AcceleratorKind.GPU)
+        assert 8e9 < acc.memory_bytes < 300e9, acc.id
+        assert acc.bf16_flops > acc.fp32_flops > 0, acc.id
+        assert acc.hbm_bytes_per_second > 1e11, acc.id
+        assert acc.intra_node_bytes_per_second >= acc.inter_node_bytes_per_second > 0, acc.id
+        assert 0 < acc.mfu <= 1 and 0 < acc.bandwidth_efficiency <= 1, acc.id
+        assert acc.price.spot_per_device_hour < acc.price.on_demand_per_device_hour, acc.id
+        assert acc.price.as_of and acc.price.source, acc.id
+        assert acc.product
+
+
+def test_h100_is_the_measured_card() -> None:
+    h100 = catalog.default().get("h100-80gb")
+    assert h100 is not None
+    assert h100.memory_bytes == 85520809984
+    assert h100.product == "NVIDIA-H100-80GB-HBM3"
+    assert h100.devices_per_node == 8
+
+
+def test_a_user_file_overrides_fields_and_adds_ids(tmp_path: Path) -> None:
+    f = tmp_path / "cat.yaml"
+    f.write_text(
+        "accelerators:\n"
+        "  h100-80gb: {price: {spotPerDeviceHour: 1.25}}\n"
+        "  mi300x:\n"
+        "    kind: gpu\n    product: AMD-MI300X\n    memoryBytes: 205520809984\n    bf16Flops: 1.3e15\n"
+        "    fp32Flops: 1.6e14\n    hbmBytesPerSecond: 5.3e12\n    intraNodeBytesPerSecond: 3.0e11\n"
+        "    interNodeBytesPerSecond: 5.0e10\n    devicesPerNode: 8\n    computeUnits: 304\n    mfu: 0.6\n"
+        "    attentionEfficiency: 0.3\n    bandwidthEfficiency: 0.7\n    unalignedMatmulEfficiency: 0.2\n"
+        "    kernelSeconds: 2.0e-6\n    hostSecondsPerOp: 2.0e-5\n    contextBytes: 1000000000\n"
+        "    workspaceBytes: 0\n"
+        "    price: {onDemandPerDeviceHour: 6.0, spotPerDeviceHour: 2.0, asOf: '2025-06', source: test}\n"
+    )
+    cat = catalog.load(f)
+    h100 = cat.get("h100-80gb")
+    assert h100 is not None
+    assert h100.price.spot_per_device_hour == 1.25
+    assert h100.price.on_demand_per_device_hour == catalog.default().get("h100-80gb").price.on_demand_per_device_hour  # type: ignore[union-attr]
+    assert "mi300x" in cat
+    assert "t4" in cat
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("accelerators:\n  new: {kind: gpu}\n", "accelerators.new: a new accelerator needs every field"),
+        ("accelerators:\n  h100-80gb: {mfu: 1.5}\n", "accelerators.h100-80gb.mfu: must be in (0, 1]"),
+        ("accelerators:\n  h100-80gb: {colour: red}\n", "accelerators.h100-80gb.colour: unknown field"),
+        ("accelerators:\n  h100-80gb: {kind: fpga}\n", "accelerators.h100-80gb.kind: must be gpu or tpu"),
+        ("accelerators:\n  h100-80gb: {memoryBytes: lots}\n", "memoryBytes: must be a number"),
+        ("nothing: here\n", "must be a mapping with an 'accelerators' mapping"),
+        ("accelerators: [a\n", "not valid YAML"),
+    ],
+)
+def test_bad_catalog_files_name_the_field(tmp_path: Path, text: str, expected: str) -> None:
+    f = tmp_path / "cat.yaml"
+    f.write_text(text)
+    with pytest.raises(catalog.CatalogError, match=None) as err:
+        catalog.load(f)
+    assert expected in str(err.value)
+
+
+def test_missing_file() -> None:
+    with pytest.raises(catalog.CatalogError, match="no such file"):
+        catalog.load("/nonexistent/catalog.yaml")
+
+
+def test_default_is_cached() -> None:
+    assert catalog.default() is catalog.default()

@@ -1,0 +1,205 @@
+"""Memory model: what is stored, in which dtype, for how long; fits or not, with a reason."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from accel_operator.planning import memory, workload
+from accel_operator.planning.layout import Layout
+
+from .builders import GPT2_355M, LLAMA_1B, LLAMA_8B, LLAMA_125M, accel, job
+
+H100 = accel("h100-80gb")
+
+
+def parts(m: memory.MemoryEstimate) -> dict[str, float]:
+    return dict(m.components)
+
+
+def opt_step(spec_builder: object, layout: Layout | int = 1) -> memory.MemoryEstimate:
+    return memory.estimate(spec_builder.spec(), H100, layout)  # type: ignore[attr-defined]
+
+
+def states_bytes(optimizer: str, precision: str = "amp-bf16") -> float:
+    """Optimizer state bytes at the optimizer step of a tiny-batch 1.1B model (the peak there)."""
+    w = workload.from_spec(job().workload(optimizer=optimizer, precision=precision, microBatch=1, seqLen=16).spec())
+    return memory._optimizer_state_bytes(w.shape, w.optimizer, w.numerics.param)
+
+
+N_1B = workload.from_spec(job().spec()).shape.params
+
+
+@pytest.mark.parametrize(
+    ("optimizer", "precision", "bytes_per_param"),
+    [
+        ("adamw", "amp-bf16", 8.0),  # two fp32 states
+        ("adamw", "fp32", 8.0),
+        ("adamw", "bf16", 4.0),  # states follow the bf16 parameters
+        ("sgd", "amp-bf16", 4.0),  # one momentum buffer
+        ("sgd", "bf16", 2.0),
+    ],
+)
+def test_optimizer_states(optimizer: str, precision: str, bytes_per_param: float) -> None:
+    assert states_bytes(optimizer, precision) == pytest.approx(bytes_per_param * N_1B)
+
+
+def test_factored_and_8bit_states_are_small() -> None:
+    assert states_bytes("adafactor") < 0.01 * 4 * N_1B
+    assert states_bytes("adamw-8bit") == pytest.approx(2.0 * N_1B, rel=0.02)
+
+
+def test_weights_by_precision() -> None:
+    amp = parts(memory.estimate(job().workload(microBatch=1, seqLen=16).spec(), H100))
+    bf16 = parts(memory.estimate(job().workload(microBatch=1, seqLen=16, precision="bf16").spec(), H100))
+    assert amp["weights"] == pytest.approx(4 * N_1B, rel=1e-6)
+    assert bf16["weights"] == pytest.approx(2 * N_1B, rel=1e-6)
+
+
+def test_amp_adamw_optimizer_step_holds_16_bytes_per_parameter() -> None:
+    m = memory.estimate(job().workload(microBatch=1, seqLen=16).spec(), H100)
+    assert m.peak_at == "optimizer step"
+    assert m.peak_allocated_bytes - H100.workspace_bytes == pytest.approx(16 * N_1B, rel=0.01)
+
+
+def optimizer_step(spec: object, layout: Layout) -> float:
+    """Bytes alive at the optimizer step: weights + gradients + optimizer states (+ DDP buckets)."""
+    return dict(memory.estimate(spec, H100, layout).moments)["optimizer step"]  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("devices", [2, 4, 8])
+@pytest.mark.parametrize("sharding", ["zero3", "fsdp"])
+def test_zero3_divides_weights_gradients_and_states_by_the_data_parallel_degree(devices: int, sharding: str) -> None:
+    spec = job().workload(sharding=sharding, microBatch=1, seqLen=16).spec()
+    assert optimizer_step(spec, Layout(devices, 1)) == pytest.approx(optimizer_step(spec, Layout(1, 1)) / devices)
+
+
+@pytest.mark.parametrize(
+    ("sharding", "bytes_per_param_on_8"),
+    [
+        ("zero1", 4 + 4 + 8 / 8),  # states sharded
+        ("zero2", 4 + 4 / 8 + 8 / 8),  # states and gradients sharded (+ a small reduce bucket)
+        ("zero3", (4 + 4 + 8) / 8),
+        ("none", 4 + 4 + 8 + 4),  # DDP: a bucket copy of the gradients
+    ],
+)
+def test_sharding_stages(sharding: str, bytes_per_param_on_8: float) -> None:
+    spec = job().workload(sharding=sharding, microBatch=1, seqLen=16).spec()
+    assert optimizer_step(spec, Layout(8, 1)) == pytest.approx(bytes_per_param_on_8 * N_1B, rel=0.02)
+
+
+def test_ddp_without_sharding_keeps_a_bucket_copy_of_the_gradients() -> None:
+    spec = job().workload(microBatch=1, seqLen=16).spec()
+    assert "buckets" not in parts(memory.estimate(spec, H100, Layout(1, 1)))
+    assert parts(memory.estimate(spec, H100, Layout(8, 1)))["buckets"] == pytest.approx(4 * N_1B, rel=1e-6)
+
+
+def test_tensor_parallel_splits_the_layers() -> None:
+    spec = job().arch(LLAMA_8B).workload(tensorParallel=4, microBatch=1, seqLen=2048).spec()
+    one = memory.estimate(job().arch(LLAMA_8B).workload(microBatch=1, seqLen=2048).spec(), H100, Layout(1, 1))
+    tp4 = memory.estimate(spec, H100, Layout(4, 1, 4))
+    assert tp4.peak_allocated_bytes < 0.35 * one.peak_allocated_bytes
+
+
+def test_gradient_checkpointing_keeps_only_layer_inputs() -> None:
+    base = job().workload(microBatch=8)
+    plain = memory.estimate(base.spec(), H100)
+    ckpt = memory.estimate(base.workload(gradientCheckpointing=True).spec(), H100)
+    assert ckpt.peak_allocated_bytes < 0.75 * plain.peak_allocated_bytes
+    # 4 bytes (fp32 residual) per hidden unit per token per layer, plus one recomputed layer.
+    assert parts(ckpt)["activations"] < 0.25 * parts(plain)["activations"]
+
+
+def test_eager_attention_stores_the_scores() -> None:
+    sdpa = memory.estimate(job().arch(LLAMA_125M).workload(microBatch=8, seqLen=1024).spec(), H100)
+    eager = memory.estimate(job().arch(LLAMA_125M).workload(microBatch=8, seqLen=1024, attention="eager").spec(), H100)
+    # fp32 softmax + its bf16 cast: 6 bytes × 12 heads × 1024 keys per token per layer.
+    extra = 6 * 12 * 1024 * 8 * 1024 * 12
+    assert eager.peak_allocated_bytes - sdpa.peak_allocated_bytes == pytest.approx(extra, rel=0.1)
+
+
+def test_small_models_with_large_vocabularies_peak_at_the_loss() -> None:
+    spec = job().arch(LLAMA_125M, vocab=128256).workload(microBatch=8, seqLen=1024).spec()
+    m = memory.estimate(spec, H100)
+    assert m.peak_at == "loss backward"
+    logits = 8 * 1024 * 128256 * 4
+    assert parts(m)["logits"] == pytest.approx(3 * logits)
+
+
+def test_swiglu_and_gelu_blocks_differ() -> None:
+    gelu = memory.estimate(job().arch(GPT2_355M).workload(microBatch=8, seqLen=1024).spec(), H100)
+    assert gelu.peak_at == "loss backward"
+    assert parts(gelu)["activations"] > 0
+
+
+@pytest.mark.parametrize(
+    ("builder", "fits"),
+    [
+        (job().arch(LLAMA_125M).workload(microBatch=8, seqLen=1024), True),
+        (job(), True),
+        (job().workload(microBatch=16), False),  # measured: OOM on an 80 GB H100
+        (job().arch(LLAMA_1B, layers=26, hidden=3200, heads=32, kvHeads=32, intermediate=8640), False),
+        (job().arch(LLAMA_8B).workload(microBatch=1, seqLen=8192), False),  # 8B with AdamW: 128 GB of states
+        (
+            job().arch(LLAMA_8B).workload(microBatch=1, seqLen=8192, sharding="zero3", gradientCheckpointing=True),
+            True,
+        ),  # on 16 devices, below
+    ],
+)
+def test_fits_or_not(builder: object, fits: bool) -> None:
+    spec = builder.spec()  # type: ignore[attr-defined]
+    layout = Layout(16, 2) if spec.workload.sharding.value == "zero3" else Layout(1, 1)
+    m = memory.estimate(spec, H100, layout)
+    assert m.fits is fits
+    if fits:
+        assert m.reason.startswith("fits: ")
+    else:
+        assert m.reason.startswith("needs ") and "GB per device >" in m.reason and "usable" in m.reason
+
+
+def test_footprint_is_reserve_plus_context() -> None:
+    m = memory.estimate(job().spec(), H100)
+    assert m.reserved_bytes >= m.peak_allocated_bytes
+    assert m.footprint_bytes == m.reserved_bytes + H100.context_bytes
+
+
+def test_inference_holds_weights_and_the_kv_cache() -> None:
+    spec = job().arch(LLAMA_1B).inference(batch=32, prompt=1024, new=128).spec()
+    m = memory.estimate(spec, H100)
+    w = workload.from_spec(spec)
+    kv_final = memory.kv_cache_bytes(w, 1, 1024 + 128)
+    assert kv_final == 22 * 256 * 2 * 2 * 32 * 1152
+    assert m.peak_allocated_bytes > 2 * w.shape.params + 1024 / 1152 * kv_final
+    # HF's dynamic cache grows by concatenation: the allocator holds more than is allocated.
+    assert m.reserved_bytes - m.peak_allocated_bytes >= kv_final
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    devices=st.sampled_from([1, 2, 4, 8, 16, 32, 64]),
+    more=st.sampled_from([2, 4]),
+    micro_batch=st.integers(1, 8),
+    ckpt=st.booleans(),
+)
+def test_more_devices_never_increase_per_device_memory_under_zero3(
+    devices: int, more: int, micro_batch: int, ckpt: bool
+) -> None:
+    spec = (
+        job()
+        .arch(LLAMA_8B)
+        .workload(sharding="zero3", microBatch=micro_batch, seqLen=2048, gradientCheckpointing=ckpt)
+        .spec()
+    )
+    few = memory.estimate(spec, H100, Layout(devices, max(1, devices // 8)))
+    many = memory.estimate(spec, H100, Layout(devices * more, max(1, devices * more // 8)))
+    assert many.peak_allocated_bytes <= few.peak_allocated_bytes
+    assert many.footprint_bytes <= few.footprint_bytes
+
+
+@settings(max_examples=30, deadline=None)
+@given(micro_batch=st.integers(1, 16), seq=st.sampled_from([256, 512, 1024, 2048, 4096]))
+def test_memory_grows_with_the_batch(micro_batch: int, seq: int) -> None:
+    small = memory.estimate(job().workload(microBatch=micro_batch, seqLen=seq).spec(), H100)
+    large = memory.estimate(job().workload(microBatch=micro_batch + 1, seqLen=seq).spec(), H100)
+    assert large.peak_allocated_bytes >= small.peak_allocated_bytes

@@ -1,0 +1,271 @@
+"""Pool selection: objective, spot policy, deadline, maxCost, placement, reasons, status and JSON shape."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from accel_api.enums import CapacityType
+from accel_api.job import PlanStatus
+from accel_operator.planning import catalog, select
+
+from .builders import LLAMA_8B, LLAMA_125M, job, pool
+
+CAT = catalog.default()
+
+POOLS = [
+    pool("h100-od", "h100-80gb", max_nodes=2),
+    pool("h100-spot", "h100-80gb", spot=True, max_nodes=2, preemption_rate=0.05),
+    pool("a100-od", "a100-80gb", max_nodes=2),
+    pool("l4-od", "l4", devices_per_node=4, max_nodes=2),
+]
+
+
+def winner(p: select.Plan) -> select.Candidate:
+    assert p.winner is not None, p.reason
+    return p.winner
+
+
+def test_cost_objective_picks_the_cheapest_feasible_placement() -> None:
+    p = select.plan(job().checkpoint().spot("prefer").spec(), POOLS, CAT)
+    w = winner(p)
+    feasible = [c for c in p.candidates if c.feasible]
+    assert w.cost is not None
+    assert all(
+        w.cost.expected_usd <= c.cost.expected_usd * (1 + 1e-9)
+        for c in feasible
+        if c.cost is not None and c.capacity_type is w.capacity_type
+    )
+    assert w.rank == 1 and w.reasons == ()
+
+
+def test_time_objective_picks_the_fastest() -> None:
+    p = select.plan(job().objective("time").spec(), POOLS, CAT)
+    w = winner(p)
+    assert w.cost is not None
+    assert all(w.cost.expected_seconds <= c.cost.expected_seconds for c in p.candidates if c.feasible and c.cost)
+    assert w.devices == 16  # the most devices the pools offer
+
+
+def test_spot_never_uses_only_on_demand_pools() -> None:
+    p = select.plan(job().spot("never").spec(), POOLS, CAT)
+    assert winner(p).capacity_type is CapacityType.ON_DEMAND
+    spot = [c for c in p.candidates if c.pool == "h100-spot"]
+    assert spot and all(not c.feasible and "spot.policy is never" in "; ".join(c.reasons) for c in spot)
+
+
+def test_spot_require_uses_only_spot_pools() -> None:
+    p = select.plan(job().spot("require").checkpoint().spec(), POOLS, CAT)
+    assert winner(p).pool == "h100-spot"
+    assert all("spot.policy is require" in "; ".join(c.reasons) for c in p.candidates if c.pool != "h100-spot")
+
+
+def test_spot_prefer_without_a_checkpoint_refuses_spot_with_a_reason() -> None:
+    p = select.plan(job().spot("prefer").spec(), POOLS, CAT)
+    assert winner(p).capacity_type is CapacityType.ON_DEMAND
+    spot = next(c for c in p.candidates if c.pool == "h100-spot")
+    assert "without spec.checkpoint" in spot.reasons[0]
+
+
+def test_spot_prefer_wins_close_calls() -> None:
+    # Same price on both capacity types: spot's preemption overhead makes it slightly dearer,
+    # and the preference still picks it.
+    pools = [pool("od", price=2.5), pool("sp", spot=True, price=2.5, preemption_rate=0.01)]
+    p = select.plan(job().spot("prefer").checkpoint(10).spec(), pools, CAT)
+    assert winner(p).pool == "sp"
+    od = next(c for c in p.candidates if c.pool == "od" and c.rank is not None)
+    assert "spot.policy prefer" in od.reasons[0]
+
+
+def test_an_unreachable_deadline_is_unschedulable_with_a_reason_for_every_pool() -> None:
+    p = select.plan(job().workload(tokens=10**12).deadline("1h").spec(), POOLS, CAT)
+    assert not p.schedulable and p.winner is None
+    reasons = dict(p.pool_reasons)
+    assert set(reasons) == {"h100-od", "h100-spot", "a100-od", "l4-od"}
+    assert "misses deadline 1h: takes" in reasons["h100-od"]
+    assert p.reason.startswith("no feasible placement in 4 pools")
+    status = p.to_status()
+    assert status.pool is None and status.reason == p.reason
+    assert {a.pool for a in status.alternatives} == set(reasons)
+
+
+def test_max_cost_makes_it_unschedulable() -> None:
+    p = select.plan(job().workload(tokens=10**11).max_cost(100).spec(), POOLS, CAT)
+    assert not p.schedulable
+    assert all("> maxCost $100" in why for _, why in p.pool_reasons if "memory" not in why)
+
+
+def test_nothing_fits_is_unschedulable_not_an_exception() -> None:
+    p = select.plan(job().arch(LLAMA_8B).workload(microBatch=8, seqLen=8192).spec(), POOLS, CAT)
+    assert not p.schedulable
+    assert all("GB per device >" in why for _, why in p.pool_reasons)
+
+
+@pytest.mark.parametrize(
+    ("placement", "allowed"),
+    [
+        ({"maxDevices": 1}, lambda c: c.devices == 1),
+        ({"minDevices": 8}, lambda c: c.devices >= 8),
+        ({"maxNodes": 1}, lambda c: c.nodes == 1),
+        ({"acceleratorTypes": ["a100-80gb"]}, lambda c: c.accelerator == "a100-80gb"),
+        ({"acceleratorKinds": ["tpu"]}, lambda c: False),
+        ({"pools": ["l4-od"]}, lambda c: c.pool == "l4-od"),
+    ],
+)
+def test_placement_constraints(placement: dict[str, object], allowed: object) -> None:
+    spec = job().arch(LLAMA_125M).workload(microBatch=4, seqLen=1024).placement(**placement).spec()
+    p = select.plan(spec, POOLS, CAT)
+    for c in p.candidates:
+        if c.feasible:
+            assert allowed(c), c  # type: ignore[operator]
+    if placement == {"acceleratorKinds": ["tpu"]}:
+        assert not p.schedulable
+        assert "placement.acceleratorKinds is tpu" in p.reason
+
+
+def test_losers_say_why_they_lost() -> None:
+    p = select.plan(job().arch(LLAMA_125M).workload(microBatch=4, seqLen=1024).spec(), POOLS, CAT)
+    w = winner(p)
+    for c in p.candidates:
+        if c is w:
+            continue
+        assert c.reasons, c
+        if c.rank is not None:
+            assert w.label in c.reasons[0]
+            assert "the cost of" in c.reasons[0] or "same cost" in c.reasons[0]
+
+
+def test_device_counts_are_powers_of_two_then_whole_nodes() -> None:
+    assert select.device_counts(pool("p", devices_per_node=8, max_nodes=4).spec) == [1, 2, 4, 8, 16, 32]
+    assert select.device_counts(pool("p", devices_per_node=4, max_nodes=6).spec) == [1, 2, 4, 8, 16]
+    assert select.device_counts(pool("t", "tpu-v5e", devices_per_node=4, max_nodes=16, topology="2x4").spec) == [
+        8,
+        16,
+        32,
+        64,
+    ]
+
+
+def test_unknown_accelerator_is_a_reason_not_an_error() -> None:
+    p = select.plan(job().spec(), [pool("x", "mi300x")], CAT)
+    assert not p.schedulable
+    assert "not in the catalog" in p.reason
+
+
+def test_no_pools() -> None:
+    p = select.plan(job().spec(), [], CAT)
+    assert not p.schedulable and p.reason == "no pools to consider"
+
+
+def test_observed_preemption_rate_wins_over_the_spec() -> None:
+    calm = select.plan(job().spot("require").checkpoint().spec(), [pool("s", spot=True, preemption_rate=0.01)], CAT)
+    stormy = select.plan(
+        job().spot("require").checkpoint().spec(), [pool("s", spot=True, preemption_rate=0.01, observed_rate=0.5)], CAT
+    )
+    assert winner(stormy).cost.expected_usd > winner(calm).cost.expected_usd  # type: ignore[union-attr]
+
+
+def test_max_preemptions() -> None:
+    p = select.plan(
+        job().workload(tokens=10**11).spot("require", max_preemptions=0).checkpoint().spec(),
+        [pool("s", spot=True, preemption_rate=0.5)],
+        CAT,
+    )
+    assert not p.schedulable
+    assert "> spot.maxPreemptions 0" in p.reason
+
+
+def test_status_shape() -> None:
+    p = select.plan(job().spec(), POOLS, CAT, name="j")
+    status = p.to_status()
+    assert isinstance(status, PlanStatus)
+    w = winner(p)
+    assert (status.pool, status.devices, status.accelerator) == (w.pool, w.devices, w.accelerator)
+    assert status.peak_allocated_bytes_per_device and status.footprint_bytes_per_device
+    assert status.cost_usd and status.duration_seconds and status.tokens_per_second
+    assert status.reason == p.reason and status.alternatives
+    assert len({a.pool for a in status.alternatives}) == len(status.alternatives)
+    PlanStatus.model_validate(status.to_wire())  # round-trips through the CRD's wire form
+
+
+CANDIDATE_KEYS = {
+    "pool",
+    "accelerator",
+    "devices",
+    "nodes",
+    "capacityType",
+    "fits",
+    "peakAllocatedBytes",
+    "footprintBytes",
+    "stepSeconds",
+    "tokensPerSecond",
+    "durationSeconds",
+    "costUSD",
+    "reasons",
+    "rank",
+}
+
+
+def test_json_contract() -> None:
+    out = json.loads(json.dumps(select.plan(job().spec(), POOLS, CAT, name="j").to_json()))
+    assert set(out) == {"job", "candidates", "decision"}
+    assert out["job"]["name"] == "j"
+    for c in out["candidates"]:
+        assert set(c) >= CANDIDATE_KEYS, CANDIDATE_KEYS - set(c)
+        assert isinstance(c["fits"], bool) and isinstance(c["reasons"], list)
+        assert set(c["costUSD"]) >= {"onDemand", "spot", "expected"}
+        assert (c["rank"] == 1) == (c["reasons"] == [])
+    d = out["decision"]
+    assert d["schedulable"] is True
+    assert {"pool", "accelerator", "devices", "capacityType", "reason"} <= set(d)
+    ranks = [c["rank"] for c in out["candidates"] if c["rank"] is not None]
+    assert ranks == list(range(1, len(ranks) + 1))
+
+
+def test_evaluate_one_placement() -> None:
+    p = select.evaluate(job().spec(), "h100-80gb", 8, CAT)
+    assert len(p.candidates) == 1
+    assert winner(p).devices == 8 and winner(p).nodes == 1
+    bad = select.evaluate(job().spec(), "h100-80gb", 3, CAT)
+    assert bad.schedulable  # 3 devices on one node is a valid data-parallel layout
+    tp = select.evaluate(job().workload(tensorParallel=4).spec(), "h100-80gb", 6, CAT)
+    assert not tp.schedulable and "not a multiple of tensorParallel 4" in tp.reason
+
+
+def test_default_pools_cover_the_catalog() -> None:
+    pools = select.default_pools(CAT)
+    assert len(pools) == 2 * len(CAT.ids())
+    assert {p.spec.capacity_type for p in pools} == {CapacityType.SPOT, CapacityType.ON_DEMAND}
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    tokens=st.integers(10**6, 10**12),
+    micro_batch=st.integers(1, 16),
+    objective=st.sampled_from(["cost", "time"]),
+    policy=st.sampled_from(["never", "prefer", "require"]),
+    deadline=st.sampled_from([None, "1h", "1d", "30d"]),
+)
+def test_planning_never_raises_and_costs_are_non_negative(
+    tokens: int, micro_batch: int, objective: str, policy: str, deadline: str | None
+) -> None:
+    b = job().workload(tokens=tokens, microBatch=micro_batch).objective(objective).spot(policy).checkpoint()
+    if deadline:
+        b = b.deadline(deadline)
+    p = select.plan(b.spec(), POOLS, CAT)
+    for c in p.candidates:
+        if c.cost is not None:
+            assert c.cost.expected_usd >= 0 and c.cost.on_demand_usd >= 0 and c.cost.spot_usd >= 0
+        assert c.feasible or c.reasons
+    assert p.schedulable == any(c.feasible for c in p.candidates)
+    json.dumps(p.to_json())
+    p.to_status()
+
+
+def test_free_capacity_is_noted_not_refused() -> None:
+    p = select.plan(job().spec(), [pool("h", max_nodes=2, free_devices=4)], CAT)
+    eight = next(c for c in p.candidates if c.devices == 8)
+    assert eight.feasible and "4 devices free now" in eight.notes[0]
