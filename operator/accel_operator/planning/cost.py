@@ -97,8 +97,14 @@ def estimate(
         overhead = lam * lost_per_preemption
         wall = duration_seconds / (1 - overhead) if overhead < 1 else math.inf
     else:
-        exponent = lam * duration_seconds
-        wall = (1 / lam + restart_seconds) * math.expm1(exponent) if exponent < 700 else math.inf
+        # (1/λ + r)(e^{λT} − 1), written as T·(e^x − 1)/x + r(e^x − 1) with x = λT so that a
+        # tiny λ neither divides to infinity nor loses the T term to rounding.
+        x = lam * duration_seconds
+        if x >= 700:
+            wall = math.inf
+        else:
+            growth = math.expm1(x) / x if x > 1e-12 else 1.0
+            wall = duration_seconds * growth + restart_seconds * math.expm1(x)
     preemptions = lam * wall if math.isfinite(wall) else math.inf
     expected = devices * wall / HOUR * prices.spot_per_device_hour
     return CostEstimate(on_demand, spot, expected, wall, preemptions, rate, capacity_type, tuple(notes))
