@@ -6,41 +6,15 @@ nodes. ``ensure_nodes`` creates them through the API server (idempotent).
 """
 
 import hashlib
-from dataclasses import dataclass
 from typing import Any
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from accel_api import vocabulary as v
-from accel_api.enums import CapacityType, Provider
+from accel_api.enums import AcceleratorKind, CapacityType, Provider
 from accel_api.pool import AcceleratorPoolSpec
-
-
-@dataclass(frozen=True)
-class Hardware:
-    """What the node's labels say about its devices."""
-
-    tpu: bool
-    product: str  # nvidia.com/gpu.product or cloud.google.com/gke-tpu-accelerator
-    memory_mib: int = 0
-
-
-# The values real clusters show: GPU feature discovery's product names, GKE's TPU accelerators.
-HARDWARE: dict[str, Hardware] = {
-    "t4": Hardware(False, "Tesla-T4", 15360),
-    "l4": Hardware(False, "NVIDIA-L4", 23034),
-    "a10g": Hardware(False, "NVIDIA-A10G", 23028),
-    "a100-40gb": Hardware(False, "NVIDIA-A100-SXM4-40GB", 40960),
-    "a100-80gb": Hardware(False, "NVIDIA-A100-SXM4-80GB", 81920),
-    "h100-80gb": Hardware(False, "NVIDIA-H100-80GB-HBM3", 81559),
-    "h200-141gb": Hardware(False, "NVIDIA-H200", 143771),
-    "b200": Hardware(False, "NVIDIA-B200", 183359),
-    "tpu-v4": Hardware(True, "tpu-v4-podslice"),
-    "tpu-v5e": Hardware(True, "tpu-v5-lite-podslice"),
-    "tpu-v5p": Hardware(True, "tpu-v5p-slice"),
-    "tpu-v6e": Hardware(True, "tpu-v6e-slice"),
-}
+from accel_operator.planning import catalog as catalog_mod
 
 
 def _instance_id(pool: str, index: int) -> str:
@@ -51,11 +25,17 @@ def node_name(pool: str, index: int) -> str:
     return f"{pool}-{index}"
 
 
-def node_manifests(pool: str, spec: AcceleratorPoolSpec, count: int | None = None) -> list[dict[str, Any]]:
-    """``count`` nodes (default ``spec.maxNodes``) of ``pool`` as Node manifests."""
-    hw = HARDWARE.get(spec.accelerator)
+def node_manifests(
+    pool: str, spec: AcceleratorPoolSpec, count: int | None = None, catalog: catalog_mod.Catalog | None = None
+) -> list[dict[str, Any]]:
+    """``count`` nodes (default ``spec.maxNodes``) of ``pool`` as Node manifests.
+
+    The product label and memory come from the accelerator catalog (the planner's), so a
+    simulated node says exactly what the planner assumes of it."""
+    hw = (catalog or catalog_mod.default()).get(spec.accelerator)
     if hw is None:
-        raise ValueError(f"spec.accelerator: {spec.accelerator!r} has no simulated hardware; known: {sorted(HARDWARE)}")
+        raise ValueError(f"spec.accelerator: {spec.accelerator!r} is not in the accelerator catalog")
+    tpu = hw.kind is AcceleratorKind.TPU
     n = spec.max_nodes if count is None else count
     spot = spec.capacity_type is CapacityType.SPOT
     zone = spec.zone or ("us-east-1a" if spec.provider is Provider.AWS else "us-central1-a")
@@ -86,7 +66,7 @@ def node_manifests(pool: str, spec: AcceleratorPoolSpec, count: int | None = Non
         else:
             provider_id = f"kwok://{name}"
         taints: list[dict[str, str]]
-        if hw.tpu:
+        if tpu:
             resource = v.RESOURCE_GOOGLE_TPU
             labels[v.LABEL_TPU_ACCELERATOR] = hw.product
             if spec.tpu_topology:
@@ -95,7 +75,7 @@ def node_manifests(pool: str, spec: AcceleratorPoolSpec, count: int | None = Non
         else:
             resource = v.RESOURCE_NVIDIA_GPU
             labels[v.LABEL_GPU_PRODUCT] = hw.product
-            labels[v.LABEL_GPU_MEMORY_MIB] = str(hw.memory_mib)
+            labels[v.LABEL_GPU_MEMORY_MIB] = str(hw.memory_bytes // 2**20)
             labels[v.LABEL_GPU_COUNT] = str(spec.devices_per_node)
             labels["nvidia.com/gpu.present"] = "true"
             taints = [{"key": v.TAINT_GPU, "value": "present", "effect": "NoSchedule"}]

@@ -11,6 +11,4 @@ class OperatorSettings(BaseSettings):
 
     namespaces: list[str] = Field(default_factory=list, description="Watch these namespaces; empty: all.")
     catalog: Path | None = Field(default=None, description="An accelerator catalog YAML overriding the built-in one.")
-    metrics_port: int = Field(default=8080, ge=0, le=65535, description="0 disables the metrics endpoint.")
     liveness_port: int = Field(default=8081, ge=0, le=65535)
-    replan_seconds: float = Field(default=300.0, gt=0, description="How often pending jobs are planned again.")

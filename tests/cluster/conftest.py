@@ -146,3 +146,43 @@ def operator(cluster: Cluster, crds: list[str], request: pytest.FixtureRequest) 
     assert runner.exception is None, runner.exception
     errors = unexpected_errors(runner.output, expected)
     assert not errors, "the operator logged errors the test did not expect:\n" + "\n".join(errors)
+
+
+def apply_manifests(api: client.ApiClient, paths: list[Path], namespace: str = "accel-system") -> None:
+    """Create (or, for roles, replace) the objects in ``paths`` exactly as written: the RBAC a
+    test exercises is the one the manifests ship."""
+    core = client.CoreV1Api(api)
+    rbac = client.RbacAuthorizationV1Api(api)
+    adm = client.AdmissionregistrationV1Api(api)
+    try:
+        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
+    creators: dict[str, Callable[[dict[str, Any]], Any]] = {
+        "ServiceAccount": lambda d: core.create_namespaced_service_account(namespace, d),
+        "ClusterRole": rbac.create_cluster_role,
+        "ClusterRoleBinding": rbac.create_cluster_role_binding,
+        "ValidatingAdmissionPolicy": adm.create_validating_admission_policy,
+        "ValidatingAdmissionPolicyBinding": adm.create_validating_admission_policy_binding,
+    }
+    replacers: dict[str, Callable[[str, dict[str, Any]], Any]] = {
+        "ClusterRole": rbac.replace_cluster_role,
+        "ValidatingAdmissionPolicy": adm.replace_validating_admission_policy,
+    }
+    for path in paths:
+        for doc in yaml.safe_load_all(path.read_text()):
+            if not doc:
+                continue
+            try:
+                creators[doc["kind"]](doc)
+            except ApiException as exc:
+                if exc.status != 409:
+                    raise
+                if doc["kind"] in replacers:  # a changed role must take effect in this run
+                    current = {
+                        "ClusterRole": rbac.read_cluster_role,
+                        "ValidatingAdmissionPolicy": adm.read_validating_admission_policy,
+                    }[doc["kind"]](doc["metadata"]["name"])
+                    doc["metadata"]["resourceVersion"] = current.metadata.resource_version
+                    replacers[doc["kind"]](doc["metadata"]["name"], doc)

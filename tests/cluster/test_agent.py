@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
@@ -16,37 +15,14 @@ from accel_api import registry
 from accel_api import vocabulary as v
 from accel_api.pool import AcceleratorPoolSpec
 from accel_localcluster import nodes, preempt
-from tests.cluster.conftest import ROOT, wait_for
+from tests.cluster.conftest import ROOT, apply_manifests, wait_for
 
 AGENT_NS = "accel-system"
 
 
 def _apply_agent_rbac(api: client.ApiClient) -> None:
-    core = client.CoreV1Api(api)
-    rbac = client.RbacAuthorizationV1Api(api)
-    adm = client.AdmissionregistrationV1Api(api)
-    try:
-        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=AGENT_NS)))
-    except ApiException as exc:
-        if exc.status != 409:
-            raise
     folder = ROOT / "manifests" / "agent"
-    for name in ("serviceaccount.yaml", "rbac.yaml", "node-restriction.yaml"):
-        for doc in yaml.safe_load_all((folder / name).read_text()):
-            if not doc:
-                continue
-            create = {
-                "ServiceAccount": lambda d: core.create_namespaced_service_account(AGENT_NS, d),
-                "ClusterRole": rbac.create_cluster_role,
-                "ClusterRoleBinding": rbac.create_cluster_role_binding,
-                "ValidatingAdmissionPolicy": adm.create_validating_admission_policy,
-                "ValidatingAdmissionPolicyBinding": adm.create_validating_admission_policy_binding,
-            }[doc["kind"]]
-            try:
-                create(doc)
-            except ApiException as exc:
-                if exc.status != 409:
-                    raise
+    apply_manifests(api, [folder / n for n in ("serviceaccount.yaml", "rbac.yaml", "node-restriction.yaml")], AGENT_NS)
 
 
 def _agent_client(api: client.ApiClient, core: client.CoreV1Api, node: str) -> client.ApiClient:

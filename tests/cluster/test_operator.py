@@ -12,11 +12,10 @@ from typing import Any
 import pytest
 import yaml
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
 from accel_api import registry
 from accel_api import vocabulary as v
-from tests.cluster.conftest import ROOT, wait_for
+from tests.cluster.conftest import ROOT, apply_manifests, wait_for
 
 EXAMPLES = ROOT / "examples"
 
@@ -97,26 +96,7 @@ def test_invalid_spec_is_reported_on_the_object(
 
 def _token_kubeconfig(api: client.ApiClient, core: client.CoreV1Api, tmp: Path) -> Path:
     """Install manifests/operator/rbac.yaml and return a kubeconfig with the ServiceAccount's token."""
-    rbac = client.RbacAuthorizationV1Api(api)
-    docs = [d for d in yaml.safe_load_all((ROOT / "manifests" / "operator" / "rbac.yaml").read_text()) if d]
-    try:
-        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name="accel-system")))
-    except ApiException as exc:
-        if exc.status != 409:
-            raise
-    for doc in docs:
-        create = {
-            "ServiceAccount": lambda d: core.create_namespaced_service_account("accel-system", d),
-            "ClusterRole": rbac.create_cluster_role,
-            "ClusterRoleBinding": rbac.create_cluster_role_binding,
-        }[doc["kind"]]
-        try:
-            create(doc)
-        except ApiException as exc:
-            if exc.status != 409:
-                raise
-            if doc["kind"] == "ClusterRole":
-                rbac.replace_cluster_role(doc["metadata"]["name"], doc)
+    apply_manifests(api, [ROOT / "manifests" / "operator" / "rbac.yaml"])
     token = core.create_namespaced_service_account_token(
         "accel-operator",
         "accel-system",

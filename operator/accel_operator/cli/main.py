@@ -5,6 +5,7 @@ become ``error: <field path>: <reason>`` lines on stderr and exit status 2.
 """
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import Protocol
@@ -63,6 +64,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # The reader went away (`accelctl plan ... | head`): not an error, and no traceback.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":
