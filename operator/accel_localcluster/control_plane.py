@@ -174,9 +174,10 @@ class Cluster:
         """Stop every component this state folder started; with ``wipe``, drop etcd's data."""
         stopped = []
         for name in reversed(self.COMPONENTS):
-            pid = self._pid(name)
-            if pid is not None:
+            pids = {p for p in (self._pid(name),) if p is not None} | _running(self.bin / name)
+            for pid in pids:  # also strays whose pidfile was lost (a wiped state folder, a crash)
                 _terminate(pid)
+            if pids:
                 stopped.append(name)
             self._pidfile(name).unlink(missing_ok=True)
         if wipe:
@@ -356,6 +357,15 @@ def _ours(pid: int, binary: Path) -> bool:
     except OSError:
         return False
     return exe.removesuffix(" (deleted)") == str(binary)
+
+
+def _running(binary: Path) -> set[int]:
+    """Pids of live processes running ``binary``."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and _ours(int(entry.name), binary):
+            found.add(int(entry.name))
+    return found
 
 
 def _alive(pid: int) -> bool:

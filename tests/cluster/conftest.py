@@ -56,6 +56,10 @@ def core(api: client.ApiClient) -> client.CoreV1Api:
 @pytest.fixture(scope="session")
 def crds(api: client.ApiClient) -> list[str]:
     """Apply every CRD in crds/ (exactly those files) and wait until each is Established."""
+    return install_crds(api)
+
+
+def install_crds(api: client.ApiClient) -> list[str]:
     ext = client.ApiextensionsV1Api(api)
     names = []
     for path in sorted((ROOT / "crds").glob("accelerator*.yaml")):

@@ -14,7 +14,7 @@ from accel_api import load_documents, parse_resource
 from accel_api import vocabulary as v
 from accel_api.pool import AcceleratorPool
 from accel_localcluster import nodes, preempt, stages
-from tests.cluster.conftest import ROOT, wait_for
+from tests.cluster.conftest import ROOT, install_crds, wait_for
 
 EXAMPLES = ROOT / "examples"
 
@@ -200,3 +200,19 @@ def test_gke_preemption_fails_pods_with_node_shutdown(
 def test_kubeconfig_and_status(cluster: Any) -> None:
     assert Path(cluster.kubeconfig).is_file()
     assert all(s.healthy for s in cluster.status())
+
+
+def test_up_is_idempotent_and_cleans_up_after_lost_pidfiles(cluster: Any, api: client.ApiClient) -> None:
+    """Runs last in this file: it restarts the control plane, then reinstalls the CRDs."""
+    before = {s.name: s.pid for s in cluster.status()}
+    cluster.up(build=False)
+    assert {s.name: s.pid for s in cluster.status()} == before, "up on a healthy cluster must change nothing"
+    for pidfile in (cluster.state / "run").glob("*.pid"):
+        pidfile.unlink()  # as after a crash or a wiped state folder: the processes live on
+    cluster.up(build=False, timeout=120)
+    after = {s.name: s.pid for s in cluster.status()}
+    assert all(s.healthy for s in cluster.status())
+    for name, pid in before.items():
+        assert pid is not None and after[name] != pid
+        assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text()
+    install_crds(api)
