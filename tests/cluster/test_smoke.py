@@ -10,7 +10,7 @@ import yaml
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
-from accel_api import load_documents, parse_resource
+from accel_api import load_documents, parse_resource, registry
 from accel_api import vocabulary as v
 from accel_api.pool import AcceleratorPool
 from accel_localcluster import nodes, preempt, stages
@@ -90,6 +90,25 @@ def test_crds_apply_and_server_rejects_invalid(crds: list[str], api: client.ApiC
             doc["metadata"]["name"] += f"-{namespace}"
             custom.create_cluster_custom_object(v.GROUP, v.VERSION, plural, doc)
             custom.delete_cluster_custom_object(v.GROUP, v.VERSION, plural, doc["metadata"]["name"])
+
+
+@pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.yaml")), ids=lambda p: p.name)
+def test_every_example_is_accepted_by_the_api_server(
+    crds: list[str], api: client.ApiClient, namespace: str, path: Path
+) -> None:
+    """Server-side, strict field validation (unknown fields are errors, not pruned), dry run."""
+    custom = client.CustomObjectsApi(api)
+    for doc in load_documents(path.read_text(), source=path.name):
+        kind = registry.BY_KIND[doc["kind"]]
+        if kind.namespaced:
+            doc["metadata"]["namespace"] = namespace
+            custom.create_namespaced_custom_object(
+                v.GROUP, v.VERSION, namespace, kind.plural, doc, dry_run="All", field_validation="Strict"
+            )
+        else:
+            custom.create_cluster_custom_object(
+                v.GROUP, v.VERSION, kind.plural, doc, dry_run="All", field_validation="Strict"
+            )
 
 
 def test_gpu_job_is_scheduled_on_kwok_node_and_ends_on_request(
