@@ -1,0 +1,64 @@
+"""The status the operator writes for a job, from its spec and the pools (no cluster needed)."""
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from accel_operator.adapters.kube import FakePoolSource
+from accel_operator.handlers.jobs import plan_status
+from accel_operator.planning import catalog
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def _docs(name: str) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all((ROOT / "examples" / name).read_text()) if d]
+
+
+def _pools(*extra: dict[str, Any]) -> FakePoolSource:
+    items = _docs("10-pool-h100-spot.yaml") + _docs("11-pool-l4-on-demand.yaml") + list(extra)
+    return FakePoolSource(items)
+
+
+def test_schedulable_job_is_pending_with_its_plan() -> None:
+    spec = _docs("01-finetune-single-gpu.yaml")[0]["spec"]
+    pools = _pools()
+    status = plan_status(spec, 3, pools, catalog.default())
+    assert pools.calls == 1
+    assert status["phase"] == "Pending"
+    assert status["observedGeneration"] == 3
+    assert status["plan"]["pool"] == "h100-on-demand"  # spot.policy never; the L4 is too small
+    assert any("needs" in a["reason"] and a["pool"] == "l4-on-demand" for a in status["plan"]["alternatives"])
+    assert [c["type"] for c in status["conditions"]] == ["Valid", "Planned"]
+
+
+def test_no_pool_can_run_it() -> None:
+    spec = _docs("01-finetune-single-gpu.yaml")[0]["spec"] | {"maxCost": 0.5}
+    status = plan_status(spec, 1, _pools(), catalog.default())
+    assert status["phase"] == "Unschedulable"
+    assert {c["type"]: c["status"] for c in status["conditions"]}["Planned"] == "False"
+    assert "maxCost" in status["message"]
+
+
+def test_invalid_spec_fails_with_the_field_path() -> None:
+    spec = _docs("01-finetune-single-gpu.yaml")[0]["spec"]
+    spec["workload"]["microBatch"] = 0
+    pools = _pools()
+    status = plan_status(spec, 1, pools, catalog.default())
+    assert status["phase"] == "Failed"
+    assert "spec.workload.microBatch: must be >= 1 (got 0)" in status["message"]
+    assert pools.calls == 0  # nothing is read for a job that cannot be planned
+
+
+def test_an_invalid_pool_is_named_and_the_rest_still_plan() -> None:
+    broken = {
+        "apiVersion": "accel.dev/v1alpha1",
+        "kind": "AcceleratorPool",
+        "metadata": {"name": "broken"},
+        "spec": {"provider": "aws", "accelerator": "h100-80gb", "devicesPerNode": 0},
+    }
+    spec = _docs("01-finetune-single-gpu.yaml")[0]["spec"]
+    status = plan_status(spec, 1, _pools(broken), catalog.default())
+    assert status["phase"] == "Pending"
+    assert "ignored invalid pools: broken: spec.devicesPerNode: must be >= 1" in status["message"]
