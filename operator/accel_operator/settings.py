@@ -12,3 +12,6 @@ class OperatorSettings(BaseSettings):
     namespaces: list[str] = Field(default_factory=list, description="Watch these namespaces; empty: all.")
     catalog: Path | None = Field(default=None, description="An accelerator catalog YAML overriding the built-in one.")
     liveness_port: int = Field(default=8081, ge=0, le=65535)
+    replan_seconds: float = Field(
+        default=60.0, gt=0, description="How often Pending/Unschedulable jobs are planned again (pools change)."
+    )

@@ -5,6 +5,7 @@ ClusterRole from manifests/operator/rbac.yaml."""
 import os
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -126,3 +127,37 @@ def test_operator_runs_under_its_least_privilege_role(
         proc.wait(timeout=30)
     text = log.read_text()
     assert "Forbidden" not in text and " 403" not in text, text[-3000:]
+
+
+def test_waiting_job_is_replanned_when_pools_appear(api: client.ApiClient, namespace: str, operator: Any) -> None:
+    # Only a pool of an accelerator this job cannot use exists at first ...
+    job = _create_job(
+        api, namespace, "01-finetune-single-gpu.yaml", placement={"acceleratorTypes": ["b200"], "maxDevices": 1}
+    )
+    name = job["metadata"]["name"]
+    first = wait_for(lambda: _status(api, namespace, name), timeout=60, what="a first plan")
+    assert first["phase"] == "Unschedulable", first
+    # ... then a B200 pool appears: the re-plan timer (2 s in tests) picks it up.
+    custom = client.CustomObjectsApi(api)
+    pool: dict[str, Any] = {
+        "apiVersion": "accel.dev/v1alpha1",
+        "kind": "AcceleratorPool",
+        "metadata": {"name": f"b200-{namespace}"},
+        "spec": {"provider": "aws", "accelerator": "b200", "devicesPerNode": 8, "maxNodes": 1},
+    }
+    custom.create_cluster_custom_object(v.GROUP, v.VERSION, registry.POOL.plural, pool)
+    try:
+
+        def pending() -> dict[str, Any] | None:
+            st = _status(api, namespace, name)
+            return st if st and st["phase"] == "Pending" else None
+
+        status = wait_for(pending, timeout=60, what="the job re-planned onto the new pool")
+        assert status["plan"]["pool"] == f"b200-{namespace}"
+        # Once settled, later re-plans write nothing: the object does not change.
+        obj = custom.get_namespaced_custom_object(v.GROUP, v.VERSION, namespace, registry.JOB.plural, name)
+        time.sleep(5)
+        later = custom.get_namespaced_custom_object(v.GROUP, v.VERSION, namespace, registry.JOB.plural, name)
+        assert later["metadata"]["resourceVersion"] == obj["metadata"]["resourceVersion"]
+    finally:
+        custom.delete_cluster_custom_object(v.GROUP, v.VERSION, registry.POOL.plural, pool["metadata"]["name"])

@@ -7,6 +7,7 @@ cost accounting are not built yet; a planned job stays ``Pending`` with its plan
 
 import asyncio
 import datetime as dt
+from collections.abc import Mapping
 from typing import Any
 
 import kopf
@@ -22,6 +23,9 @@ from accel_operator.planning import select
 from accel_operator.settings import OperatorSettings
 
 PLURAL = registry.JOB.plural
+# kopf fixes a timer's interval when the handler is declared, so this one setting is read at import.
+REPLAN_SECONDS = OperatorSettings().replan_seconds
+WAITING = (JobPhase.PENDING.value, JobPhase.UNSCHEDULABLE.value)
 
 
 def _now() -> str:
@@ -69,13 +73,15 @@ def plan_status(spec_body: dict[str, Any], generation: int | None, pools: PoolSo
         message = "; ".join(f"spec.{p}" if not p.startswith("spec") else p for p in exc.problems)
         return {
             "phase": JobPhase.FAILED.value,
+            "plan": None,  # a merge patch with null removes an earlier plan
             "message": message,
             "observedGeneration": generation,
             "conditions": [_condition("Valid", False, "InvalidSpec", message, generation)],
         }
     inventory = pools.inventory()
     decision = select.plan(spec, inventory.offers(), catalog)
-    status_plan = decision.to_status().to_wire()
+    # Every field, unset ones as null, so that the merge patch clears what an earlier plan set.
+    status_plan = decision.to_status().model_dump(by_alias=True, mode="json")
     schedulable = decision.schedulable
     message = status_plan.get("reason", "")
     if inventory.invalid:
@@ -92,15 +98,69 @@ def plan_status(spec_body: dict[str, Any], generation: int | None, pools: PoolSo
     }
 
 
+def _pruned(value: Any) -> Any:
+    """``value`` without null entries: how the API server stores what a merge patch wrote."""
+    if isinstance(value, dict):
+        return {k: _pruned(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_pruned(v) for v in value]
+    return value
+
+
+def settle(old: Mapping[str, Any] | None, new: dict[str, Any]) -> dict[str, Any] | None:
+    """``new`` with each condition keeping its ``lastTransitionTime`` while its status holds;
+    None when writing it would change nothing (so a periodic re-plan costs no write)."""
+    before = {c.get("type"): c for c in (old or {}).get("conditions", []) or []}
+    conditions = []
+    for cond in new.get("conditions", []):
+        prior = before.get(cond["type"])
+        if prior is not None and prior.get("status") == cond["status"] and prior.get("lastTransitionTime"):
+            cond = {**cond, "lastTransitionTime": prior["lastTransitionTime"]}  # noqa: PLW2901
+        conditions.append(cond)
+    settled = {**new, "conditions": conditions}
+    current = {k: _pruned((old or {}).get(k)) for k in settled}
+    return None if _pruned(settled) == current else settled
+
+
 @kopf.on.resume(v.GROUP, v.VERSION, PLURAL)
 @kopf.on.create(v.GROUP, v.VERSION, PLURAL)
 @kopf.on.update(v.GROUP, v.VERSION, PLURAL, field="spec")
 async def plan_job(
-    *, spec: kopf.Spec, meta: kopf.Meta, patch: kopf.Patch, memo: kopf.Memo, logger: kopf.Logger, **_: Any
+    *,
+    spec: kopf.Spec,
+    meta: kopf.Meta,
+    status: kopf.Status,
+    patch: kopf.Patch,
+    memo: kopf.Memo,
+    logger: kopf.Logger,
+    **_: Any,
 ) -> None:
-    status = await asyncio.to_thread(plan_status, dict(spec), meta.get("generation"), memo.pools, memo.catalog)
-    patch.status.update(status)
-    if status["phase"] == JobPhase.FAILED.value:
-        logger.warning(f"invalid AcceleratorJob: {status['message']}")
+    new = await asyncio.to_thread(plan_status, dict(spec), meta.get("generation"), memo.pools, memo.catalog)
+    written = settle(dict(status), new) or new
+    patch.status.update(written)
+    if written["phase"] == JobPhase.FAILED.value:
+        logger.warning(f"invalid AcceleratorJob: {written['message']}")
     else:
-        logger.info(f"planned: {status['phase']}: {status['message']}")
+        logger.info(f"planned: {written['phase']}: {written['message']}")
+
+
+@kopf.timer(v.GROUP, v.VERSION, PLURAL, interval=REPLAN_SECONDS, initial_delay=REPLAN_SECONDS)
+async def replan_waiting_job(
+    *,
+    spec: kopf.Spec,
+    meta: kopf.Meta,
+    status: kopf.Status,
+    patch: kopf.Patch,
+    memo: kopf.Memo,
+    logger: kopf.Logger,
+    **_: Any,
+) -> None:
+    """Converge on the pools as they are now: a job that waits is planned again, and its status is
+    written only when the plan changed (pools appeared, grew, vanished or changed price)."""
+    if status.get("phase") not in WAITING:
+        return
+    new = await asyncio.to_thread(plan_status, dict(spec), meta.get("generation"), memo.pools, memo.catalog)
+    settled = settle(dict(status), new)
+    if settled is not None:
+        patch.status.update(settled)
+        logger.info(f"re-planned: {settled['phase']}: {settled['message']}")

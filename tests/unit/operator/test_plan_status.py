@@ -6,7 +6,7 @@ from typing import Any
 import yaml
 
 from accel_operator.adapters.kube import FakePoolSource
-from accel_operator.handlers.jobs import plan_status
+from accel_operator.handlers.jobs import plan_status, settle
 from accel_operator.planning import catalog
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -62,3 +62,32 @@ def test_an_invalid_pool_is_named_and_the_rest_still_plan() -> None:
     status = plan_status(spec, 1, _pools(broken), catalog.default())
     assert status["phase"] == "Pending"
     assert "ignored invalid pools: broken: spec.devicesPerNode: must be >= 1" in status["message"]
+
+
+def test_settle_keeps_transition_times_and_skips_writes_that_change_nothing() -> None:
+    spec = _docs("01-finetune-single-gpu.yaml")[0]["spec"]
+    first = plan_status(spec, 1, _pools(), catalog.default())
+    stored = {k: v for k, v in first.items() if v is not None}  # as the API server keeps it
+    stored["conditions"] = [{**c, "lastTransitionTime": "2026-01-01T00:00:00Z"} for c in first["conditions"]]
+    again = plan_status(spec, 1, _pools(), catalog.default())
+    assert settle(stored, again) is None  # same pools, same plan: nothing to write
+
+    cheaper = _docs("10-pool-h100-spot.yaml")[1] | {}
+    cheaper["spec"] = cheaper["spec"] | {"price": {"onDemandPerDeviceHour": 1.0}}
+    changed = settle(stored, plan_status(spec, 1, FakePoolSource([cheaper]), catalog.default()))
+    assert changed is not None
+    assert changed["plan"]["costUsd"] < first["plan"]["costUsd"]
+    # Valid and Planned held their status, so they keep the time they last changed.
+    assert {c["lastTransitionTime"] for c in changed["conditions"]} == {"2026-01-01T00:00:00Z"}
+
+
+def test_a_job_that_becomes_invalid_loses_its_plan() -> None:
+    spec = _docs("01-finetune-single-gpu.yaml")[0]["spec"]
+    stored = plan_status(spec, 1, _pools(), catalog.default())
+    spec["workload"]["microBatch"] = 0
+    failed = settle(stored, plan_status(spec, 2, _pools(), catalog.default()))
+    assert failed is not None
+    assert failed["plan"] is None  # null in a merge patch deletes the old plan
+    flipped = {c["type"]: c for c in failed["conditions"]}["Valid"]
+    assert flipped["status"] == "False"
+    assert flipped["lastTransitionTime"] != "2026-01-01T00:00:00Z"
