@@ -10,13 +10,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import urllib3
 from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
 
 from accel_api import InvalidResource, registry
 from accel_api import vocabulary as v
 from accel_api.loader import parse_as
 from accel_api.pool import AcceleratorPool
 from accel_operator.planning import select
+
+
+class ClusterUnavailable(RuntimeError):
+    """The API server could not answer now (network, 5xx, throttling): worth retrying soon."""
 
 
 @dataclass(frozen=True)
@@ -70,7 +76,12 @@ class KubePoolSource:
         self._custom = client.CustomObjectsApi(api or api_client())
 
     def inventory(self) -> Inventory:
-        listing = self._custom.list_cluster_custom_object(v.GROUP, v.VERSION, registry.POOL.plural)
+        try:
+            listing = self._custom.list_cluster_custom_object(v.GROUP, v.VERSION, registry.POOL.plural)
+        except ApiException as exc:
+            raise ClusterUnavailable(f"listing AcceleratorPools failed: {exc.status} {exc.reason}") from exc
+        except urllib3.exceptions.HTTPError as exc:
+            raise ClusterUnavailable(f"listing AcceleratorPools failed: {exc}") from exc
         return parse_pools(listing.get("items", []))
 
 

@@ -17,7 +17,7 @@ from accel_api import vocabulary as v
 from accel_api.enums import JobPhase
 from accel_api.job import AcceleratorJobSpec
 from accel_api.loader import parse_as
-from accel_operator.adapters.kube import KubePoolSource, PoolSource
+from accel_operator.adapters.kube import ClusterUnavailable, KubePoolSource, PoolSource
 from accel_operator.planning import catalog as catalog_mod
 from accel_operator.planning import select
 from accel_operator.settings import OperatorSettings
@@ -98,6 +98,14 @@ def plan_status(spec_body: dict[str, Any], generation: int | None, pools: PoolSo
     }
 
 
+async def _plan(spec: kopf.Spec, meta: kopf.Meta, memo: kopf.Memo) -> dict[str, Any]:
+    """Plan off the event loop; the one place where adapter errors become kopf's retry policy."""
+    try:
+        return await asyncio.to_thread(plan_status, dict(spec), meta.get("generation"), memo.pools, memo.catalog)
+    except ClusterUnavailable as exc:
+        raise kopf.TemporaryError(str(exc), delay=10) from exc
+
+
 def _pruned(value: Any) -> Any:
     """``value`` without null entries: how the API server stores what a merge patch wrote."""
     if isinstance(value, dict):
@@ -135,7 +143,7 @@ async def plan_job(
     logger: kopf.Logger,
     **_: Any,
 ) -> None:
-    new = await asyncio.to_thread(plan_status, dict(spec), meta.get("generation"), memo.pools, memo.catalog)
+    new = await _plan(spec, meta, memo)
     written = settle(dict(status), new) or new
     patch.status.update(written)
     if written["phase"] == JobPhase.FAILED.value:
@@ -159,7 +167,7 @@ async def replan_waiting_job(
     written only when the plan changed (pools appeared, grew, vanished or changed price)."""
     if status.get("phase") not in WAITING:
         return
-    new = await asyncio.to_thread(plan_status, dict(spec), meta.get("generation"), memo.pools, memo.catalog)
+    new = await _plan(spec, meta, memo)
     settled = settle(dict(status), new)
     if settled is not None:
         patch.status.update(settled)
