@@ -20,8 +20,12 @@ MANAGED_BY_VALUE: Final = "accel-operator"
 # A job may report its progress by annotating its own pod or the AcceleratorJob.
 ANNOTATION_CHECKPOINT: Final = f"{GROUP}/last-checkpoint"
 ANNOTATION_CHECKPOINT_STEP: Final = f"{GROUP}/last-checkpoint-step"
-# Set by the local cluster's node factory so simulated nodes can be traced back to a pool.
-ANNOTATION_SIMULATED: Final = f"{GROUP}/simulated"
+# Simulation (the local cluster and the agent's simulated backend), never set in production:
+ANNOTATION_SIMULATED: Final = f"{GROUP}/simulated"  # on KWOK nodes made from a pool
+ANNOTATION_SIM_EXIT_CODE: Final = f"{GROUP}/simulate-exit-code"  # on a pod: end it with this code
+ANNOTATION_SIM_UTILIZATION: Final = f"{GROUP}/simulated-utilization"  # pod or node: busy devices' %
+ANNOTATION_SIM_MEMORY_FRACTION: Final = f"{GROUP}/simulated-memory-fraction"  # pod or node: memory used
+ANNOTATION_SIM_FAULTS: Final = f"{GROUP}/simulated-faults"  # node: e.g. "1=ecc,3=lost"
 
 # --- accelerators -------------------------------------------------------------------------
 RESOURCE_NVIDIA_GPU: Final = "nvidia.com/gpu"
@@ -29,6 +33,7 @@ RESOURCE_GOOGLE_TPU: Final = "google.com/tpu"
 LABEL_GPU_PRODUCT: Final = "nvidia.com/gpu.product"
 LABEL_GPU_MEMORY_MIB: Final = "nvidia.com/gpu.memory"
 LABEL_GPU_COUNT: Final = "nvidia.com/gpu.count"
+LABEL_GPU_PRESENT: Final = "nvidia.com/gpu.present"
 LABEL_MIG_STRATEGY: Final = "nvidia.com/mig.strategy"
 LABEL_TPU_ACCELERATOR: Final = "cloud.google.com/gke-tpu-accelerator"
 LABEL_TPU_TOPOLOGY: Final = "cloud.google.com/gke-tpu-topology"

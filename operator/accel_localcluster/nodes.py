@@ -77,7 +77,7 @@ def node_manifests(
             labels[v.LABEL_GPU_PRODUCT] = hw.product
             labels[v.LABEL_GPU_MEMORY_MIB] = str(hw.memory_bytes // 2**20)
             labels[v.LABEL_GPU_COUNT] = str(spec.devices_per_node)
-            labels["nvidia.com/gpu.present"] = "true"
+            labels[v.LABEL_GPU_PRESENT] = "true"
             taints = [{"key": v.TAINT_GPU, "value": "present", "effect": "NoSchedule"}]
         labels.update(spec.node_selector)  # the pool's selector must match its own nodes
         resources = {

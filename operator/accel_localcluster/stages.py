@@ -15,7 +15,7 @@ from pathlib import Path
 from accel_api import vocabulary
 
 KWOK_VERSION = "v0.8.0"
-EXIT_CODE_ANNOTATION = f"{vocabulary.GROUP}/simulate-exit-code"
+EXIT_CODE_ANNOTATION = vocabulary.ANNOTATION_SIM_EXIT_CODE
 _UPSTREAM = (
     "node/fast/node-initialize.yaml",
     "node/heartbeat-with-lease/node-heartbeat-with-lease.yaml",

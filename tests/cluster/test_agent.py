@@ -134,7 +134,7 @@ def test_agent_reports_its_node_under_least_privilege(
     assert holders == [{"namespace": namespace, "name": "train", "container": "t"}] * 2, holders
 
     # A fault on device 1 makes the node unhealthy in the next report.
-    core.patch_node(own, {"metadata": {"annotations": {"accel.dev/simulated-faults": "1=ecc"}}})
+    core.patch_node(own, {"metadata": {"annotations": {v.ANNOTATION_SIM_FAULTS: "1=ecc"}}})
     result = run_cluster_pass(agent_api, node_name=own)
     assert result.written, result.write_error
     assert _report(api, own)["status"]["healthy"] is False

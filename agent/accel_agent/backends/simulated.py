@@ -28,9 +28,9 @@ from accel_api.enums import AcceleratorKind, AgentBackend
 from accel_api.nodereport import PodRef
 
 # Not yet in accel_api.vocabulary (the agent may not edit it); see agent/README.md.
-ANNOTATION_SIM_UTILIZATION: Final = f"{vocabulary.GROUP}/simulated-utilization"
-ANNOTATION_SIM_MEMORY_FRACTION: Final = f"{vocabulary.GROUP}/simulated-memory-fraction"
-ANNOTATION_SIM_FAULTS: Final = f"{vocabulary.GROUP}/simulated-faults"
+ANNOTATION_SIM_UTILIZATION: Final = vocabulary.ANNOTATION_SIM_UTILIZATION
+ANNOTATION_SIM_MEMORY_FRACTION: Final = vocabulary.ANNOTATION_SIM_MEMORY_FRACTION
+ANNOTATION_SIM_FAULTS: Final = vocabulary.ANNOTATION_SIM_FAULTS
 
 MIB: Final = 1024 * 1024
 GIB: Final = 1024 * MIB
