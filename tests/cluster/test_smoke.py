@@ -235,3 +235,38 @@ def test_up_is_idempotent_and_cleans_up_after_lost_pidfiles(cluster: Any, api: c
         assert pid is not None and after[name] != pid
         assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text()
     install_crds(api)
+
+
+def test_manifests_are_accepted_by_the_api_server(cluster: Any, core: client.CoreV1Api, crds: list[str]) -> None:
+    """Everything under manifests/ (kustomize: CRDs, operator, agent) passes server-side dry run."""
+    import subprocess
+
+    try:
+        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name="accel-system")))
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
+    proc = subprocess.run(
+        [
+            str(cluster.bin / "kubectl"),
+            "--kubeconfig",
+            str(cluster.kubeconfig),
+            "apply",
+            "--dry-run=server",
+            "--validate=strict",
+            "-k",
+            str(ROOT / "manifests"),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    for kind in (
+        "daemonset.apps/accel-agent",
+        "deployment.apps/accel-operator",
+        "clusterrole.rbac.authorization.k8s.io/accel-operator",
+        "customresourcedefinition.apiextensions.k8s.io/acceleratorjobs.accel.dev",
+    ):
+        assert kind in proc.stdout, proc.stdout
