@@ -265,7 +265,9 @@ class Cluster:
             "--requestheader-extra-headers-prefix=X-Remote-Extra-",
         ]
 
-    def _kcm_args(self, p: pki_mod.Pki) -> list[str]:
+    def _controller_args(self, port: int) -> list[str]:
+        """What the controller-manager and the scheduler share: the admin kubeconfig for the API
+        and for delegated authn/authz, no leader election, health served on loopback."""
         k = str(self.kubeconfig)
         return [
             f"--kubeconfig={k}",
@@ -273,7 +275,13 @@ class Cluster:
             f"--authorization-kubeconfig={k}",
             "--leader-elect=false",
             "--bind-address=127.0.0.1",
-            f"--secure-port={self.ports.controller_manager}",
+            f"--secure-port={port}",
+            "--v=1",
+        ]
+
+    def _kcm_args(self, p: pki_mod.Pki) -> list[str]:
+        return [
+            *self._controller_args(self.ports.controller_manager),
             f"--service-account-private-key-file={p.sa_key}",
             f"--root-ca-file={p.ca_cert}",
             f"--cluster-signing-cert-file={p.ca_cert}",
@@ -283,20 +291,10 @@ class Cluster:
             # React quickly to nodes that disappear or stop reporting (simulated preemption).
             "--node-monitor-grace-period=20s",
             "--node-monitor-period=2s",
-            "--v=1",
         ]
 
     def _scheduler_args(self) -> list[str]:
-        k = str(self.kubeconfig)
-        return [
-            f"--kubeconfig={k}",
-            f"--authentication-kubeconfig={k}",
-            f"--authorization-kubeconfig={k}",
-            "--leader-elect=false",
-            "--bind-address=127.0.0.1",
-            f"--secure-port={self.ports.scheduler}",
-            "--v=1",
-        ]
+        return self._controller_args(self.ports.scheduler)
 
     def _kwok_args(self, stage_file: Path) -> list[str]:
         return [

@@ -307,9 +307,7 @@ def estimate(
     layout: Layout | int = 1,
 ) -> MemoryEstimate:
     """Per-device memory of ``job`` on ``layout`` (or that many devices on one node)."""
-    w = job if isinstance(job, Workload) else workload.from_spec(job)
-    if isinstance(layout, int):
-        layout = Layout(devices=layout, nodes=1, tensor_parallel=w.tensor_parallel)
+    w, layout = workload.normalize(job, layout)
     if w.training:
         return _training(w, accelerator, layout)
     return _inference(w, accelerator, layout)
