@@ -1,6 +1,6 @@
 """Planner accuracy: predicted vs measured memory and speed for every calibration row.
 
-Reads /work/shared/calibration/h100-hf-transformers.jsonl (or $ACCEL_CALIBRATION) and every
+Reads ../shared/calibration/h100-hf-transformers.jsonl beside the repository (or $ACCEL_CALIBRATION) and every
 ``*.jsonl`` under tests/data/calibration/ (rows found twice count once), turns each row into the AcceleratorJobSpec that
 describes the same run, and compares the planner's figures for one device of the row's GPU
 with the measurement: peak allocated bytes, NVML footprint, out-of-memory, training tokens/s
@@ -25,7 +25,9 @@ from accel_operator.planning import catalog, memory, throughput, workload
 from accel_operator.planning.layout import Layout
 
 ROOT = Path(__file__).resolve().parent.parent
-SHARED = Path(os.environ.get("ACCEL_CALIBRATION", "/work/shared/calibration/h100-hf-transformers.jsonl"))
+SHARED = Path(
+    os.environ.get("ACCEL_CALIBRATION", ROOT.parent / "shared" / "calibration" / "h100-hf-transformers.jsonl")
+)
 EXTRA = ROOT / "tests" / "data" / "calibration"
 # Every calibration row so far was measured on this GPU; a row may name another with "accelerator".
 DEFAULT_ACCELERATOR = "h100-80gb"

@@ -2,7 +2,7 @@
 
 Standalone: needs only ``torch`` and ``transformers`` (``nvidia-ml-py`` optional, for the NVML
 figure), no network (random weights built from a config directly on the GPU). It reproduces the
-methodology of /work/shared/calibration/README.md exactly:
+methodology of the shared calibration set (../shared/calibration/README.md beside the repository) exactly:
 
 - training: ``loss = model(input_ids=ids, labels=ids).loss; loss.backward(); opt.step();
   opt.zero_grad(set_to_none=True)`` on ``micro_batch`` random sequences of ``seq`` tokens, four
