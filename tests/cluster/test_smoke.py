@@ -2,6 +2,7 @@
 KWOK GPU nodes, KWOK runs and ends them, and simulated preemption shows up on the pods the way
 each cloud's does."""
 
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,23 @@ def _pool(name: str) -> AcceleratorPool:
                 assert isinstance(res, AcceleratorPool)
                 return res
     raise AssertionError(name)
+
+
+@pytest.fixture
+def make_nodes(core: client.CoreV1Api, namespace: str) -> Iterator[Callable[[str, str], list[str]]]:
+    """Create one simulated node of an example pool (under a per-test name); delete leftovers after."""
+    made: list[str] = []
+
+    def make(example_pool: str, prefix: str) -> list[str]:
+        names = nodes.ensure_nodes(
+            core, nodes.node_manifests(f"{prefix}-{namespace}", _pool(example_pool).spec, count=1)
+        )
+        made.extend(names)
+        return names
+
+    yield make
+    for n in made:
+        preempt.delete_node(core, n)  # 404 (already preempted) is fine
 
 
 def _gpu_job(
@@ -112,57 +130,49 @@ def test_every_example_is_accepted_by_the_api_server(
 
 
 def test_gpu_job_is_scheduled_on_kwok_node_and_ends_on_request(
-    api: client.ApiClient, core: client.CoreV1Api, namespace: str
+    api: client.ApiClient, core: client.CoreV1Api, namespace: str, make_nodes: Callable[[str, str], list[str]]
 ) -> None:
     pool = f"h100-{namespace}"
-    names = nodes.ensure_nodes(core, nodes.node_manifests(pool, _pool("h100-spot").spec, count=1))
-    try:
-        node = core.read_node(names[0])
-        assert node.metadata.labels[v.LABEL_GPU_PRODUCT] == "NVIDIA-H100-80GB-HBM3"
-        assert node.metadata.labels[v.LABEL_KARPENTER_CAPACITY] == "spot"
-        assert node.spec.provider_id.startswith("aws:///us-east-1a/i-")
-        _gpu_job(api, namespace, "train", pool)
-        pod = _running_pod(core, namespace, "train")
-        assert pod.spec.node_name == names[0]
-        core.patch_namespaced_pod(
-            pod.metadata.name, namespace, {"metadata": {"annotations": {stages.EXIT_CODE_ANNOTATION: "0"}}}
-        )
-        batch = client.BatchV1Api(api)
-        wait_for(
-            lambda: (batch.read_namespaced_job("train", namespace).status.succeeded or 0) >= 1,
-            timeout=60,
-            what="Job succeeded",
-        )
-    finally:
-        for n in names:
-            preempt.delete_node(core, n)
+    names = make_nodes("h100-spot", "h100")
+    node = core.read_node(names[0])
+    assert node.metadata.labels[v.LABEL_GPU_PRODUCT] == "NVIDIA-H100-80GB-HBM3"
+    assert node.metadata.labels[v.LABEL_KARPENTER_CAPACITY] == "spot"
+    assert node.spec.provider_id.startswith("aws:///us-east-1a/i-")
+    _gpu_job(api, namespace, "train", pool)
+    pod = _running_pod(core, namespace, "train")
+    assert pod.spec.node_name == names[0]
+    core.patch_namespaced_pod(
+        pod.metadata.name, namespace, {"metadata": {"annotations": {stages.EXIT_CODE_ANNOTATION: "0"}}}
+    )
+    batch = client.BatchV1Api(api)
+    wait_for(
+        lambda: (batch.read_namespaced_job("train", namespace).status.succeeded or 0) >= 1,
+        timeout=60,
+        what="Job succeeded",
+    )
 
 
 def test_tpu_pod_lands_on_tpu_host_and_fails_with_exit_code(
-    api: client.ApiClient, core: client.CoreV1Api, namespace: str
+    api: client.ApiClient, core: client.CoreV1Api, namespace: str, make_nodes: Callable[[str, str], list[str]]
 ) -> None:
     pool = f"v5e-{namespace}"
-    names = nodes.ensure_nodes(core, nodes.node_manifests(pool, _pool("tpu-v5e-spot").spec, count=1))
-    try:
-        node = core.read_node(names[0])
-        assert node.status.allocatable[v.RESOURCE_GOOGLE_TPU] == "4"
-        assert node.metadata.labels[v.LABEL_TPU_TOPOLOGY] == "2x4"
-        assert any(t.key == v.TAINT_TPU for t in node.spec.taints)
-        _gpu_job(api, namespace, "tpu", pool, resource=v.RESOURCE_GOOGLE_TPU, taint=v.TAINT_TPU)
-        pod = _running_pod(core, namespace, "tpu")
-        core.patch_namespaced_pod(
-            pod.metadata.name, namespace, {"metadata": {"annotations": {stages.EXIT_CODE_ANNOTATION: "3"}}}
-        )
+    names = make_nodes("tpu-v5e-spot", "v5e")
+    node = core.read_node(names[0])
+    assert node.status.allocatable[v.RESOURCE_GOOGLE_TPU] == "4"
+    assert node.metadata.labels[v.LABEL_TPU_TOPOLOGY] == "2x4"
+    assert any(t.key == v.TAINT_TPU for t in node.spec.taints)
+    _gpu_job(api, namespace, "tpu", pool, resource=v.RESOURCE_GOOGLE_TPU, taint=v.TAINT_TPU)
+    pod = _running_pod(core, namespace, "tpu")
+    core.patch_namespaced_pod(
+        pod.metadata.name, namespace, {"metadata": {"annotations": {stages.EXIT_CODE_ANNOTATION: "3"}}}
+    )
 
-        def failed() -> Any:
-            p = core.read_namespaced_pod(pod.metadata.name, namespace)
-            return p if p.status.phase == "Failed" else None
+    def failed() -> Any:
+        p = core.read_namespaced_pod(pod.metadata.name, namespace)
+        return p if p.status.phase == "Failed" else None
 
-        ended = wait_for(failed, timeout=60, what="pod Failed")
-        assert ended.status.container_statuses[0].state.terminated.exit_code == 3
-    finally:
-        for n in names:
-            preempt.delete_node(core, n)
+    ended = wait_for(failed, timeout=60, what="pod Failed")
+    assert ended.status.container_statuses[0].state.terminated.exit_code == 3
 
 
 def _events_until_deleted(core: client.CoreV1Api, ns: str, name: str, rv: str) -> list[Any]:
@@ -179,10 +189,14 @@ def _events_until_deleted(core: client.CoreV1Api, ns: str, name: str, rv: str) -
 
 @pytest.mark.parametrize("handler", ["karpenter", "nth"])
 def test_aws_spot_interruption_shows_on_the_pod(
-    api: client.ApiClient, core: client.CoreV1Api, namespace: str, handler: str
+    api: client.ApiClient,
+    core: client.CoreV1Api,
+    namespace: str,
+    handler: str,
+    make_nodes: Callable[[str, str], list[str]],
 ) -> None:
     pool = f"h100-{handler}-{namespace}"
-    names = nodes.ensure_nodes(core, nodes.node_manifests(pool, _pool("h100-spot").spec, count=1))
+    names = make_nodes("h100-spot", f"h100-{handler}")
     _gpu_job(api, namespace, "spot", pool)
     pod = _running_pod(core, namespace, "spot")
     instance = core.read_node(names[0]).spec.provider_id.rsplit("/", 1)[-1]
@@ -202,10 +216,10 @@ def test_aws_spot_interruption_shows_on_the_pod(
 
 
 def test_gke_preemption_fails_pods_with_node_shutdown(
-    api: client.ApiClient, core: client.CoreV1Api, namespace: str
+    api: client.ApiClient, core: client.CoreV1Api, namespace: str, make_nodes: Callable[[str, str], list[str]]
 ) -> None:
     pool = f"v5e-gke-{namespace}"
-    names = nodes.ensure_nodes(core, nodes.node_manifests(pool, _pool("tpu-v5e-spot").spec, count=1))
+    names = make_nodes("tpu-v5e-spot", "v5e-gke")
     _gpu_job(api, namespace, "gke", pool, resource=v.RESOURCE_GOOGLE_TPU, taint=v.TAINT_TPU)
     pod = _running_pod(core, namespace, "gke")
     preempt.gke_preemption(core, names[0])
