@@ -20,8 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from accel_api import catalog
 from accel_api.job import AcceleratorJobSpec
-from accel_operator.planning import catalog, memory, throughput, workload
+from accel_operator.planning import memory, throughput, workload
 from accel_operator.planning.layout import Layout
 
 ROOT = Path(__file__).resolve().parent.parent

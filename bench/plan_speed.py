@@ -17,10 +17,11 @@ import sys
 import time
 from collections.abc import Sequence
 
+from accel_api import catalog
 from accel_api.enums import CapacityType, Provider
 from accel_api.job import AcceleratorJobSpec
 from accel_api.pool import AcceleratorPoolSpec
-from accel_operator.planning import catalog, select
+from accel_operator.planning import select
 
 TARGET_SECONDS = 0.005
 

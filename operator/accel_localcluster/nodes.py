@@ -11,10 +11,10 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from accel_api import catalog as catalog_mod
 from accel_api import vocabulary as v
 from accel_api.enums import AcceleratorKind, CapacityType, Provider
 from accel_api.pool import AcceleratorPoolSpec
-from accel_operator.planning import catalog as catalog_mod
 
 
 def _instance_id(pool: str, index: int) -> str:

@@ -32,9 +32,11 @@ import pynvml
 
 from accel_agent.backends import nvml_errors as errs
 from accel_agent.backends.nvml import EVENT_TYPE_XID_CRITICAL_ERROR, NO_GPU_INSTANCE
+from accel_api import catalog
 
 MIB = 1024 * 1024
-H100_MEMORY = 81559 * MIB  # what NVML reports for an H100 80GB HBM3
+_H100 = catalog.default().accelerators["h100-80gb"]
+H100_MEMORY = _H100.memory_bytes  # what NVML reports for an H100 80GB HBM3 (the catalog's figure)
 
 
 @dataclass
@@ -56,7 +58,7 @@ class FakeMigInstance:
 @dataclass
 class FakeDevice:
     uuid: str
-    name: str = "NVIDIA H100 80GB HBM3"
+    name: str = _H100.product.replace("-", " ")
     pci_bus_id: str = "00000000:18:00.0"
     memory_total_bytes: int = H100_MEMORY
     # Memory used apart from the processes' (driver reservations, contexts of other tenants).

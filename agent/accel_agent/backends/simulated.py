@@ -23,7 +23,7 @@ from typing import Any, Final
 
 from accel_agent import kube
 from accel_agent.backends import DeviceSample, NodeSample, ProcessSample, RemapSample
-from accel_api import vocabulary
+from accel_api import catalog, vocabulary
 from accel_api.enums import AcceleratorKind, AgentBackend
 from accel_api.nodereport import PodRef
 
@@ -33,19 +33,18 @@ ANNOTATION_SIM_MEMORY_FRACTION: Final = vocabulary.ANNOTATION_SIM_MEMORY_FRACTIO
 ANNOTATION_SIM_FAULTS: Final = vocabulary.ANNOTATION_SIM_FAULTS
 
 MIB: Final = 1024 * 1024
-GIB: Final = 1024 * MIB
-DEFAULT_GPU_MEMORY_MIB: Final = 81559  # an H100 80GB as NVML reports it
+# A node without product labels is taken for the catalog's H100 (the local cluster's default).
+DEFAULT_GPU: Final = "h100-80gb"
 DEFAULT_UTILIZATION: Final = 90.0
 DEFAULT_MEMORY_FRACTION: Final = 0.75
-# HBM per chip by the GKE accelerator label; None where the type is unknown.
-TPU_MEMORY_BYTES: Final[dict[str, int]] = {
-    "tpu-v4-podslice": 32 * GIB,
-    "tpu-v5-lite-podslice": 16 * GIB,
-    "tpu-v5-lite-device": 16 * GIB,
-    "tpu-v5p-slice": 95 * GIB,
-    "tpu-v6e-slice": 32 * GIB,
-    "tpu7x": 192 * GIB,
-}
+
+
+def tpu_memory_bytes(accelerator_label: str | None) -> int | None:
+    """HBM per chip of the TPU type a GKE accelerator label names (the catalog's); None if unknown."""
+    accel = catalog.default().by_product(accelerator_label)
+    return accel.memory_bytes if accel is not None else None
+
+
 _UUID_NAMESPACE: Final = uuidlib.UUID("5b1a4c1e-6d1b-4a43-9f0e-6f1c2d6e7a10")
 _THROTTLE: Final = {"thermal": 0x40, "power-brake": 0x80}
 _IDLE_MASK: Final = 0x1
@@ -113,11 +112,14 @@ class SimulatedBackend:
             kind, resource, count = AcceleratorKind.TPU, vocabulary.RESOURCE_GOOGLE_TPU, tpus
             accelerator = labels.get(vocabulary.LABEL_TPU_ACCELERATOR, "tpu")
             name = accelerator
-            memory: int | None = TPU_MEMORY_BYTES.get(accelerator)
+            memory: int | None = tpu_memory_bytes(accelerator)
         else:
             kind, resource, count = AcceleratorKind.GPU, vocabulary.RESOURCE_NVIDIA_GPU, gpus
-            name = labels.get(vocabulary.LABEL_GPU_PRODUCT, "NVIDIA-H100-80GB-HBM3").replace("-", " ")
-            memory = int(_float(labels.get(vocabulary.LABEL_GPU_MEMORY_MIB), DEFAULT_GPU_MEMORY_MIB, 1, 1 << 24)) * MIB
+            hw = catalog.default().by_product(labels.get(vocabulary.LABEL_GPU_PRODUCT))
+            hw = hw or catalog.default().accelerators[DEFAULT_GPU]
+            name = labels.get(vocabulary.LABEL_GPU_PRODUCT, hw.product).replace("-", " ")
+            default_mib = hw.memory_bytes // MIB
+            memory = int(_float(labels.get(vocabulary.LABEL_GPU_MEMORY_MIB), default_mib, 1, 1 << 24)) * MIB
         node_notes = _annotations(node)
         faults = parse_faults(node_notes.get(ANNOTATION_SIM_FAULTS, ""))
         slots = kube.assign_devices(pods, resource, count)

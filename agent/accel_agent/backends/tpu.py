@@ -22,7 +22,7 @@ from typing import Final
 
 from accel_agent import kube
 from accel_agent.backends import DeviceSample, NodeSample
-from accel_agent.backends.simulated import TPU_MEMORY_BYTES
+from accel_agent.backends.simulated import tpu_memory_bytes
 from accel_api import vocabulary
 from accel_api.enums import AcceleratorKind, AgentBackend
 from accel_api.nodereport import PodRef
@@ -101,7 +101,7 @@ class TpuBackend:
             )
         labels = dict(((node or {}).get("metadata") or {}).get("labels") or {})
         accelerator = labels.get(vocabulary.LABEL_TPU_ACCELERATOR)
-        memory = TPU_MEMORY_BYTES.get(accelerator or "")
+        memory = tpu_memory_bytes(accelerator)
         slots = kube.assign_devices(pods, vocabulary.RESOURCE_GOOGLE_TPU, count)
         # Only when the host can be looked at (chips visible) can it say that some are missing.
         missing_from = visible if 0 < visible < allocatable else count

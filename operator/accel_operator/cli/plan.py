@@ -14,12 +14,12 @@ import math
 import sys
 from typing import Any
 
-from accel_api import InvalidResource
+from accel_api import InvalidResource, catalog
 from accel_api.enums import CapacityType
 from accel_api.job import AcceleratorJob
 from accel_api.pool import AcceleratorPool
 from accel_operator.cli import io
-from accel_operator.planning import catalog, select
+from accel_operator.planning import select
 
 NAME = "plan"
 HELP = (

@@ -13,12 +13,12 @@ from typing import Any
 import kopf
 
 from accel_api import InvalidResource, registry
+from accel_api import catalog as catalog_mod
 from accel_api import vocabulary as v
 from accel_api.enums import JobPhase
 from accel_api.job import AcceleratorJobSpec
 from accel_api.loader import parse_as
 from accel_operator.adapters.kube import ClusterUnavailable, KubePoolSource, PoolSource
-from accel_operator.planning import catalog as catalog_mod
 from accel_operator.planning import select
 from accel_operator.settings import OperatorSettings
 

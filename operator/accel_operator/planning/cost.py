@@ -13,9 +13,9 @@ import math
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from accel_api.catalog import Accelerator
 from accel_api.enums import CapacityType
 from accel_api.pool import AcceleratorPoolSpec
-from accel_operator.planning.catalog import Accelerator
 
 HOUR = 3600.0
 # Used for a spot pool that states no preemption rate and has no observed one: a typical

@@ -28,10 +28,10 @@ import functools
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from accel_api.catalog import Accelerator
 from accel_api.enums import Optimizer, Sharding
 from accel_api.job import AcceleratorJobSpec
 from accel_operator.planning import layers, workload
-from accel_operator.planning.catalog import Accelerator
 from accel_operator.planning.layout import Layout
 from accel_operator.planning.workload import Shape, Workload
 

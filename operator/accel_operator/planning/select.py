@@ -19,11 +19,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from accel_api.catalog import Accelerator, Catalog
 from accel_api.enums import AcceleratorKind, CapacityType, Objective, Provider, SpotPolicy, WorkloadMode
 from accel_api.job import AcceleratorJobSpec, Alternative, PlanStatus
 from accel_api.pool import AcceleratorPoolSpec
 from accel_operator.planning import cost, memory, throughput, workload
-from accel_operator.planning.catalog import Accelerator, Catalog
 from accel_operator.planning.layout import Layout
 from accel_operator.planning.workload import Workload
 

@@ -5,9 +5,9 @@ from typing import Any
 
 import yaml
 
+from accel_api import catalog
 from accel_operator.adapters.kube import FakePoolSource
 from accel_operator.handlers.jobs import plan_status, settle
-from accel_operator.planning import catalog
 
 ROOT = Path(__file__).resolve().parents[3]
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 import copy
 from typing import Any, Self
 
+from accel_api import catalog
 from accel_api.job import AcceleratorJobSpec
 from accel_api.pool import AcceleratorPoolSpec
-from accel_operator.planning import catalog, select
+from accel_operator.planning import select
 
 LLAMA_125M: dict[str, Any] = {
     "layers": 12,

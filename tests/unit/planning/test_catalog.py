@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
+from accel_api import catalog
 from accel_api.enums import AcceleratorKind
-from accel_operator.planning import catalog
 
 IDS = (
     "t4",

@@ -8,9 +8,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from accel_api import catalog
 from accel_api.enums import CapacityType
 from accel_api.job import PlanStatus
-from accel_operator.planning import catalog, select
+from accel_operator.planning import select
 
 from .builders import LLAMA_8B, LLAMA_125M, job, pool
 

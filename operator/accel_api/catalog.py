@@ -1,8 +1,10 @@
 """The accelerator catalog: what each accelerator id is (memory, peak rates, links, prices).
 
-The catalog ships as ``catalog.yaml`` beside this module; a user file may override fields of
-known ids or add new ids (``load(path)``). This is the only module of ``planning`` that reads a
-file; the result is cached and every value is frozen.
+The one definition of hardware facts for everyone: the planner sizes jobs with it, the node
+agent's simulated and fake backends take device memory from it, and the local cluster labels its
+simulated nodes from it. It ships as ``catalog.yaml`` beside this module; a user file may
+override fields of known ids or add new ids (``load(path)``). The result is cached and every
+value is frozen.
 """
 
 from __future__ import annotations
@@ -56,6 +58,8 @@ class Accelerator:
     context_bytes: int
     workspace_bytes: int
     price: ListPrice
+    # Other names of the same part (the GKE label of a single-host TPU type, say), casefolded.
+    aliases: tuple[str, ...] = ()
 
     def __hash__(self) -> int:
         # Cheap and consistent with equality (equal accelerators share an id); the models'
@@ -83,6 +87,18 @@ class Catalog:
 
     def ids(self) -> tuple[str, ...]:
         return tuple(self.accelerators)
+
+    def by_product(self, product: str | None) -> Accelerator | None:
+        """The accelerator a node label or NVML name names: ``nvidia.com/gpu.product``
+        (``NVIDIA-H100-80GB-HBM3``), the NVML name (``NVIDIA H100 80GB HBM3``), the GKE TPU
+        accelerator label (``tpu-v5-lite-podslice``) or one of an entry's ``aliases``."""
+        if not product:
+            return None
+        want = product.replace(" ", "-").casefold()
+        for accel in self.accelerators.values():
+            if want == accel.product.casefold() or want in accel.aliases:
+                return accel
+        return None
 
 
 # YAML (camelCase) name → dataclass field, for the scalar fields of an accelerator.
@@ -157,6 +173,7 @@ def _accelerator(acc_id: str, raw: Any, base: Accelerator | None, path: str) -> 
         raise CatalogError(f"{path}: must be a mapping of fields")
     raw = dict(raw)
     price_raw = raw.pop("price", None)
+    aliases_raw = raw.pop("aliases", None)
     values = _fields(raw, _SCALARS, path)
     if "kind" in values:
         try:
@@ -176,12 +193,16 @@ def _accelerator(acc_id: str, raw: Any, base: Accelerator | None, path: str) -> 
         if not isinstance(price_raw, Mapping):
             raise CatalogError(f"{path}.price: must be a mapping of fields")
         price = _fields(price_raw, _PRICE, f"{path}.price")
+    if aliases_raw is not None:
+        if not isinstance(aliases_raw, list) or not all(isinstance(a, str) and a for a in aliases_raw):
+            raise CatalogError(f"{path}.aliases: must be a list of names (got {aliases_raw!r})")
+        values["aliases"] = tuple(a.casefold() for a in aliases_raw)
     if base is not None:
         merged_price = {f.name: getattr(base.price, f.name) for f in fields(ListPrice)} | price
         merged = {f.name: getattr(base, f.name) for f in fields(Accelerator)} | values
         merged["price"] = ListPrice(**merged_price)
         return Accelerator(**merged)
-    missing = [k for k, (name, _) in _SCALARS.items() if name not in values]
+    missing = [k for k, (name, _) in _SCALARS.items() if name not in values]  # aliases are optional
     missing += [f"price.{k}" for k, (name, _) in _PRICE.items() if name not in price]
     if missing:
         raise CatalogError(f"{path}: a new accelerator needs every field; missing {', '.join(missing)}")
@@ -213,7 +234,7 @@ def _read_yaml(text: str, source: str) -> Any:
 @functools.cache
 def default() -> Catalog:
     """The catalog shipped with the package."""
-    text = resources.files("accel_operator.planning").joinpath("catalog.yaml").read_text(encoding="utf-8")
+    text = resources.files("accel_api").joinpath("catalog.yaml").read_text(encoding="utf-8")
     return parse(_read_yaml(text, "catalog.yaml"), source="catalog.yaml")
 
 
