@@ -22,7 +22,7 @@ from typing import Any
 
 from accel_api import catalog
 from accel_api.job import AcceleratorJobSpec
-from accel_operator.planning import memory, throughput, workload
+from accel_operator.planning import memory, profile, throughput
 from accel_operator.planning.layout import Layout
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -142,7 +142,7 @@ def compare(rows: Iterable[dict[str, Any]], cat: catalog.Catalog | None = None) 
     for row in rows:
         accel = cat.get(row.get("accelerator") or DEFAULT_ACCELERATOR)
         assert accel is not None, row.get("accelerator")
-        w = workload.from_spec(spec_for(row))
+        w = profile.from_spec(spec_for(row))
         layout = Layout(devices=1, nodes=1)
         out.append(Comparison(row, memory.estimate(w, accel, layout), throughput.estimate(w, accel, layout)))
     return out

@@ -30,10 +30,9 @@ from typing import NamedTuple
 
 from accel_api.catalog import Accelerator
 from accel_api.enums import Optimizer, Sharding
-from accel_api.job import AcceleratorJobSpec
-from accel_operator.planning import layers, workload
+from accel_operator.planning import blocks
 from accel_operator.planning.layout import Layout
-from accel_operator.planning.workload import Shape, Workload
+from accel_operator.planning.profile import JobProfile, Shape
 
 GB = 1e9
 # Headroom kept free on the device: the planner refuses footprints above (1 - SAFETY) × memory.
@@ -99,7 +98,7 @@ def _optimizer_state_bytes(shape: Shape, optimizer: Optimizer, p: int) -> float:
     return 2.0 * big + 2 * 4.0 * big / ADAM8_BLOCK + 8.0 * small
 
 
-def _optimizer_temp_bytes(w: Workload, tp: int) -> float:
+def _optimizer_temp_bytes(w: JobProfile, tp: int) -> float:
     """Scratch the optimizer step allocates while weights, grads and states are alive."""
     if w.optimizer is Optimizer.ADAFACTOR:
         # HF Adafactor updates one tensor at a time with a few fp32 temporaries of its size.
@@ -115,7 +114,7 @@ class _Params:
     layer: float  # one layer's parameters per device
 
 
-def _params(w: Workload, tp: int) -> _Params:
+def _params(w: JobProfile, tp: int) -> _Params:
     s = w.shape
     layer = s.layer_matmul_params / tp + s.layer_bias_params / tp + 2 * s.norm_params
     total = s.layers * layer + (s.embedding_params + s.head_params) / tp + s.norm_params
@@ -157,12 +156,12 @@ def _result(peak: _Peak, accel: Accelerator) -> MemoryEstimate:
 
 
 @functools.lru_cache(maxsize=128)
-def _training_peak(w: Workload, tp: int, dp: int) -> _Peak:
+def _training_peak(w: JobProfile, tp: int, dp: int) -> _Peak:
     """What is alive at each moment of a training step, and the bytes the allocator strands."""
     s, num = w.shape, w.numerics
     prm = _params(w, tp)
-    blk = layers.block(s, num, w.attention, w.dropout)
-    hd = layers.head(s, num)
+    blk = blocks.block(s, num, w.attention, w.dropout)
+    hd = blocks.head(s, num)
     tokens = w.step_tokens
     fully_sharded = w.sharding in (Sharding.ZERO3, Sharding.FSDP) and dp > 1
     shard_w = dp if fully_sharded else 1
@@ -258,24 +257,24 @@ def _training_peak(w: Workload, tp: int, dp: int) -> _Peak:
     return _peak(moments, stranded)
 
 
-def _training(w: Workload, accel: Accelerator, layout: Layout) -> MemoryEstimate:
+def _training(w: JobProfile, accel: Accelerator, layout: Layout) -> MemoryEstimate:
     # Without sharding, the data-parallel degree matters only as "more than one" (DDP buckets).
     dp = layout.data_parallel if w.sharding is not Sharding.NONE else min(2, layout.data_parallel)
     return _result(_training_peak(w, layout.tensor_parallel, dp), accel)
 
 
-def kv_cache_bytes(w: Workload, tp: int, tokens_per_sequence: int) -> float:
+def kv_cache_bytes(w: JobProfile, tp: int, tokens_per_sequence: int) -> float:
     """Hugging Face's dynamic cache: K (after rotary) and V of every layer, per device."""
     s, num = w.shape, w.numerics
     k_bytes = max(num.compute, num.residual) if s.positions == 0 else num.compute
     return float(s.layers * (s.kv_dim / tp) * (k_bytes + num.compute) * w.batch * tokens_per_sequence)
 
 
-def _inference(w: Workload, accel: Accelerator, layout: Layout) -> MemoryEstimate:
+def _inference(w: JobProfile, accel: Accelerator, layout: Layout) -> MemoryEstimate:
     s, num = w.shape, w.numerics
     tp = layout.tensor_parallel
     prm = _params(w, tp)
-    blk = layers.block(s, num, w.attention, 0.0)
+    blk = blocks.block(s, num, w.attention, 0.0)
     weights = prm.total * num.param
     copies = prm.matmul * num.compute if num.autocast else 0.0
     prompt_tokens = w.batch * w.prompt_len
@@ -301,13 +300,8 @@ def _inference(w: Workload, accel: Accelerator, layout: Layout) -> MemoryEstimat
     return _result(_peak(moments, stranded), accel)
 
 
-def estimate(
-    job: Workload | AcceleratorJobSpec,
-    accelerator: Accelerator,
-    layout: Layout | int = 1,
-) -> MemoryEstimate:
-    """Per-device memory of ``job`` on ``layout`` (or that many devices on one node)."""
-    w, layout = workload.normalize(job, layout)
-    if w.training:
-        return _training(w, accelerator, layout)
-    return _inference(w, accelerator, layout)
+def estimate(job: JobProfile, accelerator: Accelerator, layout: Layout) -> MemoryEstimate:
+    """Per-device memory of ``job`` on ``layout`` ."""
+    if job.training:
+        return _training(job, accelerator, layout)
+    return _inference(job, accelerator, layout)

@@ -23,9 +23,9 @@ from accel_api.catalog import Accelerator, Catalog
 from accel_api.enums import AcceleratorKind, CapacityType, Objective, Provider, SpotPolicy, WorkloadMode
 from accel_api.job import AcceleratorJobSpec, Alternative, PlanStatus
 from accel_api.pool import AcceleratorPoolSpec
-from accel_operator.planning import cost, memory, throughput, workload
+from accel_operator.planning import cost, memory, profile, throughput
 from accel_operator.planning.layout import Layout
-from accel_operator.planning.workload import Workload
+from accel_operator.planning.profile import JobProfile
 
 GB = 1e9
 # Under spot.policy prefer a spot placement wins when its objective is within this fraction of
@@ -58,7 +58,7 @@ class _Job(NamedTuple):
     """What the checks and sentences need of the job, resolved once per plan."""
 
     spec: AcceleratorJobSpec
-    workload: Workload
+    workload: JobProfile
     deadline: float | None
     min_devices: int
     max_devices: int | None
@@ -346,7 +346,7 @@ def device_counts(pool: AcceleratorPoolSpec) -> list[int]:
     return counts
 
 
-def _job(spec: AcceleratorJobSpec, w: Workload) -> _Job:
+def _job(spec: AcceleratorJobSpec, w: JobProfile) -> _Job:
     p = spec.placement
     return _Job(
         spec=spec,
@@ -473,7 +473,7 @@ def best_per_pool(candidates: Sequence[Candidate]) -> list[Candidate]:
     return list(best.values())
 
 
-def _job_summary(spec: AcceleratorJobSpec, w: Workload, name: str | None) -> dict[str, Any]:
+def _job_summary(spec: AcceleratorJobSpec, w: JobProfile, name: str | None) -> dict[str, Any]:
     s = w.shape
     out: dict[str, Any] = {
         "name": name,
@@ -563,7 +563,7 @@ def plan(
     name: str | None = None,
 ) -> Plan:
     """Where ``spec`` should run among ``pools``, with the alternatives and why they lost."""
-    job = _job(spec, workload.from_spec(spec))
+    job = _job(spec, profile.from_spec(spec))
     candidates: list[Candidate] = []
     memo: _Memo = {}
     for offer in pools:
@@ -581,7 +581,7 @@ def evaluate(
     name: str | None = None,
 ) -> Plan:
     """One placement (``devices`` of ``accelerator`` at catalog prices) without pools."""
-    job = _job(spec, workload.from_spec(spec))
+    job = _job(spec, profile.from_spec(spec))
     accel = catalog.get(accelerator)
     per_node = accel.devices_per_node if accel is not None else max(1, devices)
     offer = PoolOffer(

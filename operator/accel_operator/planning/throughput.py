@@ -37,11 +37,10 @@ from typing import NamedTuple
 
 from accel_api.catalog import Accelerator
 from accel_api.enums import AcceleratorKind, Attention, Optimizer, Precision, Sharding
-from accel_api.job import AcceleratorJobSpec
-from accel_operator.planning import layers, workload
-from accel_operator.planning.layers import Gemm
+from accel_operator.planning import blocks
+from accel_operator.planning.blocks import Gemm
 from accel_operator.planning.layout import Layout
-from accel_operator.planning.workload import Workload
+from accel_operator.planning.profile import JobProfile
 
 # FlashAttention's backward recomputes the scores: five score-sized products against the
 # forward's two.
@@ -163,7 +162,7 @@ def _allreduce_seconds(nbytes: float, ranks: int, layout: Layout, accel: Acceler
     return t
 
 
-def _optimizer_bytes_per_param(w: Workload) -> tuple[float, int]:
+def _optimizer_bytes_per_param(w: JobProfile) -> tuple[float, int]:
     """Bytes the optimizer step moves per parameter, and kernels per parameter tensor."""
     p = w.numerics.param
     if w.optimizer is Optimizer.ADAMW:
@@ -191,12 +190,12 @@ class _DeviceStep:
 
 
 @functools.lru_cache(maxsize=128)
-def _device_step(w: Workload, accel: Accelerator, tp: int) -> _DeviceStep:
+def _device_step(w: JobProfile, accel: Accelerator, tp: int) -> _DeviceStep:
     s, num = w.shape, w.numerics
     a = num.compute
     m = float(w.step_tokens)
-    blk = layers.block(s, num, w.attention, w.dropout)
-    hd = layers.head(s, num)
+    blk = blocks.block(s, num, w.attention, w.dropout)
+    hd = blocks.head(s, num)
     bw = _bandwidth(accel)
     ew = _elementwise_scale(accel)
     eager = w.attention is Attention.EAGER
@@ -265,7 +264,7 @@ def _device_step(w: Workload, accel: Accelerator, tp: int) -> _DeviceStep:
     )
 
 
-def _training(w: Workload, accel: Accelerator, layout: Layout) -> ThroughputEstimate:
+def _training(w: JobProfile, accel: Accelerator, layout: Layout) -> ThroughputEstimate:
     tp, dp = layout.tensor_parallel, layout.data_parallel
     dev = _device_step(w, accel, tp)
     optimizer = dev.optimizer_per_shard / (dp if w.sharding is not Sharding.NONE else 1) + dev.optimizer_fixed
@@ -309,11 +308,11 @@ def _training(w: Workload, accel: Accelerator, layout: Layout) -> ThroughputEsti
     )
 
 
-def _forward_seconds(w: Workload, accel: Accelerator, tp: int, tokens: float, context: float) -> float:
+def _forward_seconds(w: JobProfile, accel: Accelerator, tp: int, tokens: float, context: float) -> float:
     """Device time of one forward pass over ``tokens`` new tokens, each attending to ``context``."""
     s, num = w.shape, w.numerics
     a = num.compute
-    blk = layers.block(s, num, w.attention, 0.0)
+    blk = blocks.block(s, num, w.attention, 0.0)
     g_fwd, _ = _layer_gemms(blk.gemms, tokens, tp, a, accel)
     eager = w.attention is Attention.EAGER
     causal = 1.0 if eager or tokens <= w.batch else 0.5
@@ -328,11 +327,11 @@ def _forward_seconds(w: Workload, accel: Accelerator, tp: int, tokens: float, co
     return s.layers * (g_fwd + attn + ew)
 
 
-def _inference(w: Workload, accel: Accelerator, layout: Layout) -> ThroughputEstimate:
+def _inference(w: JobProfile, accel: Accelerator, layout: Layout) -> ThroughputEstimate:
     s, num = w.shape, w.numerics
     tp, replicas = layout.tensor_parallel, layout.data_parallel
     a = num.compute
-    blk = layers.block(s, num, w.attention, 0.0)
+    blk = blocks.block(s, num, w.attention, 0.0)
     head_last, _ = _layer_gemms((Gemm(s.vocab, s.hidden, True),), float(w.batch), tp, a, accel)
     kernels = s.layers * blk.fwd_kernels
     tp_step = s.layers * 2 * COLLECTIVE_LATENCY if tp > 1 else 0.0
@@ -369,13 +368,8 @@ def _inference(w: Workload, accel: Accelerator, layout: Layout) -> ThroughputEst
     )
 
 
-def estimate(
-    job: Workload | AcceleratorJobSpec,
-    accelerator: Accelerator,
-    layout: Layout | int = 1,
-) -> ThroughputEstimate:
-    """Step time, tokens/s and duration of ``job`` on ``layout`` (or that many devices on one node)."""
-    w, layout = workload.normalize(job, layout)
-    if w.training:
-        return _training(w, accelerator, layout)
-    return _inference(w, accelerator, layout)
+def estimate(job: JobProfile, accelerator: Accelerator, layout: Layout) -> ThroughputEstimate:
+    """Step time, tokens/s and duration of ``job`` on ``layout`` ."""
+    if job.training:
+        return _training(job, accelerator, layout)
+    return _inference(job, accelerator, layout)

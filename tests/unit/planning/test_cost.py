@@ -10,8 +10,7 @@ from hypothesis import strategies as st
 
 from accel_api.enums import CapacityType
 from accel_operator.planning import cost
-
-from .builders import accel, pool
+from tests.support.builders import accel, pool
 
 H100 = accel("h100-80gb")
 PRICES = cost.Pricing(on_demand_per_device_hour=4.0, spot_per_device_hour=1.5, from_pool=(True, True), accelerator=H100)

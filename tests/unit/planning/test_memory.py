@@ -6,10 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from accel_operator.planning import memory, workload
+from accel_operator.planning import memory, profile
 from accel_operator.planning.layout import Layout
-
-from .builders import GPT2_355M, LLAMA_1B, LLAMA_8B, LLAMA_125M, accel, job
+from tests.support.builders import GPT2_355M, LLAMA_1B, LLAMA_8B, LLAMA_125M, ONE, JobBuilder, accel, job
 
 H100 = accel("h100-80gb")
 
@@ -18,17 +17,17 @@ def parts(m: memory.MemoryEstimate) -> dict[str, float]:
     return dict(m.components)
 
 
-def opt_step(spec_builder: object, layout: Layout | int = 1) -> memory.MemoryEstimate:
-    return memory.estimate(spec_builder.spec(), H100, layout)  # type: ignore[attr-defined]
+def opt_step(spec_builder: JobBuilder, layout: Layout = ONE) -> memory.MemoryEstimate:
+    return memory.estimate(spec_builder.profile(), H100, layout)
 
 
 def states_bytes(optimizer: str, precision: str = "amp-bf16") -> float:
     """Optimizer state bytes at the optimizer step of a tiny-batch 1.1B model (the peak there)."""
-    w = workload.from_spec(job().workload(optimizer=optimizer, precision=precision, microBatch=1, seqLen=16).spec())
+    w = profile.from_spec(job().workload(optimizer=optimizer, precision=precision, microBatch=1, seqLen=16).spec())
     return memory._optimizer_state_bytes(w.shape, w.optimizer, w.numerics.param)
 
 
-N_1B = workload.from_spec(job().spec()).shape.params
+N_1B = profile.from_spec(job().spec()).shape.params
 
 
 @pytest.mark.parametrize(
@@ -51,21 +50,21 @@ def test_factored_and_8bit_states_are_small() -> None:
 
 
 def test_weights_by_precision() -> None:
-    amp = parts(memory.estimate(job().workload(microBatch=1, seqLen=16).spec(), H100))
-    bf16 = parts(memory.estimate(job().workload(microBatch=1, seqLen=16, precision="bf16").spec(), H100))
+    amp = parts(memory.estimate(job().workload(microBatch=1, seqLen=16).profile(), H100, ONE))
+    bf16 = parts(memory.estimate(job().workload(microBatch=1, seqLen=16, precision="bf16").profile(), H100, ONE))
     assert amp["weights"] == pytest.approx(4 * N_1B, rel=1e-6)
     assert bf16["weights"] == pytest.approx(2 * N_1B, rel=1e-6)
 
 
 def test_amp_adamw_optimizer_step_holds_16_bytes_per_parameter() -> None:
-    m = memory.estimate(job().workload(microBatch=1, seqLen=16).spec(), H100)
+    m = memory.estimate(job().workload(microBatch=1, seqLen=16).profile(), H100, ONE)
     assert m.peak_at == "optimizer step"
     assert m.peak_allocated_bytes - H100.workspace_bytes == pytest.approx(16 * N_1B, rel=0.01)
 
 
 def optimizer_step(spec: object, layout: Layout) -> float:
     """Bytes alive at the optimizer step: weights + gradients + optimizer states (+ DDP buckets)."""
-    return dict(memory.estimate(spec, H100, layout).moments)["optimizer step"]  # type: ignore[arg-type]
+    return dict(memory.estimate(profile.from_spec(spec), H100, layout).moments)["optimizer step"]  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("devices", [2, 4, 8])
@@ -91,29 +90,33 @@ def test_sharding_stages(sharding: str, bytes_per_param_on_8: float) -> None:
 
 def test_ddp_without_sharding_keeps_a_bucket_copy_of_the_gradients() -> None:
     spec = job().workload(microBatch=1, seqLen=16).spec()
-    assert "buckets" not in parts(memory.estimate(spec, H100, Layout(1, 1)))
-    assert parts(memory.estimate(spec, H100, Layout(8, 1)))["buckets"] == pytest.approx(4 * N_1B, rel=1e-6)
+    assert "buckets" not in parts(memory.estimate(profile.from_spec(spec), H100, Layout(1, 1)))
+    assert parts(memory.estimate(profile.from_spec(spec), H100, Layout(8, 1)))["buckets"] == pytest.approx(
+        4 * N_1B, rel=1e-6
+    )
 
 
 def test_tensor_parallel_splits_the_layers() -> None:
     spec = job().arch(LLAMA_8B).workload(tensorParallel=4, microBatch=1, seqLen=2048).spec()
-    one = memory.estimate(job().arch(LLAMA_8B).workload(microBatch=1, seqLen=2048).spec(), H100, Layout(1, 1))
-    tp4 = memory.estimate(spec, H100, Layout(4, 1, 4))
+    one = memory.estimate(job().arch(LLAMA_8B).workload(microBatch=1, seqLen=2048).profile(), H100, Layout(1, 1))
+    tp4 = memory.estimate(profile.from_spec(spec), H100, Layout(4, 1, 4))
     assert tp4.peak_allocated_bytes < 0.35 * one.peak_allocated_bytes
 
 
 def test_gradient_checkpointing_keeps_only_layer_inputs() -> None:
     base = job().workload(microBatch=8)
-    plain = memory.estimate(base.spec(), H100)
-    ckpt = memory.estimate(base.workload(gradientCheckpointing=True).spec(), H100)
+    plain = memory.estimate(base.profile(), H100, ONE)
+    ckpt = memory.estimate(base.workload(gradientCheckpointing=True).profile(), H100, ONE)
     assert ckpt.peak_allocated_bytes < 0.75 * plain.peak_allocated_bytes
     # 4 bytes (fp32 residual) per hidden unit per token per layer, plus one recomputed layer.
     assert parts(ckpt)["activations"] < 0.25 * parts(plain)["activations"]
 
 
 def test_eager_attention_stores_the_scores() -> None:
-    sdpa = memory.estimate(job().arch(LLAMA_125M).workload(microBatch=8, seqLen=1024).spec(), H100)
-    eager = memory.estimate(job().arch(LLAMA_125M).workload(microBatch=8, seqLen=1024, attention="eager").spec(), H100)
+    sdpa = memory.estimate(job().arch(LLAMA_125M).workload(microBatch=8, seqLen=1024).profile(), H100, ONE)
+    eager = memory.estimate(
+        job().arch(LLAMA_125M).workload(microBatch=8, seqLen=1024, attention="eager").profile(), H100, ONE
+    )
     # fp32 softmax + its bf16 cast: 6 bytes × 12 heads × 1024 keys per token per layer.
     extra = 6 * 12 * 1024 * 8 * 1024 * 12
     assert eager.peak_allocated_bytes - sdpa.peak_allocated_bytes == pytest.approx(extra, rel=0.1)
@@ -121,14 +124,14 @@ def test_eager_attention_stores_the_scores() -> None:
 
 def test_small_models_with_large_vocabularies_peak_at_the_loss() -> None:
     spec = job().arch(LLAMA_125M, vocab=128256).workload(microBatch=8, seqLen=1024).spec()
-    m = memory.estimate(spec, H100)
+    m = memory.estimate(profile.from_spec(spec), H100, ONE)
     assert m.peak_at == "loss backward"
     logits = 8 * 1024 * 128256 * 4
     assert parts(m)["logits"] == pytest.approx(3 * logits)
 
 
 def test_swiglu_and_gelu_blocks_differ() -> None:
-    gelu = memory.estimate(job().arch(GPT2_355M).workload(microBatch=8, seqLen=1024).spec(), H100)
+    gelu = memory.estimate(job().arch(GPT2_355M).workload(microBatch=8, seqLen=1024).profile(), H100, ONE)
     assert gelu.peak_at == "loss backward"
     assert parts(gelu)["activations"] > 0
 
@@ -150,7 +153,7 @@ def test_swiglu_and_gelu_blocks_differ() -> None:
 def test_fits_or_not(builder: object, fits: bool) -> None:
     spec = builder.spec()  # type: ignore[attr-defined]
     layout = Layout(16, 2) if spec.workload.sharding.value == "zero3" else Layout(1, 1)
-    m = memory.estimate(spec, H100, layout)
+    m = memory.estimate(profile.from_spec(spec), H100, layout)
     assert m.fits is fits
     if fits:
         assert m.reason.startswith("fits: ")
@@ -159,15 +162,15 @@ def test_fits_or_not(builder: object, fits: bool) -> None:
 
 
 def test_footprint_is_reserve_plus_context() -> None:
-    m = memory.estimate(job().spec(), H100)
+    m = memory.estimate(job().profile(), H100, ONE)
     assert m.reserved_bytes >= m.peak_allocated_bytes
     assert m.footprint_bytes == m.reserved_bytes + H100.context_bytes
 
 
 def test_inference_holds_weights_and_the_kv_cache() -> None:
     spec = job().arch(LLAMA_1B).inference(batch=32, prompt=1024, new=128).spec()
-    m = memory.estimate(spec, H100)
-    w = workload.from_spec(spec)
+    m = memory.estimate(profile.from_spec(spec), H100, ONE)
+    w = profile.from_spec(spec)
     kv_final = memory.kv_cache_bytes(w, 1, 1024 + 128)
     assert kv_final == 22 * 256 * 2 * 2 * 32 * 1152
     assert m.peak_allocated_bytes > 2 * w.shape.params + 1024 / 1152 * kv_final
@@ -191,8 +194,8 @@ def test_more_devices_never_increase_per_device_memory_under_zero3(
         .workload(sharding="zero3", microBatch=micro_batch, seqLen=2048, gradientCheckpointing=ckpt)
         .spec()
     )
-    few = memory.estimate(spec, H100, Layout(devices, max(1, devices // 8)))
-    many = memory.estimate(spec, H100, Layout(devices * more, max(1, devices * more // 8)))
+    few = memory.estimate(profile.from_spec(spec), H100, Layout(devices, max(1, devices // 8)))
+    many = memory.estimate(profile.from_spec(spec), H100, Layout(devices * more, max(1, devices * more // 8)))
     assert many.peak_allocated_bytes <= few.peak_allocated_bytes
     assert many.footprint_bytes <= few.footprint_bytes
 
@@ -200,6 +203,6 @@ def test_more_devices_never_increase_per_device_memory_under_zero3(
 @settings(max_examples=30, deadline=None)
 @given(micro_batch=st.integers(1, 16), seq=st.sampled_from([256, 512, 1024, 2048, 4096]))
 def test_memory_grows_with_the_batch(micro_batch: int, seq: int) -> None:
-    small = memory.estimate(job().workload(microBatch=micro_batch, seqLen=seq).spec(), H100)
-    large = memory.estimate(job().workload(microBatch=micro_batch + 1, seqLen=seq).spec(), H100)
+    small = memory.estimate(job().workload(microBatch=micro_batch, seqLen=seq).profile(), H100, ONE)
+    large = memory.estimate(job().workload(microBatch=micro_batch + 1, seqLen=seq).profile(), H100, ONE)
     assert large.peak_allocated_bytes >= small.peak_allocated_bytes

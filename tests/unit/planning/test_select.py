@@ -12,8 +12,7 @@ from accel_api import catalog
 from accel_api.enums import CapacityType
 from accel_api.job import PlanStatus
 from accel_operator.planning import select
-
-from .builders import LLAMA_8B, LLAMA_125M, job, pool
+from tests.support.builders import LLAMA_8B, LLAMA_125M, job, pool
 
 CAT = catalog.default()
 

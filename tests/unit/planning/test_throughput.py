@@ -6,47 +6,46 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from accel_operator.planning import throughput, workload
+from accel_operator.planning import profile, throughput
 from accel_operator.planning.layout import Layout
-
-from .builders import GPT2_355M, LLAMA_1B, LLAMA_8B, LLAMA_125M, accel, job
+from tests.support.builders import GPT2_355M, LLAMA_1B, LLAMA_8B, LLAMA_125M, ONE, accel, job
 
 H100 = accel("h100-80gb")
 A100 = accel("a100-80gb")
 
 
 def test_training_flops_per_token_is_6n_plus_attention() -> None:
-    w = workload.from_spec(job().spec())
-    t = throughput.estimate(w, H100)
+    w = profile.from_spec(job().spec())
+    t = throughput.estimate(w, H100, ONE)
     attention = 6 * w.shape.layers * w.seq_len * w.shape.hidden * 0.5
     assert t.flops_per_token == pytest.approx(6 * w.shape.matmul_params + attention)
 
 
 def test_checkpointing_recomputes_the_forward() -> None:
-    plain = throughput.estimate(job().spec(), H100)
-    ckpt = throughput.estimate(job().workload(gradientCheckpointing=True).spec(), H100)
+    plain = throughput.estimate(job().profile(), H100, ONE)
+    ckpt = throughput.estimate(job().workload(gradientCheckpointing=True).profile(), H100, ONE)
     assert ckpt.flops_per_token > plain.flops_per_token
     assert 1.15 < ckpt.step_seconds / plain.step_seconds < 1.45  # measured 1.27 (350M) on H100
 
 
 def test_small_models_reach_a_lower_fraction_of_peak() -> None:
-    small = throughput.estimate(job().arch(LLAMA_125M).workload(microBatch=8, seqLen=1024).spec(), H100)
-    large = throughput.estimate(job().arch(LLAMA_8B).workload(microBatch=2, seqLen=4096).spec(), H100)
+    small = throughput.estimate(job().arch(LLAMA_125M).workload(microBatch=8, seqLen=1024).profile(), H100, ONE)
+    large = throughput.estimate(job().arch(LLAMA_8B).workload(microBatch=2, seqLen=4096).profile(), H100, ONE)
     assert small.mfu < 0.2 < large.mfu
     assert small.component("host dispatch (not hidden)") > 0
 
 
 def test_duration_covers_the_tokens() -> None:
-    t = throughput.estimate(job().workload(tokens=10**9).spec(), H100)
+    t = throughput.estimate(job().workload(tokens=10**9).profile(), H100, ONE)
     assert t.steps == -(-(10**9) // (4 * 2048))
     assert t.duration_seconds == pytest.approx(t.steps * t.step_seconds)
 
 
 def test_data_parallel_raises_throughput_and_adds_communication() -> None:
     spec = job().spec()
-    one = throughput.estimate(spec, H100, Layout(1, 1))
-    eight = throughput.estimate(spec, H100, Layout(8, 1))
-    sixteen = throughput.estimate(spec, H100, Layout(16, 2))
+    one = throughput.estimate(profile.from_spec(spec), H100, Layout(1, 1))
+    eight = throughput.estimate(profile.from_spec(spec), H100, Layout(8, 1))
+    sixteen = throughput.estimate(profile.from_spec(spec), H100, Layout(16, 2))
     assert 6 < eight.tokens_per_second / one.tokens_per_second <= 8
     assert sixteen.tokens_per_second > eight.tokens_per_second
     assert eight.global_batch == 8 * 4
@@ -61,50 +60,57 @@ def test_zero3_moves_more_than_plain_data_parallel() -> None:
     # On a slow network (L4 nodes: 2.5 GB/s per device) the communication cannot hide.
     l4 = accel("l4")
     name = "data-parallel communication (exposed)"
-    plain = throughput.estimate(job().arch(LLAMA_8B).workload(microBatch=1).spec(), l4, Layout(16, 4))
-    zero3 = throughput.estimate(job().arch(LLAMA_8B).workload(microBatch=1, sharding="zero3").spec(), l4, Layout(16, 4))
+    plain = throughput.estimate(job().arch(LLAMA_8B).workload(microBatch=1).profile(), l4, Layout(16, 4))
+    zero3 = throughput.estimate(
+        job().arch(LLAMA_8B).workload(microBatch=1, sharding="zero3").profile(), l4, Layout(16, 4)
+    )
     assert zero3.component(name) > plain.component(name) > 0
 
 
 def test_tensor_parallel_is_on_the_critical_path() -> None:
     spec = job().arch(LLAMA_8B).workload(microBatch=1, tensorParallel=8).spec()
-    t = throughput.estimate(spec, H100, Layout(8, 1, 8))
+    t = throughput.estimate(profile.from_spec(spec), H100, Layout(8, 1, 8))
     assert t.component("tensor-parallel communication") > 0
 
 
 def test_unaligned_vocabularies_are_slow() -> None:
-    aligned = throughput.estimate(job().arch(GPT2_355M, vocab=50304).workload(microBatch=8, seqLen=1024).spec(), H100)
-    odd = throughput.estimate(job().arch(GPT2_355M).workload(microBatch=8, seqLen=1024).spec(), H100)
+    aligned = throughput.estimate(
+        job().arch(GPT2_355M, vocab=50304).workload(microBatch=8, seqLen=1024).profile(), H100, ONE
+    )
+    odd = throughput.estimate(job().arch(GPT2_355M).workload(microBatch=8, seqLen=1024).profile(), H100, ONE)
     assert odd.step_seconds > 1.05 * aligned.step_seconds  # why nanoGPT pads the vocabulary to 50304
 
 
 def test_faster_cards_are_faster() -> None:
     spec = job().spec()
-    assert throughput.estimate(spec, H100).tokens_per_second > 1.8 * throughput.estimate(spec, A100).tokens_per_second
+    assert (
+        throughput.estimate(profile.from_spec(spec), H100, ONE).tokens_per_second
+        > 1.8 * throughput.estimate(profile.from_spec(spec), A100, ONE).tokens_per_second
+    )
 
 
 def test_fp32_training_is_much_slower() -> None:
-    amp = throughput.estimate(job().spec(), H100)
-    fp32 = throughput.estimate(job().workload(precision="fp32").spec(), H100)
+    amp = throughput.estimate(job().profile(), H100, ONE)
+    fp32 = throughput.estimate(job().workload(precision="fp32").profile(), H100, ONE)
     assert fp32.step_seconds > 4 * amp.step_seconds
 
 
 def test_decoding_is_bandwidth_bound() -> None:
-    small = throughput.estimate(job().arch(LLAMA_8B).inference(batch=1, prompt=512, new=256).spec(), H100)
-    large = throughput.estimate(job().arch(LLAMA_8B).inference(batch=64, prompt=512, new=256).spec(), H100)
+    small = throughput.estimate(job().arch(LLAMA_8B).inference(batch=1, prompt=512, new=256).profile(), H100, ONE)
+    large = throughput.estimate(job().arch(LLAMA_8B).inference(batch=64, prompt=512, new=256).profile(), H100, ONE)
     assert small.decode_step_seconds is not None and large.decode_step_seconds is not None
     # 64× the batch costs far less than 64× per step: every step reads the weights once.
     assert large.decode_step_seconds < 8 * small.decode_step_seconds
     assert large.tokens_per_second > 8 * small.tokens_per_second
     # A step cannot beat reading the bf16 weights from HBM.
-    w = workload.from_spec(job().arch(LLAMA_8B).inference(batch=1).spec())
+    w = profile.from_spec(job().arch(LLAMA_8B).inference(batch=1).spec())
     assert small.decode_step_seconds > 2 * w.shape.params / H100.hbm_bytes_per_second
 
 
 def test_inference_replicas_split_the_work() -> None:
     spec = job().arch(LLAMA_1B).inference(batch=16, tokens=10**7).spec()
-    one = throughput.estimate(spec, H100, 1)
-    four = throughput.estimate(spec, H100, Layout(4, 1))
+    one = throughput.estimate(profile.from_spec(spec), H100, ONE)
+    four = throughput.estimate(profile.from_spec(spec), H100, Layout(4, 1))
     assert four.duration_seconds == pytest.approx(one.duration_seconds / 4, rel=0.01)
 
 
@@ -112,7 +118,7 @@ def test_inference_replicas_split_the_work() -> None:
 @given(devices=st.sampled_from([1, 2, 4, 8, 16, 32]), micro_batch=st.integers(1, 8))
 def test_step_time_is_positive_and_tokens_consistent(devices: int, micro_batch: int) -> None:
     spec = job().workload(microBatch=micro_batch).spec()
-    t = throughput.estimate(spec, H100, Layout(devices, max(1, devices // 8)))
+    t = throughput.estimate(profile.from_spec(spec), H100, Layout(devices, max(1, devices // 8)))
     assert t.step_seconds > 0 and t.duration_seconds > 0
     assert t.tokens_per_second == pytest.approx(micro_batch * 2048 * devices / t.step_seconds)
     assert 0 < t.mfu < H100.mfu

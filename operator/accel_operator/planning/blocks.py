@@ -23,7 +23,7 @@ import functools
 from dataclasses import dataclass
 
 from accel_api.enums import Attention, MlpKind
-from accel_operator.planning.workload import Numerics, Shape
+from accel_operator.planning.profile import Numerics, Shape
 
 
 @dataclass(frozen=True, slots=True)

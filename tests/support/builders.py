@@ -8,7 +8,8 @@ from typing import Any, Self
 from accel_api import catalog
 from accel_api.job import AcceleratorJobSpec
 from accel_api.pool import AcceleratorPoolSpec
-from accel_operator.planning import select
+from accel_operator.planning import profile, select
+from accel_operator.planning.layout import Layout
 
 LLAMA_125M: dict[str, Any] = {
     "layers": 12,
@@ -34,6 +35,9 @@ LLAMA_8B: dict[str, Any] = {
     "intermediate": 14336,
     "vocab": 128256,
 }
+# One device on one node: the layout most estimator tests use.
+ONE = Layout(1, 1)
+
 GPT2_355M: dict[str, Any] = {
     "layers": 24,
     "hidden": 1024,
@@ -121,6 +125,10 @@ class JobBuilder:
 
     def spec(self) -> AcceleratorJobSpec:
         return AcceleratorJobSpec.model_validate(copy.deepcopy(self.doc))
+
+    def profile(self) -> profile.JobProfile:
+        """What the estimators read: the spec, normalised."""
+        return profile.from_spec(self.spec())
 
 
 def job() -> JobBuilder:

@@ -3,9 +3,8 @@
 import pytest
 
 from accel_api.enums import Precision
-from accel_operator.planning import workload
-
-from .builders import GPT2_355M, LLAMA_1B, LLAMA_125M, job
+from accel_operator.planning import profile
+from tests.support.builders import GPT2_355M, LLAMA_1B, LLAMA_125M, job
 
 
 @pytest.mark.parametrize(
@@ -18,19 +17,19 @@ from .builders import GPT2_355M, LLAMA_1B, LLAMA_125M, job
     ],
 )
 def test_parameter_counts_match_hugging_face(arch: dict[str, object], params: int) -> None:
-    w = workload.from_spec(job().arch(arch).spec())
+    w = profile.from_spec(job().arch(arch).spec())
     assert w.shape.params == params
 
 
 def test_defaults_resolve() -> None:
-    w = workload.from_spec(job().arch({"layers": 2, "hidden": 256, "heads": 4, "vocab": 1000}).spec())
+    w = profile.from_spec(job().arch({"layers": 2, "hidden": 256, "heads": 4, "vocab": 1000}).spec())
     assert w.shape.kv_heads == 4
     assert w.shape.intermediate == 768  # Llama's 8/3 × hidden rounded up to 256
     assert w.shape.rmsnorm and not w.shape.biases and w.dropout == 0
 
 
 def test_gpt2_style_models_train_with_dropout_and_biases() -> None:
-    w = workload.from_spec(job().arch(GPT2_355M).spec())
+    w = profile.from_spec(job().arch(GPT2_355M).spec())
     assert w.dropout == pytest.approx(0.1)
     assert w.shape.biases and not w.shape.rmsnorm and w.shape.tied
 
@@ -46,18 +45,18 @@ def test_gpt2_style_models_train_with_dropout_and_biases() -> None:
     ],
 )
 def test_numerics(precision: Precision, param: int, compute: int, autocast: bool) -> None:
-    n = workload.numerics(precision)
+    n = profile.numerics(precision)
     assert (n.param, n.compute, n.autocast) == (param, compute, autocast)
 
 
 @pytest.mark.parametrize("n", [125_000_000, 1_100_000_000, 7_000_000_000, 70_000_000_000])
 def test_a_shape_is_inferred_from_a_parameter_count(n: int) -> None:
-    w = workload.from_spec(job().parameters(n).spec())
+    w = profile.from_spec(job().parameters(n).spec())
     assert abs(w.shape.params - n) / n < 0.15
     assert w.notes and "inferred" in w.notes[0]
 
 
 def test_inference_tokens_default_to_one_batch() -> None:
-    w = workload.from_spec(job().inference(batch=8, new=64).spec())
+    w = profile.from_spec(job().inference(batch=8, new=64).spec())
     assert w.tokens == 8 * 64
     assert not w.training

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 
 from accel_api.enums import Attention, MlpKind, Optimizer, Precision, Sharding, WorkloadMode
 from accel_api.job import AcceleratorJobSpec, Architecture
-from accel_operator.planning.layout import Layout
 
 # HF GPT-2's defaults (resid/embd/attn pdrop): GPT-2-family models train with dropout 0.1, which
 # saves a one-byte mask per element; Llama-family models have none.
@@ -144,7 +143,7 @@ def numerics(precision: Precision) -> Numerics:
 
 
 @dataclass(frozen=True, slots=True)
-class Workload:
+class JobProfile:
     shape: Shape
     mode: WorkloadMode
     precision: Precision
@@ -222,7 +221,7 @@ def shape_from_parameters(parameters: int) -> Shape:
     return best
 
 
-def from_spec(spec: AcceleratorJobSpec) -> Workload:
+def from_spec(spec: AcceleratorJobSpec) -> JobProfile:
     notes: list[str] = []
     arch = spec.model.architecture
     if arch is not None:
@@ -241,7 +240,7 @@ def from_spec(spec: AcceleratorJobSpec) -> Workload:
     else:
         tokens = w.tokens if w.tokens is not None else w.batch * w.new_tokens
     gpt2_style = shape.mlp is MlpKind.GELU and not shape.rmsnorm
-    return Workload(
+    return JobProfile(
         shape=shape,
         mode=w.mode,
         precision=w.precision,
@@ -260,12 +259,3 @@ def from_spec(spec: AcceleratorJobSpec) -> Workload:
         dropout=GPT2_DROPOUT if gpt2_style and w.mode is WorkloadMode.TRAINING else 0.0,
         notes=tuple(notes),
     )
-
-
-def normalize(job: Workload | AcceleratorJobSpec, layout: Layout | int) -> tuple[Workload, Layout]:
-    """The estimators' arguments as values: a spec becomes its Workload, a device count a
-    single-node Layout with the job's tensor-parallel degree."""
-    w = job if isinstance(job, Workload) else from_spec(job)
-    if isinstance(layout, int):
-        layout = Layout(devices=layout, nodes=1, tensor_parallel=w.tensor_parallel)
-    return w, layout
