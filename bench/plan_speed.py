@@ -3,8 +3,8 @@
 Each iteration plans a job the planner has not seen (the token count changes, so nothing is
 served from a cache keyed by the job) across 50 pools: every catalog accelerator, on-demand and
 spot, with 1–16 nodes (270 pool × device-count candidates). Prints the median and p95 wall time
-of ``select.plan`` (target < 5 ms), of a job planned again, and of ``plan`` followed by
-``to_status`` (what the operator does, formatting every reason). Timings on a shared machine
+of ``selection.plan`` (target < 5 ms), of a job planned again, and of ``plan`` followed by
+``reconcile.status.plan_status`` (what the operator does, formatting every reason). Timings on a shared machine
 are noisy: compare medians.
 
 Run: ``PYTHONPATH=operator python bench/plan_speed.py [ITERATIONS]``
@@ -21,12 +21,13 @@ from accel_api import catalog
 from accel_api.enums import CapacityType, Provider
 from accel_api.job import AcceleratorJobSpec
 from accel_api.pool import AcceleratorPoolSpec
-from accel_operator.planning import select
+from accel_operator.planning import candidates, selection
+from accel_operator.reconcile.status import plan_status
 
 TARGET_SECONDS = 0.005
 
 
-def pools(cat: catalog.Catalog, count: int = 50) -> list[select.PoolOffer]:
+def pools(cat: catalog.Catalog, count: int = 50) -> list[candidates.PoolOffer]:
     accels = list(cat)
     out = []
     for i in range(count):
@@ -40,7 +41,7 @@ def pools(cat: catalog.Catalog, count: int = 50) -> list[select.PoolOffer]:
             max_nodes=(1, 2, 4, 8, 16)[i % 5],
             preemption_rate_per_hour=0.05 if capacity is CapacityType.SPOT else None,
         )
-        out.append(select.PoolOffer(name=f"pool-{i:02d}-{accel.id}-{capacity.value}", spec=spec))
+        out.append(candidates.PoolOffer(name=f"pool-{i:02d}-{accel.id}-{capacity.value}", spec=spec))
     return out
 
 
@@ -92,22 +93,22 @@ def main(argv: Sequence[str]) -> int:
     cat = catalog.default()
     offers = pools(cat)
     jobs = [job(10**10 + i) for i in range(iterations)]
-    first = select.plan(jobs[0], offers, cat)
+    first = selection.plan(jobs[0], offers, cat)
     for i in range(50):  # warm the interpreter and allocator up on jobs not used below
-        select.plan(job(10**9 + i), offers, cat)
+        selection.plan(job(10**9 + i), offers, cat)
     cold, warm, status = [], [], []
     for spec in jobs:
         t0 = time.perf_counter()
-        select.plan(spec, offers, cat)
+        selection.plan(spec, offers, cat)
         cold.append(time.perf_counter() - t0)
     for _ in range(iterations):
         t0 = time.perf_counter()
-        select.plan(jobs[0], offers, cat)
+        selection.plan(jobs[0], offers, cat)
         warm.append(time.perf_counter() - t0)
     for spec in jobs:
         unseen = spec.model_copy(update={"max_cost": 1e9})
         t0 = time.perf_counter()
-        select.plan(unseen, offers, cat).to_status()
+        plan_status(selection.plan(unseen, offers, cat))
         status.append(time.perf_counter() - t0)
     print(
         f"{len(offers)} pools, {len(first.candidates)} candidates (pool × device count) per plan, "

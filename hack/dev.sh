@@ -16,14 +16,18 @@ log() { printf '\n== %s\n' "$*" >&2; }
 
 setup_python() {
   local stamp=$venv/.installed
-  if [[ -x $py && -f $stamp && $stamp -nt pyproject.toml && $stamp -nt constraints.txt ]]; then
+  local manifests=(pyproject.toml agent/pyproject.toml operator/accel_api/pyproject.toml
+    operator/accel_localcluster/pyproject.toml constraints.txt)
+  local fresh=1 m
+  for m in "${manifests[@]}"; do [[ -f $stamp && $stamp -nt $m ]] || fresh=0; done
+  if [[ -x $py && $fresh == 1 ]]; then
     return 0
   fi
-  log "python: creating .venv and installing the project with its dev extras"
+  log "python: creating .venv and installing the workspace (api, operator, agent, dev tooling) with its dev extras"
   command -v python3 >/dev/null || { echo "python3 (3.11+) is required" >&2; exit 1; }
   [[ -x $py ]] || python3 -m venv "$venv"
   "$py" -m pip install -q --upgrade pip
-  "$py" -m pip install -q -c constraints.txt -e ".[dev]"
+  "$py" -m pip install -q -c constraints.txt -e operator/accel_api -e agent -e operator/accel_localcluster -e ".[dev]"
   touch "$stamp"
 }
 
@@ -45,7 +49,10 @@ run_checks() {
   "$venv/bin/lint-imports"
   log "CRDs in sync with the models"
   "$venv/bin/accelctl" crds --check
+  log "the node agent installs and runs alone (no kopf)"
+  bash hack/check-agent-alone.sh
 }
+
 
 run_tests() {
   log "pytest: unit and cluster tests"

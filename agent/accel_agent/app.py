@@ -34,8 +34,6 @@ def node_name(settings: AgentSettings) -> str:
 
 def _nvml_loads() -> bool:
     pynvml = load_pynvml()
-    if pynvml is None:
-        return False
     try:
         pynvml.nvmlInit()
     except pynvml.NVMLError:

@@ -1,7 +1,7 @@
 """What the agent reads from Kubernetes: its Node and the pods bound to it. Reads only.
 
 :class:`ClusterView` is the port; :class:`KubeClusterView` implements it with the official
-``kubernetes`` client (imported lazily, so ``--once`` on a GPU box needs no client library) and
+``kubernetes`` client (a dependency of the agent's distribution) and
 :class:`StaticClusterView` is the in-memory one the tests and the simulated demo use. Objects are
 plain wire dicts (camelCase, as ``kubectl get -o json`` shows them) so nothing downstream depends
 on the client's model classes.
@@ -9,12 +9,15 @@ on the client's model classes.
 
 from __future__ import annotations
 
-import importlib
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
+
+import urllib3
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
 
 log = logging.getLogger(__name__)
 
@@ -33,11 +36,6 @@ class ClusterView(Protocol):
 
 def load_api_client(kubeconfig: Path | None = None) -> Any:
     """An ``ApiClient``: in-cluster config inside a pod, else the kubeconfig (explicit or default)."""
-    try:
-        config = importlib.import_module("kubernetes.config")
-        client = importlib.import_module("kubernetes.client")
-    except ImportError as exc:
-        raise KubeError("the kubernetes client library is not installed") from exc
     if kubeconfig is None:
         try:
             config.load_incluster_config()
@@ -54,15 +52,12 @@ def load_api_client(kubeconfig: Path | None = None) -> Any:
 
 class KubeClusterView:
     def __init__(self, api_client: Any, *, timeout_seconds: float = 10.0) -> None:
-        client = importlib.import_module("kubernetes.client")
-        self._exceptions = importlib.import_module("kubernetes.client.exceptions")
         self._api_client = api_client
         self._core = client.CoreV1Api(api_client)
         self._timeout = timeout_seconds
 
     def _errors(self) -> tuple[type[BaseException], ...]:
-        urllib3 = importlib.import_module("urllib3.exceptions")
-        return (self._exceptions.ApiException, urllib3.HTTPError, OSError)
+        return (ApiException, urllib3.exceptions.HTTPError, OSError)
 
     def node(self, name: str) -> dict[str, Any] | None:
         try:

@@ -21,7 +21,6 @@ without a cgroup answer are attributed to it.
 
 from __future__ import annotations
 
-import importlib
 import logging
 import re
 import time
@@ -29,6 +28,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Final, Protocol
+
+import grpc
 
 from accel_agent.backends import DeviceSample, MigSample, NodeSample, ProcessSample
 from accel_api import vocabulary
@@ -238,14 +239,6 @@ class PodResourcesClient:
 
     def allocations(self) -> list[Allocation]:
         if not self._socket.exists():
-            return []
-        try:
-            # grpcio ships no type information; imported by name so the agent runs without it.
-            grpc = importlib.import_module("grpc")
-        except ImportError:
-            if not self._warned:
-                log.warning("grpcio is not installed: device allocations from the kubelet are not read")
-                self._warned = True
             return []
         try:
             if self._call is None:

@@ -12,10 +12,13 @@ failed write as written, so the next pass (one sample interval later) tries agai
 
 from __future__ import annotations
 
-import importlib
 import json
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
+
+import urllib3
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from accel_api import registry, vocabulary
 from accel_api.nodereport import AcceleratorNodeReport
@@ -58,14 +61,11 @@ class KubernetesReportSink:
 
     @classmethod
     def from_api_client(cls, api_client: Any) -> KubernetesReportSink:
-        client = importlib.import_module("kubernetes.client")
         return cls(client.CustomObjectsApi(api_client))
 
     def _error_types(self) -> tuple[type[BaseException], ...]:
         if self._errors is None:
-            exceptions = importlib.import_module("kubernetes.client.exceptions")
-            urllib3 = importlib.import_module("urllib3.exceptions")
-            self._errors = (exceptions.ApiException, urllib3.HTTPError, OSError)
+            self._errors = (ApiException, urllib3.exceptions.HTTPError, OSError)
         return self._errors
 
     def _create(self, report: AcceleratorNodeReport) -> None:

@@ -1,7 +1,7 @@
 """accel_localcluster: a real Kubernetes control plane on this machine, for tests and the demo.
 
 etcd, kube-apiserver, kube-controller-manager and kube-scheduler built from Go modules (see
-hack/localcluster/), with accelerator nodes simulated by KWOK. ``accelctl cluster up|down|status``
+hack/localcluster/), with accelerator nodes simulated by KWOK. ``accel-cluster up|down|status``
 drives it; ``nodes`` turns AcceleratorPools into realistic Node objects; ``preempt`` does to a
 node what each cloud does when it takes spot capacity back.
 

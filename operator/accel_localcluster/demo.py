@@ -3,7 +3,7 @@
 ``python -m accel_localcluster.demo`` (what ``bash hack/dev.sh demo`` runs): starts the control
 plane, installs the CRDs, creates the example pools with KWOK nodes behind them, starts the
 operator, submits every example job, waits until each one is planned, and prints where each job
-would run and why. The cluster is left running for exploration (``accelctl cluster down``).
+would run and why. The cluster is left running for exploration (``accel-cluster down``).
 """
 
 import argparse
@@ -13,50 +13,15 @@ import sys
 import time
 from typing import Any
 
-import yaml
-from kubernetes import client, config
-from kubernetes.client.exceptions import ApiException
+from kubernetes import client
 
 from accel_api import load_documents, parse_resource, registry
 from accel_api import vocabulary as v
 from accel_api.pool import AcceleratorPool
-from accel_localcluster import default_cluster, nodes
+from accel_localcluster import default_cluster, kubeapi, nodes
 from accel_localcluster.control_plane import REPO
 
 EXAMPLES = REPO / "examples"
-
-
-def _apply_crds(api: client.ApiClient) -> None:
-    ext = client.ApiextensionsV1Api(api)
-    for path in sorted((REPO / "crds").glob("accelerator*.yaml")):
-        body = yaml.safe_load(path.read_text())
-        try:
-            current = ext.read_custom_resource_definition(body["metadata"]["name"])
-            body["metadata"]["resourceVersion"] = current.metadata.resource_version
-            ext.replace_custom_resource_definition(body["metadata"]["name"], body)
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
-            ext.create_custom_resource_definition(body)
-    time.sleep(1.0)  # discovery catches up with new CRDs
-
-
-def _apply(custom: client.CustomObjectsApi, doc: dict[str, Any]) -> None:
-    kind = registry.BY_KIND[doc["kind"]]
-    name = doc["metadata"]["name"]
-    ns = doc["metadata"].get("namespace")
-    try:
-        if kind.namespaced:
-            custom.create_namespaced_custom_object(v.GROUP, v.VERSION, ns, kind.plural, doc)
-        else:
-            custom.create_cluster_custom_object(v.GROUP, v.VERSION, kind.plural, doc)
-    except ApiException as exc:
-        if exc.status != 409:
-            raise
-        if kind.namespaced:
-            custom.patch_namespaced_custom_object(v.GROUP, v.VERSION, ns, kind.plural, name, {"spec": doc["spec"]})
-        else:
-            custom.patch_cluster_custom_object(v.GROUP, v.VERSION, kind.plural, name, {"spec": doc["spec"]})
 
 
 def _gb(n: Any) -> str:
@@ -72,14 +37,14 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     cluster.up(build=True)
     print(f"local control plane healthy in {time.monotonic() - t0:.1f}s (KUBECONFIG={cluster.kubeconfig})")
-    api = config.new_client_from_config(config_file=str(cluster.kubeconfig))
+    api = kubeapi.api_client(cluster.kubeconfig)
     core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
-    _apply_crds(api)
+    kubeapi.install_crds(api)
 
     docs = [(p, d) for p in sorted(EXAMPLES.glob("*.yaml")) for d in load_documents(p.read_text(), source=p.name)]
     for _, doc in docs:
         if doc["kind"] in ("AcceleratorPool", "AcceleratorPolicy"):
-            _apply(custom, doc)
+            kubeapi.apply(api, doc)
         res = parse_resource(doc)
         if isinstance(res, AcceleratorPool):
             made = nodes.ensure_nodes(
@@ -99,13 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         jobs = [d for _, d in docs if d["kind"] == "AcceleratorJob"]
         for doc in jobs:
-            ns = doc["metadata"]["namespace"]
-            try:
-                core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
-            except ApiException as exc:
-                if exc.status != 409:
-                    raise
-            _apply(custom, doc)
+            kubeapi.ensure_namespace(api, doc["metadata"]["namespace"])
+            kubeapi.apply(api, doc)
         print(f"submitted {len(jobs)} AcceleratorJobs; the operator is planning them (log: {log_path})")
         end = time.monotonic() + args.timeout
         statuses: dict[str, dict[str, Any]] = {}
@@ -145,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     kubectl = cluster.bin / "kubectl"
     print(f"\n$ kubectl get acceleratorjobs -A   (KUBECONFIG={cluster.kubeconfig})")
     subprocess.run([str(kubectl), "get", "acceleratorjobs", "-A"], env=env, check=False)
-    print("\nThe cluster is still running: `accelctl cluster status`, `accelctl cluster down`.")
+    print("\nThe cluster is still running: `accel-cluster status`, `accel-cluster down`.")
     return 0
 
 

@@ -9,12 +9,12 @@ import hashlib
 from typing import Any
 
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
 from accel_api import catalog as catalog_mod
 from accel_api import vocabulary as v
 from accel_api.enums import AcceleratorKind, CapacityType, Provider
 from accel_api.pool import AcceleratorPoolSpec
+from accel_localcluster import kubeapi
 
 
 def _instance_id(pool: str, index: int) -> str:
@@ -110,9 +110,6 @@ def node_manifests(
 def ensure_nodes(core: client.CoreV1Api, manifests: list[dict[str, Any]]) -> list[str]:
     """Create the nodes that do not exist yet; return the names of all of them."""
     for m in manifests:
-        try:
+        with kubeapi.ignoring(409):
             core.create_node(m)
-        except ApiException as exc:
-            if exc.status != 409:
-                raise
     return [m["metadata"]["name"] for m in manifests]

@@ -15,9 +15,9 @@ import uuid
 from typing import Any
 
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
 from accel_api import vocabulary as v
+from accel_localcluster import kubeapi
 
 
 def _now() -> str:
@@ -37,19 +37,13 @@ def taint(core: client.CoreV1Api, node: str, key: str, effect: str = "NoSchedule
 
 def evict(core: client.CoreV1Api, namespace: str, pod: str) -> None:
     body = client.V1Eviction(metadata=client.V1ObjectMeta(name=pod, namespace=namespace))
-    try:
+    with kubeapi.ignoring(404):
         core.create_namespaced_pod_eviction(pod, namespace, body)
-    except ApiException as exc:
-        if exc.status != 404:
-            raise
 
 
 def delete_node(core: client.CoreV1Api, node: str) -> None:
-    try:
+    with kubeapi.ignoring(404):
         core.delete_node(node)
-    except ApiException as exc:
-        if exc.status != 404:
-            raise
 
 
 def spot_interruption_event(provider_id: str, region: str = "us-east-1") -> dict[str, Any]:

@@ -8,14 +8,13 @@ from typing import Any
 
 import pytest
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
 from accel_agent import run_cluster_pass
 from accel_api import registry
 from accel_api import vocabulary as v
 from accel_api.pool import AcceleratorPoolSpec
-from accel_localcluster import nodes, preempt
-from tests.cluster.conftest import ROOT, apply_manifests, wait_for
+from accel_localcluster import kubeapi, nodes, preempt
+from tests.support.cluster import ROOT, apply_manifests, wait_for
 
 AGENT_NS = "accel-system"
 
@@ -77,16 +76,10 @@ def gpu_nodes(core: client.CoreV1Api, api: client.ApiClient, crds: list[str]) ->
     yield names
     custom = client.CustomObjectsApi(api)
     for n in names:
-        try:
+        with kubeapi.ignoring(404):
             custom.delete_cluster_custom_object(v.GROUP, v.VERSION, registry.NODE_REPORT.plural, n)
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
-        try:
+        with kubeapi.ignoring(404):
             core.delete_namespaced_pod(f"accel-agent-{n}", AGENT_NS, grace_period_seconds=0)
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
         preempt.delete_node(core, n)
 
 

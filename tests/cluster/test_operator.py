@@ -16,7 +16,7 @@ from kubernetes import client
 
 from accel_api import registry
 from accel_api import vocabulary as v
-from tests.cluster.conftest import ROOT, apply_manifests, wait_for
+from tests.support.cluster import ROOT, apply_manifests, wait_for
 
 EXAMPLES = ROOT / "examples"
 
@@ -114,7 +114,12 @@ def test_operator_runs_under_its_least_privilege_role(
     api: client.ApiClient, core: client.CoreV1Api, namespace: str, pools: list[str], tmp_path: Path
 ) -> None:
     kubeconfig = _token_kubeconfig(api, core, tmp_path)
-    env = {**os.environ, "KUBECONFIG": str(kubeconfig), "ACCEL_OPERATOR_LIVENESS_PORT": "0"}
+    env = {
+        **os.environ,
+        "KUBECONFIG": str(kubeconfig),
+        "ACCEL_OPERATOR_LIVENESS_PORT": "0",
+        "ACCEL_OPERATOR_REPLAN_SECONDS": "2",
+    }
     log = tmp_path / "operator.log"
     with log.open("wb") as out:
         proc = subprocess.Popen([sys.executable, "-m", "accel_operator"], env=env, stdout=out, stderr=subprocess.STDOUT)

@@ -14,8 +14,8 @@ from kubernetes.client.exceptions import ApiException
 from accel_api import load_documents, parse_resource, registry
 from accel_api import vocabulary as v
 from accel_api.pool import AcceleratorPool
-from accel_localcluster import nodes, preempt, stages
-from tests.cluster.conftest import ROOT, install_crds, wait_for
+from accel_localcluster import kubeapi, nodes, preempt, stages
+from tests.support.cluster import ROOT, install_crds, wait_for
 
 EXAMPLES = ROOT / "examples"
 
@@ -235,6 +235,30 @@ def test_kubeconfig_and_status(cluster: Any) -> None:
     assert all(s.healthy for s in cluster.status())
 
 
+def test_kubectl_version_reports_the_pinned_release(cluster: Any) -> None:
+    """The binaries carry the upstream version stamp: `kubectl version` parses the server's
+    version (it failed on v0.0.0-master+$Format:%H$) and both report the release in go.mod."""
+    import json
+    import re
+    import subprocess
+
+    gomod = (ROOT / "hack" / "localcluster" / "k8s" / "go.mod").read_text()
+    pinned = re.search(r"^require k8s\.io/kubernetes (v\S+)$", gomod, re.M)
+    assert pinned is not None
+    proc = subprocess.run(
+        [str(cluster.bin / "kubectl"), "version", "-o", "json", "--kubeconfig", str(cluster.kubeconfig)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    versions = json.loads(proc.stdout)
+    assert versions["serverVersion"]["gitVersion"] == pinned.group(1)
+    assert versions["clientVersion"]["gitVersion"] == pinned.group(1)
+    assert versions["serverVersion"]["minor"] == pinned.group(1).split(".")[1]
+
+
 def test_up_is_idempotent_and_cleans_up_after_lost_pidfiles(cluster: Any, api: client.ApiClient) -> None:
     """Runs last in this file: it restarts the control plane, then reinstalls the CRDs."""
     before = {s.name: s.pid for s in cluster.status()}
@@ -255,11 +279,8 @@ def test_manifests_are_accepted_by_the_api_server(cluster: Any, core: client.Cor
     """Everything under manifests/ (kustomize: CRDs, operator, agent) passes server-side dry run."""
     import subprocess
 
-    try:
+    with kubeapi.ignoring(409):
         core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name="accel-system")))
-    except ApiException as exc:
-        if exc.status != 409:
-            raise
     proc = subprocess.run(
         [
             str(cluster.bin / "kubectl"),

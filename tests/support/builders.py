@@ -8,7 +8,7 @@ from typing import Any, Self
 from accel_api import catalog
 from accel_api.job import AcceleratorJobSpec
 from accel_api.pool import AcceleratorPoolSpec
-from accel_operator.planning import profile, select
+from accel_operator.planning import candidates, profile
 from accel_operator.planning.layout import Layout
 
 LLAMA_125M: dict[str, Any] = {
@@ -147,7 +147,7 @@ def pool(
     topology: str | None = None,
     observed_rate: float | None = None,
     free_devices: int | None = None,
-) -> select.PoolOffer:
+) -> candidates.PoolOffer:
     doc: dict[str, Any] = {
         "provider": "gcp" if accelerator.startswith("tpu") else "aws",
         "accelerator": accelerator,
@@ -161,7 +161,7 @@ def pool(
         doc["preemptionRatePerHour"] = preemption_rate
     if topology is not None:
         doc["tpuTopology"] = topology
-    return select.PoolOffer(
+    return candidates.PoolOffer(
         name=name,
         spec=AcceleratorPoolSpec.model_validate(doc),
         observed_preemption_rate_per_hour=observed_rate,

@@ -1,8 +1,19 @@
-"""A small validator for Kubernetes structural (OpenAPI v3.0) schemas, for unit tests.
+"""A small stand-in validator for Kubernetes structural (OpenAPI v3.0) schemas, for unit tests.
 
-It checks what the API server checks for our CRDs — types, required fields, enums, bounds,
-patterns, nullable, maps and lists — and reports unknown fields (the server would prune them),
-so a document that passes here is accepted as written by a real API server.
+What it checks: types, required fields, enums, numeric minimum/maximum (with the exclusive
+flags), string pattern and minLength/maxLength, array minItems, nullable, maps
+(additionalProperties) and unknown fields (which the API server would prune).
+
+What it does NOT check, so passing here is not proof that the API server accepts a document:
+- ``maxItems``, ``minProperties``/``maxProperties``, ``uniqueItems``, ``multipleOf``, ``format``;
+- ``x-kubernetes-validations`` (CEL rules), ``x-kubernetes-list-type``/``-map-keys`` and
+  ``x-kubernetes-int-or-string``;
+- regex dialect: patterns are run with Python's ``re`` (the server uses Go's RE2, which lacks
+  backreferences and lookaround and anchors differently in places);
+- ``oneOf``/``anyOf``/``allOf``/``not``, defaults and pruning itself, and the estimated CEL cost.
+
+The real check is the cluster test that sends every example to the local kube-apiserver with
+strict field validation (tests/cluster/test_smoke.py); this validator keeps unit tests fast.
 """
 
 import re

@@ -15,12 +15,13 @@ does :class:`accel_agent.backends.fake.FakeNvml`, which the unit tests run this 
 
 from __future__ import annotations
 
-import importlib
 import logging
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Final, Protocol
+
+import pynvml
 
 from accel_agent.backends import CallError, DeviceSample, MigSample, NodeSample, ProcessSample, RemapSample
 from accel_agent.backends import nvml_errors as errs
@@ -77,12 +78,10 @@ class NvmlApi(Protocol):
     def nvmlEventSetFree(self, event_set: Any) -> None: ...
 
 
-def load_pynvml() -> Any | None:
-    """The pynvml module, or None where nvidia-ml-py is not installed (the agent then says so)."""
-    try:
-        return importlib.import_module("pynvml")
-    except ImportError:
-        return None
+def load_pynvml() -> Any:
+    """The pynvml module (nvidia-ml-py, a dependency of the agent; it loads libnvidia-ml only
+    when ``nvmlInit`` is called, so importing it works on machines without a GPU)."""
+    return pynvml
 
 
 def _error_types(pynvml: Any) -> tuple[type[BaseException], ...]:
@@ -268,8 +267,6 @@ class NvmlBackend:
     def sample(self) -> NodeSample:
         if self._pynvml is None:
             self._pynvml = load_pynvml()
-            if self._pynvml is None:
-                return self._unavailable(None, "pynvml (nvidia-ml-py) is not installed in the agent image")
         if self._api is None:
             self._api = self._pynvml
         nvml = _Pass(self._api, _error_types(self._pynvml))

@@ -24,18 +24,9 @@ class Subcommand(Protocol):
 
 
 def _subcommands() -> list[Subcommand]:
-    from accel_operator.cli import crds, validate
+    from accel_operator.cli import crds, plan, validate
 
-    found: list[Subcommand] = [validate, crds]
-    for optional in ("plan", "cluster"):
-        try:
-            module = __import__(f"accel_operator.cli.{optional}", fromlist=["NAME"])
-        except ModuleNotFoundError as exc:
-            if exc.name != f"accel_operator.cli.{optional}":
-                raise
-            continue
-        found.append(module)
-    return found
+    return [validate, crds, plan]
 
 
 def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Callable[[argparse.Namespace], int]]]:

@@ -10,22 +10,20 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
-from typing import Any
 
 from accel_api import InvalidResource, catalog
 from accel_api.enums import CapacityType
 from accel_api.job import AcceleratorJob
 from accel_api.pool import AcceleratorPool
-from accel_operator.cli import io
-from accel_operator.planning import select
+from accel_operator.cli import inputs, render
+from accel_operator.planning import candidates, selection
 
 NAME = "plan"
 HELP = (
     "Plan an AcceleratorJob: memory, speed and cost on each pool and device count, and the choice. "
     "Without --pools: one on-demand and one spot pool per catalog accelerator (catalog devices per node, "
-    f"up to {select.DEFAULT_MAX_NODES} nodes, catalog list prices). Exit 0 for a valid plan even when "
+    f"up to {selection.DEFAULT_MAX_NODES} nodes, catalog list prices). Exit 0 for a valid plan even when "
     "nothing can run it (see decision.schedulable); exit 2 for invalid input."
 )
 
@@ -57,7 +55,7 @@ def _usage(message: str) -> Exception:
 
 
 def _job(path: str) -> AcceleratorJob:
-    resources = io.read_resources(path)
+    resources = inputs.read_resources(path)
     jobs = [r for r in resources if isinstance(r, AcceleratorJob)]
     if not jobs:
         kinds = ", ".join(sorted({type(r).__name__ for r in resources}))
@@ -68,92 +66,15 @@ def _job(path: str) -> AcceleratorJob:
     return jobs[0]
 
 
-def _pools(paths: list[str]) -> list[select.PoolOffer]:
-    offers: list[select.PoolOffer] = []
+def _pools(paths: list[str]) -> list[candidates.PoolOffer]:
+    offers: list[candidates.PoolOffer] = []
     for path in paths:
-        found = [r for r in io.read_resources(path) if isinstance(r, AcceleratorPool)]
+        found = [r for r in inputs.read_resources(path) if isinstance(r, AcceleratorPool)]
         if not found:
             raise InvalidResource(["(document): expected AcceleratorPool resources, found none"], path)
         for i, pool in enumerate(found):
-            offers.append(select.PoolOffer(name=pool.metadata.name or f"{path}#{i + 1}", spec=pool.spec))
+            offers.append(candidates.PoolOffer(name=pool.metadata.name or f"{path}#{i + 1}", spec=pool.spec))
     return offers
-
-
-def _gb(x: int | None) -> str:
-    return "-" if x is None else f"{x / 1e9:.1f}GB"
-
-
-def _dur(s: float | None) -> str:
-    if s is None or not math.isfinite(s):
-        return "-"
-    if s < 3600:
-        return f"{s / 60:.1f}m"
-    if s < 3 * 86400:
-        return f"{s / 3600:.1f}h"
-    return f"{s / 86400:.1f}d"
-
-
-def _money(x: float | None) -> str:
-    return "-" if x is None or not math.isfinite(x) else f"${x:,.0f}" if x >= 100 else f"${x:,.2f}"
-
-
-def _table(plan: select.Plan, show_all: bool) -> str:
-    job = plan.job
-    head = (
-        f"job {job['name'] or '(unnamed)'}: {job['mode']}, {job['parameters'] / 1e9:.2f}B parameters, "
-        f"{job['precision']}, {job['tokens']:,} tokens; objective {job['objective']}"
-    )
-    if job.get("deadlineSeconds"):
-        head += f", deadline {_dur(job['deadlineSeconds'])}"
-    if job.get("maxCostUSD"):
-        head += f", maxCost {_money(job['maxCostUSD'])}"
-    head += f", spot {job['spotPolicy']}"
-    lines = [head, *(f"note: {n}" for n in job["notes"])]
-    rows = list(plan.candidates) if show_all else select.best_per_pool(plan.candidates)
-    cols = (
-        "RANK",
-        "POOL",
-        "ACCELERATOR",
-        "DEV",
-        "NODES",
-        "CAPACITY",
-        "FITS",
-        "PEAK/DEV",
-        "NVML/DEV",
-        "STEP",
-        "TOKENS/S",
-        "DURATION",
-        "COST",
-        "WHY NOT",
-    )
-    table: list[tuple[str, ...]] = [cols]
-    for c in rows:
-        mem, speed, cost = c.memory, c.speed, c.cost
-        table.append(
-            (
-                str(c.rank) if c.rank is not None else "-",
-                c.pool,
-                c.accelerator,
-                str(c.devices),
-                str(c.nodes),
-                c.capacity_type.value,
-                "yes" if c.fits else "no",
-                _gb(None if mem is None else mem.peak_allocated_bytes),
-                _gb(None if mem is None else mem.footprint_bytes),
-                "-" if speed is None else f"{speed.step_seconds:.3g}s",
-                "-" if speed is None else f"{speed.tokens_per_second:,.0f}",
-                _dur(None if cost is None else cost.expected_seconds),
-                _money(None if cost is None else cost.expected_usd),
-                "; ".join(c.reasons) if c.rank != 1 else "chosen",
-            )
-        )
-    widths = [max(len(r[i]) for r in table) for i in range(len(cols) - 1)]
-    for r in table:
-        lines.append("  ".join(v.ljust(widths[i]) for i, v in enumerate(r[:-1])) + "  " + r[-1])
-    state = "schedulable" if plan.schedulable else "NOT schedulable"
-    lines.append("")
-    lines.append(f"decision: {state}: {plan.reason}")
-    return "\n".join(lines)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -173,15 +94,13 @@ def run(args: argparse.Namespace) -> int:
     name = job.metadata.name
     if args.accelerator is not None:
         capacity = CapacityType.SPOT if args.spot else CapacityType.ON_DEMAND
-        result = select.evaluate(job.spec, args.accelerator, args.devices, cat, capacity_type=capacity, name=name)
+        result = selection.evaluate(job.spec, args.accelerator, args.devices, cat, capacity_type=capacity, name=name)
     else:
-        offers = _pools(args.pools) if args.pools else list(select.default_pools(cat))
-        result = select.plan(job.spec, offers, cat, name=name)
+        offers = _pools(args.pools) if args.pools else list(selection.default_pools(cat))
+        result = selection.plan(job.spec, offers, cat, name=name)
     if args.output == "json":
-        out: dict[str, Any] = result.to_json()
-        out["job"]["namespace"] = job.metadata.namespace
-        json.dump(out, sys.stdout, indent=2)
+        json.dump(render.plan_json(result, job.metadata.namespace), sys.stdout, indent=2, allow_nan=False)
         sys.stdout.write("\n")
     else:
-        print(_table(result, args.all))
+        print(render.plan_table(result, args.all))
     return 0

@@ -3,7 +3,7 @@
 import argparse
 
 from accel_api import InvalidResource
-from accel_operator.cli import io
+from accel_operator.cli import inputs
 
 NAME = "validate"
 HELP = "Validate AcceleratorJob/Pool/Policy/NodeReport YAML; print each problem with its field path."
@@ -17,7 +17,7 @@ def run(args: argparse.Namespace) -> int:
     failed: list[InvalidResource] = []
     for path in args.files:
         try:
-            for res in io.read_resources(path):
+            for res in inputs.read_resources(path):
                 name = res.model_dump().get("metadata", {}).get("name") or "(unnamed)"
                 print(f"{path}: {res.model_dump(by_alias=True)['kind']}/{name} is valid")
         except InvalidResource as exc:

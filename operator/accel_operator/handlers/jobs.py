@@ -3,6 +3,10 @@
 Reconciles by level: planning is a pure function of (spec, pools), so running a handler twice,
 or after a crash, writes the same status. Admission, workload creation, preemption recovery and
 cost accounting are not built yet; a planned job stays ``Pending`` with its plan in the status.
+
+``register(registry, settings)`` declares the handlers into one registry (the timer's interval
+comes from the settings, read once by the caller); every handler finds the process's
+:class:`~accel_operator.context.OperatorContext` in ``memo.ctx``.
 """
 
 import asyncio
@@ -13,18 +17,19 @@ from typing import Any
 import kopf
 
 from accel_api import InvalidResource, registry
-from accel_api import catalog as catalog_mod
 from accel_api import vocabulary as v
+from accel_api.catalog import Catalog
 from accel_api.enums import JobPhase
 from accel_api.job import AcceleratorJobSpec
 from accel_api.loader import parse_as
-from accel_operator.adapters.kube import ClusterUnavailable, KubePoolSource, PoolSource
-from accel_operator.planning import select
+from accel_operator.adapters.kube.client import ClusterUnavailable
+from accel_operator.adapters.kube.pools import PoolSource
+from accel_operator.context import OperatorContext
+from accel_operator.planning import selection
+from accel_operator.reconcile.status import plan_status as status_of_plan
 from accel_operator.settings import OperatorSettings
 
 PLURAL = registry.JOB.plural
-# kopf fixes a timer's interval when the handler is declared, so this one setting is read at import.
-REPLAN_SECONDS = OperatorSettings().replan_seconds
 WAITING = (JobPhase.PENDING.value, JobPhase.UNSCHEDULABLE.value)
 
 
@@ -43,14 +48,12 @@ def _condition(type_: str, ok: bool, reason: str, message: str, generation: int 
     }
 
 
-@kopf.on.login()
 def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
     """In-cluster ServiceAccount first, else the KUBECONFIG read at this moment (not at import)."""
     return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
 
 
-@kopf.on.startup()
-def configure(*, settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+def configure(*, settings: kopf.OperatorSettings, **_: Any) -> None:
     # Progress and the last-handled state live in annotations under our own prefix: the status
     # schema is structural and would prune kopf's default status.kopf field.
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=v.GROUP)
@@ -58,14 +61,16 @@ def configure(*, settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> 
         prefix=v.GROUP, key="last-handled-configuration"
     )
     settings.posting.level = 30  # post Kubernetes events for warnings and errors only
-    own = OperatorSettings()
-    memo.settings = own
-    memo.catalog = catalog_mod.load(own.catalog)
-    if not hasattr(memo, "pools"):
-        memo.pools = KubePoolSource()
 
 
-def plan_status(spec_body: dict[str, Any], generation: int | None, pools: PoolSource, catalog: Any) -> dict[str, Any]:
+def _ctx(memo: kopf.Memo) -> OperatorContext:
+    ctx: OperatorContext = memo.ctx
+    return ctx
+
+
+def plan_status(
+    spec_body: dict[str, Any], generation: int | None, pools: PoolSource, catalog: Catalog
+) -> dict[str, Any]:
     """The status a job should have now: a pure function of its spec and the inventory."""
     try:
         spec = parse_as(AcceleratorJobSpec, spec_body)
@@ -79,9 +84,9 @@ def plan_status(spec_body: dict[str, Any], generation: int | None, pools: PoolSo
             "conditions": [_condition("Valid", False, "InvalidSpec", message, generation)],
         }
     inventory = pools.inventory()
-    decision = select.plan(spec, inventory.offers(), catalog)
+    decision = selection.plan(spec, inventory.offers(), catalog)
     # Every field, unset ones as null, so that the merge patch clears what an earlier plan set.
-    status_plan = decision.to_status().model_dump(by_alias=True, mode="json")
+    status_plan = status_of_plan(decision).model_dump(by_alias=True, mode="json")
     schedulable = decision.schedulable
     message = status_plan.get("reason", "")
     if inventory.invalid:
@@ -101,7 +106,8 @@ def plan_status(spec_body: dict[str, Any], generation: int | None, pools: PoolSo
 async def _plan(spec: kopf.Spec, meta: kopf.Meta, memo: kopf.Memo) -> dict[str, Any]:
     """Plan off the event loop; the one place where adapter errors become kopf's retry policy."""
     try:
-        return await asyncio.to_thread(plan_status, dict(spec), meta.get("generation"), memo.pools, memo.catalog)
+        ctx = _ctx(memo)
+        return await asyncio.to_thread(plan_status, dict(spec), meta.get("generation"), ctx.pools, ctx.catalog)
     except ClusterUnavailable as exc:
         raise kopf.TemporaryError(str(exc), delay=10) from exc
 
@@ -130,9 +136,6 @@ def settle(old: Mapping[str, Any] | None, new: dict[str, Any]) -> dict[str, Any]
     return None if _pruned(settled) == current else settled
 
 
-@kopf.on.resume(v.GROUP, v.VERSION, PLURAL)
-@kopf.on.create(v.GROUP, v.VERSION, PLURAL)
-@kopf.on.update(v.GROUP, v.VERSION, PLURAL, field="spec")
 async def plan_job(
     *,
     spec: kopf.Spec,
@@ -144,7 +147,9 @@ async def plan_job(
     **_: Any,
 ) -> None:
     new = await _plan(spec, meta, memo)
-    written = settle(dict(status), new) or new
+    written = settle(dict(status), new)
+    if written is None:  # a restart or an edit that leaves the plan as it is: nothing to write
+        return
     patch.status.update(written)
     if written["phase"] == JobPhase.FAILED.value:
         logger.warning(f"invalid AcceleratorJob: {written['message']}")
@@ -152,7 +157,6 @@ async def plan_job(
         logger.info(f"planned: {written['phase']}: {written['message']}")
 
 
-@kopf.timer(v.GROUP, v.VERSION, PLURAL, interval=REPLAN_SECONDS, initial_delay=REPLAN_SECONDS)
 async def replan_waiting_job(
     *,
     spec: kopf.Spec,
@@ -172,3 +176,14 @@ async def replan_waiting_job(
     if settled is not None:
         patch.status.update(settled)
         logger.info(f"re-planned: {settled['phase']}: {settled['message']}")
+
+
+def register(reg: kopf.OperatorRegistry, settings: OperatorSettings) -> None:
+    """Declare this module's handlers into ``reg``."""
+    kopf.on.login(registry=reg)(login)
+    kopf.on.startup(registry=reg)(configure)
+    for on in (kopf.on.resume, kopf.on.create):
+        on(v.GROUP, v.VERSION, PLURAL, registry=reg)(plan_job)
+    kopf.on.update(v.GROUP, v.VERSION, PLURAL, field="spec", registry=reg)(plan_job)
+    every = settings.replan_seconds
+    kopf.timer(v.GROUP, v.VERSION, PLURAL, interval=every, initial_delay=every, registry=reg)(replan_waiting_job)

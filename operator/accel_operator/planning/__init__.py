@@ -1,14 +1,15 @@
 """Pure decisions over frozen values: memory, throughput and cost models, pool selection.
 
-Nothing here performs I/O or imports kopf or the Kubernetes client; the one file it reads is the
-accelerator catalog (``catalog.yaml``, cached). Import the modules qualified:
+Nothing here performs I/O or imports kopf or the Kubernetes client. Import the modules qualified:
 
-- ``select.plan(spec, pools, catalog) -> Plan``: where a job runs, every alternative and why it
-  lost; ``Plan.to_status()`` is the job's ``status.plan``, ``Plan.to_json()`` the CLI's contract.
-- ``memory.estimate(job, accelerator, layout)``, ``throughput.estimate(...)``: one placement.
+- ``profile.from_spec(spec) -> JobProfile``: the job as the estimators read it.
+- ``memory.estimate(profile, accelerator, layout)``, ``throughput.estimate(...)``: one placement.
 - ``cost.estimate(...)``: dollars and wall time with spot preemptions priced in.
-- ``catalog.load(path=None)``: the shipped catalog, optionally overridden by a user file.
+- ``selection.plan(spec, pools, catalog) -> Plan``: where a job runs, every alternative and why
+  it lost (types in ``candidates``, sentences in ``explain``).
 
-The models follow what Hugging Face transformers models do in eager PyTorch (see ``layers``);
-bench/plan_accuracy.py compares them with real H100 runs.
+The hardware facts come from ``accel_api.catalog``. The memory and throughput models follow what
+Hugging Face transformers models do in eager PyTorch (see ``blocks``); bench/plan_accuracy.py
+compares them with real H100 runs. Serialising a plan (the job's ``status.plan``, ``accelctl plan
+-o json``) happens where it is written: ``reconcile.status`` and ``cli.render``.
 """

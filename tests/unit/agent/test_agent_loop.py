@@ -8,7 +8,6 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from accel_agent import cli
-from accel_agent.backends import nvml as nvml_module
 from accel_agent.backends.fake import FakeNvml, FakeProcess
 from accel_agent.backends.nvml import NvmlBackend
 from accel_agent.loop import Agent, ManualClock, run_local
@@ -165,14 +164,14 @@ def test_cli_loop_writes_report_and_stats(tmp_path: Path) -> None:
     assert stats["samples"] >= 2 and stats["devices"] == 8 and stats["healthy"] is True
 
 
-def test_cli_without_nvml_reports_unhealthy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(nvml_module, "load_pynvml", lambda: None)
+def test_cli_without_nvml_reports_unhealthy(tmp_path: Path) -> None:
+    # The real pynvml on a machine without an NVIDIA driver (this one, and CI's).
     out = tmp_path / "r.json"
     base = ["--once", "--backend", "nvml", "--node-name", "n", "--output", str(out)]
     assert cli.main(base) == 0  # an unhealthy node is still a report
     assert cli.main([*base, "--fail-unhealthy"]) == 3
     status = json.loads(out.read_text())["status"]
-    assert status["healthy"] is False and "pynvml" in status["problems"][0]
+    assert status["healthy"] is False and "NVML" in status["problems"][0], status["problems"]
 
 
 def test_cli_rejects_bad_settings(capsys: pytest.CaptureFixture[str]) -> None:

@@ -213,12 +213,10 @@ def test_no_library_or_driver_gives_an_unavailable_sample(nvml: FakeNvml, setup:
     assert problem in s.problems[0]
 
 
-def test_pynvml_not_installed_gives_an_unavailable_sample(monkeypatch: pytest.MonkeyPatch) -> None:
-    from accel_agent.backends import nvml as nvml_module
-
-    monkeypatch.setattr(nvml_module, "load_pynvml", lambda: None)
+def test_no_driver_gives_an_unavailable_sample() -> None:
+    # The real pynvml on a machine without an NVIDIA driver (this one, and CI's).
     s = NvmlBackend().sample()
-    assert not s.available and "pynvml (nvidia-ml-py) is not installed" in s.problems[0]
+    assert not s.available and "NVML" in s.problems[0], s.problems
 
 
 def test_the_driver_going_away_mid_run_and_coming_back(nvml: FakeNvml) -> None:

@@ -3,7 +3,8 @@
 import pytest
 from kubernetes import client
 
-from accel_operator.adapters.kube import ClusterUnavailable, KubePoolSource
+from accel_operator.adapters.kube.client import ClusterUnavailable
+from accel_operator.adapters.kube.pools import KubePoolSource
 
 
 def test_unreachable_api_server_is_cluster_unavailable() -> None:

@@ -1,13 +1,19 @@
 """The status the operator writes for a job, from its spec and the pools (no cluster needed)."""
 
+import asyncio
+import logging
 from pathlib import Path
 from typing import Any
 
+import kopf
 import yaml
 
 from accel_api import catalog
-from accel_operator.adapters.kube import FakePoolSource
+from accel_operator.adapters.kube.pools import FakePoolSource
+from accel_operator.context import OperatorContext
+from accel_operator.handlers import jobs
 from accel_operator.handlers.jobs import plan_status, settle
+from accel_operator.settings import OperatorSettings
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -84,6 +90,7 @@ def test_settle_keeps_transition_times_and_skips_writes_that_change_nothing() ->
 def test_a_job_that_becomes_invalid_loses_its_plan() -> None:
     spec = _docs("01-finetune-single-gpu.yaml")[0]["spec"]
     stored = plan_status(spec, 1, _pools(), catalog.default())
+    stored["conditions"] = [{**c, "lastTransitionTime": "2026-01-01T00:00:00Z"} for c in stored["conditions"]]
     spec["workload"]["microBatch"] = 0
     failed = settle(stored, plan_status(spec, 2, _pools(), catalog.default()))
     assert failed is not None
@@ -91,3 +98,40 @@ def test_a_job_that_becomes_invalid_loses_its_plan() -> None:
     flipped = {c["type"]: c for c in failed["conditions"]}["Valid"]
     assert flipped["status"] == "False"
     assert flipped["lastTransitionTime"] != "2026-01-01T00:00:00Z"
+
+
+# --- the kopf handler functions themselves --------------------------------------------------
+
+
+def _call_plan_job(spec: dict[str, Any], status: dict[str, Any], pools: FakePoolSource) -> kopf.Patch:
+    ctx = OperatorContext(settings=OperatorSettings(), catalog=catalog.default(), pools=pools)
+    patch = kopf.Patch()
+    asyncio.run(
+        jobs.plan_job(
+            spec=kopf.Spec({"spec": spec}),  # type: ignore[arg-type]
+            meta=kopf.Meta({"metadata": {"generation": 1}}),  # type: ignore[arg-type]
+            status=kopf.Status({"status": status}),  # type: ignore[arg-type]
+            patch=patch,
+            memo=kopf.Memo(ctx=ctx),
+            logger=logging.getLogger("test"),
+        )
+    )
+    return patch
+
+
+def test_plan_job_writes_the_plan_of_a_new_job() -> None:
+    spec = _docs("01-finetune-single-gpu.yaml")[0]["spec"]
+    patch = _call_plan_job(spec, {}, _pools())
+    assert patch["status"]["phase"] == "Pending"
+    assert patch["status"]["plan"]["pool"] == "h100-on-demand"
+
+
+def test_plan_job_writes_nothing_when_the_plan_is_unchanged() -> None:
+    # An operator restart (resume) or a spec edit that leaves the plan as it is must not rewrite
+    # the conditions with fresh transition times.
+    spec = _docs("01-finetune-single-gpu.yaml")[0]["spec"]
+    first = _call_plan_job(spec, {}, _pools())["status"]
+    stored = {k: v for k, v in first.items() if v is not None}
+    stored["conditions"] = [{**c, "lastTransitionTime": "2026-01-01T00:00:00Z"} for c in first["conditions"]]
+    again = _call_plan_job(spec, stored, _pools())
+    assert not again, f"expected no write, got {dict(again)}"

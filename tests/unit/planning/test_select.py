@@ -11,7 +11,9 @@ from hypothesis import strategies as st
 from accel_api import catalog
 from accel_api.enums import CapacityType
 from accel_api.job import PlanStatus
-from accel_operator.planning import select
+from accel_operator.cli import render
+from accel_operator.planning import candidates, explain, selection
+from accel_operator.reconcile.status import plan_status
 from tests.support.builders import LLAMA_8B, LLAMA_125M, job, pool
 
 CAT = catalog.default()
@@ -24,13 +26,13 @@ POOLS = [
 ]
 
 
-def winner(p: select.Plan) -> select.Candidate:
+def winner(p: candidates.Plan) -> candidates.Candidate:
     assert p.winner is not None, p.reason
     return p.winner
 
 
 def test_cost_objective_picks_the_cheapest_feasible_placement() -> None:
-    p = select.plan(job().checkpoint().spot("prefer").spec(), POOLS, CAT)
+    p = selection.plan(job().checkpoint().spot("prefer").spec(), POOLS, CAT)
     w = winner(p)
     feasible = [c for c in p.candidates if c.feasible]
     assert w.cost is not None
@@ -39,11 +41,11 @@ def test_cost_objective_picks_the_cheapest_feasible_placement() -> None:
         for c in feasible
         if c.cost is not None and c.capacity_type is w.capacity_type
     )
-    assert w.rank == 1 and w.reasons == ()
+    assert w.rank == 1 and explain.reasons(w) == ()
 
 
 def test_time_objective_picks_the_fastest() -> None:
-    p = select.plan(job().objective("time").spec(), POOLS, CAT)
+    p = selection.plan(job().objective("time").spec(), POOLS, CAT)
     w = winner(p)
     assert w.cost is not None
     assert all(w.cost.expected_seconds <= c.cost.expected_seconds for c in p.candidates if c.feasible and c.cost)
@@ -51,57 +53,57 @@ def test_time_objective_picks_the_fastest() -> None:
 
 
 def test_spot_never_uses_only_on_demand_pools() -> None:
-    p = select.plan(job().spot("never").spec(), POOLS, CAT)
+    p = selection.plan(job().spot("never").spec(), POOLS, CAT)
     assert winner(p).capacity_type is CapacityType.ON_DEMAND
     spot = [c for c in p.candidates if c.pool == "h100-spot"]
-    assert spot and all(not c.feasible and "spot.policy is never" in "; ".join(c.reasons) for c in spot)
+    assert spot and all(not c.feasible and "spot.policy is never" in "; ".join(explain.reasons(c)) for c in spot)
 
 
 def test_spot_require_uses_only_spot_pools() -> None:
-    p = select.plan(job().spot("require").checkpoint().spec(), POOLS, CAT)
+    p = selection.plan(job().spot("require").checkpoint().spec(), POOLS, CAT)
     assert winner(p).pool == "h100-spot"
-    assert all("spot.policy is require" in "; ".join(c.reasons) for c in p.candidates if c.pool != "h100-spot")
+    assert all("spot.policy is require" in "; ".join(explain.reasons(c)) for c in p.candidates if c.pool != "h100-spot")
 
 
 def test_spot_prefer_without_a_checkpoint_refuses_spot_with_a_reason() -> None:
-    p = select.plan(job().spot("prefer").spec(), POOLS, CAT)
+    p = selection.plan(job().spot("prefer").spec(), POOLS, CAT)
     assert winner(p).capacity_type is CapacityType.ON_DEMAND
     spot = next(c for c in p.candidates if c.pool == "h100-spot")
-    assert "without spec.checkpoint" in spot.reasons[0]
+    assert "without spec.checkpoint" in explain.reasons(spot)[0]
 
 
 def test_spot_prefer_wins_close_calls() -> None:
     # Same price on both capacity types: spot's preemption overhead makes it slightly dearer,
     # and the preference still picks it.
     pools = [pool("od", price=2.5), pool("sp", spot=True, price=2.5, preemption_rate=0.01)]
-    p = select.plan(job().spot("prefer").checkpoint(10).spec(), pools, CAT)
+    p = selection.plan(job().spot("prefer").checkpoint(10).spec(), pools, CAT)
     assert winner(p).pool == "sp"
     od = next(c for c in p.candidates if c.pool == "od" and c.rank is not None)
-    assert "spot.policy prefer" in od.reasons[0]
+    assert "spot.policy prefer" in explain.reasons(od)[0]
 
 
 def test_an_unreachable_deadline_is_unschedulable_with_a_reason_for_every_pool() -> None:
-    p = select.plan(job().workload(tokens=10**12).deadline("1h").spec(), POOLS, CAT)
+    p = selection.plan(job().workload(tokens=10**12).deadline("1h").spec(), POOLS, CAT)
     assert not p.schedulable and p.winner is None
-    reasons = dict(p.pool_reasons)
+    reasons = dict(explain.pool_reasons(p))
     assert set(reasons) == {"h100-od", "h100-spot", "a100-od", "l4-od"}
     assert "misses deadline 1h: takes" in reasons["h100-od"]
     assert p.reason.startswith("no feasible placement in 4 pools")
-    status = p.to_status()
+    status = plan_status(p)
     assert status.pool is None and status.reason == p.reason
     assert {a.pool for a in status.alternatives} == set(reasons)
 
 
 def test_max_cost_makes_it_unschedulable() -> None:
-    p = select.plan(job().workload(tokens=10**11).max_cost(100).spec(), POOLS, CAT)
+    p = selection.plan(job().workload(tokens=10**11).max_cost(100).spec(), POOLS, CAT)
     assert not p.schedulable
-    assert all("> maxCost $100" in why for _, why in p.pool_reasons if "memory" not in why)
+    assert all("> maxCost $100" in why for _, why in explain.pool_reasons(p) if "memory" not in why)
 
 
 def test_nothing_fits_is_unschedulable_not_an_exception() -> None:
-    p = select.plan(job().arch(LLAMA_8B).workload(microBatch=8, seqLen=8192).spec(), POOLS, CAT)
+    p = selection.plan(job().arch(LLAMA_8B).workload(microBatch=8, seqLen=8192).spec(), POOLS, CAT)
     assert not p.schedulable
-    assert all("GB per device >" in why for _, why in p.pool_reasons)
+    assert all("GB per device >" in why for _, why in explain.pool_reasons(p))
 
 
 @pytest.mark.parametrize(
@@ -117,7 +119,7 @@ def test_nothing_fits_is_unschedulable_not_an_exception() -> None:
 )
 def test_placement_constraints(placement: dict[str, object], allowed: object) -> None:
     spec = job().arch(LLAMA_125M).workload(microBatch=4, seqLen=1024).placement(**placement).spec()
-    p = select.plan(spec, POOLS, CAT)
+    p = selection.plan(spec, POOLS, CAT)
     for c in p.candidates:
         if c.feasible:
             assert allowed(c), c  # type: ignore[operator]
@@ -127,21 +129,21 @@ def test_placement_constraints(placement: dict[str, object], allowed: object) ->
 
 
 def test_losers_say_why_they_lost() -> None:
-    p = select.plan(job().arch(LLAMA_125M).workload(microBatch=4, seqLen=1024).spec(), POOLS, CAT)
+    p = selection.plan(job().arch(LLAMA_125M).workload(microBatch=4, seqLen=1024).spec(), POOLS, CAT)
     w = winner(p)
     for c in p.candidates:
         if c is w:
             continue
-        assert c.reasons, c
+        assert explain.reasons(c), c
         if c.rank is not None:
-            assert w.label in c.reasons[0]
-            assert "the cost of" in c.reasons[0] or "same cost" in c.reasons[0]
+            assert w.label in explain.reasons(c)[0]
+            assert "the cost of" in explain.reasons(c)[0] or "same cost" in explain.reasons(c)[0]
 
 
 def test_device_counts_are_powers_of_two_then_whole_nodes() -> None:
-    assert select.device_counts(pool("p", devices_per_node=8, max_nodes=4).spec) == [1, 2, 4, 8, 16, 32]
-    assert select.device_counts(pool("p", devices_per_node=4, max_nodes=6).spec) == [1, 2, 4, 8, 16]
-    assert select.device_counts(pool("t", "tpu-v5e", devices_per_node=4, max_nodes=16, topology="2x4").spec) == [
+    assert selection.device_counts(pool("p", devices_per_node=8, max_nodes=4).spec) == [1, 2, 4, 8, 16, 32]
+    assert selection.device_counts(pool("p", devices_per_node=4, max_nodes=6).spec) == [1, 2, 4, 8, 16]
+    assert selection.device_counts(pool("t", "tpu-v5e", devices_per_node=4, max_nodes=16, topology="2x4").spec) == [
         8,
         16,
         32,
@@ -150,26 +152,26 @@ def test_device_counts_are_powers_of_two_then_whole_nodes() -> None:
 
 
 def test_unknown_accelerator_is_a_reason_not_an_error() -> None:
-    p = select.plan(job().spec(), [pool("x", "mi300x")], CAT)
+    p = selection.plan(job().spec(), [pool("x", "mi300x")], CAT)
     assert not p.schedulable
     assert "not in the catalog" in p.reason
 
 
 def test_no_pools() -> None:
-    p = select.plan(job().spec(), [], CAT)
+    p = selection.plan(job().spec(), [], CAT)
     assert not p.schedulable and p.reason == "no pools to consider"
 
 
 def test_observed_preemption_rate_wins_over_the_spec() -> None:
-    calm = select.plan(job().spot("require").checkpoint().spec(), [pool("s", spot=True, preemption_rate=0.01)], CAT)
-    stormy = select.plan(
+    calm = selection.plan(job().spot("require").checkpoint().spec(), [pool("s", spot=True, preemption_rate=0.01)], CAT)
+    stormy = selection.plan(
         job().spot("require").checkpoint().spec(), [pool("s", spot=True, preemption_rate=0.01, observed_rate=0.5)], CAT
     )
     assert winner(stormy).cost.expected_usd > winner(calm).cost.expected_usd  # type: ignore[union-attr]
 
 
 def test_max_preemptions() -> None:
-    p = select.plan(
+    p = selection.plan(
         job().workload(tokens=10**11).spot("require", max_preemptions=0).checkpoint().spec(),
         [pool("s", spot=True, preemption_rate=0.5)],
         CAT,
@@ -179,8 +181,8 @@ def test_max_preemptions() -> None:
 
 
 def test_status_shape() -> None:
-    p = select.plan(job().spec(), POOLS, CAT, name="j")
-    status = p.to_status()
+    p = selection.plan(job().spec(), POOLS, CAT, name="j")
+    status = plan_status(p)
     assert isinstance(status, PlanStatus)
     w = winner(p)
     assert (status.pool, status.devices, status.accelerator) == (w.pool, w.devices, w.accelerator)
@@ -210,7 +212,7 @@ CANDIDATE_KEYS = {
 
 
 def test_json_contract() -> None:
-    out = json.loads(json.dumps(select.plan(job().spec(), POOLS, CAT, name="j").to_json()))
+    out = json.loads(json.dumps(render.plan_json(selection.plan(job().spec(), POOLS, CAT, name="j"))))
     assert set(out) == {"job", "candidates", "decision"}
     assert out["job"]["name"] == "j"
     for c in out["candidates"]:
@@ -226,17 +228,17 @@ def test_json_contract() -> None:
 
 
 def test_evaluate_one_placement() -> None:
-    p = select.evaluate(job().spec(), "h100-80gb", 8, CAT)
+    p = selection.evaluate(job().spec(), "h100-80gb", 8, CAT)
     assert len(p.candidates) == 1
     assert winner(p).devices == 8 and winner(p).nodes == 1
-    bad = select.evaluate(job().spec(), "h100-80gb", 3, CAT)
+    bad = selection.evaluate(job().spec(), "h100-80gb", 3, CAT)
     assert bad.schedulable  # 3 devices on one node is a valid data-parallel layout
-    tp = select.evaluate(job().workload(tensorParallel=4).spec(), "h100-80gb", 6, CAT)
+    tp = selection.evaluate(job().workload(tensorParallel=4).spec(), "h100-80gb", 6, CAT)
     assert not tp.schedulable and "not a multiple of tensorParallel 4" in tp.reason
 
 
 def test_default_pools_cover_the_catalog() -> None:
-    pools = select.default_pools(CAT)
+    pools = selection.default_pools(CAT)
     assert len(pools) == 2 * len(CAT.ids())
     assert {p.spec.capacity_type for p in pools} == {CapacityType.SPOT, CapacityType.ON_DEMAND}
 
@@ -255,17 +257,17 @@ def test_planning_never_raises_and_costs_are_non_negative(
     b = job().workload(tokens=tokens, microBatch=micro_batch).objective(objective).spot(policy).checkpoint()
     if deadline:
         b = b.deadline(deadline)
-    p = select.plan(b.spec(), POOLS, CAT)
+    p = selection.plan(b.spec(), POOLS, CAT)
     for c in p.candidates:
         if c.cost is not None:
             assert c.cost.expected_usd >= 0 and c.cost.on_demand_usd >= 0 and c.cost.spot_usd >= 0
-        assert c.feasible or c.reasons
+        assert c.feasible or explain.reasons(c)
     assert p.schedulable == any(c.feasible for c in p.candidates)
-    json.dumps(p.to_json())
-    p.to_status()
+    json.dumps(render.plan_json(p))
+    plan_status(p)
 
 
 def test_free_capacity_is_noted_not_refused() -> None:
-    p = select.plan(job().spec(), [pool("h", max_nodes=2, free_devices=4)], CAT)
+    p = selection.plan(job().spec(), [pool("h", max_nodes=2, free_devices=4)], CAT)
     eight = next(c for c in p.candidates if c.devices == 8)
     assert eight.feasible and "4 devices free now" in eight.notes[0]

@@ -5,24 +5,20 @@ Kubernetes API; ``FakePoolSource`` is the in-memory fake for unit tests. Invalid
 are reported, not raised, so one bad pool never stops every job from being planned.
 """
 
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import urllib3
-from kubernetes import client, config
+from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from accel_api import InvalidResource, registry
 from accel_api import vocabulary as v
 from accel_api.loader import parse_as
 from accel_api.pool import AcceleratorPool
-from accel_operator.planning import select
-
-
-class ClusterUnavailable(RuntimeError):
-    """The API server could not answer now (network, 5xx, throttling): worth retrying soon."""
+from accel_operator.adapters.kube.client import ClusterUnavailable, api_client
+from accel_operator.planning.candidates import PoolOffer
 
 
 @dataclass(frozen=True)
@@ -30,13 +26,13 @@ class Inventory:
     pools: tuple[AcceleratorPool, ...]
     invalid: tuple[str, ...] = ()  # "pool-name: problem" for pools that failed validation
 
-    def offers(self) -> list[select.PoolOffer]:
+    def offers(self) -> list[PoolOffer]:
         """The pools as the planner sees them, with what the operator observed of each."""
         out = []
         for pool in self.pools:
             st = pool.status
             out.append(
-                select.PoolOffer(
+                PoolOffer(
                     name=pool.metadata.name or "?",
                     spec=pool.spec,
                     observed_preemption_rate_per_hour=st.observed_preemption_rate_per_hour if st else None,
@@ -59,16 +55,6 @@ def parse_pools(items: Sequence[dict[str, Any]]) -> Inventory:
         except InvalidResource as exc:
             invalid.extend(f"{name}: {p}" for p in exc.problems)
     return Inventory(tuple(pools), tuple(invalid))
-
-
-def api_client() -> client.ApiClient:
-    """A client with in-cluster credentials when running in a pod, else the KUBECONFIG's."""
-    try:
-        config.load_incluster_config()
-        return client.ApiClient()
-    except config.ConfigException:
-        # Read KUBECONFIG now: the client library reads it once, at import time.
-        return config.new_client_from_config(config_file=os.environ.get("KUBECONFIG"))
 
 
 class KubePoolSource:

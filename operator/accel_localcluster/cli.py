@@ -1,10 +1,18 @@
-"""``accelctl cluster up|down|status|nodes``: the local control plane for tests and the demo."""
+"""``accel-cluster up|down|status|kubeconfig|nodes``: the local control plane for tests and the demo.
+
+Dev tooling, with its own command: the product's ``accelctl`` never imports it.
+"""
 
 import argparse
 import sys
 import time
+from collections.abc import Sequence
+from pathlib import Path
 
-NAME = "cluster"
+from accel_api import InvalidResource, load_documents, parse_resource
+from accel_api.pool import AcceleratorPool
+from accel_localcluster import ClusterError, default_cluster, kubeapi, nodes
+
 HELP = "Start, stop or inspect the local control plane (real kube-apiserver, etcd, scheduler, KWOK nodes)."
 
 
@@ -16,15 +24,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     down = sub.add_parser("down", help="stop every component and drop etcd's data")
     down.add_argument("--keep-data", action="store_true", help="keep etcd's data folder")
     sub.add_parser("status", help="each component's pid and health; exit 1 unless all are healthy")
-    sub.add_parser("kubeconfig", help="print the kubeconfig path (export KUBECONFIG=$(accelctl cluster kubeconfig))")
+    sub.add_parser("kubeconfig", help="print the kubeconfig path (export KUBECONFIG=$(accel-cluster kubeconfig))")
     nodes = sub.add_parser("nodes", help="create simulated nodes for the AcceleratorPools in a YAML file")
     nodes.add_argument("pools", metavar="POOLS.yaml")
     nodes.add_argument("--count", type=int, default=None, help="nodes per pool (default: the pool's maxNodes)")
 
 
 def run(args: argparse.Namespace) -> int:
-    from accel_localcluster import ClusterError, default_cluster
-
     cluster = default_cluster()
     try:
         if args.action == "up":
@@ -53,18 +59,30 @@ def run(args: argparse.Namespace) -> int:
     return 2
 
 
-def _nodes(kubeconfig: object, path: str, count: int | None) -> int:
-    from kubernetes import client, config
-
-    from accel_api.pool import AcceleratorPool
-    from accel_localcluster import nodes
-    from accel_operator.cli import io
-
-    pools = [r for r in io.read_resources(path) if isinstance(r, AcceleratorPool)]
-    api = config.new_client_from_config(config_file=str(kubeconfig))
-    core = client.CoreV1Api(api)
+def _nodes(kubeconfig: Path, path: str, count: int | None) -> int:
+    try:
+        docs = load_documents(Path(path).read_text(encoding="utf-8"), source=path)
+        pools = [r for r in (parse_resource(d, source=path) for d in docs) if isinstance(r, AcceleratorPool)]
+    except (OSError, UnicodeDecodeError) as exc:
+        print(f"error: {path}: cannot read ({exc})", file=sys.stderr)
+        return 2
+    except InvalidResource as exc:
+        for line in exc.problems:
+            print(f"error: {path}: {line}", file=sys.stderr)
+        return 2
+    core = kubeapi.core(kubeconfig)
     for pool in pools:
         name = pool.metadata.name or "pool"
         made = nodes.ensure_nodes(core, nodes.node_manifests(name, pool.spec, count))
         print(f"{name}: {', '.join(made)}")
     return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="accel-cluster", description=HELP)
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,127 @@
+"""What the planner weighs: pools as offers, the job's terms, candidates and the resulting plan.
+
+Plain frozen values, no logic beyond what a value can say of itself. Enumeration and ranking live
+in :mod:`selection`, the sentences about them in :mod:`explain`, and the serialisations (the
+job's ``status.plan``, ``accelctl plan -o json``) outside the planner, where they are written.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from accel_api.catalog import Accelerator
+from accel_api.enums import CapacityType
+from accel_api.job import AcceleratorJobSpec
+from accel_api.pool import AcceleratorPoolSpec
+from accel_operator.planning import cost, memory, throughput
+from accel_operator.planning.profile import JobProfile
+
+# Under spot.policy prefer a spot placement wins when its objective is within this fraction of
+# the best on-demand one (spot is cheaper and the checkpoint makes preemption survivable).
+SPOT_PREFERENCE = 0.05
+# Ratios closer to 1 than this are reported as ties.
+TIE = 0.005
+
+# Checks a candidate can fail, as bits of Candidate.failed.
+MIN_DEVICES, MAX_DEVICES, MAX_NODES, LAYOUT = 1, 2, 4, 8
+MEMORY, DEADLINE, MAX_COST, PREEMPTIONS = 16, 32, 64, 128
+
+
+@dataclass(frozen=True, slots=True)
+class PoolOffer:
+    """A pool as the planner sees it: its spec and what the operator observed of it."""
+
+    name: str
+    spec: AcceleratorPoolSpec
+    observed_preemption_rate_per_hour: float | None = None
+    free_devices: int | None = None
+    free_nodes: int | None = None
+
+
+class JobTerms(NamedTuple):
+    """What the checks and sentences need of the job, resolved once per plan."""
+
+    spec: AcceleratorJobSpec
+    profile: JobProfile
+    deadline: float | None
+    min_devices: int
+    max_devices: int | None
+    max_nodes: int | None
+    max_cost: float | None
+    max_preemptions: int
+    checkpoint_interval: float | None
+    by_time: bool
+    prefer_spot: bool
+
+
+class PoolTerms(NamedTuple):
+    """What every device count of one pool shares."""
+
+    job: JobTerms
+    offer: PoolOffer
+    accel: Accelerator | None
+    problems: tuple[str, ...]  # pool-level: why none of its placements may be used
+    prices: cost.Pricing | None
+    preemption_rate: float | None
+
+
+class Candidate(NamedTuple):
+    """One pool × device count. Immutable (a NamedTuple: cheaper to build than a frozen dataclass)."""
+
+    pool: str
+    accelerator: str
+    devices: int
+    nodes: int
+    capacity_type: CapacityType
+    memory: memory.MemoryEstimate | None
+    speed: throughput.ThroughputEstimate | None
+    cost: cost.CostEstimate | None
+    failed: int  # bits of the checks it failed (see MIN_DEVICES ...)
+    source: PoolTerms
+    notes: tuple[str, ...] = ()
+    rank: int | None = None  # 1 = winner; None: not feasible
+    winner: Candidate | None = None  # for ranked losers: the candidate they lost to
+
+    @property
+    def feasible(self) -> bool:
+        return not self.failed and not self.source.problems and self.cost is not None
+
+    @property
+    def fits(self) -> bool:
+        return self.memory is not None and self.memory.fits
+
+    @property
+    def label(self) -> str:
+        return f"{self.pool}×{self.devices}"
+
+    @property
+    def problem_count(self) -> int:
+        return len(self.source.problems) + self.failed.bit_count()
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """Where a job should run: every candidate (ranked feasible ones first, then the rest), the
+    winner and the decision in one sentence. ``profile`` and ``spec`` are the job it is for."""
+
+    spec: AcceleratorJobSpec
+    profile: JobProfile
+    name: str | None
+    candidates: tuple[Candidate, ...]
+    winner: Candidate | None
+    reason: str
+
+    @property
+    def schedulable(self) -> bool:
+        return self.winner is not None
+
+
+def best_per_pool(candidates: tuple[Candidate, ...] | list[Candidate]) -> list[Candidate]:
+    """Each pool's best candidate: its best-ranked, else the one closest to feasible."""
+    best: dict[str, Candidate] = {}
+    for c in candidates:  # ranked ones come first, in rank order
+        seen = best.get(c.pool)
+        if seen is None or (seen.rank is None and (c.fits, -c.problem_count) > (seen.fits, -seen.problem_count)):
+            best[c.pool] = c
+    return list(best.values())

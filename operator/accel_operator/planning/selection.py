@@ -1,0 +1,251 @@
+"""Pool selection: every pool × device count, checked, ranked, with a reason for each.
+
+``plan(spec, pools, catalog)`` enumerates, for each pool, the device counts it can offer (powers
+of two within a node, then whole nodes in powers of two up to ``maxNodes``; whole slices for TPU
+pools with a topology), estimates memory, speed and cost for each, checks the rules (fits in
+memory, placement bounds, spot policy, deadline, maxCost, maxPreemptions), ranks what passes by
+the job's objective and returns a :class:`~candidates.Plan`: the winner, every candidate with its
+rank and why it lost, and a decision. An impossible job gives ``schedulable = False`` and a
+reason for every pool; it never raises.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from accel_api.catalog import Accelerator, Catalog
+from accel_api.enums import AcceleratorKind, CapacityType, Objective, Provider, SpotPolicy
+from accel_api.job import AcceleratorJobSpec
+from accel_api.pool import AcceleratorPoolSpec
+from accel_operator.planning import candidates as cand
+from accel_operator.planning import cost, explain, memory, profile, throughput
+from accel_operator.planning.candidates import Candidate, JobTerms, Plan, PoolOffer, PoolTerms
+from accel_operator.planning.layout import Layout
+from accel_operator.planning.profile import JobProfile
+
+# Default pools (accelctl plan without --pools): this many nodes per pool at most.
+DEFAULT_MAX_NODES = 8
+
+
+def _topology_chips(topology: str | None) -> int | None:
+    if not topology:
+        return None
+    return math.prod(int(d) for d in topology.split("x"))
+
+
+def device_counts(pool: AcceleratorPoolSpec) -> list[int]:
+    """Device counts a pool offers: powers of two in a node, then whole nodes in powers of two."""
+    per_node, max_nodes = pool.devices_per_node, pool.max_nodes
+    limit = per_node * max_nodes
+    chips = _topology_chips(pool.tpu_topology)
+    if chips is not None:
+        # A TPU slice is all-or-nothing: whole slices (multislice in powers of two).
+        return [chips * 2**k for k in range(32) if chips * 2**k <= limit] or [chips]
+    counts: list[int] = []
+    c = 1
+    while c < per_node:
+        counts.append(c)
+        c *= 2
+    counts.append(per_node)
+    nodes = 2
+    while nodes <= max_nodes:
+        counts.append(per_node * nodes)
+        nodes *= 2
+    return counts
+
+
+def _terms(spec: AcceleratorJobSpec, w: JobProfile) -> JobTerms:
+    p = spec.placement
+    return JobTerms(
+        spec=spec,
+        profile=w,
+        deadline=spec.deadline_seconds,
+        min_devices=p.min_devices,
+        max_devices=p.max_devices,
+        max_nodes=p.max_nodes,
+        max_cost=spec.max_cost,
+        max_preemptions=spec.spot.max_preemptions,
+        checkpoint_interval=spec.checkpoint.interval_minutes * 60 if spec.checkpoint is not None else None,
+        by_time=spec.objective is Objective.TIME,
+        prefer_spot=spec.spot.policy is SpotPolicy.PREFER,
+    )
+
+
+def _pool_problems(spec: AcceleratorJobSpec, offer: PoolOffer, accel: Accelerator) -> tuple[str, ...]:
+    p, pool = spec.placement, offer.spec
+    out = []
+    if p.pools and offer.name not in p.pools:
+        out.append(f"not in placement.pools ({', '.join(p.pools)})")
+    if p.accelerator_kinds and accel.kind not in p.accelerator_kinds:
+        kinds = ", ".join(k.value for k in p.accelerator_kinds)
+        out.append(f"{accel.kind.value} pool; placement.acceleratorKinds is {kinds}")
+    if p.accelerator_types and accel.id not in p.accelerator_types:
+        out.append(f"{accel.id} not in placement.acceleratorTypes ({', '.join(p.accelerator_types)})")
+    spot = pool.capacity_type is CapacityType.SPOT
+    if spec.spot.policy is SpotPolicy.NEVER and spot:
+        out.append("spot pool; spot.policy is never")
+    if spec.spot.policy is SpotPolicy.REQUIRE and not spot:
+        out.append("on-demand pool; spot.policy is require")
+    if spec.spot.policy is SpotPolicy.PREFER and spot and spec.checkpoint is None:
+        out.append("spot without spec.checkpoint: a preemption would restart the job from zero")
+    return tuple(out)
+
+
+def _pool(job: JobTerms, offer: PoolOffer, cat: Catalog) -> PoolTerms:
+    accel = cat.get(offer.spec.accelerator)
+    if accel is None:
+        problem = f"accelerator {offer.spec.accelerator!r} is not in the catalog ({', '.join(cat.ids())})"
+        return PoolTerms(job, offer, None, (problem,), None, None)
+    rate = offer.observed_preemption_rate_per_hour
+    if rate is None:
+        rate = offer.spec.preemption_rate_per_hour
+    return PoolTerms(job, offer, accel, _pool_problems(job.spec, offer, accel), cost.pricing(offer.spec, accel), rate)
+
+
+# Per plan() call: estimates of one accelerator and layout, shared by pools that offer both.
+_Memo = dict[tuple[str, int, int], tuple[memory.MemoryEstimate, throughput.ThroughputEstimate] | None]
+
+
+def _candidates(src: PoolTerms, counts: Sequence[int], memo: _Memo) -> list[Candidate]:
+    """One candidate per device count of one pool (a hot loop: locals hoisted on purpose)."""
+    job, offer, accel, prices = src.job, src.offer, src.accel, src.prices
+    pool = offer.spec
+    name, capacity, per_node = offer.name, pool.capacity_type, pool.devices_per_node
+    if accel is None or prices is None:
+        return [
+            Candidate(name, pool.accelerator, n, -(-n // per_node), capacity, None, None, None, 0, src) for n in counts
+        ]
+    w, acc_id, tp = job.profile, accel.id, job.profile.tensor_parallel
+    spot = capacity is CapacityType.SPOT
+    free, free_nodes = offer.free_devices, offer.free_nodes
+    out: list[Candidate] = []
+    for devices in counts:
+        nodes = -(-devices // per_node)
+        failed = 0
+        if devices < job.min_devices:
+            failed |= cand.MIN_DEVICES
+        if job.max_devices is not None and devices > job.max_devices:
+            failed |= cand.MAX_DEVICES
+        if job.max_nodes is not None and nodes > job.max_nodes:
+            failed |= cand.MAX_NODES
+        key = (acc_id, devices, nodes)
+        if key in memo:
+            found = memo[key]
+        else:
+            layout = Layout(devices, nodes, tp)
+            found = None
+            if layout.problem(per_node) is None:
+                found = (memory.estimate(w, accel, layout), throughput.estimate(w, accel, layout))
+            memo[key] = found
+        if found is None:
+            out.append(Candidate(name, acc_id, devices, nodes, capacity, None, None, None, failed | cand.LAYOUT, src))
+            continue
+        mem, speed = found
+        if not mem.fits:
+            failed |= cand.MEMORY
+        c = cost.estimate(
+            duration_seconds=speed.duration_seconds,
+            devices=devices,
+            nodes=nodes,
+            capacity_type=capacity,
+            prices=prices,
+            preemption_rate_per_node_hour=src.preemption_rate,
+            restart_seconds=pool.restart_seconds,
+            checkpoint_interval_seconds=job.checkpoint_interval,
+        )
+        if job.deadline is not None and c.expected_seconds > job.deadline:
+            failed |= cand.DEADLINE
+        if job.max_cost is not None and c.expected_usd > job.max_cost:
+            failed |= cand.MAX_COST
+        if spot and c.preemptions > job.max_preemptions:
+            failed |= cand.PREEMPTIONS
+        notes = c.notes
+        if free is not None and devices > free:
+            notes = (*notes, f"{free} devices free now: waits for the pool to grow")
+        elif free_nodes is not None and nodes > free_nodes:
+            notes = (*notes, f"{free_nodes} whole nodes free now: waits for the pool to grow")
+        out.append(Candidate(name, acc_id, devices, nodes, capacity, mem, speed, c, failed, src, notes))
+    return out
+
+
+def _decide(job: JobTerms, candidates: list[Candidate], name: str | None) -> Plan:
+    feasible: list[tuple[tuple[float, float, int, str], Candidate]] = []
+    rest: list[Candidate] = []
+    spot_bonus = 1 - cand.SPOT_PREFERENCE if job.prefer_spot else 1.0
+    for c in candidates:
+        if c.failed or c.source.problems or c.cost is None:
+            rest.append(c)
+            continue
+        primary, secondary = explain.objective(job, c)
+        if c.capacity_type is CapacityType.SPOT:
+            primary *= spot_bonus
+        feasible.append(((primary, secondary, c.devices, c.pool), c))
+    feasible.sort(key=lambda kc: kc[0])
+    # Positional rebuilds: the last two fields are rank and winner.
+    win = Candidate(*feasible[0][1][:-2], 1, None) if feasible else None
+    ranked = [win] if win is not None else []
+    ranked += [Candidate(*c[:-2], i, win) for i, (_, c) in enumerate(feasible[1:], 2)]
+    ranked += rest
+    reason = explain.decision(job, ranked, len(feasible))
+    return Plan(spec=job.spec, profile=job.profile, name=name, candidates=tuple(ranked), winner=win, reason=reason)
+
+
+def plan(
+    spec: AcceleratorJobSpec,
+    pools: Sequence[PoolOffer],
+    catalog: Catalog,
+    *,
+    name: str | None = None,
+) -> Plan:
+    """Where ``spec`` should run among ``pools``, with the alternatives and why they lost."""
+    job = _terms(spec, profile.from_spec(spec))
+    candidates: list[Candidate] = []
+    memo: _Memo = {}
+    for offer in pools:
+        candidates += _candidates(_pool(job, offer, catalog), device_counts(offer.spec), memo)
+    return _decide(job, candidates, name)
+
+
+def evaluate(
+    spec: AcceleratorJobSpec,
+    accelerator: str,
+    devices: int,
+    catalog: Catalog,
+    *,
+    capacity_type: CapacityType = CapacityType.ON_DEMAND,
+    name: str | None = None,
+) -> Plan:
+    """One placement (``devices`` of ``accelerator`` at catalog prices) without pools."""
+    job = _terms(spec, profile.from_spec(spec))
+    accel = catalog.get(accelerator)
+    per_node = accel.devices_per_node if accel is not None else max(1, devices)
+    offer = PoolOffer(
+        name=f"{accelerator}-{capacity_type.value}",
+        spec=AcceleratorPoolSpec(
+            provider=Provider.GCP if accel is not None and accel.kind is AcceleratorKind.TPU else Provider.AWS,
+            accelerator=accelerator,
+            devices_per_node=min(64, per_node),
+            capacity_type=capacity_type,
+            max_nodes=max(1, -(-devices // per_node)),
+        ),
+    )
+    return _decide(job, _candidates(_pool(job, offer, catalog), [devices], {}), name)
+
+
+def _default_offer(accel: Accelerator, capacity: CapacityType) -> PoolOffer:
+    spec = AcceleratorPoolSpec(
+        provider=Provider.GCP if accel.kind is AcceleratorKind.TPU else Provider.AWS,
+        accelerator=accel.id,
+        devices_per_node=accel.devices_per_node,
+        capacity_type=capacity,
+        max_nodes=DEFAULT_MAX_NODES,
+    )
+    return PoolOffer(name=f"{accel.id}-{capacity.value}", spec=spec)
+
+
+def default_pools(catalog: Catalog) -> tuple[PoolOffer, ...]:
+    """One on-demand and one spot pool per catalog accelerator, catalog prices, up to 8 nodes."""
+    return tuple(
+        _default_offer(accel, capacity) for accel in catalog for capacity in (CapacityType.ON_DEMAND, CapacityType.SPOT)
+    )

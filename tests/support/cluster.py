@@ -1,0 +1,55 @@
+"""Helpers for tests against the local control plane (fixtures live in tests/cluster/conftest.py).
+
+Applying objects goes through the dev tooling's one module (``accel_localcluster.kubeapi``);
+what is here is the test-side part: waiting that fails the test, and reading the operator's log.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from accel_localcluster import kubeapi
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def wait_for(check: Callable[[], Any], *, timeout: float, what: str, interval: float = 0.25) -> Any:
+    """Poll ``check`` until it returns something truthy; fail the test naming ``what``."""
+    end = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < end:
+        last = check()
+        if last:
+            return last
+        time.sleep(interval)
+    pytest.fail(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
+
+
+ERROR_LINE = re.compile(r"\b(ERROR|CRITICAL)\b|Traceback")
+
+
+def unexpected_errors(log: str, expected: list[str]) -> list[str]:
+    """Lines of ``log`` that report an error matching none of the ``expected`` patterns."""
+    found = []
+    for line in log.splitlines():
+        if ERROR_LINE.search(line) and not any(re.search(p, line) for p in expected):
+            found.append(line)
+    return found
+
+
+def apply_manifests(api: client.ApiClient, paths: list[Path], namespace: str = "accel-system") -> None:
+    """Apply the objects in ``paths`` exactly as written (server-side apply, so a changed role
+    takes effect in this run): the RBAC a test exercises is the one the manifests ship."""
+    kubeapi.ensure_namespace(api, namespace)
+    kubeapi.apply_files(api, paths, namespace)
+
+
+def install_crds(api: client.ApiClient) -> list[str]:
+    return kubeapi.install_crds(api, ROOT / "crds")

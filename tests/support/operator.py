@@ -1,0 +1,59 @@
+"""The operator running in-process for a cluster test: the same ``accel_operator.app.run`` that
+``python -m accel_operator`` runs, in a thread, with its log captured for the error check."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import logging
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from accel_operator import app
+from accel_operator.settings import OperatorSettings
+
+
+class RunningOperator:
+    def __init__(self, log: io.StringIO, thread: threading.Thread) -> None:
+        self._log = log
+        self.thread = thread
+        self.exception: BaseException | None = None
+
+    @property
+    def output(self) -> str:
+        return self._log.getvalue()
+
+
+@contextmanager
+def running_operator(settings: OperatorSettings, *, timeout: float = 60) -> Iterator[RunningOperator]:
+    """Start the operator, wait until kopf is ready, yield, then stop it and wait for it."""
+    stop, ready = threading.Event(), threading.Event()
+    log = io.StringIO()
+    handler = logging.StreamHandler(log)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+    root = logging.getLogger()
+    root.addHandler(handler)
+    previous_level = root.level
+    root.setLevel(logging.DEBUG)
+
+    def target() -> None:
+        try:
+            asyncio.run(app.run(settings, stop_flag=stop, ready_flag=ready))
+        except BaseException as exc:  # reported to the test, which fails on it
+            running.exception = exc
+            ready.set()
+
+    running = RunningOperator(log, threading.Thread(target=target, name="operator", daemon=True))
+    running.thread.start()
+    try:
+        if not ready.wait(timeout):
+            raise TimeoutError(f"the operator was not ready in {timeout}s:\n{log.getvalue()[-3000:]}")
+        if running.exception is not None:
+            raise RuntimeError(f"the operator failed to start: {running.exception!r}")
+        yield running
+    finally:
+        stop.set()
+        running.thread.join(timeout)
+        root.removeHandler(handler)
+        root.setLevel(previous_level)
