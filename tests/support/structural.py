@@ -1,8 +1,9 @@
 """A small validator for Kubernetes structural (OpenAPI v3.0) schemas, for unit tests.
 
 It checks what the API server checks for our CRDs — types, required fields, enums, bounds,
-patterns, nullable, maps and lists — and reports unknown fields (the server would prune them),
-so a document that passes here is accepted as written by a real API server.
+patterns (also negated with ``not``), nullable, maps and lists and their sizes — and reports
+unknown fields (the server would prune them), so a document that passes here is accepted as
+written by a real API server.
 """
 
 import re
@@ -30,6 +31,9 @@ def validate(value: Any, schema: dict[str, Any], path: str = "") -> list[str]:
     if not ok:
         return [f"{where}: expected {kind}, got {type(value).__name__}"]
     problems: list[str] = []
+    negated = schema.get("not", {})
+    if isinstance(value, str) and "pattern" in negated and re.search(negated["pattern"], value):
+        problems.append(f"{where}: {value!r} matches the forbidden {negated['pattern']}")
     if "enum" in schema and value not in schema["enum"]:
         problems.append(f"{where}: {value!r} not in {schema['enum']}")
     if kind in ("integer", "number"):
@@ -49,6 +53,8 @@ def validate(value: Any, schema: dict[str, Any], path: str = "") -> list[str]:
     if kind == "array":
         if len(value) < schema.get("minItems", 0):
             problems.append(f"{where}: fewer than {schema['minItems']} items")
+        if len(value) > schema.get("maxItems", 1 << 30):
+            problems.append(f"{where}: more than {schema['maxItems']} items")
         for i, item in enumerate(value):
             problems.extend(validate(item, schema.get("items", {}), f"{path}[{i}]"))
     if kind == "object":
@@ -56,6 +62,8 @@ def validate(value: Any, schema: dict[str, Any], path: str = "") -> list[str]:
         for name in schema.get("required", []):
             if name not in value:
                 problems.append(f"{path + '.' if path else ''}{name}: required")
+        if len(value) > schema.get("maxProperties", 1 << 30):
+            problems.append(f"{where}: more than {schema['maxProperties']} properties")
         extra = schema.get("additionalProperties")
         for key, item in value.items():
             sub = f"{path}.{key}" if path else key
