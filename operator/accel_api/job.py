@@ -5,12 +5,13 @@ deadline, budget, spot policy, checkpointing); the operator decides *where* and 
 decision, the run's progress and its cost into the status.
 """
 
+import re
 from typing import Annotated, Literal, Self
 
-from pydantic import Field, model_validator
+from pydantic import BeforeValidator, Field, field_validator, model_validator
 
-from accel_api import durations, patterns, vocabulary
-from accel_api.base import ApiModel, Condition, ObjectMeta
+from accel_api import bounds, durations, errors, patterns, vocabulary
+from accel_api.base import ApiModel, Conditions, ObjectMeta
 from accel_api.enums import (
     AcceleratorKind,
     Attention,
@@ -25,32 +26,56 @@ from accel_api.enums import (
     WorkloadMode,
 )
 
-PositiveInt = Annotated[int, Field(ge=1)]
-Name = Annotated[str, Field(min_length=1, max_length=63, pattern=patterns.DNS_LABEL)]
+Name = Annotated[str, Field(min_length=1, max_length=bounds.DNS_LABEL_LENGTH, pattern=patterns.DNS_LABEL)]
 
 
 class EnvVar(ApiModel):
-    name: str = Field(min_length=1, pattern=patterns.ENV_NAME)
-    value: str = ""
+    """One environment variable. Names the operator or the runtime own are refused (see
+    ``vocabulary.RESERVED_ENV``); a policy may reserve more (``reservedEnv``)."""
+
+    name: str = Field(
+        min_length=1,
+        max_length=bounds.ENV_NAME_LENGTH,
+        pattern=patterns.ENV_NAME,
+        json_schema_extra={"not": {"pattern": vocabulary.reserved_env_regex()}},
+    )
+    value: str = Field(default="", max_length=bounds.ENV_VALUE_LENGTH)
+
+    @field_validator("name")
+    @classmethod
+    def _not_reserved(cls, name: str) -> str:
+        if vocabulary.is_reserved_env(name):
+            raise ValueError(
+                f"{errors.clip(name)} is reserved for the operator or the container runtime; "
+                f"reserved: {', '.join(vocabulary.RESERVED_ENV)}"
+            )
+        return name
 
 
 class Architecture(ApiModel):
-    """A decoder-only transformer, enough to count parameters, FLOPs and activations."""
+    """A decoder-only transformer, enough to count parameters, FLOPs and activations.
 
-    layers: PositiveInt
-    hidden: PositiveInt
-    heads: PositiveInt
-    kv_heads: PositiveInt | None = Field(default=None, description="Key/value heads (GQA); defaults to heads.")
-    intermediate: PositiveInt | None = Field(
+    Bounds (well above any published model, low enough that every estimate stays finite):
+    layers ≤ 1000, hidden ≤ 131072, heads/kvHeads ≤ 1024, intermediate ≤ 2^20, vocab and
+    maxPositions ≤ 2^22.
+    """
+
+    layers: Annotated[int, Field(ge=1, le=bounds.LAYERS)]
+    hidden: Annotated[int, Field(ge=1, le=bounds.HIDDEN)]
+    heads: Annotated[int, Field(ge=1, le=bounds.HEADS)]
+    kv_heads: Annotated[int, Field(ge=1, le=bounds.HEADS)] | None = Field(
+        default=None, description="Key/value heads (GQA); defaults to heads."
+    )
+    intermediate: Annotated[int, Field(ge=1, le=bounds.INTERMEDIATE)] | None = Field(
         default=None, description="MLP width; defaults to 4×hidden (gelu) or the Llama 8/3×hidden rounded (swiglu)."
     )
-    vocab: PositiveInt
+    vocab: Annotated[int, Field(ge=1, le=bounds.VOCAB)]
     mlp: MlpKind = MlpKind.SWIGLU
     tied_embeddings: bool = False
     norm: Literal["rmsnorm", "layernorm"] | None = Field(
         default=None, description="Defaults to rmsnorm for swiglu models, layernorm for gelu models."
     )
-    max_positions: PositiveInt | None = Field(
+    max_positions: Annotated[int, Field(ge=1, le=bounds.POSITIONS)] | None = Field(
         default=None, description="Learned position embeddings (GPT-2 style); omit for rotary."
     )
 
@@ -84,10 +109,12 @@ class Architecture(ApiModel):
 class ModelSpec(ApiModel):
     """Either the architecture (preferred: exact memory and FLOPs) or just a parameter count."""
 
-    name: str | None = Field(default=None, description="Free text, e.g. llama-3-8b; for people.")
+    name: str | None = Field(
+        default=None, max_length=bounds.DNS_SUBDOMAIN_LENGTH, description="Free text, e.g. llama-3-8b; for people."
+    )
     architecture: Architecture | None = None
-    parameters: PositiveInt | None = Field(
-        default=None, description="Total parameters, used when the architecture is not given."
+    parameters: Annotated[int, Field(ge=1, le=bounds.PARAMETERS)] | None = Field(
+        default=None, description="Total parameters (at most 1e14), used when the architecture is not given."
     )
 
     @model_validator(mode="after")
@@ -98,23 +125,38 @@ class ModelSpec(ApiModel):
 
 
 class Workload(ApiModel):
+    """What the job does with the model. Bounds: microBatch and batch ≤ 65536, seqLen, promptLen
+    and newTokens ≤ 2^22, tensorParallel ≤ 64 (one node), tokens ≤ 1e15."""
+
     mode: WorkloadMode = WorkloadMode.TRAINING
     precision: Precision = Precision.AMP_BF16
     optimizer: Optimizer = Optimizer.ADAMW
-    micro_batch: PositiveInt = Field(default=1, description="Sequences per device per step (training).")
-    seq_len: PositiveInt = Field(default=2048, description="Tokens per sequence (training).")
+    micro_batch: Annotated[int, Field(ge=1, le=bounds.BATCH)] = Field(
+        default=1, description="Sequences per device per step (training)."
+    )
+    seq_len: Annotated[int, Field(ge=1, le=bounds.POSITIONS)] = Field(
+        default=2048, description="Tokens per sequence (training)."
+    )
     gradient_checkpointing: bool = False
     sharding: Sharding = Sharding.NONE
-    tensor_parallel: PositiveInt = Field(default=1, description="Tensor-parallel degree within a node.")
+    tensor_parallel: Annotated[int, Field(ge=1, le=bounds.TENSOR_PARALLEL)] = Field(
+        default=1, description="Tensor-parallel degree within a node."
+    )
     attention: Attention = Attention.SDPA
-    tokens: PositiveInt | None = Field(
+    tokens: Annotated[int, Field(ge=1, le=bounds.TOKENS)] | None = Field(
         default=None,
         description="Training: tokens to train on. Inference: new tokens to generate in all "
         "(defaults to one batch of newTokens).",
     )
-    batch: PositiveInt = Field(default=1, description="Concurrent sequences (inference).")
-    prompt_len: PositiveInt = Field(default=512, description="Prompt tokens per sequence (inference).")
-    new_tokens: PositiveInt = Field(default=128, description="Generated tokens per sequence (inference).")
+    batch: Annotated[int, Field(ge=1, le=bounds.BATCH)] = Field(
+        default=1, description="Concurrent sequences (inference)."
+    )
+    prompt_len: Annotated[int, Field(ge=1, le=bounds.POSITIONS)] = Field(
+        default=512, description="Prompt tokens per sequence (inference)."
+    )
+    new_tokens: Annotated[int, Field(ge=1, le=bounds.POSITIONS)] = Field(
+        default=128, description="Generated tokens per sequence (inference)."
+    )
 
     @model_validator(mode="after")
     def _mode_needs(self) -> Self:
@@ -124,14 +166,24 @@ class Workload(ApiModel):
 
 
 class Placement(ApiModel):
-    accelerator_kinds: list[AcceleratorKind] = Field(default_factory=list, description="Empty: any kind.")
-    accelerator_types: list[str] = Field(
-        default_factory=list, description="Catalog ids such as h100-80gb or tpu-v5e; empty: any."
+    """Where the job may run. Devices ≤ 65536, nodes ≤ 65536, at most 64 pools or accelerator ids."""
+
+    accelerator_kinds: list[AcceleratorKind] = Field(
+        default_factory=list, max_length=len(AcceleratorKind), description="Empty: any kind."
     )
-    pools: list[str] = Field(default_factory=list, description="AcceleratorPool names; empty: any allowed.")
-    min_devices: PositiveInt = 1
-    max_devices: PositiveInt | None = None
-    max_nodes: PositiveInt | None = None
+    accelerator_types: list[bounds.ShortText] = Field(
+        default_factory=list,
+        max_length=bounds.NAME_LIST_ITEMS,
+        description="Catalog ids such as h100-80gb or tpu-v5e; empty: any.",
+    )
+    pools: list[bounds.ObjectName] = Field(
+        default_factory=list,
+        max_length=bounds.NAME_LIST_ITEMS,
+        description="AcceleratorPool names; empty: any allowed.",
+    )
+    min_devices: Annotated[int, Field(ge=1, le=bounds.DEVICES)] = 1
+    max_devices: Annotated[int, Field(ge=1, le=bounds.DEVICES)] | None = None
+    max_nodes: Annotated[int, Field(ge=1, le=bounds.NODES)] | None = None
 
     @model_validator(mode="after")
     def _bounds(self) -> Self:
@@ -142,14 +194,32 @@ class Placement(ApiModel):
 
 class Spot(ApiModel):
     policy: SpotPolicy = SpotPolicy.NEVER
-    max_preemptions: Annotated[int, Field(ge=0)] = Field(
-        default=10, description="Give up (phase Failed) after this many preemptions."
+    max_preemptions: Annotated[int, Field(ge=0, le=bounds.PREEMPTIONS)] = Field(
+        default=10, description="Give up (phase Failed) after this many preemptions (at most 1000)."
     )
 
 
 class Checkpoint(ApiModel):
-    uri: str = Field(pattern=patterns.CHECKPOINT_URI, description="s3://bucket/prefix or pvc://claim/path")
-    interval_minutes: Annotated[float, Field(gt=0, le=10080)] = 30.0
+    """Where and how often the job checkpoints: every 1 to 10080 minutes (a week), to a path that
+    stays inside its bucket or claim (no ``.``, ``..`` or empty segments), at most 1024 chars."""
+
+    uri: str = Field(
+        max_length=bounds.URI_LENGTH,
+        pattern=patterns.CHECKPOINT_URI,
+        description="s3://bucket/prefix or pvc://claim/path",
+        json_schema_extra={"not": {"pattern": patterns.CHECKPOINT_ESCAPE}},
+    )
+    interval_minutes: Annotated[float, Field(ge=bounds.CHECKPOINT_MINUTES_MIN, le=bounds.CHECKPOINT_MINUTES_MAX)] = 30.0
+
+    @field_validator("uri")
+    @classmethod
+    def _stays_inside(cls, uri: str) -> str:
+        if re.search(patterns.CHECKPOINT_ESCAPE, uri):
+            raise ValueError(
+                "must stay inside its bucket or claim: no '.', '..' or empty path segments and no trailing '/' "
+                f"(got {errors.clip(uri)})"
+            )
+        return uri
 
     @property
     def scheme(self) -> str:
@@ -158,22 +228,40 @@ class Checkpoint(ApiModel):
 
 class AcceleratorJobSpec(ApiModel):
     team: Name
-    image: str = Field(min_length=1)
-    command: list[str] = Field(default_factory=list)
-    args: list[str] = Field(default_factory=list)
-    env: list[EnvVar] = Field(default_factory=list)
+    image: str = Field(min_length=1, max_length=bounds.IMAGE_LENGTH)
+    command: list[Annotated[str, Field(max_length=bounds.ARG_LENGTH)]] = Field(
+        default_factory=list, max_length=bounds.COMMAND_ITEMS
+    )
+    args: list[Annotated[str, Field(max_length=bounds.ARG_LENGTH)]] = Field(
+        default_factory=list, max_length=bounds.ARGS_ITEMS
+    )
+    env: list[EnvVar] = Field(default_factory=list, max_length=bounds.ENV_ITEMS)
     model: ModelSpec
     workload: Workload
     placement: Placement = Field(default_factory=Placement)
     objective: Objective = Objective.COST
     deadline: str | None = Field(
         default=None,
+        max_length=bounds.DURATION_LENGTH,
         pattern=patterns.DURATION,
-        description="Longest acceptable run time from admission, e.g. 36h or 2d12h.",
+        json_schema_extra={"not": {"pattern": patterns.ZERO_DURATION}},
+        description="Longest acceptable run time from admission, e.g. 36h or 2d12h; more than 0s, at most 365d.",
     )
-    max_cost: Annotated[float, Field(gt=0)] | None = Field(default=None, description="USD ceiling for the run.")
+    max_cost: Annotated[float, Field(gt=0, le=bounds.USD_MAX)] | None = Field(
+        default=None, description="USD ceiling for the run (at most 1e9)."
+    )
     spot: Spot = Field(default_factory=Spot)
     checkpoint: Checkpoint | None = None
+
+    @field_validator("deadline")
+    @classmethod
+    def _deadline_in_range(cls, deadline: str | None) -> str | None:
+        if deadline is None:
+            return None
+        seconds = durations.parse_seconds(deadline)
+        if not 0 < seconds <= bounds.DEADLINE_SECONDS_MAX:
+            raise ValueError(f"must be more than 0s and at most 365d (got {errors.clip(deadline)})")
+        return deadline
 
     @property
     def deadline_seconds(self) -> float | None:
@@ -181,56 +269,66 @@ class AcceleratorJobSpec(ApiModel):
 
 
 class Alternative(ApiModel):
-    pool: str
-    accelerator: str
-    devices: int
+    pool: bounds.ObjectName
+    accelerator: bounds.ShortText
+    devices: Annotated[int, Field(ge=0, le=bounds.DEVICES)]
     capacity_type: CapacityType | None = None
-    cost_usd: float | None = None
-    duration_seconds: float | None = None
-    reason: str
+    cost_usd: bounds.StatusUsd = None
+    duration_seconds: bounds.StatusSeconds = None
+    reason: bounds.Message
 
 
 class PlanStatus(ApiModel):
-    pool: str | None = None
-    accelerator: str | None = None
-    devices: int | None = None
-    nodes: int | None = None
+    """The operator's decision. Explanations are clipped to 1024 characters and at most 20
+    alternatives (one per pool) are kept, so the status stays small whatever the cluster."""
+
+    pool: bounds.ObjectName | None = None
+    accelerator: bounds.ShortText | None = None
+    devices: Annotated[int, Field(ge=0, le=bounds.DEVICES)] | None = None
+    nodes: Annotated[int, Field(ge=0, le=bounds.NODES)] | None = None
     capacity_type: CapacityType | None = None
     spot: bool | None = None
-    peak_allocated_bytes_per_device: int | None = None
-    footprint_bytes_per_device: int | None = None
-    step_seconds: float | None = None
-    tokens_per_second: float | None = None
-    duration_seconds: float | None = None
-    cost_usd: float | None = None
-    reason: str | None = None
-    alternatives: list[Alternative] = Field(default_factory=list)
+    peak_allocated_bytes_per_device: bounds.Bytes | None = None
+    footprint_bytes_per_device: bounds.Bytes | None = None
+    step_seconds: bounds.StatusSeconds = None
+    tokens_per_second: bounds.StatusRate = None
+    duration_seconds: bounds.StatusSeconds = None
+    cost_usd: bounds.StatusUsd = None
+    reason: bounds.Message | None = None
+    alternatives: Annotated[
+        list[Alternative],
+        BeforeValidator(bounds.keep_first(bounds.STATUS_ALTERNATIVES)),
+        Field(max_length=bounds.STATUS_ALTERNATIVES),
+    ] = Field(default_factory=list)
 
 
 class CheckpointStatus(ApiModel):
-    uri: str
-    step: int | None = None
-    time: str | None = None
+    uri: str = Field(max_length=bounds.URI_LENGTH)
+    step: Annotated[int, Field(ge=0, le=bounds.GENERATION_MAX)] | None = None
+    time: bounds.Time | None = None
+
+
+_Usd = Annotated[float, Field(ge=0, le=bounds.STATUS_USD_MAX)]
 
 
 class CostStatus(ApiModel):
-    spent_usd: float = 0.0
-    lost_to_preemption_usd: float = 0.0
-    device_seconds: float = 0.0
+    spent_usd: _Usd = 0.0
+    lost_to_preemption_usd: _Usd = 0.0
+    device_seconds: Annotated[float, Field(ge=0, le=bounds.STATUS_SECONDS_MAX)] = 0.0
 
 
 class AcceleratorJobStatus(ApiModel):
     phase: JobPhase | None = None
-    conditions: list[Condition] = Field(default_factory=list)
+    conditions: Conditions = Field(default_factory=list)
     plan: PlanStatus | None = None
-    attempt: int = 0
-    preemptions: int = 0
+    attempt: bounds.Count = 0
+    preemptions: bounds.Count = 0
     last_checkpoint: CheckpointStatus | None = None
     cost: CostStatus | None = None
-    start_time: str | None = None
-    completion_time: str | None = None
-    observed_generation: int | None = None
-    message: str | None = None
+    start_time: bounds.Time | None = None
+    completion_time: bounds.Time | None = None
+    observed_generation: bounds.Generation | None = None
+    message: bounds.Message | None = None
 
 
 class AcceleratorJob(ApiModel):

@@ -5,100 +5,137 @@ spec only names the node; everything observed lives in the status. Fields NVML c
 are listed in ``status.notSupported`` rather than guessed.
 """
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import BeforeValidator, Field
 
-from accel_api import vocabulary
-from accel_api.base import ApiModel, Condition, ObjectMeta
+from accel_api import bounds, vocabulary
+from accel_api.base import ApiModel, Conditions, ObjectMeta
 from accel_api.enums import AcceleratorKind, AgentBackend
+
+Problems = Annotated[
+    list[bounds.Message],
+    BeforeValidator(bounds.keep_first(bounds.STATUS_PROBLEMS)),
+    Field(max_length=bounds.STATUS_PROBLEMS),
+]
+Names = Annotated[
+    list[bounds.ShortText],
+    BeforeValidator(bounds.keep_first(bounds.STATUS_PROBLEMS)),
+    Field(max_length=bounds.STATUS_PROBLEMS),
+]
 
 
 class PodRef(ApiModel):
-    namespace: str
-    name: str
-    container: str | None = None
+    namespace: str = Field(max_length=bounds.DNS_LABEL_LENGTH)
+    name: bounds.ObjectName
+    container: bounds.ObjectName | None = None
+
+
+PodRefs = Annotated[
+    list[PodRef],
+    BeforeValidator(bounds.keep_first(bounds.STATUS_PROCESSES)),
+    Field(max_length=bounds.STATUS_PROCESSES),
+]
 
 
 class DeviceProcess(ApiModel):
-    pid: int
-    used_memory_bytes: int | None = None
+    pid: Annotated[int, Field(ge=0, le=bounds.PID_MAX)]
+    used_memory_bytes: bounds.Bytes | None = None
     pod: PodRef | None = None
 
 
 class RemappedRows(ApiModel):
-    correctable: int = 0
-    uncorrectable: int = 0
+    correctable: bounds.Count = 0
+    uncorrectable: bounds.Count = 0
     pending: bool = False
     failed: bool = False
 
 
 class MigInstance(ApiModel):
-    gpu_instance_id: int
-    profile: str
-    memory_bytes: int | None = None
-    slices: int | None = None
+    gpu_instance_id: Annotated[int, Field(ge=0, le=bounds.GPU_INSTANCE_ID_MAX)]
+    profile: bounds.ShortText
+    memory_bytes: bounds.Bytes | None = None
+    slices: Annotated[int, Field(ge=0, le=bounds.GPU_INSTANCE_ID_MAX)] | None = None
     in_use: bool = False
 
 
+Celsius = Annotated[float, Field(ge=bounds.CELSIUS_MIN, le=bounds.CELSIUS_MAX)]
+Watts = Annotated[float, Field(ge=0, le=bounds.WATTS_MAX)]
+
+
 class Device(ApiModel):
-    index: int
-    uuid: str | None = None
-    name: str | None = None
-    pci_bus_id: str | None = None
-    memory_total_bytes: int | None = None
-    memory_used_bytes: int | None = None
-    utilization_gpu_percent: float | None = None
-    utilization_memory_percent: float | None = None
-    power_watts: float | None = None
-    power_limit_watts: float | None = None
-    temperature_celsius: float | None = None
-    sm_clock_mhz: int | None = None
-    throttle_reasons: list[str] = Field(default_factory=list)
-    ecc_uncorrected: int | None = None
+    """One device. Lists are cut, not refused: 256 processes and pods, the latest 64 XIDs, 32
+    problems; problem text is clipped to 1024 characters."""
+
+    index: Annotated[int, Field(ge=0, le=bounds.GPU_INSTANCE_ID_MAX)]
+    uuid: bounds.ShortText | None = None
+    name: bounds.ShortText | None = None
+    pci_bus_id: bounds.ShortText | None = None
+    memory_total_bytes: bounds.Bytes | None = None
+    memory_used_bytes: bounds.Bytes | None = None
+    utilization_gpu_percent: bounds.Percent | None = None
+    utilization_memory_percent: bounds.Percent | None = None
+    power_watts: Watts | None = None
+    power_limit_watts: Watts | None = None
+    temperature_celsius: Celsius | None = None
+    sm_clock_mhz: Annotated[int, Field(ge=0, le=bounds.MHZ_MAX)] | None = None
+    throttle_reasons: Names = Field(default_factory=list)
+    ecc_uncorrected: bounds.Count | None = None
     remapped_rows: RemappedRows | None = None
     mig_enabled: bool | None = None
-    mig_instances: list[MigInstance] = Field(default_factory=list)
-    processes: list[DeviceProcess] = Field(default_factory=list)
-    allocated_pods: list[PodRef] = Field(
+    mig_instances: Annotated[
+        list[MigInstance], BeforeValidator(bounds.keep_first(bounds.STATUS_MIG)), Field(max_length=bounds.STATUS_MIG)
+    ] = Field(default_factory=list)
+    processes: Annotated[
+        list[DeviceProcess],
+        BeforeValidator(bounds.keep_first(bounds.STATUS_PROCESSES)),
+        Field(max_length=bounds.STATUS_PROCESSES),
+    ] = Field(default_factory=list)
+    allocated_pods: PodRefs = Field(
         default_factory=list, description="Pods the kubelet gave this device to (held even before first use)."
     )
-    xid_errors: list[int] = Field(default_factory=list, description="XID errors seen since the agent started.")
+    xid_errors: Annotated[
+        list[Annotated[int, Field(ge=0, le=bounds.XID_MAX)]],
+        BeforeValidator(bounds.keep_last(bounds.STATUS_XIDS)),
+        Field(max_length=bounds.STATUS_XIDS),
+    ] = Field(default_factory=list, description="XID errors seen since the agent started (the latest 64).")
     healthy: bool = True
-    problems: list[str] = Field(default_factory=list)
-    not_supported: list[str] = Field(default_factory=list)
+    problems: Problems = Field(default_factory=list)
+    not_supported: Names = Field(default_factory=list)
 
 
 class Fragmentation(ApiModel):
-    total_devices: int = 0
-    free_devices: int = Field(default=0, description="Devices with no process and under 5% memory used.")
-    partially_used_devices: int = 0
-    stranded_memory_bytes: int = Field(
+    total_devices: bounds.Count = 0
+    free_devices: bounds.Count = Field(default=0, description="Devices with no process and under 5% memory used.")
+    partially_used_devices: bounds.Count = 0
+    stranded_memory_bytes: bounds.Bytes = Field(
         default=0, description="Free memory on devices that are in use: hard to give to a new job."
     )
     whole_node_available: bool = False
-    largest_free_memory_bytes: int = 0
-    unusable_mig_slices: int = 0
+    largest_free_memory_bytes: bounds.Bytes = 0
+    unusable_mig_slices: bounds.Count = 0
 
 
 class AcceleratorNodeReportSpec(ApiModel):
-    node_name: str = Field(min_length=1)
+    node_name: str = Field(min_length=1, max_length=bounds.DNS_SUBDOMAIN_LENGTH)
 
 
 class AcceleratorNodeReportStatus(ApiModel):
     accelerator_kind: AcceleratorKind | None = None
     backend: AgentBackend = AgentBackend.NONE
     healthy: bool = True
-    problems: list[str] = Field(default_factory=list)
-    driver_version: str | None = None
-    cuda_driver_version: str | None = None
-    devices: list[Device] = Field(default_factory=list)
+    problems: Problems = Field(default_factory=list)
+    driver_version: bounds.ShortText | None = None
+    cuda_driver_version: bounds.ShortText | None = None
+    devices: Annotated[
+        list[Device], BeforeValidator(bounds.keep_first(bounds.STATUS_DEVICES)), Field(max_length=bounds.STATUS_DEVICES)
+    ] = Field(default_factory=list)
     fragmentation: Fragmentation = Field(default_factory=Fragmentation)
-    not_supported: list[str] = Field(default_factory=list)
-    sample_time: str | None = None
-    heartbeat_time: str | None = None
-    agent_version: str | None = None
-    conditions: list[Condition] = Field(default_factory=list)
+    not_supported: Names = Field(default_factory=list)
+    sample_time: bounds.Time | None = None
+    heartbeat_time: bounds.Time | None = None
+    agent_version: bounds.ShortText | None = None
+    conditions: Conditions = Field(default_factory=list)
 
 
 class AcceleratorNodeReport(ApiModel):

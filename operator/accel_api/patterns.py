@@ -4,14 +4,23 @@ from typing import Final
 
 DNS_LABEL: Final = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 DURATION: Final = r"^([0-9]+(\.[0-9]+)?(d|h|m|s))+$"
-CHECKPOINT_URI: Final = r"^(s3://[^/]+(/.*)?|pvc://[a-z0-9]([-a-z0-9]*[a-z0-9])?(/.*)?)$"
+# The bucket follows S3's naming rules; the claim is a DNS label; the path has no control
+# characters or backslashes (``..``/``.``/empty segments are refused by CHECKPOINT_ESCAPE).
+CHECKPOINT_URI: Final = (
+    r"^(s3://[a-z0-9]([-.a-z0-9]{0,61}[a-z0-9])?|pvc://[a-z0-9]([-a-z0-9]*[a-z0-9])?)(/[^\x00-\x1f\x7f\\]*)?$"
+)
+# A checkpoint path that would leave its prefix or claim once normalised: a "." or ".." segment
+# (also percent-encoded) or an empty segment ("a//b"). A single trailing "/" is allowed.
+CHECKPOINT_ESCAPE: Final = r"^[a-z0-9]+://[^/]*(/[^/]*)*/(\.|\.\.|%2[eE]|%2[eE]%2[eE]|\.%2[eE]|%2[eE]\.)?(/|$)"
+# A duration that adds up to nothing ("0s", "0h0m"): refused by the CRD beside DURATION.
+ZERO_DURATION: Final = r"^(0+(\.0+)?(d|h|m|s))+$"
 ENV_NAME: Final = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
-TPU_TOPOLOGY: Final = r"^[0-9]+(x[0-9]+){1,2}$"
+TPU_TOPOLOGY: Final = r"^[1-9][0-9]{0,3}(x[1-9][0-9]{0,3}){1,2}$"  # every dimension 1..9999
 
 EXPLAINED: Final[dict[str, str]] = {
     DNS_LABEL: "must be a lowercase DNS label (a-z, 0-9 and '-', at most 63 characters), e.g. research",
     DURATION: "must be a duration such as 90m, 36h, 2d or 1h30m",
-    CHECKPOINT_URI: "must be s3://bucket/prefix or pvc://claim/path",
+    CHECKPOINT_URI: "must be s3://bucket/prefix or pvc://claim/path (no control characters or backslashes)",
     ENV_NAME: "must be an environment variable name (letters, digits, '_', '-', '.'; not starting with a digit)",
-    TPU_TOPOLOGY: "must be a TPU topology such as 2x4 or 4x4x4",
+    TPU_TOPOLOGY: "must be a TPU topology such as 2x4 or 4x4x4 (every dimension 1 to 9999)",
 }

@@ -4,12 +4,13 @@ Spot jobs must checkpoint often enough to an allowed place; teams have budgets p
 teams may use only the pools granted to them. Several policies combine: every rule applies.
 """
 
+import re
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
-from accel_api import vocabulary
-from accel_api.base import ApiModel, Condition, ObjectMeta
+from accel_api import bounds, errors, patterns, vocabulary
+from accel_api.base import ApiModel, Conditions, ObjectMeta
 from accel_api.enums import BudgetPeriod
 
 CheckpointScheme = Literal["s3", "pvc"]
@@ -21,40 +22,69 @@ def _all_schemes() -> list[CheckpointScheme]:
 
 class SpotRules(ApiModel):
     require_checkpoint: bool = True
-    max_checkpoint_interval_minutes: Annotated[float, Field(gt=0)] | None = 60.0
-    allowed_checkpoint_schemes: list[CheckpointScheme] = Field(default_factory=_all_schemes)
+    max_checkpoint_interval_minutes: (
+        Annotated[float, Field(ge=bounds.CHECKPOINT_MINUTES_MIN, le=bounds.CHECKPOINT_MINUTES_MAX)] | None
+    ) = Field(default=60.0, description="1 to 10080 (a week).")
+    allowed_checkpoint_schemes: list[CheckpointScheme] = Field(default_factory=_all_schemes, max_length=2)
+
+
+Usd = Annotated[float, Field(gt=0, le=bounds.USD_MAX)]
 
 
 class Budget(ApiModel):
-    team: str = Field(min_length=1)
+    team: str = Field(min_length=1, max_length=bounds.DNS_LABEL_LENGTH)
     period: BudgetPeriod = BudgetPeriod.MONTHLY
-    limit_usd: Annotated[float, Field(gt=0)]
+    limit_usd: Usd = Field(description="USD per period, at most 1e9.")
     include_lost_work: bool = Field(default=True, description="Count preemption waste against the budget.")
 
 
 class PoolAccess(ApiModel):
-    teams: list[str] = Field(min_length=1, description="Team names, or * for every team.")
-    pools: list[str] = Field(min_length=1, description="AcceleratorPool names, or * for all.")
+    teams: list[Annotated[str, Field(max_length=bounds.DNS_LABEL_LENGTH)]] = Field(
+        min_length=1, max_length=bounds.POLICY_ITEMS, description="Team names, or * for every team."
+    )
+    pools: list[bounds.ObjectName] = Field(
+        min_length=1, max_length=bounds.POLICY_ITEMS, description="AcceleratorPool names, or * for all."
+    )
 
 
 class AcceleratorPolicySpec(ApiModel):
+    """Bounds: 256 budgets and access rules, 64 reserved names, at most 65536 devices per job."""
+
     spot: SpotRules = Field(default_factory=SpotRules)
-    budgets: list[Budget] = Field(default_factory=list)
-    pool_access: list[PoolAccess] = Field(default_factory=list, description="Empty: every team may use every pool.")
-    max_devices_per_job: Annotated[int, Field(ge=1)] | None = None
+    budgets: list[Budget] = Field(default_factory=list, max_length=bounds.POLICY_ITEMS)
+    pool_access: list[PoolAccess] = Field(
+        default_factory=list,
+        max_length=bounds.POLICY_ITEMS,
+        description="Empty: every team may use every pool.",
+    )
+    max_devices_per_job: Annotated[int, Field(ge=1, le=bounds.DEVICES)] | None = None
+    reserved_env: list[Annotated[str, Field(min_length=1, max_length=bounds.ENV_NAME_LENGTH)]] = Field(
+        default_factory=list,
+        max_length=bounds.RESERVED_ENV_ITEMS,
+        description="Environment variable names jobs may not set, besides the built-in ones "
+        "(ACCEL_*, NVIDIA_VISIBLE_DEVICES, CUDA_VISIBLE_DEVICES, LD_*, ...). NAME or PREFIX_*.",
+    )
+
+    @field_validator("reserved_env")
+    @classmethod
+    def _names(cls, names: list[str]) -> list[str]:
+        for name in names:
+            if not re.fullmatch(patterns.ENV_NAME, name.removesuffix("*")):
+                raise ValueError(f"{errors.clip(name)}: must be an environment variable name, or a prefix ending in *")
+        return names
 
 
 class TeamSpend(ApiModel):
-    team: str
+    team: str = Field(max_length=bounds.DNS_LABEL_LENGTH)
     period: BudgetPeriod
-    spent_usd: float
-    limit_usd: float
+    spent_usd: Annotated[float, Field(ge=0, le=bounds.STATUS_USD_MAX)]
+    limit_usd: Annotated[float, Field(ge=0, le=bounds.STATUS_USD_MAX)]
 
 
 class AcceleratorPolicyStatus(ApiModel):
-    conditions: list[Condition] = Field(default_factory=list)
-    spend: list[TeamSpend] = Field(default_factory=list)
-    observed_generation: int | None = None
+    conditions: Conditions = Field(default_factory=list)
+    spend: list[TeamSpend] = Field(default_factory=list, max_length=bounds.POLICY_ITEMS)
+    observed_generation: bounds.Generation | None = None
 
 
 class AcceleratorPolicy(ApiModel):

@@ -9,63 +9,76 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from accel_api import patterns, vocabulary
-from accel_api.base import ApiModel, Condition, ObjectMeta
+from accel_api import bounds, patterns, vocabulary
+from accel_api.base import ApiModel, Conditions, ObjectMeta
 from accel_api.enums import CapacityType, PriceSource, Provider, TaintEffect, TolerationOperator
 
-NonNegative = Annotated[float, Field(ge=0)]
+PricePerHour = Annotated[float, Field(ge=0, le=bounds.PRICE_MAX)]
+LabelKey = Annotated[str, Field(max_length=bounds.LABEL_KEY_LENGTH)]
+LabelValue = Annotated[str, Field(max_length=bounds.DNS_LABEL_LENGTH)]
 
 
 class Toleration(ApiModel):
-    key: str | None = None
+    key: LabelKey | None = None
     operator: TolerationOperator = TolerationOperator.EQUAL
-    value: str | None = None
+    value: LabelValue | None = None
     effect: TaintEffect | None = None
 
 
 class Price(ApiModel):
+    """USD per device-hour, 0 (owned hardware) to 1000 (list prices are $0.2-$15)."""
+
     source: PriceSource = PriceSource.STATIC
-    on_demand_per_device_hour: NonNegative | None = Field(
+    on_demand_per_device_hour: PricePerHour | None = Field(
         default=None, description="USD; defaults to the catalog's list price."
     )
-    spot_per_device_hour: NonNegative | None = Field(default=None, description="USD; defaults to the catalog's.")
+    spot_per_device_hour: PricePerHour | None = Field(default=None, description="USD; defaults to the catalog's.")
 
 
 class AcceleratorPoolSpec(ApiModel):
+    """Bounds: 1-64 devices per node, 1-65536 nodes, 32 selector entries and tolerations,
+    preemptions ≤ 60 per node-hour, restarts ≤ a day."""
+
     provider: Provider
-    accelerator: str = Field(min_length=1, description="Catalog id, e.g. h100-80gb, tpu-v5e.")
-    devices_per_node: Annotated[int, Field(ge=1, le=64)]
+    accelerator: str = Field(
+        min_length=1, max_length=bounds.SHORT_TEXT_LENGTH, description="Catalog id, e.g. h100-80gb, tpu-v5e."
+    )
+    devices_per_node: Annotated[int, Field(ge=1, le=bounds.DEVICES_PER_NODE)]
     capacity_type: CapacityType = CapacityType.ON_DEMAND
-    node_selector: dict[str, str] = Field(default_factory=dict)
-    tolerations: list[Toleration] = Field(default_factory=list)
-    max_nodes: Annotated[int, Field(ge=1)] = 1
-    region: str | None = None
-    zone: str | None = None
-    instance_type: str | None = None
-    tpu_topology: str | None = Field(default=None, pattern=patterns.TPU_TOPOLOGY, description="e.g. 2x4")
+    node_selector: dict[LabelKey, LabelValue] = Field(default_factory=dict, max_length=bounds.SELECTOR_ITEMS)
+    tolerations: list[Toleration] = Field(default_factory=list, max_length=bounds.SELECTOR_ITEMS)
+    max_nodes: Annotated[int, Field(ge=1, le=bounds.NODES)] = 1
+    region: bounds.ShortText | None = None
+    zone: bounds.ShortText | None = None
+    instance_type: bounds.ShortText | None = None
+    tpu_topology: str | None = Field(
+        default=None, max_length=16, pattern=patterns.TPU_TOPOLOGY, description="e.g. 2x4; every dimension >= 1"
+    )
     price: Price = Field(default_factory=Price)
-    preemption_rate_per_hour: NonNegative | None = Field(
+    preemption_rate_per_hour: Annotated[float, Field(ge=0, le=bounds.PREEMPTION_RATE_MAX)] | None = Field(
         default=None,
         description="Expected preemptions per node-hour, for planning (spot); the observed rate "
         "in status wins once there is enough history.",
     )
-    restart_seconds: NonNegative = Field(default=300.0, description="Time to get a replacement node and restart.")
+    restart_seconds: Annotated[float, Field(ge=0, le=bounds.RESTART_SECONDS_MAX)] = Field(
+        default=300.0, description="Time to get a replacement node and restart."
+    )
 
 
 class AcceleratorPoolStatus(ApiModel):
-    nodes: int = 0
-    ready_nodes: int = 0
-    total_devices: int = 0
-    free_devices: int = 0
-    allocated_devices: int = 0
-    whole_free_nodes: int = 0
-    stranded_memory_bytes: int = 0
-    utilization_percent: float | None = None
-    unhealthy_devices: int = 0
-    observed_preemptions: int = 0
-    observed_preemption_rate_per_hour: float | None = None
-    conditions: list[Condition] = Field(default_factory=list)
-    observed_generation: int | None = None
+    nodes: bounds.Count = 0
+    ready_nodes: bounds.Count = 0
+    total_devices: bounds.Count = 0
+    free_devices: bounds.Count = 0
+    allocated_devices: bounds.Count = 0
+    whole_free_nodes: bounds.Count = 0
+    stranded_memory_bytes: bounds.Bytes = 0
+    utilization_percent: bounds.Percent | None = None
+    unhealthy_devices: bounds.Count = 0
+    observed_preemptions: bounds.Count = 0
+    observed_preemption_rate_per_hour: bounds.StatusRate = None
+    conditions: Conditions = Field(default_factory=list)
+    observed_generation: bounds.Generation | None = None
 
 
 class AcceleratorPool(ApiModel):

@@ -4,6 +4,8 @@ Every string that crosses a boundary (Kubernetes objects, the job's container, t
 named here once, so a grep for a key finds its one definition.
 """
 
+import re
+from collections.abc import Iterable
 from typing import Final
 
 GROUP: Final = "accel.dev"
@@ -90,3 +92,49 @@ ENV_JOB_NAME: Final = "ACCEL_JOB_NAME"
 ENV_TEAM: Final = "ACCEL_TEAM"
 ENV_DEVICES: Final = "ACCEL_DEVICES"  # devices in the whole job
 ENV_ACCELERATOR: Final = "ACCEL_ACCELERATOR"  # catalog id, e.g. h100-80gb
+
+# --- reserved environment: names a tenant may not set in spec.env ---------------------------
+# One definition, read by the API validation, the CRD pattern and the workload builder. A name
+# ending in "*" reserves every name with that prefix. Why each one:
+RESERVED_ENV: Final = (
+    # The operator's contract (checkpoint URI, attempt, devices, ...): a tenant value would lie
+    # to the job about where to resume or how many devices it has.
+    "ACCEL_*",
+    # The NVIDIA container runtime reads these when it starts the container: they choose which
+    # GPUs are mounted and which driver capabilities are exposed. Set by a tenant they can reach
+    # devices the scheduler did not allocate (escaping the device plugin), or skip the runtime's
+    # driver/CUDA compatibility checks.
+    "NVIDIA_VISIBLE_DEVICES",
+    "NVIDIA_DRIVER_CAPABILITIES",
+    "NVIDIA_REQUIRE_*",
+    "NVIDIA_DISABLE_REQUIRE",
+    "NVIDIA_MIG_*",
+    # Device visibility inside the process: renumbering or hiding devices breaks the devices /
+    # ranks contract the planner priced and the agent attributes usage with.
+    "CUDA_VISIBLE_DEVICES",
+    "TPU_VISIBLE_CHIPS",
+    "TPU_WORKER_ID",
+    "TPU_WORKER_HOSTNAMES",
+    # The dynamic loader: replaces the host driver libraries the runtime injects (libcuda,
+    # libnvidia-ml) or preloads code into every process, including hooks the operator adds.
+    "LD_*",
+)
+# NCCL_* is deliberately NOT reserved: tenants legitimately tune and debug NCCL (NCCL_DEBUG,
+# NCCL_IB_HCA, NCCL_SOCKET_IFNAME) and none of it crosses the container boundary. A platform
+# that pins NCCL settings per pool adds them through AcceleratorPolicy.spec.reservedEnv.
+
+
+def _env_matches(name: str, entry: str) -> bool:
+    return name.startswith(entry[:-1]) if entry.endswith("*") else name == entry
+
+
+def is_reserved_env(name: str, extra: Iterable[str] = ()) -> bool:
+    """Whether a container may not receive ``name`` from a tenant (``extra``: a policy's additions,
+    in the same notation: an exact name or a ``PREFIX_*``)."""
+    return any(_env_matches(name, entry) for entry in (*RESERVED_ENV, *extra))
+
+
+def reserved_env_regex(entries: Iterable[str] = RESERVED_ENV) -> str:
+    """An anchored regular expression (RE2- and ECMA-compatible) matching every reserved name."""
+    alternatives = [re.escape(e[:-1]) + ".*" if e.endswith("*") else re.escape(e) for e in entries]
+    return "^(" + "|".join(alternatives) + ")$"

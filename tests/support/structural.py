@@ -1,16 +1,18 @@
 """A small stand-in validator for Kubernetes structural (OpenAPI v3.0) schemas, for unit tests.
 
 What it checks: types, required fields, enums, numeric minimum/maximum (with the exclusive
-flags), string pattern and minLength/maxLength, array minItems, nullable, maps
-(additionalProperties) and unknown fields (which the API server would prune).
+flags), string pattern (also negated with ``not``) and minLength/maxLength, array
+minItems/maxItems, object maxProperties, nullable, maps (additionalProperties) and unknown fields
+(which the API server would prune).
 
 What it does NOT check, so passing here is not proof that the API server accepts a document:
-- ``maxItems``, ``minProperties``/``maxProperties``, ``uniqueItems``, ``multipleOf``, ``format``;
+- ``minProperties``, ``uniqueItems``, ``multipleOf``, ``format``;
 - ``x-kubernetes-validations`` (CEL rules), ``x-kubernetes-list-type``/``-map-keys`` and
   ``x-kubernetes-int-or-string``;
 - regex dialect: patterns are run with Python's ``re`` (the server uses Go's RE2, which lacks
   backreferences and lookaround and anchors differently in places);
-- ``oneOf``/``anyOf``/``allOf``/``not``, defaults and pruning itself, and the estimated CEL cost.
+- ``oneOf``/``anyOf``/``allOf`` (``not`` only around a pattern), defaults and pruning itself,
+  and the estimated CEL cost.
 
 The real check is the cluster test that sends every example to the local kube-apiserver with
 strict field validation (tests/cluster/test_smoke.py); this validator keeps unit tests fast.
@@ -41,6 +43,9 @@ def validate(value: Any, schema: dict[str, Any], path: str = "") -> list[str]:
     if not ok:
         return [f"{where}: expected {kind}, got {type(value).__name__}"]
     problems: list[str] = []
+    negated = schema.get("not", {})
+    if isinstance(value, str) and "pattern" in negated and re.search(negated["pattern"], value):
+        problems.append(f"{where}: {value!r} matches the forbidden {negated['pattern']}")
     if "enum" in schema and value not in schema["enum"]:
         problems.append(f"{where}: {value!r} not in {schema['enum']}")
     if kind in ("integer", "number"):
@@ -60,6 +65,8 @@ def validate(value: Any, schema: dict[str, Any], path: str = "") -> list[str]:
     if kind == "array":
         if len(value) < schema.get("minItems", 0):
             problems.append(f"{where}: fewer than {schema['minItems']} items")
+        if len(value) > schema.get("maxItems", 1 << 30):
+            problems.append(f"{where}: more than {schema['maxItems']} items")
         for i, item in enumerate(value):
             problems.extend(validate(item, schema.get("items", {}), f"{path}[{i}]"))
     if kind == "object":
@@ -67,6 +74,8 @@ def validate(value: Any, schema: dict[str, Any], path: str = "") -> list[str]:
         for name in schema.get("required", []):
             if name not in value:
                 problems.append(f"{path + '.' if path else ''}{name}: required")
+        if len(value) > schema.get("maxProperties", 1 << 30):
+            problems.append(f"{where}: more than {schema['maxProperties']} properties")
         extra = schema.get("additionalProperties")
         for key, item in value.items():
             sub = f"{path}.{key}" if path else key

@@ -88,3 +88,27 @@ def test_schema_rejects_what_the_models_reject() -> None:
     problems = structural.validate(doc, crdgen.openapi_schema(registry.JOB))
     assert any("microBatch" in p for p in problems)
     assert any("precision" in p for p in problems)
+
+
+@pytest.mark.parametrize("kind", registry.KINDS, ids=lambda k: k.kind)
+def test_every_field_is_bounded(kind: registry.Kind) -> None:
+    """Strings have maxLength (or an enum), lists maxItems, maps maxProperties, numbers both bounds:
+    a valid object can never grow the status or kopf's annotation without limit."""
+    schema = crdgen.openapi_schema(kind)
+    top = {".apiVersion", ".kind", ".metadata"}
+    unbounded = []
+    for path, node in _walk(schema):
+        if path in top:
+            continue
+        kind_ = node["type"]
+        if kind_ == "string" and "maxLength" not in node and "enum" not in node:
+            unbounded.append(f"{path}: string without maxLength")
+        elif kind_ == "array" and "maxItems" not in node:
+            unbounded.append(f"{path}: array without maxItems")
+        elif kind_ == "object" and "additionalProperties" in node and "maxProperties" not in node:
+            unbounded.append(f"{path}: map without maxProperties")
+        elif kind_ == "object" and node.get("x-kubernetes-preserve-unknown-fields"):
+            unbounded.append(f"{path}: object that keeps unknown fields")
+        elif kind_ in ("integer", "number") and not ("minimum" in node and "maximum" in node):
+            unbounded.append(f"{path}: number without minimum and maximum")
+    assert unbounded == [], "\n".join(unbounded)
