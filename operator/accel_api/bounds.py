@@ -138,6 +138,11 @@ StatusUsd = Annotated[
 ]
 StatusRate = Annotated[Annotated[float, Field(ge=0, le=RATE_MAX)] | None, BeforeValidator(_estimate(RATE_MAX))]
 Count = Annotated[int, Field(ge=0, le=STATUS_COUNT_MAX)]
+PRIORITY_MAX: Final = 1_000_000  # the PriorityClass range (user classes: up to 1e9) scaled down
+RETRIES_MAX: Final = 100  # a job that failed 100 times needs a person, not a retry
+SCALE_UP_TIMEOUT_MAX: Final = 86_400.0  # a day; cloud capacity that takes longer is not coming
+EXIT_CODE_MIN: Final = -(2**31)
+EXIT_CODE_MAX: Final = 2**31 - 1
 Bytes = Annotated[int, Field(ge=0, le=BYTES_MAX)]
 Generation = Annotated[int, Field(ge=0, le=GENERATION_MAX)]
 Percent = Annotated[float, Field(ge=0, le=PERCENT_MAX)]

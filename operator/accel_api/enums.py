@@ -67,6 +67,16 @@ class CapacityType(StrEnum):
     ON_DEMAND = "on-demand"
 
 
+class PoolScaling(StrEnum):
+    FIXED = "fixed"  # capacity is the nodes that exist
+    AUTOSCALED = "autoscaled"  # nodes appear for pending pods up to maxNodes (Karpenter, cluster autoscaler)
+
+
+class FailureKind(StrEnum):
+    FAILURE = "Failure"  # the program failed on a healthy node: counts against spec.maxRetries
+    PREEMPTION = "Preemption"  # the capacity went away: counts against spec.spot.maxPreemptions
+
+
 class Provider(StrEnum):
     AWS = "aws"
     GCP = "gcp"

@@ -16,6 +16,7 @@ from accel_api.enums import (
     AcceleratorKind,
     Attention,
     CapacityType,
+    FailureKind,
     JobPhase,
     MlpKind,
     Objective,
@@ -252,6 +253,16 @@ class AcceleratorJobSpec(ApiModel):
     )
     spot: Spot = Field(default_factory=Spot)
     checkpoint: Checkpoint | None = None
+    priority: Annotated[int, Field(ge=-bounds.PRIORITY_MAX, le=bounds.PRIORITY_MAX)] = Field(
+        default=0,
+        description="Admission order: higher first, then earlier submission. A higher-priority job "
+        "never waits behind a lower one for capacity it can use.",
+    )
+    max_retries: Annotated[int, Field(ge=0, le=bounds.RETRIES_MAX)] = Field(
+        default=0,
+        description="Attempts after a real failure (non-zero exit on a healthy node). Preemptions "
+        "count against spot.maxPreemptions instead.",
+    )
 
     @field_validator("deadline")
     @classmethod
@@ -317,11 +328,28 @@ class CostStatus(ApiModel):
     device_seconds: Annotated[float, Field(ge=0, le=bounds.STATUS_SECONDS_MAX)] = 0.0
 
 
+class AttemptFailure(ApiModel):
+    """How an attempt ended when it did not succeed: a failure of the program or a preemption."""
+
+    kind: FailureKind
+    attempt: bounds.Count = 0
+    reason: bounds.ShortText
+    message: bounds.Message | None = None
+    exit_code: Annotated[int, Field(ge=bounds.EXIT_CODE_MIN, le=bounds.EXIT_CODE_MAX)] | None = None
+    pod: bounds.ObjectName | None = None
+    node: bounds.ObjectName | None = None
+    time: bounds.Time | None = None
+
+
 class AcceleratorJobStatus(ApiModel):
     phase: JobPhase | None = None
     conditions: Conditions = Field(default_factory=list)
     plan: PlanStatus | None = None
     attempt: bounds.Count = 0
+    workload: bounds.ObjectName | None = Field(default=None, description="The current attempt's batch/v1 Job.")
+    admitted_time: bounds.Time | None = None
+    retries: bounds.Count = 0
+    last_failure: AttemptFailure | None = None
     preemptions: bounds.Count = 0
     last_checkpoint: CheckpointStatus | None = None
     cost: CostStatus | None = None

@@ -11,7 +11,7 @@ from pydantic import Field
 
 from accel_api import bounds, patterns, vocabulary
 from accel_api.base import ApiModel, Conditions, ObjectMeta
-from accel_api.enums import CapacityType, PriceSource, Provider, TaintEffect, TolerationOperator
+from accel_api.enums import CapacityType, PoolScaling, PriceSource, Provider, TaintEffect, TolerationOperator
 
 PricePerHour = Annotated[float, Field(ge=0, le=bounds.PRICE_MAX)]
 LabelKey = Annotated[str, Field(max_length=bounds.LABEL_KEY_LENGTH)]
@@ -62,6 +62,16 @@ class AcceleratorPoolSpec(ApiModel):
     )
     restart_seconds: Annotated[float, Field(ge=0, le=bounds.RESTART_SECONDS_MAX)] = Field(
         default=300.0, description="Time to get a replacement node and restart."
+    )
+    scaling: PoolScaling = Field(
+        default=PoolScaling.FIXED,
+        description="fixed: capacity is the nodes that exist; autoscaled: nodes appear for pending pods up to "
+        "maxNodes (Karpenter, the cluster autoscaler).",
+    )
+    scale_up_timeout_seconds: Annotated[float, Field(ge=1, le=bounds.SCALE_UP_TIMEOUT_MAX)] = Field(
+        default=600.0,
+        description="Autoscaled pools: a gang whose pods are not all bound this long after admission is "
+        "released and planned again.",
     )
 
 

@@ -54,6 +54,8 @@ JOB = Kind(
         PrinterColumn("Cost", "number", ".status.cost.spentUsd", description="USD spent so far"),
         PrinterColumn("Pool", "string", ".status.plan.pool", priority=1),
         PrinterColumn("Preemptions", "integer", ".status.preemptions", priority=1),
+        PrinterColumn("Attempt", "integer", ".status.attempt", priority=1),
+        PrinterColumn("Workload", "string", ".status.workload", priority=1),
         _AGE,
     ),
 )
