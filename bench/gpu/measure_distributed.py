@@ -1,0 +1,586 @@
+"""Measure real per-device peak GPU memory and speed of DDP and FSDP2 training, for the planner's calibration.
+
+Companion of ``measure_training.py`` (same random-init Hugging Face models, same training step,
+same fields), for several GPUs of one host with NCCL, one process per GPU:
+
+- ``sharding: ddp``: ``DistributedDataParallel(model, bucket_cap_mb=25)`` (the default bucket
+  size; ``gradient_as_bucket_view=False``, the default, so the buckets are a second copy of the
+  gradients) with ``torch.autocast(bfloat16)`` around the forward for ``amp_bf16``;
+- ``sharding: fsdp_full`` / ``fsdp_grad_op``: FSDP2 ``fully_shard`` on every decoder layer and then
+  on the root, ``reshard_after_forward=True`` (ZeRO-3-like) or ``False`` (ZeRO-2-like); for
+  ``amp_bf16`` a ``MixedPrecisionPolicy(param_dtype=bfloat16, reduce_dtype=float32)`` replaces
+  autocast (fp32 master shards, bf16 compute, fp32 gradient reduce-scatter);
+- ``sharding: none``: one process, no wrapper (the single-GPU baseline on the same card);
+- step: ``loss = model(input_ids=ids, labels=ids).loss; loss.backward(); opt.step();
+  opt.zero_grad(set_to_none=True)``, ``micro_batch`` random sequences of ``seq`` tokens per
+  rank, four steps; AdamW is ``torch.optim.AdamW(fused=True)``, SGD has momentum 0.9; gradient
+  checkpointing is HF's ``gradient_checkpointing_enable(use_reentrant=False)``;
+- ``static_after_init`` = ``memory_allocated()`` on rank 0 after wrapping, before the first
+  step (the optimizer states do not exist yet); ``peak_alloc`` / ``peak_reserved`` = the maximum
+  over the ranks of ``max_memory_allocated()`` / ``max_memory_reserved()`` over the four steps;
+  ``nvml_used_after`` = the maximum over the ranks of NVML's used memory right after the steps;
+  ``step_s`` = the maximum over the ranks of the median wall time of steps 2–4;
+  ``tokens_per_s`` = micro_batch × seq × devices / step_s (the whole job) and
+  ``tokens_per_s_per_device`` = micro_batch × seq / step_s.
+
+Each configuration runs in isolation inside one ``torchrun`` launch per device count: everything
+it allocated is deleted and the cache emptied before the next. An out-of-memory error is caught
+on each rank and recorded as ``oom: true``. If a rank dies or hangs (an out-of-memory error on
+one rank only can leave the others waiting in a collective; the process-group timeout ends
+them), the launcher writes the row from the per-rank status files and relaunches with the
+configurations that are left.
+
+    python bench/gpu/measure_distributed.py --list
+    python bench/gpu/measure_distributed.py --devices 2 --out /tmp/x.jsonl            # runs torchrun
+    python bench/gpu/measure_distributed.py --devices 1 --only llama-1.1b-b4 --out /tmp/x.jsonl
+
+Needs ``torch`` and ``transformers`` on the GPU machine only; ``--list`` needs neither.
+``tests/data/calibration/h200-ddp-fsdp.jsonl`` was made with ``--devices 2``, ``--devices 4`` and
+``--devices 1`` in turn on one 4 × H200 host (about 2.5 minutes for all three).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import gc
+import importlib
+import importlib.util
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+STEPS = 4
+DDP_BUCKET_CAP_MB = 25  # DistributedDataParallel's default
+PG_TIMEOUT_S = 60  # a rank stuck in a collective (another rank died) gives up after this
+SHARDINGS = ("none", "ddp", "fsdp_full", "fsdp_grad_op")
+
+
+@dataclass(frozen=True)
+class Config:
+    name: str
+    kind: str  # llama | gpt2
+    hidden: int
+    layers: int
+    heads: int
+    kv_heads: int
+    inter: int
+    vocab: int
+    sharding: str = "fsdp_full"  # ddp | fsdp_full | fsdp_grad_op | none (single GPU)
+    precision: str = "amp_bf16"  # amp_bf16 | bf16
+    optimizer: str = "adamw"  # adamw | sgd
+    seq: int = 2048
+    micro_batch: int = 4
+    grad_ckpt: bool = False
+
+
+_SHAPES: dict[str, tuple[str, int, int, int, int, int, int]] = {
+    # name: kind, hidden, layers, heads, kv_heads, inter, vocab (same shapes as the shared calibration set)
+    "llama-125m": ("llama", 768, 12, 12, 12, 2048, 32000),
+    "llama-350m": ("llama", 1024, 24, 16, 16, 2816, 32000),
+    "llama-1.1b": ("llama", 2048, 22, 32, 4, 5632, 32000),
+    "llama-3b": ("llama", 3200, 26, 32, 32, 8640, 32000),
+    "llama-7b": ("llama", 4096, 32, 32, 32, 11008, 32000),
+    "gpt2-124m": ("gpt2", 768, 12, 12, 12, 3072, 50257),
+    "gpt2-355m": ("gpt2", 1024, 24, 16, 16, 4096, 50257),
+}
+
+
+def _c(model: str, sharding: str, micro_batch: int, seq: int, *, ckpt: bool = False, **kw: Any) -> Config:
+    kind, hidden, layers, heads, kv, inter, vocab = _SHAPES[model]
+    tags = [model, sharding, f"b{micro_batch}x{seq}"]
+    if ckpt:
+        tags.append("ckpt")
+    tags += [str(v) for k, v in sorted(kw.items()) if k in ("precision", "optimizer")]
+    return Config(
+        name="-".join(tags),
+        kind=kind,
+        hidden=hidden,
+        layers=layers,
+        heads=heads,
+        kv_heads=kv,
+        inter=inter,
+        vocab=vocab,
+        sharding=sharding,
+        micro_batch=micro_batch,
+        seq=seq,
+        grad_ckpt=ckpt,
+        **kw,
+    )
+
+
+# Several GPUs: DDP against FSDP full and grad-op sharding, with and without checkpointing, 124M–7B,
+# micro batch 1–16, sequences 1024–4096, one pure-bf16 row and one SGD row. Ordered small to large;
+# the configurations that may run out of memory come last in the list (an out-of-memory error on one
+# rank only can end the launch; the launcher then goes on with the rest).
+MULTI: tuple[Config, ...] = (
+    _c("llama-125m", "ddp", 8, 1024),
+    _c("llama-125m", "fsdp_full", 8, 1024),
+    _c("llama-125m", "fsdp_grad_op", 8, 1024),
+    _c("gpt2-124m", "ddp", 16, 1024),
+    _c("gpt2-124m", "fsdp_full", 16, 1024),
+    _c("gpt2-355m", "fsdp_grad_op", 8, 1024),
+    _c("gpt2-355m", "ddp", 4, 1024, ckpt=True),
+    _c("llama-350m", "ddp", 8, 2048),
+    _c("llama-350m", "fsdp_full", 8, 2048),
+    _c("llama-350m", "fsdp_grad_op", 4, 2048, ckpt=True),
+    _c("llama-1.1b", "ddp", 4, 2048),
+    _c("llama-1.1b", "fsdp_full", 4, 2048),
+    _c("llama-1.1b", "ddp", 2, 4096, ckpt=True),
+    _c("llama-1.1b", "fsdp_full", 8, 2048, ckpt=True),
+    _c("llama-1.1b", "fsdp_grad_op", 4, 2048),
+    _c("llama-1.1b", "ddp", 4, 2048, optimizer="sgd"),
+    _c("llama-3b", "fsdp_full", 2, 2048),
+    _c("llama-3b", "fsdp_grad_op", 4, 2048, ckpt=True),
+    _c("llama-3b", "fsdp_full", 4, 2048, ckpt=True, precision="bf16"),
+    _c("llama-7b", "fsdp_full", 2, 2048, ckpt=True),
+    _c("llama-7b", "fsdp_grad_op", 1, 2048, ckpt=True),
+    _c("llama-1.1b", "fsdp_full", 1, 2048),  # little compute per collective
+    _c("llama-1.1b", "fsdp_grad_op", 2, 4096, ckpt=True),
+    _c("llama-3b", "fsdp_full", 8, 2048, ckpt=True),
+    _c("llama-3b", "ddp", 1, 1024, ckpt=True),  # fp32 weights + grads + buckets + Adam ≈ 69 GB: may not fit
+    _c("llama-7b", "fsdp_full", 1, 2048),  # no checkpointing: may not fit on two 80 GB cards
+    _c("llama-7b", "ddp", 1, 1024, ckpt=True),  # ≈ 135 GB of model states per device: does not fit
+)
+
+# One GPU, same card, no wrapper: the baselines the several-GPU rows are compared with.
+SINGLE: tuple[Config, ...] = (
+    _c("llama-125m", "none", 8, 1024),
+    _c("llama-350m", "none", 8, 2048),
+    _c("llama-1.1b", "none", 4, 2048),
+    _c("gpt2-124m", "none", 16, 1024),
+)
+
+CONFIGS: tuple[Config, ...] = MULTI + SINGLE
+
+# The first run on four GPUs (4 × H200) measured this subset of MULTI; later runs measure all of MULTI.
+QUAD_FIRST_RUN = (
+    "llama-125m-fsdp_full-b8x1024",
+    "gpt2-124m-ddp-b16x1024",
+    "llama-350m-fsdp_full-b8x2048",
+    "llama-1.1b-ddp-b4x2048",
+    "llama-1.1b-fsdp_full-b4x2048",
+    "llama-1.1b-fsdp_grad_op-b4x2048",
+    "llama-3b-fsdp_full-b2x2048",
+    "llama-3b-fsdp_grad_op-b4x2048-ckpt",
+    "llama-7b-fsdp_full-b2x2048-ckpt",
+    "llama-7b-fsdp_grad_op-b1x2048-ckpt",
+    "llama-3b-ddp-b1x1024-ckpt",
+)
+
+# Device names as CUDA reports them → the planner catalog's ids (as in measure_training.py).
+_CATALOG_IDS = (
+    ("H100 80GB", "h100-80gb"),
+    ("H200", "h200-141gb"),
+    ("B200", "b200"),
+    ("A100-SXM4-80GB", "a100-80gb"),
+    ("A100 80GB", "a100-80gb"),
+    ("A100-SXM4-40GB", "a100-40gb"),
+)
+
+
+def _arch_label(c: Config, n_params: int) -> str:
+    size = n_params / 1e9
+    return f"{c.kind}-{size:.1f}b" if size >= 1 else f"{c.kind}-{n_params / 1e6:.0f}m"
+
+
+# ----------------------------------------------------------------------------------------- worker
+
+
+def _build(c: Config, torch: Any, transformers: Any) -> Any:
+    if c.kind == "llama":
+        cfg = transformers.LlamaConfig(
+            hidden_size=c.hidden,
+            intermediate_size=c.inter,
+            num_hidden_layers=c.layers,
+            num_attention_heads=c.heads,
+            num_key_value_heads=c.kv_heads,
+            vocab_size=c.vocab,
+            max_position_embeddings=max(2048, c.seq),
+            tie_word_embeddings=False,
+            use_cache=False,
+        )
+    else:
+        cfg = transformers.GPT2Config(
+            n_embd=c.hidden,
+            n_layer=c.layers,
+            n_head=c.heads,
+            vocab_size=c.vocab,
+            n_positions=max(1024, c.seq),
+            use_cache=False,
+        )
+    with torch.device("cuda"):
+        try:
+            model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa")
+        except TypeError:  # older signatures
+            cfg._attn_implementation = "sdpa"
+            model = transformers.AutoModelForCausalLM.from_config(cfg)
+    model = model.to("cuda")
+    if c.precision == "bf16":
+        model = model.to(torch.bfloat16)
+    return model
+
+
+def _decoder_layers(model: Any) -> list[Any]:
+    inner = getattr(model, "model", None)
+    if inner is not None and hasattr(inner, "layers"):
+        return list(inner.layers)  # Llama
+    return list(model.transformer.h)  # GPT-2
+
+
+def _fsdp_api() -> tuple[Any, Any]:
+    try:
+        fsdp = importlib.import_module("torch.distributed.fsdp")
+        return fsdp.fully_shard, fsdp.MixedPrecisionPolicy  # noqa: TRY300
+    except (ImportError, AttributeError):  # torch < 2.6
+        fsdp = importlib.import_module("torch.distributed._composable.fsdp")
+        return fsdp.fully_shard, fsdp.MixedPrecisionPolicy
+
+
+def _wrap(c: Config, model: Any, torch: Any, local_rank: int) -> tuple[Any, dict[str, Any]]:
+    """The wrapped model and the row fields that say how it was wrapped."""
+    if c.sharding == "none":
+        return model, {"reduce_fp32": None}
+    if c.sharding == "ddp":
+        ddp = torch.nn.parallel.DistributedDataParallel(
+            model, device_ids=[local_rank], bucket_cap_mb=DDP_BUCKET_CAP_MB, gradient_as_bucket_view=False
+        )
+        return ddp, {
+            "reduce_fp32": c.precision == "amp_bf16",  # fp32 parameters → fp32 gradients are all-reduced
+            "bucket_cap_mb": DDP_BUCKET_CAP_MB,
+            "gradient_as_bucket_view": False,
+        }
+    fully_shard, policy_cls = _fsdp_api()
+    reshard = c.sharding == "fsdp_full"
+    kw: dict[str, Any] = {"reshard_after_forward": reshard}
+    if c.precision == "amp_bf16":
+        kw["mp_policy"] = policy_cls(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    for layer in _decoder_layers(model):
+        fully_shard(layer, **kw)
+    fully_shard(model, **kw)
+    return model, {"reduce_fp32": c.precision == "amp_bf16", "reshard_after_forward": reshard}
+
+
+def _nvml_used(torch: Any) -> int | None:
+    if importlib.util.find_spec("pynvml") is None:
+        return None
+    try:
+        pynvml = importlib.import_module("pynvml")
+        pynvml.nvmlInit()
+        index = torch.cuda.current_device()
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        if visible:
+            index = int(visible.split(",")[index])
+        handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+        return int(pynvml.nvmlDeviceGetMemoryInfo(handle).used)
+    except Exception:  # noqa: BLE001 - NVML is optional
+        return None
+
+
+def _status(status_dir: Path, rank: int, payload: dict[str, Any]) -> None:
+    (status_dir / f"rank{rank}.json").write_text(json.dumps(payload), encoding="utf-8")
+
+
+def _measure(c: Config, torch: Any, transformers: Any, rank: int, local_rank: int, status_dir: Path) -> dict[str, Any]:  # noqa: PLR0917
+    """This rank's figures for one configuration; never raises OutOfMemoryError."""
+    local: dict[str, Any] = {"oom": False}
+    torch.manual_seed(0)
+    phase = "build"
+    try:
+        model = _build(c, torch, transformers)
+        local["n_params"] = sum(p.numel() for p in model.parameters())
+        model.train()
+        if c.grad_ckpt:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        phase = "wrap"
+        model, how = _wrap(c, model, torch, local_rank)
+        local |= how
+        if c.optimizer == "adamw":
+            opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+        else:
+            opt = torch.optim.SGD(model.parameters(), lr=1e-4, momentum=0.9)
+        gen = torch.Generator(device="cuda").manual_seed(1000 + rank)
+        ids = torch.randint(0, c.vocab, (c.micro_batch, c.seq), device="cuda", generator=gen)
+        gc.collect()
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        local["static_after_init"] = int(torch.cuda.memory_allocated())
+        autocast = c.precision == "amp_bf16" and c.sharding in ("ddp", "none")
+        times: list[float] = []
+        phase = "steps"
+        for i in range(STEPS):
+            _status(status_dir, rank, {"config": c.name, "phase": f"step{i}"})
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            if autocast:
+                with torch.autocast("cuda", dtype=torch.bfloat16):
+                    loss = model(input_ids=ids, labels=ids).loss
+            else:
+                loss = model(input_ids=ids, labels=ids).loss
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            torch.cuda.synchronize()
+            times.append(time.perf_counter() - t0)
+        local |= {
+            "peak_alloc": int(torch.cuda.max_memory_allocated()),
+            "peak_reserved": int(torch.cuda.max_memory_reserved()),
+            "nvml_used_after": _nvml_used(torch),
+            "step_s": statistics.median(times[1:]),
+            "loss": float(loss.detach().float().item()),
+        }
+    except torch.cuda.OutOfMemoryError:
+        local |= {
+            "oom": True,
+            "oom_phase": phase,
+            "peak_alloc": int(torch.cuda.max_memory_allocated()),
+        }
+        _status(status_dir, rank, {"config": c.name, "phase": phase, "oom": True})
+    except Exception as exc:  # noqa: BLE001 - recorded; the same error on every rank keeps them in step
+        local["error"] = f"{phase}: {type(exc).__name__}: {exc}"[:500]
+        traceback.print_exc()
+    finally:
+        model = opt = ids = loss = None
+        gc.collect()
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+    return local
+
+
+def _environment(torch: Any, transformers: Any, devices: int) -> dict[str, Any]:
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    nccl = None
+    try:
+        v = torch.cuda.nccl.version()
+        nccl = ".".join(str(x) for x in v) if isinstance(v, tuple) else str(v)
+    except Exception:  # noqa: BLE001
+        pass
+    return {
+        "accelerator": next((cid for key, cid in _CATALOG_IDS if key in props.name), None),
+        "gpu": props.name,
+        "sms": props.multi_processor_count,
+        "gpu_mem_total": int(props.total_memory),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "nccl": nccl if devices > 1 else None,
+        "tf32_matmul": bool(torch.backends.cuda.matmul.allow_tf32),
+    }
+
+
+def _row(c: Config, ranks: list[dict[str, Any]], devices: int, env: dict[str, Any]) -> dict[str, Any]:
+    r0 = ranks[0]
+    n_params = next((r["n_params"] for r in ranks if "n_params" in r), None)
+    row: dict[str, Any] = {
+        "mode": "train",
+        "arch": _arch_label(c, n_params) if n_params else c.name.split("-")[0] + "-" + c.name.split("-")[1],
+        "kind": c.kind,
+        "hidden": c.hidden,
+        "layers": c.layers,
+        "heads": c.heads,
+        "kv_heads": c.kv_heads,
+        "inter": c.inter,
+        "vocab": c.vocab,
+        "precision": c.precision,
+        "optimizer": c.optimizer,
+        "sharding": c.sharding,
+        "devices": devices,
+        "seq": c.seq,
+        "micro_batch": c.micro_batch,
+        "grad_ckpt": c.grad_ckpt,
+        "n_params": n_params,
+        "static_after_init": r0.get("static_after_init"),
+    }
+    peaks = [r["peak_alloc"] for r in ranks if "peak_alloc" in r]
+    errors = [r["error"] for r in ranks if "error" in r]
+    if errors and not any(r["oom"] for r in ranks):
+        row["error"] = errors[0]
+    elif any(r["oom"] for r in ranks):
+        row |= {
+            "peak_alloc": max(peaks) if peaks else None,
+            "oom": True,
+            "oom_ranks": [i for i, r in enumerate(ranks) if r["oom"]],
+            "oom_phase": next(r.get("oom_phase") for r in ranks if r["oom"]),
+        }
+    else:
+        step_s = max(r["step_s"] for r in ranks)
+        used = [r["nvml_used_after"] for r in ranks if r.get("nvml_used_after") is not None]
+        row |= {
+            "peak_alloc": max(peaks),
+            "peak_reserved": max(r["peak_reserved"] for r in ranks),
+            "peak_alloc_min_rank": min(peaks),
+            "step_s": step_s,
+            "tokens_per_s": c.micro_batch * c.seq * devices / step_s,
+            "tokens_per_s_per_device": c.micro_batch * c.seq / step_s,
+            "oom": False,
+        }
+        if used:
+            row["nvml_used_after"] = max(used)
+        row["loss"] = r0.get("loss")
+    for key in ("reduce_fp32", "bucket_cap_mb", "gradient_as_bucket_view", "reshard_after_forward"):
+        if key in r0 and r0[key] is not None:
+            row[key] = r0[key]
+    row["config"] = c.name
+    return row | env
+
+
+def worker(names: list[str], out: Path, status_dir: Path) -> int:
+    """One rank under torchrun: every configuration in ``names`` in turn; rank 0 appends the rows."""
+    torch = importlib.import_module("torch")
+    transformers = importlib.import_module("transformers")
+    dist = importlib.import_module("torch.distributed")
+    transformers.logging.set_verbosity_error()
+    rank = int(os.environ.get("RANK", "0"))
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    torch.cuda.set_device(local_rank)
+    dist.init_process_group(
+        "nccl", timeout=datetime.timedelta(seconds=PG_TIMEOUT_S), device_id=torch.device("cuda", local_rank)
+    )
+    env = _environment(torch, transformers, world)
+    names_seen: list[Any] = [None] * world
+    dist.all_gather_object(names_seen, env["gpu"])
+    if len(set(names_seen)) > 1:
+        env["gpus"] = names_seen  # every rank's card, where they differ
+    if rank == 0:
+        print(f"{world} × {env['gpu']}, torch {env['torch']}, transformers {env['transformers']}, nccl {env['nccl']}")
+    by_name = {c.name: c for c in CONFIGS}
+    for name in names:
+        c = by_name[name]
+        if world == 1:
+            c = replace(c, sharding="none")
+        _status(status_dir, rank, {"config": name, "phase": "start"})
+        t0 = time.perf_counter()
+        local = _measure(c, torch, transformers, rank, local_rank, status_dir)
+        gathered: list[Any] = [None] * world
+        dist.all_gather_object(gathered, local)
+        _status(status_dir, rank, {"config": name, "phase": "done", "oom": local["oom"]})
+        if rank == 0:
+            row = _row(c, gathered, world, env)
+            with out.open("a", encoding="utf-8") as f:
+                f.write(json.dumps(row) + "\n")
+            shown = "OOM" if row.get("oom") else row.get("error") or f"peak {row['peak_alloc'] / 1e9:.2f} GB"
+            speed = f", {row['tokens_per_s']:,.0f} tok/s" if "tokens_per_s" in row else ""
+            print(f"{world}x {name:44} {shown}{speed}  ({time.perf_counter() - t0:.1f}s)", flush=True)
+        torch.cuda.reset_peak_memory_stats()
+    dist.barrier()
+    dist.destroy_process_group()
+    return 0
+
+
+# ----------------------------------------------------------------------------------------- launcher
+
+
+def _done(out: Path, devices: int) -> set[str]:
+    if not out.is_file():
+        return set()
+    rows = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return {r["config"] for r in rows if r.get("devices") == devices}
+
+
+def launch(configs: list[Config], devices: int, out: Path, launch_timeout_s: int, status_root: Path) -> int:
+    """Run ``configs`` under ``torchrun --nproc_per_node=devices``; relaunch past a configuration that killed it."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    status_dir = status_root / f"status-{devices}"
+    status_dir.mkdir(parents=True, exist_ok=True)
+    pending = [c for c in configs if c.name not in _done(out, devices)]
+    failures = 0
+    while pending:
+        for f in status_dir.glob("rank*.json"):
+            f.unlink()
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            f"--nproc_per_node={devices}",
+            str(Path(__file__).resolve()),
+            "--worker",
+            "--out",
+            str(out),
+            "--status-dir",
+            str(status_dir),
+            "--only",
+            ",".join(c.name for c in pending),
+        ]
+        proc = subprocess.Popen(cmd, start_new_session=True)  # its own group: a timeout ends every rank
+        try:
+            rc = proc.wait(timeout=launch_timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            rc = -1
+        done = _done(out, devices)
+        left = [c for c in pending if c.name not in done]
+        if rc == 0 or not left:
+            break
+        failures += 1
+        if failures >= 3:
+            print(f"{devices}x: three launches died; giving up on {[c.name for c in left]}", flush=True)
+            break
+        broken = left[0]  # the configuration that was running when the launch died
+        ranks = []
+        for f in sorted(status_dir.glob("rank*.json")):
+            ranks.append(json.loads(f.read_text(encoding="utf-8")))
+        oom = any(r.get("oom") and r.get("config") == broken.name for r in ranks)
+        row = {
+            **{k: v for k, v in asdict(broken).items() if k != "name"},
+            "mode": "train",
+            "devices": devices,
+            "config": broken.name,
+            "oom": oom,
+            "error": f"launch ended with {rc}; rank states: {ranks}",
+        }
+        with out.open("a", encoding="utf-8") as f:
+            f.write(json.dumps(row) + "\n")
+        print(f"{devices}x {broken.name}: launch died ({rc}), recorded {'oom' if oom else 'error'}", flush=True)
+        pending = left[1:]
+    return 1 if failures else 0
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, help="JSONL file to append the rows to")
+    parser.add_argument("--only", help="comma-separated configuration names (see --list)")
+    parser.add_argument("--list", action="store_true", help="print the configurations and exit")
+    parser.add_argument("--devices", type=int, default=2, help="processes (GPUs) per launch; 1 runs SINGLE")
+    parser.add_argument("--launch-timeout", type=int, default=540, help="seconds before a launch is killed")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)  # set by the launcher
+    parser.add_argument("--status-dir", type=Path, help="where the ranks leave their progress (default: a temp folder)")
+    args = parser.parse_args(argv)
+    configs = list(SINGLE if args.devices == 1 else MULTI)
+    if args.only:
+        wanted = [n.strip() for n in args.only.split(",") if n.strip()]
+        by_name = {c.name: c for c in CONFIGS}
+        unknown = [n for n in wanted if n not in by_name]
+        if unknown:
+            parser.error(f"unknown configuration(s): {', '.join(unknown)}; see --list")
+        configs = [by_name[n] for n in wanted]
+    if args.list:
+        for c in configs if args.only else CONFIGS:
+            print(c.name, json.dumps({k: v for k, v in asdict(c).items() if k != "name"}))
+        return 0
+    if args.out is None:
+        parser.error("--out is required")
+    if args.worker:
+        return worker([c.name for c in configs], args.out, args.status_dir or args.out.parent)
+    for key, value in (
+        ("NCCL_NVLS_ENABLE", "0"),
+        ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"),
+        ("NVSHMEM_DISABLE_NVLS", "1"),
+    ):
+        os.environ.setdefault(key, value)  # no NVLink multicast
+    status_root = args.status_dir or Path(tempfile.gettempdir()) / "measure_distributed"
+    return launch(configs, args.devices, args.out, args.launch_timeout, status_root)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
