@@ -92,6 +92,25 @@ ENV_JOB_NAME: Final = "ACCEL_JOB_NAME"
 ENV_TEAM: Final = "ACCEL_TEAM"
 ENV_DEVICES: Final = "ACCEL_DEVICES"  # devices in the whole job
 ENV_ACCELERATOR: Final = "ACCEL_ACCELERATOR"  # catalog id, e.g. h100-80gb
+ENV_NODE_RANK: Final = "ACCEL_NODE_RANK"  # this pod's index in the gang, 0 .. ACCEL_NNODES-1
+ENV_NNODES: Final = "ACCEL_NNODES"  # pods in the gang, one per node
+ENV_NPROC_PER_NODE: Final = "ACCEL_NPROC_PER_NODE"  # devices per pod (torchrun --nproc-per-node)
+# A downward-API volume projects the pod's annotations into this file (read-only): the operator's
+# requests to the running job (e.g. "checkpoint now" before a preemption) arrive as annotations.
+POD_ANNOTATIONS_DIR: Final = "/etc/accel"
+POD_ANNOTATIONS_FILE: Final = f"{POD_ANNOTATIONS_DIR}/annotations"
+
+# --- rendezvous: the names frameworks read (torch.distributed, libtpu), set by the operator --
+ENV_MASTER_ADDR: Final = "MASTER_ADDR"  # <workload>-0.<service>: the rank-0 pod
+ENV_MASTER_PORT: Final = "MASTER_PORT"
+ENV_WORLD_SIZE: Final = "WORLD_SIZE"  # devices in the whole job
+ENV_TORCH_NODE_RANK: Final = "NODE_RANK"
+ENV_TPU_WORKER_ID: Final = "TPU_WORKER_ID"  # multi-host TPU: this host's index in the slice
+ENV_TPU_WORKER_HOSTNAMES: Final = "TPU_WORKER_HOSTNAMES"  # multi-host TPU: every host, comma-separated
+RENDEZVOUS_PORT: Final = 29500  # torch.distributed's default; the headless Service names it
+RENDEZVOUS_PORT_NAME: Final = "rendezvous"
+# Set by the Job controller on every pod of an Indexed Job (read through the downward API).
+ANNOTATION_JOB_COMPLETION_INDEX: Final = "batch.kubernetes.io/job-completion-index"
 
 # --- reserved environment: names a tenant may not set in spec.env ---------------------------
 # One definition, read by the API validation, the CRD pattern and the workload builder. A name
@@ -113,8 +132,8 @@ RESERVED_ENV: Final = (
     # ranks contract the planner priced and the agent attributes usage with.
     "CUDA_VISIBLE_DEVICES",
     "TPU_VISIBLE_CHIPS",
-    "TPU_WORKER_ID",
-    "TPU_WORKER_HOSTNAMES",
+    ENV_TPU_WORKER_ID,
+    ENV_TPU_WORKER_HOSTNAMES,
     # The dynamic loader: replaces the host driver libraries the runtime injects (libcuda,
     # libnvidia-ml) or preloads code into every process, including hooks the operator adds.
     "LD_*",
