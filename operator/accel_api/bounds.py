@@ -76,7 +76,8 @@ STATUS_USD_MAX: Final = 1e15  # money in status (spent, lost, estimated)
 STATUS_SECONDS_MAX: Final = 1e15  # durations in status (30 million years)
 STATUS_COUNT_MAX: Final = 2**31 - 1  # counters in status (preemptions, nodes, attempts)
 BYTES_MAX: Final = 2**60  # memory sizes in status (an exbibyte)
-GENERATION_MAX: Final = 2**63 - 1  # Kubernetes' int64 metadata.generation
+# metadata.generation is an int64, but 2**63 - 1 does not survive the API server's float parse of a schema bound.
+GENERATION_MAX: Final = 2**53
 PID_MAX: Final = 4_194_304  # Linux pid_max upper limit
 PERCENT_MAX: Final = 100.0
 WATTS_MAX: Final = 100_000.0

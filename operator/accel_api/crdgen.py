@@ -44,6 +44,13 @@ def _structural(node: dict[str, Any]) -> dict[str, Any]:
         for part in parts:
             node = {**part, **node}
     node = {k: v for k, v in node.items() if k not in _DROP_KEYS}
+    keys = node.pop("propertyNames", None)
+    if isinstance(keys, dict) and "maxLength" in keys:
+        # Structural schemas have no propertyNames: bound the map's keys with a CEL rule instead.
+        limit = int(keys["maxLength"])
+        node.setdefault("x-kubernetes-validations", []).append(
+            {"rule": f"self.all(k, size(k) <= {limit})", "message": f"keys must be at most {limit} characters"}
+        )
     if "const" in node:
         node["enum"] = [node.pop("const")]
     if "enum" in node and "type" not in node:

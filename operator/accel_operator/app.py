@@ -7,27 +7,33 @@ so they exercise exactly what the Deployment runs.
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 
 import kopf
+from prometheus_client import start_http_server
 
 from accel_api import catalog as catalog_mod
-from accel_operator.adapters.kube.pools import KubePoolSource, PoolSource
+from accel_operator import handlers
+from accel_operator.adapters.kube.client import api_client
+from accel_operator.adapters.kube.jobs import KubeJobWriter
+from accel_operator.adapters.kube.workloads import KubeWorkloadClient
 from accel_operator.context import OperatorContext
-from accel_operator.handlers import jobs
+from accel_operator.metrics import OperatorMetrics
 from accel_operator.settings import OperatorSettings
 
+log = logging.getLogger("accel_operator")
 
-def build_context(settings: OperatorSettings, *, pools: PoolSource | None = None) -> OperatorContext:
+
+def build_context(settings: OperatorSettings) -> OperatorContext:
+    api = api_client()
     return OperatorContext(
-        settings=settings, catalog=catalog_mod.load(settings.catalog), pools=pools or KubePoolSource()
+        settings=settings,
+        catalog=catalog_mod.load(settings.catalog),
+        metrics=OperatorMetrics(),
+        writer=KubeJobWriter(api),
+        workloads=KubeWorkloadClient(api),
     )
-
-
-def build_registry(settings: OperatorSettings) -> kopf.OperatorRegistry:
-    registry = kopf.OperatorRegistry()
-    jobs.register(registry, settings)
-    return registry
 
 
 async def run(
@@ -38,11 +44,15 @@ async def run(
     ready_flag: asyncio.Event | threading.Event | None = None,
 ) -> None:
     """Run the operator until ``stop_flag`` is set (or forever)."""
-    ctx = context or await asyncio.to_thread(build_context, settings)
+    ctx = context if context is not None else await asyncio.to_thread(build_context, settings)
+    registry = kopf.OperatorRegistry()
+    handlers.register(registry, ctx)
+    if settings.metrics_port:
+        start_http_server(settings.metrics_port, addr=settings.metrics_address, registry=ctx.metrics.registry)
+        log.info("metrics on %s:%d/metrics", settings.metrics_address, settings.metrics_port)
     liveness = f"http://0.0.0.0:{settings.liveness_port}/healthz" if settings.liveness_port else None
     await kopf.operator(
-        registry=build_registry(settings),
-        memo=kopf.Memo(ctx=ctx),
+        registry=registry,
         clusterwide=not settings.namespaces,
         namespaces=settings.namespaces,
         liveness_endpoint=liveness,
@@ -53,5 +63,6 @@ async def run(
 
 
 def main() -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     asyncio.run(run(OperatorSettings()))
     return 0

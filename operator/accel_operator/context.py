@@ -1,7 +1,7 @@
-"""What every handler of one operator process shares: its settings, catalog and adapters.
+"""What every part of one operator process shares: its settings, catalog, metrics and adapters.
 
-Built once at start (``app.build_context``) and handed to kopf as the operator's memo, so no
-handler reads the environment or builds a client of its own.
+Built once at start (``app.build_context``) and handed to the handlers, so no handler reads the
+environment or builds a client of its own.
 """
 
 from __future__ import annotations
@@ -9,7 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from accel_api.catalog import Catalog
-from accel_operator.adapters.kube.pools import PoolSource
+from accel_operator.adapters.kube.jobs import JobWriter
+from accel_operator.adapters.kube.workloads import WorkloadClient
+from accel_operator.metrics import OperatorMetrics
 from accel_operator.settings import OperatorSettings
 
 
@@ -17,4 +19,6 @@ from accel_operator.settings import OperatorSettings
 class OperatorContext:
     settings: OperatorSettings
     catalog: Catalog
-    pools: PoolSource
+    metrics: OperatorMetrics
+    writer: JobWriter
+    workloads: WorkloadClient

@@ -12,6 +12,24 @@ class OperatorSettings(BaseSettings):
     namespaces: list[str] = Field(default_factory=list, description="Watch these namespaces; empty: all.")
     catalog: Path | None = Field(default=None, description="An accelerator catalog YAML overriding the built-in one.")
     liveness_port: int = Field(default=8081, ge=0, le=65535)
-    replan_seconds: float = Field(
-        default=60.0, gt=0, description="How often Pending/Unschedulable jobs are planned again (pools change)."
+    resync_seconds: float = Field(
+        default=60.0,
+        gt=0,
+        le=86_400,
+        description="The safety net: every job is decided again this often even without an event.",
     )
+    bind_timeout_seconds: float = Field(
+        default=120.0,
+        gt=0,
+        le=86_400,
+        description="Fixed pools: an admitted gang whose pods do not all get a node this long is released.",
+    )
+    metrics_port: int = Field(default=8080, ge=0, le=65535, description="Prometheus /metrics; 0: off.")
+    metrics_address: str = Field(default="0.0.0.0", max_length=64, description="Bind address of /metrics.")
+    lease: str = Field(
+        default="",
+        max_length=63,
+        description="A coordination.k8s.io Lease in lease_namespace that elects one active replica; empty: "
+        "this process acts alone (one replica, or tests).",
+    )
+    lease_namespace: str = Field(default="accel-system", max_length=63)

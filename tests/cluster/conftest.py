@@ -75,7 +75,7 @@ def operator(cluster: Cluster, crds: list[str], request: pytest.FixtureRequest) 
     """
     marker = request.node.get_closest_marker("expect_errors")
     expected = list(marker.args) if marker else []
-    settings = OperatorSettings(liveness_port=0, replan_seconds=2.0)
+    settings = OperatorSettings(liveness_port=0, metrics_port=0, resync_seconds=3.0, bind_timeout_seconds=8.0)
     with running_operator(settings) as runner:
         yield runner
     assert not runner.thread.is_alive(), "the operator did not stop"

@@ -118,7 +118,8 @@ def test_operator_runs_under_its_least_privilege_role(
         **os.environ,
         "KUBECONFIG": str(kubeconfig),
         "ACCEL_OPERATOR_LIVENESS_PORT": "0",
-        "ACCEL_OPERATOR_REPLAN_SECONDS": "2",
+        "ACCEL_OPERATOR_RESYNC_SECONDS": "3",
+        "ACCEL_OPERATOR_METRICS_PORT": "0",
     }
     log = tmp_path / "operator.log"
     with log.open("wb") as out:

@@ -1,1 +1,55 @@
-"""kopf entry points: parse the body into a model, observe, decide, apply, write status."""
+"""kopf wiring, one module per watched kind (pools, nodes, pods, workloads, jobs), all thin:
+they keep kopf's indexes and mark what changed; :mod:`scheduler` observes, decides and applies.
+``register`` declares everything into one registry."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import kopf
+
+from accel_operator.context import OperatorContext
+from accel_operator.handlers import jobs, nodes, pods, pools, workloads
+from accel_operator.handlers.scheduler import Indices, Scheduler
+
+
+def register(reg: kopf.OperatorRegistry, ctx: OperatorContext) -> Scheduler:
+    sched = Scheduler(
+        settings=ctx.settings,
+        catalog=ctx.catalog,
+        writer=ctx.writer,
+        workloads=ctx.workloads,
+        metrics=ctx.metrics,
+    )
+    for module in (pools, nodes, pods, workloads, jobs):
+        module.register(reg, sched)
+
+    @kopf.on.login(registry=reg)
+    def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+        """In-cluster ServiceAccount first, else the KUBECONFIG read now (not at import)."""
+        return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
+
+    @kopf.on.startup(registry=reg)
+    async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any) -> None:
+        settings.posting.enabled = False  # decisions post their own events, with reasons
+        settings.watching.server_timeout = 300  # re-establish watches every 5 minutes at most
+        settings.watching.client_timeout = 330
+        settings.networking.request_timeout = 30
+        settings.batching.worker_limit = 64
+        sched.indices = Indices(
+            pools=kwargs["pools"],
+            nodes=kwargs["nodes"],
+            pods=kwargs["pods"],
+            workloads=kwargs["workloads"],
+            jobs=kwargs["jobs"],
+        )
+        memo.scheduler_task = asyncio.create_task(sched.run(), name="accel-scheduler")
+
+    @kopf.on.cleanup(registry=reg)
+    async def stop(memo: kopf.Memo, **_: Any) -> None:
+        task = memo.get("scheduler_task")
+        if task is not None:
+            task.cancel()
+
+    return sched

@@ -1,13 +1,19 @@
-"""A plan as the job's ``status.plan``: the winner's figures and at most 20 alternatives."""
+"""Status values: a plan as the job's ``status.plan`` (the winner's figures and at most 20
+alternatives), and a decision as the merge patch of the job's status."""
 
 from __future__ import annotations
 
+import datetime as dt
 import math
+from typing import TYPE_CHECKING, Any
 
 from accel_api.enums import CapacityType
 from accel_api.job import Alternative, PlanStatus
 from accel_operator.planning import explain
-from accel_operator.planning.candidates import Plan, best_per_pool
+from accel_operator.planning.candidates import Candidate, Plan, best_per_pool
+
+if TYPE_CHECKING:
+    from accel_operator.reconcile.decide import Decision
 
 # PlanStatus carries at most this many alternatives (one per pool), to keep status small.
 STATUS_ALTERNATIVES = 20
@@ -17,11 +23,13 @@ def _finite(x: float | None) -> float | None:
     return x if x is not None and math.isfinite(x) else None
 
 
-def plan_status(plan: Plan) -> PlanStatus:
-    """The value the operator writes into ``status.plan``."""
+def plan_status(plan: Plan, chosen: Candidate | None = None) -> PlanStatus:
+    """The value the operator writes into ``status.plan``: the winner's figures (or those of
+    ``chosen``, a feasible candidate taken because the winner's pool is full) and the others."""
+    win = chosen or plan.winner
     alternatives = []
     for c in best_per_pool(plan.candidates):
-        if c is plan.winner:
+        if c is win or (win is not None and c.pool == win.pool):
             continue
         ce = c.cost
         usd = _finite(ce.expected_usd) if ce is not None else None
@@ -38,7 +46,6 @@ def plan_status(plan: Plan) -> PlanStatus:
         )
         if len(alternatives) >= STATUS_ALTERNATIVES:
             break
-    win = plan.winner
     if win is None or win.memory is None or win.speed is None or win.cost is None:
         return PlanStatus(reason=plan.reason, alternatives=alternatives)
     return PlanStatus(
@@ -57,3 +64,54 @@ def plan_status(plan: Plan) -> PlanStatus:
         reason=plan.reason,
         alternatives=alternatives,
     )
+
+
+# --- a decision as a status write --------------------------------------------------------------
+
+
+def _pruned(value: Any) -> Any:
+    """``value`` without null entries: how the API server stores what a merge patch wrote."""
+    if isinstance(value, dict):
+        return {k: _pruned(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_pruned(v) for v in value]
+    return value
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def settle_status(current: dict[str, Any], decision: Decision, generation: int | None) -> dict[str, Any] | None:
+    """The merge patch that gives a job the status ``decision`` asks for, or None when the job
+    already has it. Each condition keeps its ``lastTransitionTime`` while its status holds, so a
+    decision repeated by a timer or after a restart writes nothing."""
+    before = {c.get("type"): c for c in current.get("conditions") or []}
+    conditions = []
+    for cond in decision.conditions:
+        status = "True" if cond.ok else "False"
+        prior = before.get(cond.type)
+        held = prior is not None and prior.get("status") == status and prior.get("lastTransitionTime")
+        conditions.append(
+            {
+                "type": cond.type,
+                "status": status,
+                "reason": cond.reason,
+                "message": cond.message[:1000] or None,
+                "lastTransitionTime": prior["lastTransitionTime"] if held and prior else _now(),
+                "observedGeneration": generation,
+            }
+        )
+    new: dict[str, Any] = {
+        "phase": decision.phase.value,
+        "conditions": conditions,
+        "observedGeneration": generation,
+        **decision.status,
+    }
+    unchanged = all(_pruned(current.get(k)) == _pruned(v) for k, v in new.items() if k != "conditions")
+    same_conditions = [
+        {k: v for k, v in c.items() if k != "lastTransitionTime"} for c in _pruned(current.get("conditions") or [])
+    ] == [{k: v for k, v in c.items() if k != "lastTransitionTime"} for c in _pruned(conditions)]
+    if unchanged and same_conditions:
+        return None
+    return new

@@ -1,0 +1,168 @@
+"""Kubernetes objects (wire dicts, as kopf delivers them) as the snapshot's frozen views.
+
+Each function reads only what the decisions need, tolerates missing fields, and returns None for
+an object that does not matter (a pod that requests no accelerator and is not ours, a node
+without accelerators).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping
+from typing import Any
+
+from accel_api import InvalidResource
+from accel_api import vocabulary as v
+from accel_api.job import AcceleratorJobSpec, AcceleratorJobStatus
+from accel_api.loader import parse_as
+from accel_api.pool import AcceleratorPool
+from accel_operator.reconcile.snapshot import JobView, NodeView, PodView, PoolView, WorkloadView
+
+DEVICE_RESOURCES = (v.RESOURCE_NVIDIA_GPU, v.RESOURCE_GOOGLE_TPU)
+MANAGED_BY = v.MANAGED_BY_VALUE
+
+
+def _quantity(text: Any) -> int:
+    """A device count as Kubernetes writes it ("8"); anything else counts as 0."""
+    try:
+        return max(0, int(str(text)))
+    except ValueError:
+        return 0
+
+
+def _meta(body: Mapping[str, Any]) -> Mapping[str, Any]:
+    meta = body.get("metadata")
+    return meta if isinstance(meta, Mapping) else {}
+
+
+def _time(text: Any) -> dt.datetime:
+    try:
+        return dt.datetime.fromisoformat(str(text).replace("Z", "+00:00"))
+    except ValueError:
+        return dt.datetime.now(dt.UTC)
+
+
+def node_view(body: Mapping[str, Any]) -> NodeView | None:
+    status = body.get("status") or {}
+    alloc = status.get("allocatable") or {}
+    devices = sum(_quantity(alloc.get(r)) for r in DEVICE_RESOURCES)
+    if not devices:
+        return None
+    meta, spec = _meta(body), body.get("spec") or {}
+    taints = {t.get("key") for t in spec.get("taints") or [] if isinstance(t, Mapping)}
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+    return NodeView(
+        name=str(meta.get("name")),
+        labels=dict(meta.get("labels") or {}),
+        devices=devices,
+        ready=ready,
+        unschedulable=bool(spec.get("unschedulable")),
+        terminating=bool(taints & v.TERMINATION_TAINTS),
+        deleting=meta.get("deletionTimestamp") is not None,
+    )
+
+
+def _pod_devices(spec: Mapping[str, Any]) -> int:
+    total = 0
+    for c in spec.get("containers") or []:
+        res = (c.get("resources") or {}) if isinstance(c, Mapping) else {}
+        req = {**(res.get("limits") or {}), **(res.get("requests") or {})}
+        total += sum(_quantity(req.get(r)) for r in DEVICE_RESOURCES)
+    return total
+
+
+def pod_view(body: Mapping[str, Any]) -> PodView | None:
+    meta, spec, status = _meta(body), body.get("spec") or {}, body.get("status") or {}
+    labels = meta.get("labels") or {}
+    devices = _pod_devices(spec)
+    job_name = labels.get(v.LABEL_JOB)
+    ours = labels.get(v.LABEL_MANAGED_BY) == MANAGED_BY and job_name
+    if not devices and not ours:
+        return None
+    namespace = str(meta.get("namespace"))
+    exit_code = None
+    for cs in status.get("containerStatuses") or []:
+        term = ((cs or {}).get("state") or {}).get("terminated")
+        if term and term.get("exitCode") is not None:
+            exit_code = int(term["exitCode"])
+            if exit_code:
+                break
+    disrupted = any(
+        c.get("type") == v.CONDITION_DISRUPTION_TARGET and c.get("status") == "True"
+        for c in status.get("conditions") or []
+    )
+    attempt = labels.get(v.LABEL_ATTEMPT)
+    return PodView(
+        namespace=namespace,
+        name=str(meta.get("name")),
+        node=spec.get("nodeName"),
+        phase=str(status.get("phase") or "Pending"),
+        devices=devices,
+        job=(namespace, str(job_name)) if ours else None,
+        attempt=int(attempt) if ours and attempt and attempt.isdigit() else None,
+        exit_code=exit_code,
+        reason=status.get("reason"),
+        disrupted=disrupted,
+    )
+
+
+def workload_view(body: Mapping[str, Any]) -> WorkloadView | None:
+    meta, status = _meta(body), body.get("status") or {}
+    labels = meta.get("labels") or {}
+    if labels.get(v.LABEL_MANAGED_BY) != MANAGED_BY or not labels.get(v.LABEL_JOB):
+        return None
+    namespace = str(meta.get("namespace"))
+    attempt = str(labels.get(v.LABEL_ATTEMPT, "0"))
+    conds = {c.get("type"): c for c in status.get("conditions") or [] if isinstance(c, Mapping)}
+    failed = conds.get("Failed") or conds.get("FailureTarget")
+    complete = conds.get("Complete") or conds.get("SuccessCriteriaMet")
+    return WorkloadView(
+        namespace=namespace,
+        name=str(meta.get("name")),
+        job=(namespace, str(labels[v.LABEL_JOB])),
+        attempt=int(attempt) if attempt.isdigit() else 0,
+        active=int(status.get("active") or 0),
+        ready=int(status.get("ready") or 0),
+        succeeded=int(status.get("succeeded") or 0),
+        failed=int(status.get("failed") or 0),
+        complete=bool(complete and complete.get("status") == "True"),
+        failed_condition=bool(failed and failed.get("status") == "True"),
+        failure_reason=(failed or {}).get("reason"),
+        failure_message=(failed or {}).get("message"),
+    )
+
+
+def pool_view(body: Mapping[str, Any]) -> tuple[PoolView | None, tuple[str, ...]]:
+    """The pool, or None and why it is invalid (an invalid pool never stops the others)."""
+    name = str(_meta(body).get("name", "?"))
+    try:
+        pool = parse_as(AcceleratorPool, dict(body))
+    except InvalidResource as exc:
+        return None, tuple(f"{name}: {p}" for p in exc.problems)
+    return PoolView(name=name, spec=pool.spec), ()
+
+
+def job_view(body: Mapping[str, Any]) -> JobView:
+    meta = _meta(body)
+    problems: tuple[str, ...] = ()
+    spec: AcceleratorJobSpec | None
+    try:
+        spec = parse_as(AcceleratorJobSpec, dict(body.get("spec") or {}))
+    except InvalidResource as exc:
+        spec, problems = None, tuple(exc.problems)
+    try:
+        status = AcceleratorJobStatus.model_validate(dict(body.get("status") or {}))
+    except ValueError:
+        status = AcceleratorJobStatus()  # unreadable status (hand-edited): decide from scratch
+    return JobView(
+        namespace=str(meta.get("namespace")),
+        name=str(meta.get("name")),
+        uid=str(meta.get("uid", "")),
+        created=_time(meta.get("creationTimestamp")),
+        generation=meta.get("generation"),
+        spec=spec,
+        spec_problems=problems,
+        status=status,
+        deleting=meta.get("deletionTimestamp") is not None,
+        resource_version=meta.get("resourceVersion"),
+    )

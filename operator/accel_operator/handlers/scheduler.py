@@ -1,0 +1,403 @@
+"""The operator's one scheduling loop: observe (kopf's indexes) → decide (pure) → apply.
+
+kopf's watches keep indexes of pools, accelerator nodes, the pods on them, our workloads and the
+AcceleratorJobs; its event handlers only mark what changed (``mark``, ``capacity_changed``).
+The loop wakes on a mark (or on the safety-net timer), folds the indexes into one
+:class:`~accel_operator.reconcile.snapshot.Snapshot`, calls ``decide`` for every job that needs
+it — jobs that hold devices first, then waiting jobs in queue order, so that admission is
+serialized and sees every earlier reservation — and applies each decision: the status first
+(the record of an admission survives a crash), then the workload and the events.
+
+A decision's status is kept in an in-memory overlay until the watch shows it, so a pass that
+runs before the watch caught up never admits a job twice. Everything persistent is in the
+objects themselves: a restarted operator rebuilds the same state from the cluster.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import logging
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from accel_api import catalog as catalog_mod
+from accel_api.enums import JobPhase
+from accel_api.job import AcceleratorJobStatus
+from accel_operator.adapters.kube import workloads as wl_mod
+from accel_operator.adapters.kube.client import ClusterUnavailable
+from accel_operator.adapters.kube.jobs import JobGone, JobRef, JobWriter
+from accel_operator.metrics import OperatorMetrics
+from accel_operator.planning import selection
+from accel_operator.planning.candidates import Plan, PoolOffer
+from accel_operator.reconcile import actions as act
+from accel_operator.reconcile.decide import Decision, decide
+from accel_operator.reconcile.snapshot import (
+    HOLDING,
+    TERMINAL,
+    JobKey,
+    JobView,
+    NodeView,
+    PodView,
+    PoolView,
+    Reservation,
+    Snapshot,
+    WorkloadView,
+    pool_capacity,
+)
+from accel_operator.reconcile.status import settle_status
+from accel_operator.settings import OperatorSettings
+
+log = logging.getLogger("accel_operator.scheduler")
+
+
+def _first(store: Iterable[Any]) -> Any:
+    for value in store:
+        return value
+    return None
+
+
+def _int(text: str | None) -> int:
+    try:
+        return int(text or 0)
+    except ValueError:
+        return 0
+
+
+@dataclass
+class Indices:
+    """kopf's live indexes, handed over by the startup handler."""
+
+    pools: Mapping[Any, Any]
+    nodes: Mapping[Any, Any]
+    pods: Mapping[Any, Any]
+    workloads: Mapping[Any, Any]
+    jobs: Mapping[Any, Any]
+
+
+@dataclass
+class _Pending:
+    """A status this process wrote (or is writing) that the watch has not shown yet."""
+
+    status: dict[str, Any]
+    revision: int | None = None  # the resourceVersion the write returned; None while in flight
+
+
+@dataclass
+class Scheduler:
+    settings: OperatorSettings
+    catalog: catalog_mod.Catalog
+    writer: JobWriter
+    workloads: wl_mod.WorkloadClient
+    metrics: OperatorMetrics
+    indices: Indices | None = None
+    ready: bool = False
+    dirty: set[JobKey] = field(default_factory=set)
+    full_pass: bool = True
+    pools_version: int = 0
+    overlay: dict[JobKey, _Pending] = field(default_factory=dict)
+    plans: dict[tuple[str, int | None, int], Plan] = field(default_factory=dict)
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    in_flight: set[asyncio.Task[None]] = field(default_factory=set)
+
+    # --- marks (from kopf's event handlers) -----------------------------------------------------
+
+    def mark(self, key: JobKey) -> None:
+        self.ready = True
+        self.dirty.add(key)
+        self.wake.set()
+
+    def capacity_changed(self) -> None:
+        """Something that changes what is free happened: every waiting job may now fit."""
+        self.ready = True
+        self.full_pass = True
+        self.wake.set()
+
+    def pools_changed(self) -> None:
+        self.pools_version += 1
+        self.plans.clear()
+        self.capacity_changed()
+
+    def forget(self, key: JobKey) -> None:
+        self.overlay.pop(key, None)
+
+    # --- observe ----------------------------------------------------------------------------
+
+    def _job_view(self, raw: JobView) -> JobView:
+        pending = self.overlay.get(raw.key)
+        if pending is None:
+            return raw
+        seen = _int(raw.resource_version)
+        if pending.revision is not None and seen >= pending.revision:
+            del self.overlay[raw.key]  # the watch caught up
+            return raw
+        return JobView(
+            namespace=raw.namespace,
+            name=raw.name,
+            uid=raw.uid,
+            created=raw.created,
+            generation=raw.generation,
+            spec=raw.spec,
+            spec_problems=raw.spec_problems,
+            status=AcceleratorJobStatus.model_validate(pending.status),
+            deleting=raw.deleting,
+            resource_version=raw.resource_version,
+        )
+
+    def observe(self, now: dt.datetime) -> Snapshot:
+        idx = self.indices
+        assert idx is not None
+        pools: dict[str, PoolView] = {}
+        for name, store in idx.pools.items():
+            view, _problems = _first(store) or (None, ())
+            if view is not None:
+                pools[name] = view
+        nodes: list[NodeView] = [n for store in idx.nodes.values() if (n := _first(store)) is not None]
+        used: dict[str, int] = {}
+        pods_by_job: dict[JobKey, list[PodView]] = {}
+        for key, store in idx.pods.items():
+            for pod in store:
+                if key == pod.node and not pod.ended:
+                    used[pod.node] = used.get(pod.node, 0) + pod.devices
+                elif isinstance(key, tuple) and pod.job is not None:
+                    pods_by_job.setdefault(pod.job, []).append(pod)
+        jobs: dict[JobKey, JobView] = {}
+        for key, store in idx.jobs.items():
+            raw = _first(store)
+            if raw is not None:
+                jobs[key] = self._job_view(raw)
+        workloads: dict[tuple[str, str], WorkloadView] = {}
+        for key, store in idx.workloads.items():
+            w = _first(store)
+            if w is not None:
+                workloads[key] = w
+        reservations: dict[JobKey, Reservation] = {}
+        for key, job in jobs.items():
+            st = job.status
+            if st.phase not in HOLDING or st.plan is None or not st.plan.pool or not st.plan.devices:
+                continue
+            nodes_n = st.plan.nodes or 1
+            bound = sum(1 for p in pods_by_job.get(key, ()) if p.attempt == st.attempt and p.node and not p.ended)
+            start = _parse(st.start_time) or _parse(st.admitted_time) or now
+            end = start + dt.timedelta(seconds=st.plan.duration_seconds) if st.plan.duration_seconds else None
+            reservations[key] = Reservation(
+                key, st.plan.pool, nodes_n, st.plan.devices // nodes_n, min(bound, nodes_n), end
+            )
+        capacity = {name: pool_capacity(pool, nodes, used, reservations.values()) for name, pool in pools.items()}
+        return Snapshot(
+            now=now,
+            pools=MappingProxyType(pools),
+            capacity=MappingProxyType(capacity),
+            jobs=MappingProxyType(jobs),
+            workloads=MappingProxyType(workloads),
+            pods_by_job=MappingProxyType({k: tuple(v) for k, v in pods_by_job.items()}),
+            reservations=MappingProxyType(reservations),
+            plans={},
+        )
+
+    def _plan(self, job: JobView, snap: Snapshot) -> Plan | None:
+        if job.spec is None:
+            return None
+        key = (job.uid, job.generation, self.pools_version)
+        plan = self.plans.get(key)
+        if plan is None:
+            offers = [
+                PoolOffer(
+                    name=name,
+                    spec=pool.spec,
+                    free_devices=snap.capacity[name].free_devices,
+                    free_nodes=snap.capacity[name].whole_free_nodes,
+                )
+                for name, pool in sorted(snap.pools.items())
+            ]
+            plan = selection.plan(job.spec, offers, self.catalog, name=job.name)
+            if len(self.plans) > 20_000:
+                self.plans.clear()
+            self.plans[key] = plan
+        return plan
+
+    # --- the loop ---------------------------------------------------------------------------
+
+    async def run(self, stop: asyncio.Event | None = None) -> None:
+        """Until cancelled: wait for a mark (or the resync interval), then one pass."""
+        resync = self.settings.resync_seconds
+        last_full = time.monotonic()
+        while stop is None or not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.wake.wait(), timeout=min(resync, 1.0))
+            self.wake.clear()
+            if not self.ready or self.indices is None:
+                continue
+            if time.monotonic() - last_full >= resync:
+                self.full_pass = True  # the safety net: every job that should be acted on is
+            if self.full_pass:
+                last_full = time.monotonic()
+            if not self.full_pass and not self.dirty:
+                continue
+            try:
+                await self.step()
+            except Exception:  # one bad pass must not stop the loop for every job
+                self.metrics.reconcile_errors.labels("pass").inc()
+                log.exception("scheduling pass failed; retrying on the next wake")
+                await asyncio.sleep(1.0)
+                self.full_pass = True
+
+    def _order(self, snap: Snapshot, keys: Iterable[JobKey]) -> list[JobView]:
+        jobs = [snap.jobs[k] for k in keys if k in snap.jobs and not snap.jobs[k].deleting]
+        holding = [j for j in jobs if j.phase in HOLDING]
+        waiting = sorted((j for j in jobs if j.phase not in HOLDING), key=JobView.queue_order)
+        return holding + waiting
+
+    async def step(self) -> None:
+        t0 = time.perf_counter()
+        now = dt.datetime.now(dt.UTC)
+        snap = self.observe(now)
+        full, self.full_pass = self.full_pass, False
+        dirty, self.dirty = self.dirty, set()
+        busy = {k for k in self.overlay if self.overlay[k].revision is None}
+        keys: set[JobKey] = set(snap.jobs) if full else dirty
+        plans = dict(snap.plans)
+        queue: dict[str, int] = {}
+        phases: dict[str, int] = {}
+        for job in self._order(snap, keys):
+            if job.key in busy:
+                self.dirty.add(job.key)  # its last decision is still being written: next pass
+                continue
+            if job.phase in TERMINAL and job.key not in dirty:
+                phases[job.phase.value] = phases.get(job.phase.value, 0) + 1
+                continue
+            if job.phase not in HOLDING and job.spec is not None:
+                plan = self._plan(job, snap)
+                if plan is not None:
+                    plans[job.key] = plan
+                    snap = _with_plans(snap, plans)
+            decision = decide(job, snap, now, bind_timeout=self.settings.bind_timeout_seconds)
+            if decision.admitted is not None:
+                pool, gang = decision.admitted
+                end = now + dt.timedelta(seconds=_seconds(decision))
+                snap = snap.with_admission(job.key, pool, gang, end)
+            if decision.blocks is not None:
+                snap = snap.with_blocked(*decision.blocks)
+                queue[decision.blocks[0]] = queue.get(decision.blocks[0], 0) + 1
+            phases[decision.phase.value] = phases.get(decision.phase.value, 0) + 1
+            self._apply(job, decision, snap)
+        if full:
+            for phase in JobPhase:
+                self.metrics.jobs.labels(phase.value).set(phases.get(phase.value, 0))
+            for pool in snap.pools:
+                self.metrics.queue_depth.labels(pool).set(queue.get(pool, 0))
+        self.metrics.pass_seconds.observe(time.perf_counter() - t0)
+
+    # --- apply ------------------------------------------------------------------------------
+
+    def _apply(self, job: JobView, decision: Decision, snap: Snapshot) -> None:
+        current = job.status.model_dump(by_alias=True, mode="json", exclude_none=True)
+        new = settle_status(current, decision, job.generation)
+        if new is None and not decision.actions:
+            return
+        self.metrics.decisions.labels(decision.phase.value).inc()
+        if new is not None:
+            merged = {**current, **{k: v for k, v in new.items() if v is not None}}
+            for k, v in new.items():
+                if v is None:
+                    merged.pop(k, None)
+            self.overlay[job.key] = _Pending(merged)
+        task = asyncio.create_task(self._write(job, decision, new, snap))
+        self.in_flight.add(task)
+        task.add_done_callback(self.in_flight.discard)
+
+    async def _write(self, job: JobView, decision: Decision, new: dict[str, Any] | None, snap: Snapshot) -> None:
+        ref = JobRef(job.namespace, job.name, job.uid)
+        try:
+            if new is not None:
+                revision = await _retrying(self.metrics, "patch_status", self.writer.patch_status, ref, new)
+                pending = self.overlay.get(job.key)
+                if pending is not None:
+                    pending.revision = _int(revision)
+            for action in decision.actions:
+                await self._act(job, ref, action, snap)
+        except JobGone:
+            self.overlay.pop(job.key, None)
+        except Exception as exc:  # noqa: BLE001 - any failure: count it, retry the job, keep the loop
+            self.metrics.reconcile_errors.labels(type(exc).__name__).inc()
+            log.warning("applying the decision for %s/%s failed (%s); it will be taken again", *job.key, exc)
+            self.overlay.pop(job.key, None)
+            await asyncio.sleep(1.0)
+            self.mark(job.key)
+
+    async def _act(self, job: JobView, ref: JobRef, action: act.Action, snap: Snapshot) -> None:
+        if isinstance(action, act.RecordEvent):
+            try:
+                await asyncio.to_thread(self.writer.event, ref, action.type, action.reason, action.message)
+            except ClusterUnavailable as exc:
+                log.info("event %s on %s/%s not recorded: %s", action.reason, *job.key, exc)
+            log.info("%s/%s: %s: %s", job.namespace, job.name, action.reason, action.message)
+        elif isinstance(action, act.CreateWorkload):
+            assert job.spec is not None
+            pool = snap.pools.get(action.pool)
+            accel = self.catalog.get(pool.spec.accelerator) if pool is not None else None
+            if pool is None or accel is None:
+                raise ClusterUnavailable(f"pool {action.pool} or its accelerator is gone")
+            spec = wl_mod.WorkloadSpec(
+                job_name=job.name,
+                namespace=job.namespace,
+                job_uid=job.uid,
+                spec=job.spec,
+                attempt=action.attempt,
+                pool_name=action.pool,
+                pool=pool.spec,
+                accelerator=accel,
+                devices=action.devices,
+                nodes=action.nodes,
+                resume_from=action.resume_from,
+            )
+            batch_job, service = wl_mod.build(spec)
+            created = await _retrying(self.metrics, "create_workload", self.workloads.create, batch_job, service)
+            if created:
+                self.metrics.workloads_created.inc()
+                since = _parse(job.status.last_failure.time if job.status.last_failure else None) or job.created
+                self.metrics.admission_latency.observe((dt.datetime.now(dt.UTC) - since).total_seconds())
+        elif isinstance(action, act.DeleteWorkload):
+            await _retrying(self.metrics, "delete_workload", self.workloads.delete, job.namespace, action.name)
+
+
+def _with_plans(snap: Snapshot, plans: dict[JobKey, Plan]) -> Snapshot:
+    if snap.plans is plans:
+        return snap
+    from dataclasses import replace
+
+    return replace(snap, plans=plans)
+
+
+def _seconds(decision: Decision) -> float:
+    plan = decision.status.get("plan") or {}
+    seconds = plan.get("durationSeconds")
+    return float(seconds) if isinstance(seconds, int | float) else 0.0
+
+
+def _parse(text: str | None) -> dt.datetime | None:
+    if not text:
+        return None
+    try:
+        return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+async def _retrying(metrics: OperatorMetrics, call: str, fn: Any, *args: Any) -> Any:
+    """``fn(*args)`` in a thread, retried with bounded backoff while the API server is unavailable."""
+    delay = 0.2
+    for attempt in range(5):
+        try:
+            return await asyncio.to_thread(fn, *args)
+        except ClusterUnavailable:
+            if attempt == 4:
+                raise
+            metrics.api_retries.labels(call).inc()
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5.0)
+    return None

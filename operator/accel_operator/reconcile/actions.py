@@ -1,0 +1,37 @@
+"""What a decision asks the world to do, as typed values the handlers apply in order."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class CreateWorkload:
+    """Create (idempotently) the batch Job and headless Service of one attempt."""
+
+    attempt: int
+    name: str
+    pool: str
+    devices: int
+    nodes: int
+    resume_from: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteWorkload:
+    """Delete an attempt's Job and Service (its pods go with them)."""
+
+    name: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class RecordEvent:
+    """A Kubernetes event on the AcceleratorJob: every decision a person may ask about."""
+
+    type: str  # Normal | Warning
+    reason: str
+    message: str
+
+
+Action = CreateWorkload | DeleteWorkload | RecordEvent

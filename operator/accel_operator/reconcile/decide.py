@@ -1,0 +1,439 @@
+"""``decide(job, snapshot, now)``: the one place where a job's next step is chosen.
+
+A pure function of frozen values (see :mod:`snapshot`). It returns a :class:`Decision`: the
+status the job should have (phase, conditions, the fields that change) and the actions that get
+the cluster there (create or delete a workload, record events). The handlers apply it; running
+the same decision twice changes nothing (workload names are deterministic per attempt, status
+writes are skipped when nothing changed).
+
+The lifecycle:
+
+    (new) ─► Pending ─► Admitted ─► Running ─► Succeeded
+               │  ▲        │           │
+               ▼  │        │ gang not  └─► failed: retry (new attempt, Pending) or Failed
+        Unschedulable      │ bound in time: released, new attempt, Pending
+                           ▼
+                        Pending
+
+Admission is all-or-nothing: a job is admitted only when every pod of its gang has a node with
+enough free devices now (an autoscaled pool counts the nodes it may still add). Jobs are
+considered in queue order (priority, then submission); a job that cannot fit its first-choice
+pool *blocks* it, and later jobs may use that pool only to backfill: when they end before the
+blocked job could start anyway, or use devices it will not need (EASY backfilling).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from accel_api.enums import FailureKind, JobPhase
+from accel_api.job import AttemptFailure
+from accel_operator.planning import explain
+from accel_operator.planning.candidates import Candidate, Plan, best_per_pool
+from accel_operator.reconcile import actions as act
+from accel_operator.reconcile import names
+from accel_operator.reconcile.snapshot import (
+    HOLDING,
+    Blocked,
+    Gang,
+    JobView,
+    PodView,
+    Snapshot,
+    WorkloadView,
+)
+from accel_operator.reconcile.status import plan_status
+
+# Condition types, in the order they are written.
+VALID, PLANNED, ADMITTED, RUNNING, FINISHED = "Valid", "Planned", "Admitted", "Running", "Finished"
+# The workload's podFailurePolicy: rule 0 is a disruption (a preemption), rule 1 a failed container.
+DISRUPTION_RULE = "rule at index 0"
+MESSAGE_LIMIT = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class Cond:
+    type: str
+    ok: bool
+    reason: str
+    message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What ``job`` should become. ``status`` holds only the fields to write (camelCase, JSON
+    values; None clears a field); ``conditions`` replace the job's conditions (transition times
+    are kept by the writer while a condition's status holds)."""
+
+    phase: JobPhase
+    conditions: tuple[Cond, ...]
+    status: dict[str, Any] = field(default_factory=dict)
+    actions: tuple[act.Action, ...] = ()
+    reason: str = ""
+    # Set when the job waits for its first-choice pool: later jobs may only backfill around it.
+    blocks: tuple[str, Blocked] | None = None
+    admitted: tuple[str, Gang] | None = None
+
+    @property
+    def message(self) -> str:
+        return self.reason
+
+
+def _ts(t: dt.datetime) -> str:
+    return t.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _parse_ts(text: str | None) -> dt.datetime | None:
+    if not text:
+        return None
+    try:
+        return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= MESSAGE_LIMIT else text[: MESSAGE_LIMIT - 1] + "…"
+
+
+def _event_if_new(job: JobView, phase: JobPhase, reason: str, type_: str, message: str) -> tuple[act.Action, ...]:
+    """An event only on a change of phase or reason: a decision repeated by a timer posts nothing."""
+    current = {c.type: c for c in job.status.conditions}
+    reasons = {c.reason for c in current.values()}
+    if job.phase is phase and reason in reasons:
+        return ()
+    return (act.RecordEvent(type_, reason, _clip(message)),)
+
+
+# --- invalid and terminal -------------------------------------------------------------------------
+
+
+def _invalid(job: JobView) -> Decision:
+    message = "; ".join(p if p.startswith("spec") else f"spec.{p}" for p in job.spec_problems)
+    return Decision(
+        phase=JobPhase.FAILED,
+        conditions=(Cond(VALID, False, "InvalidSpec", message),),
+        status={"plan": None, "message": _clip(message), "workload": None},
+        actions=_event_if_new(job, JobPhase.FAILED, "InvalidSpec", "Warning", message),
+        reason=message,
+    )
+
+
+def _terminal(job: JobView) -> Decision:
+    return Decision(phase=job.status.phase or JobPhase.FAILED, conditions=tuple(_keep(job)), reason="finished")
+
+
+def _keep(job: JobView) -> list[Cond]:
+    return [Cond(c.type, c.status == "True", c.reason or "", c.message or "") for c in job.status.conditions]
+
+
+# --- waiting: plan and admit --------------------------------------------------------------------
+
+
+def _gang(c: Candidate) -> Gang:
+    return Gang(nodes=c.nodes, per_node=c.devices // max(1, c.nodes))
+
+
+def _duration(c: Candidate) -> float:
+    return c.cost.expected_seconds if c.cost is not None else float("inf")
+
+
+def blocked_for(snapshot: Snapshot, job: JobView, pool: str, gang: Gang, now: dt.datetime) -> Blocked:
+    """When ``gang`` could start in ``pool`` if the jobs holding it end as planned (EASY shadow)."""
+    cap = snapshot.capacity[pool]
+    free = cap.free_devices
+    if free >= gang.devices:
+        return Blocked(job.key, gang, now, free - gang.devices)
+    ends = sorted(
+        (r.expected_end, r.devices) for r in snapshot.reservations.values() if r.pool == pool and r.expected_end
+    )
+    for end, devices in ends:
+        free += devices
+        if free >= gang.devices:
+            return Blocked(job.key, gang, end, free - gang.devices)
+    return Blocked(job.key, gang, None, 0)
+
+
+def _may_use(snapshot: Snapshot, job: JobView, c: Candidate, now: dt.datetime) -> str | None:
+    """Why ``job`` may not take candidate ``c`` now, or None when it may."""
+    cap = snapshot.capacity.get(c.pool)
+    gang = _gang(c)
+    if cap is None:
+        return f"pool {c.pool} is gone"
+    if not cap.fits(gang):
+        shape = f"{gang.nodes} node(s) with {gang.per_node} free device(s) each"
+        return f"{c.pool} has {cap.free_devices} free device(s) on {cap.usable_nodes} usable node(s); needs {shape}"
+    blocked = snapshot.blocked.get(c.pool)
+    if blocked is not None and blocked.job != job.key:
+        ends_in_time = blocked.shadow is not None and now + dt.timedelta(seconds=_duration(c)) <= blocked.shadow
+        if not ends_in_time and gang.devices > blocked.extra:
+            return f"{c.pool} is held for {blocked.job[0]}/{blocked.job[1]}, which is ahead in the queue"
+    return None
+
+
+def _waiting(job: JobView, snapshot: Snapshot, now: dt.datetime) -> Decision:
+    plan: Plan | None = snapshot.plans.get(job.key)
+    if plan is None:
+        return Decision(
+            phase=job.status.phase or JobPhase.PENDING,
+            conditions=(Cond(VALID, True, "SpecValid"), Cond(PLANNED, False, "NotPlannedYet")),
+            reason="not planned yet",
+        )
+    if not plan.schedulable:
+        status: dict[str, Any] = {
+            "plan": plan_status(plan).model_dump(by_alias=True, mode="json"),
+            "message": _clip(plan.reason),
+        }
+        return Decision(
+            phase=JobPhase.UNSCHEDULABLE,
+            conditions=(Cond(VALID, True, "SpecValid"), Cond(PLANNED, False, "NoPlacement", plan.reason)),
+            status=status,
+            actions=_event_if_new(job, JobPhase.UNSCHEDULABLE, "NoPlacement", "Warning", plan.reason),
+            reason=plan.reason,
+        )
+    ranked = [c for c in best_per_pool(plan.candidates) if c.rank is not None]
+    first = ranked[0]
+    why_not: list[str] = []
+    for c in ranked:
+        problem = _may_use(snapshot, job, c, now)
+        if problem is not None:
+            why_not.append(problem)
+            continue
+        return _admit(job, plan, c, first=first, why_not=why_not, now=now)
+    reason = "waiting for capacity: " + "; ".join(why_not[:3])
+    if len(why_not) > 3:
+        reason += f"; and {len(why_not) - 3} more pools"
+    waiting_reason = "QueuedBehind" if "ahead in the queue" in why_not[0] else "WaitingForCapacity"
+    blocked = blocked_for(snapshot, job, first.pool, _gang(first), now)
+    status = {
+        "plan": plan_status(plan).model_dump(by_alias=True, mode="json"),
+        "message": _clip(reason),
+        "workload": None,
+    }
+    return Decision(
+        phase=JobPhase.PENDING,
+        conditions=(
+            Cond(VALID, True, "SpecValid"),
+            Cond(PLANNED, True, "Planned", plan.reason),
+            Cond(ADMITTED, False, waiting_reason, reason),
+        ),
+        status=status,
+        actions=_event_if_new(job, JobPhase.PENDING, waiting_reason, "Normal", reason),
+        reason=reason,
+        blocks=(first.pool, blocked),
+    )
+
+
+def _admit(
+    job: JobView, plan: Plan, c: Candidate, *, first: Candidate, why_not: Sequence[str], now: dt.datetime
+) -> Decision:
+    attempt = job.status.attempt
+    workload = names.workload_name(job.name, attempt)
+    gang = _gang(c)
+    message = (
+        f"admitted attempt {attempt} on {c.pool}: {c.devices} × {c.accelerator} on {c.nodes} node(s), "
+        f"{c.capacity_type.value}; expected {explain.duration(_duration(c))}, {explain.money(c.cost.expected_usd)}"
+        if c.cost is not None
+        else f"admitted attempt {attempt} on {c.pool}"
+    )
+    events: list[act.Action] = [act.RecordEvent("Normal", "Admitted", _clip(message))]
+    if c.pool != first.pool:
+        events.append(
+            act.RecordEvent(
+                "Normal",
+                "Replanned",
+                _clip(f"took {c.pool} because the planned pool cannot run it now: {why_not[0] if why_not else ''}"),
+            )
+        )
+    status = {
+        "plan": plan_status(plan, chosen=c).model_dump(by_alias=True, mode="json"),
+        "attempt": attempt,
+        "workload": workload,
+        "admittedTime": _ts(now),
+        "message": _clip(message),
+    }
+    return Decision(
+        phase=JobPhase.ADMITTED,
+        conditions=(
+            Cond(VALID, True, "SpecValid"),
+            Cond(PLANNED, True, "Planned", plan.reason),
+            Cond(ADMITTED, True, "Admitted", message),
+            Cond(RUNNING, False, "WaitingForNodes", "the workload's pods are being placed"),
+        ),
+        status=status,
+        actions=(*events, act.CreateWorkload(attempt, workload, c.pool, c.devices, c.nodes)),
+        reason=message,
+        admitted=(c.pool, gang),
+    )
+
+
+# --- holding: admitted and running --------------------------------------------------------------
+
+
+def _attempt_pods(snapshot: Snapshot, job: JobView) -> list[PodView]:
+    return [p for p in snapshot.pods_by_job.get(job.key, ()) if p.attempt == job.status.attempt]
+
+
+def _failure(job: JobView, wl: WorkloadView, pods: Sequence[PodView], now: dt.datetime) -> AttemptFailure:
+    preempted = DISRUPTION_RULE in (wl.failure_message or "") or any(p.disrupted for p in pods)
+    failed = [p for p in pods if p.phase == "Failed"]
+    culprit = next((p for p in failed if p.exit_code not in (None, 0)), failed[0] if failed else None)
+    return AttemptFailure(
+        kind=FailureKind.PREEMPTION if preempted else FailureKind.FAILURE,
+        attempt=job.status.attempt,
+        reason=(wl.failure_reason or ("Preempted" if preempted else "Failed"))[:128],
+        message=_clip(wl.failure_message or ""),
+        exit_code=culprit.exit_code if culprit is not None else None,
+        pod=culprit.name if culprit is not None else None,
+        node=culprit.node if culprit is not None else None,
+        time=_ts(now),
+    )
+
+
+def _after_failure(job: JobView, failure: AttemptFailure, now: dt.datetime) -> Decision:
+    """A new attempt when the job may have one, else Failed."""
+    assert job.spec is not None
+    st = job.status
+    wire = failure.model_dump(by_alias=True, mode="json", exclude_none=True)
+    where = f" (pod {failure.pod}, exit code {failure.exit_code})" if failure.pod else ""
+    if failure.kind is FailureKind.PREEMPTION:
+        count, limit, field_name = st.preemptions + 1, job.spec.spot.max_preemptions, "spot.maxPreemptions"
+        counters = {"preemptions": count}
+    else:
+        count, limit, field_name = st.retries + 1, job.spec.max_retries, "maxRetries"
+        counters = {"retries": count}
+    old = st.workload or names.workload_name(job.name, st.attempt)
+    if count <= limit:
+        message = (
+            f"attempt {st.attempt} ended: {failure.kind.value.lower()}{where}: {failure.reason}; "
+            f"retrying as attempt {st.attempt + 1} ({count} of {field_name} {limit})"
+        )
+        return Decision(
+            phase=JobPhase.PENDING,
+            conditions=(
+                Cond(VALID, True, "SpecValid"),
+                Cond(PLANNED, True, "Planned"),
+                Cond(ADMITTED, False, "Retrying", message),
+            ),
+            status={
+                **counters,
+                "attempt": st.attempt + 1,
+                "workload": None,
+                "lastFailure": wire,
+                "message": _clip(message),
+            },
+            actions=(act.DeleteWorkload(old, "retrying"), act.RecordEvent("Warning", "Retrying", _clip(message))),
+            reason=message,
+        )
+    message = (
+        f"attempt {st.attempt} ended: {failure.kind.value.lower()}{where}: {failure.reason}; "
+        f"no retries left ({field_name} is {limit})"
+    )
+    return Decision(
+        phase=JobPhase.FAILED,
+        conditions=(
+            Cond(VALID, True, "SpecValid"),
+            Cond(RUNNING, False, failure.kind.value),
+            Cond(FINISHED, True, "Failed", message),
+        ),
+        status={**counters, "lastFailure": wire, "completionTime": _ts(now), "message": _clip(message)},
+        actions=(act.RecordEvent("Warning", "Failed", _clip(message)),),
+        reason=message,
+    )
+
+
+def _holding(job: JobView, snapshot: Snapshot, now: dt.datetime, bind_timeout: float) -> Decision:
+    st = job.status
+    assert st.phase is not None
+    name = st.workload or names.workload_name(job.name, st.attempt)
+    wl = snapshot.workloads.get((job.namespace, name))
+    pods = _attempt_pods(snapshot, job)
+    plan = st.plan
+    nodes = plan.nodes if plan is not None and plan.nodes else 1
+    base = (Cond(VALID, True, "SpecValid"), Cond(PLANNED, True, "Planned"), Cond(ADMITTED, True, "Admitted"))
+    if wl is None:
+        if st.phase is JobPhase.RUNNING:
+            failure = AttemptFailure(
+                kind=FailureKind.FAILURE,
+                attempt=st.attempt,
+                reason="WorkloadDeleted",
+                message=f"the workload {name} was deleted while the job ran",
+                time=_ts(now),
+            )
+            return _after_failure(job, failure, now)
+        # Admitted, but the workload is not there (yet): create it; a retry of a lost create.
+        assert plan is not None and plan.pool is not None and plan.devices is not None
+        create = act.CreateWorkload(st.attempt, name, plan.pool, plan.devices, nodes)
+        return Decision(
+            phase=JobPhase.ADMITTED,
+            conditions=(*base, Cond(RUNNING, False, "WaitingForNodes")),
+            actions=(create,),
+            reason="creating the workload",
+        )
+    if wl.complete:
+        message = f"attempt {st.attempt} succeeded"
+        return Decision(
+            phase=JobPhase.SUCCEEDED,
+            conditions=(*base, Cond(RUNNING, False, "Succeeded"), Cond(FINISHED, True, "Succeeded", message)),
+            status={"completionTime": _ts(now), "message": message},
+            actions=_event_if_new(job, JobPhase.SUCCEEDED, "Succeeded", "Normal", message),
+            reason=message,
+        )
+    if wl.failed_condition:
+        return _after_failure(job, _failure(job, wl, pods, now), now)
+    bound = sum(1 for p in pods if p.node and not p.ended)
+    if st.phase is JobPhase.ADMITTED:
+        if bound >= nodes:
+            message = f"all {nodes} pod(s) of attempt {st.attempt} have their nodes"
+            return Decision(
+                phase=JobPhase.RUNNING,
+                conditions=(*base, Cond(RUNNING, True, "Running", message)),
+                status={"startTime": st.start_time or _ts(now), "message": message},
+                actions=_event_if_new(job, JobPhase.RUNNING, "Running", "Normal", message),
+                reason=message,
+            )
+        admitted = _parse_ts(st.admitted_time) or now
+        pool = snapshot.pools.get(plan.pool or "") if plan is not None else None
+        timeout = pool.spec.scale_up_timeout_seconds if pool is not None and pool.autoscaled else bind_timeout
+        if (now - admitted).total_seconds() > timeout:
+            message = (
+                f"only {bound} of {nodes} pod(s) got a node within {timeout:.0f}s: the gang is released and "
+                f"planned again as attempt {st.attempt + 1}"
+            )
+            return Decision(
+                phase=JobPhase.PENDING,
+                conditions=(
+                    Cond(VALID, True, "SpecValid"),
+                    Cond(PLANNED, True, "Planned"),
+                    Cond(ADMITTED, False, "GangTimeout", message),
+                ),
+                status={"attempt": st.attempt + 1, "workload": None, "message": message},
+                actions=(act.DeleteWorkload(name, "gang timeout"), act.RecordEvent("Warning", "GangTimeout", message)),
+                reason=message,
+            )
+        return Decision(
+            phase=JobPhase.ADMITTED,
+            conditions=(*base, Cond(RUNNING, False, "WaitingForNodes", f"{bound} of {nodes} pod(s) placed")),
+            reason=f"{bound} of {nodes} pod(s) placed",
+        )
+    return Decision(
+        phase=JobPhase.RUNNING,
+        conditions=(*base, Cond(RUNNING, True, "Running")),
+        reason="running",
+    )
+
+
+def decide(job: JobView, snapshot: Snapshot, now: dt.datetime, *, bind_timeout: float = 120.0) -> Decision:
+    """The next step of ``job``, with reasons."""
+    if job.spec is None:
+        return _invalid(job)
+    phase = job.status.phase
+    if phase is JobPhase.FAILED and any(c.type == VALID and c.status == "False" for c in job.status.conditions):
+        phase = None  # a spec that was invalid and is valid now: start over
+    if phase in (JobPhase.SUCCEEDED, JobPhase.FAILED):
+        return _terminal(job)
+    if phase in HOLDING:
+        return _holding(job, snapshot, now, bind_timeout)
+    return _waiting(job, snapshot, now)

@@ -1,0 +1,279 @@
+"""What the operator knows of the cluster at one moment, as frozen values.
+
+The handlers fold what kopf's watches deliver (pools, accelerator nodes, the pods on them, the
+workloads the operator owns, the AcceleratorJobs) into these values; every decision is a pure
+function of one :class:`Snapshot`. Nothing here reads the cluster.
+
+Capacity follows the issue's definition: a pool's free devices are the allocatable devices of its
+Ready, schedulable nodes without a termination taint, minus the requests of every pod bound there
+(ours or not, unless it has ended), minus what admitted jobs reserved and have not bound yet.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+
+from accel_api.enums import JobPhase, PoolScaling
+from accel_api.job import AcceleratorJobSpec, AcceleratorJobStatus
+from accel_api.pool import AcceleratorPoolSpec
+from accel_operator.planning.candidates import Plan
+
+JobKey = tuple[str, str]  # (namespace, name)
+
+# Phases in which a job holds (or is about to hold) devices.
+HOLDING = frozenset({JobPhase.ADMITTED, JobPhase.RUNNING})
+TERMINAL = frozenset({JobPhase.SUCCEEDED, JobPhase.FAILED})
+
+
+@dataclass(frozen=True, slots=True)
+class NodeView:
+    name: str
+    labels: Mapping[str, str]
+    devices: int  # allocatable nvidia.com/gpu or google.com/tpu
+    ready: bool = True
+    unschedulable: bool = False  # cordoned
+    terminating: bool = False  # carries a termination taint (spot notice, Karpenter disruption)
+    deleting: bool = False
+
+    @property
+    def usable(self) -> bool:
+        return self.ready and not self.unschedulable and not self.terminating and not self.deleting
+
+
+@dataclass(frozen=True, slots=True)
+class PodView:
+    namespace: str
+    name: str
+    node: str | None
+    phase: str
+    devices: int
+    job: JobKey | None = None  # the AcceleratorJob it belongs to (our label), if any
+    attempt: int | None = None
+    exit_code: int | None = None  # the main container's, once it terminated
+    reason: str | None = None  # status.reason (NodeShutdown, Terminated, Evicted ...)
+    disrupted: bool = False  # condition DisruptionTarget=True
+
+    @property
+    def ended(self) -> bool:
+        return self.phase in ("Succeeded", "Failed")
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadView:
+    """A batch/v1 Job the operator made for one attempt of one AcceleratorJob."""
+
+    namespace: str
+    name: str
+    job: JobKey
+    attempt: int
+    active: int = 0
+    ready: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    complete: bool = False
+    failed_condition: bool = False
+    failure_reason: str | None = None  # the Job's Failed condition: reason and message
+    failure_message: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PoolView:
+    name: str
+    spec: AcceleratorPoolSpec
+
+    @property
+    def selector(self) -> Mapping[str, str]:
+        """The labels that put a node in this pool (the pool's nodeSelector, else our pool label)."""
+        from accel_api import vocabulary
+
+        return self.spec.node_selector or {vocabulary.LABEL_POOL: self.name}
+
+    def owns(self, node: NodeView) -> bool:
+        return all(node.labels.get(k) == v for k, v in self.selector.items())
+
+    @property
+    def autoscaled(self) -> bool:
+        return self.spec.scaling is PoolScaling.AUTOSCALED
+
+
+@dataclass(frozen=True, slots=True)
+class JobView:
+    namespace: str
+    name: str
+    uid: str
+    created: dt.datetime
+    generation: int | None
+    spec: AcceleratorJobSpec | None
+    spec_problems: tuple[str, ...]  # why the spec is invalid (field paths); empty when valid
+    status: AcceleratorJobStatus
+    deleting: bool = False
+    resource_version: str | None = None
+
+    @property
+    def key(self) -> JobKey:
+        return (self.namespace, self.name)
+
+    @property
+    def phase(self) -> JobPhase | None:
+        return self.status.phase
+
+    @property
+    def priority(self) -> int:
+        return self.spec.priority if self.spec is not None else 0
+
+    def queue_order(self) -> tuple[int, dt.datetime, str, str]:
+        """Admission order: higher priority first, then earlier submission, then name."""
+        return (-self.priority, self.created, self.namespace, self.name)
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """Devices an admitted job holds in a pool, as a gang of ``nodes`` × ``per_node``."""
+
+    job: JobKey
+    pool: str
+    nodes: int
+    per_node: int
+    bound_nodes: int = 0  # pods of its current attempt already bound to a node
+    expected_end: dt.datetime | None = None
+
+    @property
+    def devices(self) -> int:
+        return self.nodes * self.per_node
+
+    @property
+    def unbound_nodes(self) -> int:
+        return max(0, self.nodes - self.bound_nodes)
+
+
+@dataclass(frozen=True, slots=True)
+class Gang:
+    nodes: int
+    per_node: int
+
+    @property
+    def devices(self) -> int:
+        return self.nodes * self.per_node
+
+
+@dataclass(frozen=True, slots=True)
+class PoolCapacity:
+    """One pool now: the free devices of each usable node (after bound pods and reservations)."""
+
+    pool: PoolView
+    node_free: tuple[int, ...]  # per usable node (virtual empty nodes of an autoscaled pool included)
+    total_nodes: int
+    usable_nodes: int
+    allocated: int  # devices requested by pods bound to usable nodes
+    reserved: int  # devices admitted jobs reserved but have not bound yet
+
+    @property
+    def free_devices(self) -> int:
+        return sum(self.node_free)
+
+    @property
+    def whole_free_nodes(self) -> int:
+        return sum(1 for f in self.node_free if f >= self.pool.spec.devices_per_node)
+
+    def fits(self, gang: Gang) -> bool:
+        """Whether all of ``gang`` can be placed now, each of its pods on its own node."""
+        return sum(1 for f in self.node_free if f >= gang.per_node) >= gang.nodes
+
+    def take(self, gang: Gang) -> PoolCapacity:
+        """This capacity after ``gang`` is placed (best fit: the fullest nodes that still fit)."""
+        free = sorted(self.node_free)
+        left = gang.nodes
+        out = []
+        for f in free:
+            if left and f >= gang.per_node:
+                out.append(f - gang.per_node)
+                left -= 1
+            else:
+                out.append(f)
+        return replace(self, node_free=tuple(out), reserved=self.reserved + gang.devices)
+
+
+def _place(node_free: list[int], gangs: Iterable[tuple[int, int]]) -> list[int]:
+    """Subtract reservations (nodes, per_node) from per-node free devices, best fit."""
+    for nodes, per_node in sorted(gangs, key=lambda g: -g[1]):
+        for _ in range(nodes):
+            fitting = [i for i, f in enumerate(node_free) if f >= per_node]
+            if not fitting:
+                # Over-committed (a reservation outlived its capacity): take what is left.
+                i = max(range(len(node_free)), key=node_free.__getitem__, default=None)
+                if i is None:
+                    break
+                node_free[i] = 0
+                continue
+            i = min(fitting, key=node_free.__getitem__)
+            node_free[i] -= per_node
+    return node_free
+
+
+def pool_capacity(
+    pool: PoolView,
+    nodes: Iterable[NodeView],
+    used_by_node: Mapping[str, int],
+    reservations: Iterable[Reservation],
+) -> PoolCapacity:
+    mine = [n for n in nodes if pool.owns(n)]
+    usable = [n for n in mine if n.usable]
+    allocated = 0
+    free: list[int] = []
+    for n in usable:
+        used = used_by_node.get(n.name, 0)
+        allocated += used
+        free.append(max(0, n.devices - used))
+    if pool.autoscaled:
+        # Nodes the autoscaler will bring for pending pods, up to maxNodes.
+        free += [pool.spec.devices_per_node] * max(0, pool.spec.max_nodes - len(mine))
+    gangs = [(r.unbound_nodes, r.per_node) for r in reservations if r.pool == pool.name and r.unbound_nodes]
+    reserved = sum(n * p for n, p in gangs)
+    return PoolCapacity(
+        pool=pool,
+        node_free=tuple(_place(free, gangs)),
+        total_nodes=len(mine),
+        usable_nodes=len(usable),
+        allocated=allocated,
+        reserved=reserved,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Blocked:
+    """The first job in queue order that waits for a pool: later jobs may only backfill around it."""
+
+    job: JobKey
+    gang: Gang
+    shadow: dt.datetime | None  # when enough devices free up for it (running jobs' expected ends)
+    extra: int  # devices free at that time beyond what it needs
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    now: dt.datetime
+    pools: Mapping[str, PoolView]
+    capacity: Mapping[str, PoolCapacity]
+    jobs: Mapping[JobKey, JobView]
+    workloads: Mapping[tuple[str, str], WorkloadView]  # by (namespace, name)
+    pods_by_job: Mapping[JobKey, tuple[PodView, ...]]
+    reservations: Mapping[JobKey, Reservation]
+    plans: Mapping[JobKey, Plan] = field(default_factory=lambda: MappingProxyType({}))
+    blocked: Mapping[str, Blocked] = field(default_factory=lambda: MappingProxyType({}))
+
+    def with_admission(self, key: JobKey, pool: str, gang: Gang, expected_end: dt.datetime | None) -> Snapshot:
+        cap = dict(self.capacity)
+        cap[pool] = cap[pool].take(gang)
+        res = dict(self.reservations)
+        res[key] = Reservation(key, pool, gang.nodes, gang.per_node, 0, expected_end)
+        return replace(self, capacity=MappingProxyType(cap), reservations=MappingProxyType(res))
+
+    def with_blocked(self, pool: str, blocked: Blocked) -> Snapshot:
+        if pool in self.blocked:
+            return self
+        b = dict(self.blocked)
+        b[pool] = blocked
+        return replace(self, blocked=MappingProxyType(b))
