@@ -301,7 +301,7 @@ def serve(
     loop_health: LoopHealth,
     *,
     port: int,
-    host: str = "0.0.0.0",  # every interface; the DaemonSet narrows it to the pod's IP
+    host: str = "0.0.0.0",  # every interface of the pod (settings.bind_address)
     limits: Limits = Limits(),  # frozen: one shared default is safe
 ) -> Server:
     """Start serving on ``host:port`` (port 0: any free port) in daemon threads."""

@@ -39,7 +39,7 @@ class AgentSettings(BaseSettings):
     port: int = Field(default=9402, ge=0, le=65535, description="Metrics and probes; 0 picks a free port.")
     bind_address: str = Field(
         default="0.0.0.0",
-        description="Address the metrics port listens on ('::' for every IPv6 one); the DaemonSet sets the pod's IP.",
+        description="Address the metrics port listens on ('::' for every IPv6 one).",
     )
     http_workers: int = Field(default=4, ge=1, le=64, description="Threads answering metrics and probe requests.")
     http_max_connections: int = Field(
