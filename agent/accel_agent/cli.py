@@ -27,7 +27,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from accel_agent import app, kube, report, server
+from accel_agent import app, kube, logtext, report, server
 from accel_agent.loop import Agent, run_local
 from accel_agent.settings import AgentSettings, BackendChoice
 
@@ -92,7 +92,7 @@ def _local(settings: AgentSettings, agent: Agent, fail_unhealthy: bool) -> int:
         agent.node_name,
         "healthy" if healthy else "UNHEALTHY",
         len(status.devices) if status else 0,
-        "" if healthy or status is None else " — " + "; ".join(status.problems),
+        "" if healthy or status is None else " — " + logtext.shorten("; ".join(status.problems), 500),
     )
     return 3 if fail_unhealthy and not healthy else 0
 

@@ -36,7 +36,7 @@ from typing import Final
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from accel_agent.logtext import shorten
+from accel_agent import logtext
 
 log = logging.getLogger(__name__)
 STALE_PASSES_NOT_READY: Final = 3
@@ -267,7 +267,7 @@ class Server:
         line = head.split(b"\n", 1)[0].decode("latin-1").strip()
         parts = line.split(" ")
         if len(parts) != 3 or not parts[2].startswith("HTTP/"):
-            log.debug("http: bad request line %s", shorten(line))
+            log.debug("http: bad request line %s", logtext.shorten(line))
             return _http_answer(400, "text/plain; charset=utf-8", b"bad request\n")
         method, target, _version = parts
         if method != "GET":
@@ -276,9 +276,9 @@ class Server:
         try:
             status, content_type, body = self._route(path)
         except Exception:  # a bug in one answer must not cost the pool a worker
-            log.exception("http: answering %s failed", shorten(path))
+            log.exception("http: answering %s failed", logtext.shorten(path))
             status, content_type, body = 500, "text/plain; charset=utf-8", b"internal error\n"
-        log.debug("http: GET %s -> %d", shorten(path), status)
+        log.debug("http: GET %s -> %d", logtext.shorten(path), status)
         return _http_answer(status, content_type, body)
 
 
