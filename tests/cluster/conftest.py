@@ -173,6 +173,8 @@ def apply_manifests(api: client.ApiClient, paths: list[Path], namespace: str = "
     replacers: dict[str, Callable[[str, dict[str, Any]], Any]] = {
         "ClusterRole": rbac.replace_cluster_role,
         "ValidatingAdmissionPolicy": adm.replace_validating_admission_policy,
+        # A binding from an earlier run must not outlive a policy whose params it has to name.
+        "ValidatingAdmissionPolicyBinding": adm.replace_validating_admission_policy_binding,
     }
     for path in paths:
         for doc in yaml.safe_load_all(path.read_text()):
@@ -187,6 +189,7 @@ def apply_manifests(api: client.ApiClient, paths: list[Path], namespace: str = "
                     current = {
                         "ClusterRole": rbac.read_cluster_role,
                         "ValidatingAdmissionPolicy": adm.read_validating_admission_policy,
+                        "ValidatingAdmissionPolicyBinding": adm.read_validating_admission_policy_binding,
                     }[doc["kind"]](doc["metadata"]["name"])
                     doc["metadata"]["resourceVersion"] = current.metadata.resource_version
                     replacers[doc["kind"]](doc["metadata"]["name"], doc)
