@@ -105,6 +105,8 @@ class _Pending:
 _HEAD_END: Final = (b"\r\n\r\n", b"\n\n")
 _READ_CHUNK: Final = 4096
 _ACCEPTS_PER_WAKE: Final = 256
+ACCEPT_WARNING_SECONDS: Final = 60.0  # at most one "accept failed" warning a minute
+ACCEPT_RETRY_SECONDS: Final = 0.05  # after a failed accept with nothing to free
 
 
 def _http_answer(status: int, content_type: str, body: bytes, extra: str = "") -> bytes:
@@ -141,6 +143,7 @@ class Server:
         self._pending: dict[int, _Pending] = {}  # by file descriptor, oldest first
         self._queue: queue.Queue[tuple[socket.socket, bytes] | None] = queue.Queue(limits.queue_size)
         self._stopping = threading.Event()
+        self._accept_warned = -ACCEPT_WARNING_SECONDS
         self.threads = [threading.Thread(target=self._wait_loop, name="accel-agent-http", daemon=True)] + [
             threading.Thread(target=self._work_loop, name=f"accel-agent-http-{i}", daemon=True)
             for i in range(limits.workers)
@@ -195,8 +198,15 @@ class Server:
                 sock, _addr = self._listener.accept()
             except (BlockingIOError, InterruptedError):
                 return
-            except OSError as exc:  # out of file descriptors, say: the waiting connections stay
-                log.warning("http: accept failed: %s", exc)
+            except OSError as exc:  # out of file descriptors, say: free one rather than spin
+                now = self._monotonic()
+                if now - self._accept_warned >= ACCEPT_WARNING_SECONDS:
+                    log.warning("http: accept failed: %s", exc)
+                    self._accept_warned = now
+                if self._pending:
+                    self._drop(next(iter(self._pending.values())))
+                else:
+                    time.sleep(ACCEPT_RETRY_SECONDS)
                 return
             if len(self._pending) >= self._limits.max_connections:
                 self._drop(next(iter(self._pending.values())))

@@ -19,6 +19,7 @@ from accel_agent import run_cluster_pass
 from accel_agent.app import build_agent
 from accel_agent.backends.fake import FakeNvml, FakeProcess
 from accel_agent.backends.nvml import NvmlBackend
+from accel_agent.backends.tpu import TpuBackend
 from accel_agent.kube import KubeClusterView
 from accel_agent.settings import AgentSettings
 from accel_api.enums import AgentBackend
@@ -187,4 +188,10 @@ def test_the_pod_index_reads_only_its_own_nodes_pods(api: tuple[StandIn, Any], t
         agent.run_once()
     finally:
         agent.close()
+    assert_only_own_node_pods(state, "kwok-gpu-0")
+
+
+def test_the_tpu_backend_reads_only_its_own_nodes_pods(api: tuple[StandIn, Any], tmp_path: Path) -> None:
+    state, api_client = api
+    TpuBackend("kwok-gpu-0", view=KubeClusterView(api_client), dev_root=tmp_path).sample()
     assert_only_own_node_pods(state, "kwok-gpu-0")

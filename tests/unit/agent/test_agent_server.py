@@ -2,6 +2,8 @@
 
 import contextlib
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -132,3 +134,39 @@ def test_stop_closes_the_port() -> None:
     assert not any(t.is_alive() for t in s.threads)
     with pytest.raises(OSError):
         connect(port)
+
+
+SERVER_WITH_FEW_FILES = """
+import resource, sys, time
+from prometheus_client import CollectorRegistry
+from accel_agent.server import Limits, LoopHealth, serve
+resource.setrlimit(resource.RLIMIT_NOFILE, (48, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+health = LoopHealth(15.0)
+health.pass_done()
+limits = Limits(workers=2, max_connections=1000, idle_timeout_seconds=30.0)
+server = serve(CollectorRegistry(), health, port=0, host="127.0.0.1", limits=limits)
+print(server.port, flush=True)
+sys.stdin.read()
+"""
+
+
+def test_out_of_file_descriptors_the_server_frees_one_and_keeps_answering() -> None:
+    # The server may hold 1000 silent connections but has 48 descriptors: accept fails (EMFILE).
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SERVER_WITH_FEW_FILES], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout is not None
+        port = int(proc.stdout.readline())
+        idle = [connect(port) for _ in range(100)]
+        try:
+            started = time.perf_counter()
+            answer = request(port, b"GET /healthz HTTP/1.1\r\n\r\n")
+            assert answer.startswith(b"HTTP/1.1 200 OK"), answer[:60]
+            assert time.perf_counter() - started < 3.0
+        finally:
+            for sock in idle:
+                sock.close()
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
