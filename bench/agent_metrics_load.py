@@ -29,6 +29,7 @@ from accel_agent import server
 PROBES = 20
 IDLE_TIMEOUT_SECONDS = 1.0
 SETTLE_SECONDS = 0.3
+SETTLE_LIMIT_SECONDS = 10.0
 
 
 class _Stdlib:
@@ -67,6 +68,20 @@ def _agent() -> server.Server:
     return server.serve(CollectorRegistry(), health, port=0, host="127.0.0.1", limits=limits)
 
 
+def _settled_thread_count() -> int:
+    """This process's threads once the count stops changing (a server may still be starting
+    threads for connections already accepted), waiting at most ``SETTLE_LIMIT_SECONDS``."""
+    deadline = time.perf_counter() + SETTLE_LIMIT_SECONDS
+    count = threading.active_count()
+    while time.perf_counter() < deadline:
+        time.sleep(SETTLE_SECONDS)
+        now = threading.active_count()
+        if now == count:
+            return now
+        count = now
+    return count
+
+
 def _get(port: int) -> float:
     started = time.perf_counter()
     with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
@@ -100,15 +115,14 @@ def measure(name: str, start: Callable[[], _Stdlib | server.Server], idle: int) 
     try:
         for _ in range(idle):
             clients.append(socket.create_connection(("127.0.0.1", srv.port), timeout=10))
-        time.sleep(SETTLE_SECONDS)
-        threads = threading.active_count() - threads_before
+        opened = time.perf_counter()
+        threads = _settled_thread_count() - threads_before
         latencies = sorted(_get(srv.port) for _ in range(PROBES))
-        closed = _all_closed(clients, 3 * IDLE_TIMEOUT_SECONDS + 2) if isinstance(srv, server.Server) else None
-        closed_text = (
-            ""
-            if not isinstance(srv, server.Server)
-            else (f"  idle closed after {closed:.2f}s" if closed is not None else "  idle NOT all closed")
-        )
+        closed_text = ""
+        if isinstance(srv, server.Server):
+            all_closed = _all_closed(clients, 3 * IDLE_TIMEOUT_SECONDS + 2) is not None
+            after = time.perf_counter() - opened
+            closed_text = f"  idle all closed {after:.2f}s after connecting" if all_closed else "  idle NOT all closed"
         print(
             f"{name:>10} idle={idle:>5}  server threads={threads:>5}  /healthz median "
             f"{statistics.median(latencies) * 1000:7.2f} ms  max {latencies[-1] * 1000:7.2f} ms{closed_text}"

@@ -11,11 +11,12 @@ reads request heads without blocking; only a complete head is handed, through a 
 a fixed number of worker threads, which answer and close (no keep-alive). So:
 
 - threads: ``1 + workers``, however many connections are open;
-- connections: at most ``max_connections`` open; the oldest still-silent one is dropped to make
-  room for a new one, so probes get through a crowd of idle clients;
+- connections: at most ``max_connections`` still silent (the oldest is dropped to make room for a
+  new one, so probes get through a crowd of idle clients), ``queue_size`` waiting for a worker
+  (more are answered 503) and one per worker;
 - time: a connection that has not sent a complete request head within ``idle_timeout_seconds`` is
   closed (idle and slow-drip clients alike); a worker gives up on a client that does not read its
-  answer after ``write_timeout_seconds``;
+  whole answer within ``write_timeout_seconds``;
 - memory: a request head over ``max_request_bytes`` is answered 431 and closed; bodies are never
   read (only GET is served).
 """
@@ -91,7 +92,7 @@ class Limits:
     queue_size: int = 32  # complete requests waiting for a worker; more are answered 503
     max_connections: int = 64  # silent connections held open; the oldest is dropped for a new one
     idle_timeout_seconds: float = 10.0  # from accept to a complete request head
-    write_timeout_seconds: float = 10.0  # per send of the answer
+    write_timeout_seconds: float = 10.0  # to send the whole answer (sendall)
     max_request_bytes: int = 8192  # request line and headers
 
 
