@@ -27,7 +27,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from accel_agent import app, kube, report, server
+from accel_agent import app, kube, logtext, report, server
 from accel_agent.loop import Agent, run_local
 from accel_agent.settings import AgentSettings, BackendChoice
 
@@ -45,6 +45,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--interval", dest="interval_seconds", type=float, help="seconds between samples")
     p.add_argument("--heartbeat", dest="heartbeat_seconds", type=float, help="write at least this often (seconds)")
     p.add_argument("--port", type=int, help="metrics/health port (daemon mode)")
+    p.add_argument("--bind-address", help="address the metrics/health port listens on (daemon mode)")
     p.add_argument("--kubeconfig", type=Path)
     p.add_argument(
         "--kubernetes", action=argparse.BooleanOptionalAction, default=None, help="use the API in local runs too"
@@ -91,19 +92,30 @@ def _local(settings: AgentSettings, agent: Agent, fail_unhealthy: bool) -> int:
         agent.node_name,
         "healthy" if healthy else "UNHEALTHY",
         len(status.devices) if status else 0,
-        "" if healthy or status is None else " — " + "; ".join(status.problems),
+        "" if healthy or status is None else " — " + logtext.shorten("; ".join(status.problems), 500),
     )
     return 3 if fail_unhealthy and not healthy else 0
 
 
 def _daemon(settings: AgentSettings, agent: Agent) -> int:
-    http = server.serve(agent.metrics.registry, agent.loop_health, port=settings.port)
+    http = server.serve(
+        agent.metrics.registry,
+        agent.loop_health,
+        host=settings.bind_address,
+        port=settings.port,
+        limits=server.Limits(
+            workers=settings.http_workers,
+            max_connections=settings.http_max_connections,
+            idle_timeout_seconds=settings.http_idle_timeout_seconds,
+        ),
+    )
     log.info(
-        "agent for node %s: backend %s, every %.0fs (heartbeat %.0fs), metrics on :%d",
+        "agent for node %s: backend %s, every %.0fs (heartbeat %.0fs), metrics on %s:%d",
         agent.node_name,
         agent.backend.kind.value,
         settings.interval_seconds,
         settings.heartbeat_seconds,
+        settings.bind_address,
         http.port,
     )
     stop = threading.Event()

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
-from accel_agent import health, kube, report
+from accel_agent import health, kube, logtext, report
 from accel_agent.backends import GpuBackend, NodeSample
 from accel_agent.metrics import AgentMetrics
 from accel_agent.podmap import PodMapper
@@ -114,7 +114,7 @@ class Agent:
         try:
             return self.mapper.apply(sample)
         except kube.KubeError as exc:
-            log.warning("pods not mapped this pass: %s", exc)
+            log.warning("pods not mapped this pass: %s", logtext.shorten(exc))
             return sample
 
     def _uid(self) -> str | None:
@@ -123,7 +123,7 @@ class Agent:
         try:
             return self._node_uid()
         except kube.KubeError as exc:
-            log.warning("node uid unknown this pass (no owner reference): %s", exc)
+            log.warning("node uid unknown this pass (no owner reference): %s", logtext.shorten(exc))
             return None
 
     def run_once(self) -> PassResult:
@@ -148,7 +148,8 @@ class Agent:
             except SinkError as exc:
                 error = str(exc)
                 self.metrics.report_writes.labels(result="error").inc()
-                log.warning("report not written (%s): %s", "will retry" if exc.retryable else "check RBAC/CRD", exc)
+                why = "will retry" if exc.retryable else "check RBAC/CRD"
+                log.warning("report not written (%s): %s", why, logtext.shorten(exc))
             else:
                 written = True
                 self.last_written, self._last_write_at = stamped, self.clock.monotonic()

@@ -31,6 +31,7 @@ from typing import Any, Final, Protocol
 
 import grpc
 
+from accel_agent import logtext
 from accel_agent.backends import DeviceSample, MigSample, NodeSample, ProcessSample
 from accel_api import vocabulary
 from accel_api.nodereport import PodRef
@@ -248,13 +249,13 @@ class PodResourcesClient:
                 )
             raw = self._call(None, timeout=self._timeout)
         except grpc.RpcError as exc:  # kubelet down or restarting: no allocations this pass
-            log.warning("pod-resources List failed: %s", exc)
+            log.warning("pod-resources List failed: %s", logtext.shorten(exc))
             self._call = None
             return []
         try:
             return decode_list_response(bytes(raw))
         except ValueError as exc:
-            log.warning("pod-resources answer could not be decoded: %s", exc)
+            log.warning("pod-resources answer could not be decoded: %s", logtext.shorten(exc))
             return []
 
 

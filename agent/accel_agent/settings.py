@@ -37,6 +37,17 @@ class AgentSettings(BaseSettings):
     memory_change_min_bytes: int = Field(default=1 << 30, ge=0)
     free_memory_fraction: float = Field(default=0.05, ge=0, le=1)
     port: int = Field(default=9402, ge=0, le=65535, description="Metrics and probes; 0 picks a free port.")
+    bind_address: str = Field(
+        default="0.0.0.0",
+        description="Address the metrics port listens on ('::' for every IPv6 one).",
+    )
+    http_workers: int = Field(default=4, ge=1, le=64, description="Threads answering metrics and probe requests.")
+    http_max_connections: int = Field(
+        default=64, ge=1, le=4096, description="Connections held open waiting for a request; the oldest gives way."
+    )
+    http_idle_timeout_seconds: float = Field(
+        default=10.0, gt=0, description="A connection without a complete request after this long is closed."
+    )
     once: bool = False
     output: Path | None = None
     stats_output: Path | None = None

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from accel_agent import run_cluster_pass
 from accel_api import registry
@@ -136,3 +137,10 @@ def test_agent_reports_its_node_under_least_privilege(
     denied = run_cluster_pass(agent_api, node_name=other)
     assert not denied.written
     assert denied.write_error and "may only write the AcceleratorNodeReport of its own node" in denied.write_error
+
+    # ... and its spec to its own node: a report named after it that names another node is refused.
+    with pytest.raises(ApiException) as refused:
+        client.CustomObjectsApi(agent_api).patch_cluster_custom_object(
+            v.GROUP, v.VERSION, registry.NODE_REPORT.plural, own, {"spec": {"nodeName": other}}
+        )
+    assert refused.value.status == 422 and "spec.nodeName is not its node" in str(refused.value.body)

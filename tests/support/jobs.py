@@ -44,7 +44,9 @@ def pool_doc(name: str, *, nodes_max: int, devices_per_node: int = 8, **spec: An
 
 
 @contextmanager
-def gpu_pool(api: client.ApiClient, name: str, *, count: int, nodes_max: int | None = None, **spec: Any) -> Iterator[list[str]]:
+def gpu_pool(
+    api: client.ApiClient, name: str, *, count: int, nodes_max: int | None = None, **spec: Any
+) -> Iterator[list[str]]:
     """The pool and ``count`` simulated nodes; both removed afterwards."""
     doc = pool_doc(name, nodes_max=nodes_max or max(count, 1), **spec)
     kubeapi.apply(api, doc)
@@ -102,9 +104,7 @@ def pods_of(core: client.CoreV1Api, namespace: str, job: str) -> list[Any]:
 
 
 def workloads_of(api: client.ApiClient, namespace: str, job: str) -> list[Any]:
-    return list(
-        client.BatchV1Api(api).list_namespaced_job(namespace, label_selector=f"{v.LABEL_JOB}={job}").items
-    )
+    return list(client.BatchV1Api(api).list_namespaced_job(namespace, label_selector=f"{v.LABEL_JOB}={job}").items)
 
 
 def end_pods(core: client.CoreV1Api, namespace: str, job: str, exit_code: int = 0) -> list[str]:

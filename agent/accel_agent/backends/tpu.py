@@ -20,7 +20,7 @@ import re
 from pathlib import Path
 from typing import Final
 
-from accel_agent import kube
+from accel_agent import kube, logtext
 from accel_agent.backends import DeviceSample, NodeSample
 from accel_agent.backends.simulated import tpu_memory_bytes
 from accel_api import vocabulary
@@ -84,7 +84,7 @@ class TpuBackend:
                     pods = list(self._view.pods_on_node(self._node))
             except kube.KubeError as exc:
                 # Not a fault of the node: the chips on the host are still reported.
-                log.warning("could not read node %s from the API: %s", self._node, exc)
+                log.warning("could not read node %s from the API: %s", self._node, logtext.shorten(exc))
                 problems.append(f"could not read the node from the API: {exc}")
         visible = local_chips(self._dev)
         allocatable = kube.allocatable(node, vocabulary.RESOURCE_GOOGLE_TPU) if node else 0

@@ -8,6 +8,7 @@ import json
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
@@ -15,7 +16,12 @@ import pytest
 from kubernetes import client
 
 from accel_agent import run_cluster_pass
+from accel_agent.app import build_agent
+from accel_agent.backends.fake import FakeNvml, FakeProcess
+from accel_agent.backends.nvml import NvmlBackend
+from accel_agent.backends.tpu import TpuBackend
 from accel_agent.kube import KubeClusterView
+from accel_agent.settings import AgentSettings
 from accel_api.enums import AgentBackend
 from accel_api.nodereport import AcceleratorNodeReport
 
@@ -40,11 +46,13 @@ POD = {
     "status": {"phase": "Running"},
 }
 REPORTS = "/apis/accel.dev/v1alpha1/acceleratornodereports"
+UNKNOWN_UID = "0b6f1c2e-9d3a-4c5b-8e7f-1a2b3c4d5e6f"
 
 
 class StandIn:
     def __init__(self) -> None:
         self.requests: list[tuple[str, str, str, Any]] = []
+        self.queries: list[tuple[str, str, dict[str, list[str]]]] = []  # method, path, query
         self.objects: dict[str, dict[str, Any]] = {}
 
 
@@ -68,6 +76,7 @@ def api() -> Iterator[tuple[StandIn, Any]]:
         def _record(self, body: Any = None) -> str:
             url = urlparse(self.path)
             state.requests.append((self.command, url.path, self.headers.get("Content-Type") or "", body))
+            state.queries.append((self.command, url.path, parse_qs(url.query)))
             return url.path
 
         def do_GET(self) -> None:
@@ -145,3 +154,44 @@ def test_cluster_view_reads(api: tuple[StandIn, Any]) -> None:
     pods = view.pods_on_node("kwok-gpu-0")
     assert [p["metadata"]["name"] for p in pods] == ["train-0"]
     assert pods[0]["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "3"}
+
+
+def pod_reads(state: StandIn) -> list[tuple[str, str, dict[str, list[str]]]]:
+    return [q for q in state.queries if q[1].endswith("/pods") or "/pods/" in q[1]]
+
+
+def assert_only_own_node_pods(state: StandIn, node: str) -> None:
+    reads = pod_reads(state)
+    assert reads, "the agent read no pods: the test proves nothing"
+    for method, path, query in reads:
+        assert (method, path) == ("GET", "/api/v1/pods"), (method, path)  # a list, never a single pod
+        assert query.get("fieldSelector") == [f"spec.nodeName={node}"], query
+        assert "watch" not in query, query
+
+
+def test_the_simulated_backend_reads_only_its_own_nodes_pods(api: tuple[StandIn, Any]) -> None:
+    state, api_client = api
+    run_cluster_pass(api_client, node_name="kwok-gpu-0")
+    assert_only_own_node_pods(state, "kwok-gpu-0")
+
+
+def test_the_pod_index_reads_only_its_own_nodes_pods(api: tuple[StandIn, Any], tmp_path: Path) -> None:
+    # An NVML node: a GPU process whose cgroup names a pod the agent does not know yet.
+    state, api_client = api
+    (tmp_path / "4242").mkdir()
+    (tmp_path / "4242" / "cgroup").write_text("0::/kubepods/besteffort/pod" + UNKNOWN_UID + "/" + "c" * 64 + "\n")
+    nvml = FakeNvml.h100(1)
+    nvml.devices[0].processes.append(FakeProcess(pid=4242))
+    settings = AgentSettings(node_name="kwok-gpu-0", kubernetes=True, once=True, proc_root=tmp_path)
+    agent = build_agent(settings, api_client=api_client, backend=NvmlBackend(nvml, xid_events=False))
+    try:
+        agent.run_once()
+    finally:
+        agent.close()
+    assert_only_own_node_pods(state, "kwok-gpu-0")
+
+
+def test_the_tpu_backend_reads_only_its_own_nodes_pods(api: tuple[StandIn, Any], tmp_path: Path) -> None:
+    state, api_client = api
+    TpuBackend("kwok-gpu-0", view=KubeClusterView(api_client), dev_root=tmp_path).sample()
+    assert_only_own_node_pods(state, "kwok-gpu-0")

@@ -1,11 +1,16 @@
 """The agent's manifests agree with its settings and grant what the code calls, and no more."""
 
+import os
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from accel_agent.settings import AgentSettings
+from accel_api.nodereport import AcceleratorNodeReportSpec
 
 MANIFESTS = Path(__file__).resolve().parents[3] / "manifests" / "agent"
 
@@ -23,7 +28,7 @@ def daemonset() -> dict[str, Any]:
 def test_kustomization_lists_every_file() -> None:
     (k,) = docs("kustomization.yaml")
     files = {p.name for p in MANIFESTS.glob("*.yaml")} - {"kustomization.yaml"}
-    assert set(k["resources"]) == files
+    assert set(k["resources"]) | set(k["configurations"]) == files
 
 
 def test_env_names_are_settings() -> None:
@@ -51,8 +56,16 @@ def test_scheduling_and_privileges() -> None:
     }
     container = pod["containers"][0]
     assert all(m["readOnly"] for m in container["volumeMounts"])
-    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
-    assert container["securityContext"]["allowPrivilegeEscalation"] is False
+    assert container["securityContext"] == {
+        "privileged": False,
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    # UID 0 is for the kubelet's root-owned socket alone, and the manifest says so.
+    assert pod["securityContext"]["runAsUser"] == 0
+    assert "only UID 0 as the owner" in (MANIFESTS / "daemonset.yaml").read_text()
     paths = {v["name"]: v["hostPath"]["path"] for v in pod["volumes"]}
     assert paths["pod-resources"] == "/var/lib/kubelet/pod-resources" and paths["host-proc"] == "/proc"
     probes = (container["livenessProbe"]["httpGet"]["path"], container["readinessProbe"]["httpGet"]["path"])
@@ -82,8 +95,166 @@ def test_rbac_is_what_the_agent_calls() -> None:
     )
 
 
-def test_the_node_restriction_names_the_agent() -> None:
+# --- the own-node admission policy follows the install namespace -------------------------------
+CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
+
+
+def _set_path(obj: dict[str, Any], path: str, value: str) -> bool:
+    *parents, last = path.split("/")
+    for key in parents:
+        obj = obj.get(key)  # type: ignore[assignment]
+        if not isinstance(obj, dict):
+            return False
+    if last not in obj:  # create: false
+        return False
+    obj[last] = value
+    return True
+
+
+def render(namespace: str) -> list[dict[str, Any]]:
+    """What kustomize's namespace transformer makes of this folder under an overlay that sets
+    ``namespace``: metadata.namespace of namespaced objects, ServiceAccount subjects of role
+    bindings, and the extra field specs this folder declares in its ``configurations``."""
+    (k,) = docs("kustomization.yaml")
+    extra = [
+        (spec["kind"], spec["path"])
+        for config in k["configurations"]
+        for spec in (yaml.safe_load((MANIFESTS / config).read_text()).get("namespace") or [])
+    ]
+    out = [d for name in k["resources"] for d in docs(name)]
+    for d in out:
+        if d["kind"] not in CLUSTER_SCOPED:
+            d["metadata"]["namespace"] = namespace
+        for subject in d.get("subjects") or []:
+            if subject["kind"] == "ServiceAccount":
+                subject["namespace"] = namespace
+        for kind, path in extra:
+            if d["kind"] == kind:
+                assert _set_path(d, path, namespace), f"{kind} has no {path}"
+    return out
+
+
+def username_matched(policy: dict[str, Any], params: dict[str, Any]) -> str:
+    """The username the policy's match condition compares with, for these params.
+
+    Understands the one form the policy uses: ``request.userInfo.username == <term> + <term> …``
+    with string literals and ``params.metadata.<field>`` terms; anything else fails the test.
+    """
+    (condition,) = policy["spec"]["matchConditions"]
+    lhs, rhs = (side.strip() for side in condition["expression"].split("==", 1))
+    assert lhs == "request.userInfo.username"
+    parts = []
+    for term in (t.strip() for t in rhs.split("+")):
+        if term.startswith("'") and term.endswith("'"):
+            parts.append(term[1:-1])
+        else:
+            assert term.startswith("params.metadata."), term
+            parts.append(str(params["metadata"][term.removeprefix("params.metadata.")]))
+    return "".join(parts)
+
+
+@pytest.mark.parametrize("namespace", ["accel-system", "gpu-monitoring"])
+def test_the_node_restriction_follows_the_install_namespace(namespace: str) -> None:
+    objs = render(namespace)
+    (sa,) = (d for d in objs if d["kind"] == "ServiceAccount")
+    (policy,) = (d for d in objs if d["kind"] == "ValidatingAdmissionPolicy")
+    (binding,) = (d for d in objs if d["kind"] == "ValidatingAdmissionPolicyBinding")
+    (ds,) = (d for d in objs if d["kind"] == "DaemonSet")
+    assert policy["spec"]["paramKind"] == {"apiVersion": "v1", "kind": "ServiceAccount"}
+    ref = binding["spec"]["paramRef"]
+    assert (ref["namespace"], ref["name"]) == (namespace, sa["metadata"]["name"])
+    assert ref["parameterNotFoundAction"] == "Deny"  # no ServiceAccount: fail closed, not silently open
+    assert binding["spec"]["policyName"] == policy["metadata"]["name"]
+    assert ds["metadata"]["namespace"] == namespace
+    agent = f"system:serviceaccount:{namespace}:{ds['spec']['template']['spec']['serviceAccountName']}"
+    assert username_matched(policy, sa) == agent
+    assert "accel-system" not in yaml.safe_dump(policy)  # nothing in the policy names a namespace
+
+
+def test_the_node_restriction_checks_name_and_spec_node_name() -> None:
     policy = next(d for d in docs("node-restriction.yaml") if d["kind"] == "ValidatingAdmissionPolicy")
-    (sa,) = docs("serviceaccount.yaml")
-    who = f"system:serviceaccount:{sa['metadata']['namespace']}:{sa['metadata']['name']}"
-    assert who in policy["spec"]["matchConditions"][0]["expression"]
+    token = "request.userInfo.extra['authentication.kubernetes.io/node-name']"
+    checks = [v["expression"] for v in policy["spec"]["validations"]]
+    assert any(f"{token}.exists(n, n == object.metadata.name)" in c for c in checks)
+    assert any(f"{token}.exists(n, n == object.spec.nodeName)" in c for c in checks)
+    # The field the agent writes is the one the policy reads.
+    assert "nodeName" in AcceleratorNodeReportSpec.model_json_schema(by_alias=True)["properties"]
+
+
+KUBECTL = shutil.which("kubectl")
+
+
+@pytest.mark.skipif(KUBECTL is None, reason="no kubectl (kustomize) on this machine")
+def test_kustomize_renders_the_policy_for_another_namespace_and_prefix(tmp_path: Path) -> None:
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    (overlay / "kustomization.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "kustomize.config.k8s.io/v1beta1",
+                "kind": "Kustomization",
+                "namespace": "gpu-monitoring",
+                "namePrefix": "team-",
+                "resources": [os.path.relpath(MANIFESTS, overlay)],
+            }
+        )
+    )
+    built = subprocess.run(
+        [str(KUBECTL), "kustomize", str(overlay)], check=True, capture_output=True, text=True, timeout=60
+    ).stdout
+    objs = [d for d in yaml.safe_load_all(built) if d]
+    (sa,) = (d for d in objs if d["kind"] == "ServiceAccount")
+    (policy,) = (d for d in objs if d["kind"] == "ValidatingAdmissionPolicy")
+    (binding,) = (d for d in objs if d["kind"] == "ValidatingAdmissionPolicyBinding")
+    assert (sa["metadata"]["namespace"], sa["metadata"]["name"]) == ("gpu-monitoring", "team-accel-agent")
+    ref = binding["spec"]["paramRef"]
+    assert (ref["namespace"], ref["name"]) == ("gpu-monitoring", "team-accel-agent")
+    assert binding["spec"]["policyName"] == policy["metadata"]["name"] == "team-accel-agent-own-node-report"
+    assert username_matched(policy, sa) == "system:serviceaccount:gpu-monitoring:team-accel-agent"
+
+
+NON_ROOT = MANIFESTS / "components" / "non-root" / "kustomization.yaml"
+
+
+def test_the_non_root_component_removes_exactly_the_root_only_part() -> None:
+    component = yaml.safe_load(NON_ROOT.read_text())
+    assert component["kind"] == "Component"
+    (patch,) = component["patches"]
+    pod = yaml.safe_load(patch["patch"])["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] != 0 and pod["securityContext"]["runAsGroup"] != 0
+    base = daemonset()["spec"]["template"]["spec"]
+    (gone_volume,) = pod["volumes"]
+    (gone_mount,) = pod["containers"][0]["volumeMounts"]
+    assert gone_volume == {"name": "pod-resources", "$patch": "delete"}
+    assert gone_mount["$patch"] == "delete"
+    (mount,) = (m for m in base["containers"][0]["volumeMounts"] if m["name"] == "pod-resources")
+    assert gone_mount["mountPath"] == mount["mountPath"]
+
+
+@pytest.mark.skipif(KUBECTL is None, reason="no kubectl (kustomize) on this machine")
+def test_kustomize_renders_the_non_root_component(tmp_path: Path) -> None:
+    (tmp_path / "kustomization.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "kustomize.config.k8s.io/v1beta1",
+                "kind": "Kustomization",
+                "resources": [os.path.relpath(MANIFESTS, tmp_path)],
+                "components": [os.path.relpath(NON_ROOT.parent, tmp_path)],
+            }
+        )
+    )
+    built = subprocess.run(
+        [str(KUBECTL), "kustomize", str(tmp_path)], check=True, capture_output=True, text=True, timeout=60
+    ).stdout
+    (ds,) = (d for d in yaml.safe_load_all(built) if d and d["kind"] == "DaemonSet")
+    pod = ds["spec"]["template"]["spec"]
+    assert pod["securityContext"] == {
+        "runAsUser": 65534,
+        "runAsGroup": 65534,
+        "runAsNonRoot": True,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    assert {v["name"] for v in pod["volumes"]} == {"host-proc", "host-dev"}
+    assert {m["name"] for m in pod["containers"][0]["volumeMounts"]} == {"host-proc", "host-dev"}
+    assert pod["containers"][0]["securityContext"]["capabilities"] == {"drop": ["ALL"]}
