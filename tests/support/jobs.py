@@ -122,6 +122,11 @@ def end_pods(core: client.CoreV1Api, namespace: str, job: str, exit_code: int = 
 
 
 def events_of(core: client.CoreV1Api, namespace: str, name: str) -> list[tuple[str, str]]:
-    """(reason, note) of the events.k8s.io Events regarding the AcceleratorJob ``name``."""
-    events = client.EventsV1Api(core.api_client).list_namespaced_event(namespace)
-    return [(e.reason, e.note or "") for e in events.items if e.regarding and e.regarding.name == name]
+    """(reason, message) of the Events about the AcceleratorJob ``name`` (read through core/v1:
+    the events.k8s.io client model refuses events without an eventTime, which others post)."""
+    events = core.list_namespaced_event(namespace)
+    return [
+        (e.reason, e.message or "")
+        for e in events.items
+        if e.involved_object and e.involved_object.kind == "AcceleratorJob" and e.involved_object.name == name
+    ]

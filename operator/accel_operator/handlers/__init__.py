@@ -36,7 +36,7 @@ def register(reg: kopf.OperatorRegistry, ctx: OperatorContext) -> Scheduler:
         settings.watching.server_timeout = 300  # re-establish watches every 5 minutes at most
         settings.watching.client_timeout = 330
         settings.networking.request_timeout = 30
-        settings.batching.worker_limit = 64
+        settings.queueing.worker_limit = 64
         sched.indices = Indices(
             pools=kwargs["pools"],
             nodes=kwargs["nodes"],
