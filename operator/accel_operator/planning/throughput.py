@@ -243,9 +243,10 @@ def _device_step(w: JobProfile, accel: Accelerator, tp: int) -> _DeviceStep:
 
     passes = 1 + BACKWARD_KERNELS + (1 if w.checkpointing else 0)
     kernels = s.layers * blk.fwd_kernels * passes + 3 * hd.loss_kernels + optimizer_kernels
-    flops_per_token = 6.0 * s.matmul_params + 6.0 * s.layers * w.seq_len * s.hidden * (1 if eager else 0.5)
+    attn_width = s.q_dim
+    flops_per_token = 6.0 * s.active_matmul_params + 6.0 * s.layers * w.seq_len * attn_width * (1 if eager else 0.5)
     if w.checkpointing:
-        flops_per_token += 2.0 * s.layers * s.layer_matmul_params + 2.0 * s.layers * w.seq_len * s.hidden * 0.5
+        flops_per_token += 2.0 * s.layers * s.active_layer_matmul_params + 2.0 * s.layers * w.seq_len * attn_width * 0.5
     # Tensor parallel: two activation all-reduces per layer forward, two backward, within a node.
     tp_comm = 0.0
     if tp > 1:
@@ -350,7 +351,7 @@ def _inference(w: JobProfile, accel: Accelerator, layout: Layout) -> ThroughputE
     calls = max(1, math.ceil(w.tokens / per_call))
     calls_per_replica = max(1, math.ceil(calls / replicas))
     tokens_per_second = per_call * replicas / call
-    flops_per_token = 2.0 * s.matmul_params
+    flops_per_token = 2.0 * s.active_matmul_params
     mfu = flops_per_token * (w.batch * (w.prompt_len + w.new_tokens)) * replicas / call
     mfu /= accel.flops(a) * layout.devices
     breakdown = (("prefill", prefill), ("decode", w.new_tokens * decode))
