@@ -157,8 +157,13 @@ class Numerics:
         return 4 if self.autocast else self.residual
 
 
-def numerics(precision: Precision) -> Numerics:
+def numerics(precision: Precision, framework: Framework = Framework.HF) -> Numerics:
     if precision in (Precision.AMP_BF16, Precision.AMP_FP16):
+        if framework is not Framework.HF:
+            # A mixed-precision policy (FSDP's MixedPrecisionPolicy, DeepSpeed's bf16/fp16
+            # engine, Megatron, MaxText) runs the model on 16-bit copies of fp32 master weights:
+            # no autocast, 16-bit residual stream and activations.
+            return Numerics(param=4, compute=2, residual=2, autocast=False)
         return Numerics(param=4, compute=2, residual=4, autocast=True)
     if precision is Precision.FP8:
         # Transformer Engine: fp32 master weights, bf16 activations between the FP8 products.
@@ -282,7 +287,7 @@ def from_spec(spec: AcceleratorJobSpec) -> JobProfile:
         shape=shape,
         mode=w.mode,
         precision=w.precision,
-        numerics=numerics(w.precision),
+        numerics=numerics(w.precision, w.framework),
         optimizer=w.optimizer,
         micro_batch=w.micro_batch,
         seq_len=w.seq_len,
