@@ -107,6 +107,41 @@ def _optimizer_temp_bytes(w: JobProfile, tp: int) -> float:
     return 0.0  # fused AdamW, foreach SGD (momentum in place) and bitsandbytes: in place
 
 
+def _deepspeed_states(w: JobProfile, tp: int, dp: int) -> tuple[float, float, float]:
+    """DeepSpeed's mixed-precision model states per device: (16-bit weights, gradients, optimizer).
+
+    DeepSpeed's own accounting (``estimate_zero2_model_states_mem_needs`` in
+    ``deepspeed/runtime/zero/stage_1_and_2.py`` and ``estimate_zero3_model_states_mem_needs`` in
+    ``stage3.py``, after PR #5099): 16-bit parameters 2Ψ (sharded only by ZeRO-3, which keeps
+    the largest layer's 16-bit parameters and gradients gathered: 4 × largest layer) and 18Ψ/N of
+    sharded state: 16-bit gradients 2, fp32 gradients 4, fp32 master parameters 4 and Adam's two
+    moments 8. ZeRO-1 partitions only the optimizer: its 16-bit gradients stay whole (2Ψ), as in
+    the ZeRO paper's P_os = 4Ψ + KΨ/N (Rajbhandari et al. 2020, section 5).
+    """
+    n = _params(w, tp).total
+    master = _optimizer_state_bytes(w.shape, w.optimizer, 4) / tp + 4.0 * n  # moments + fp32 master
+    if w.sharding is Sharding.ZERO3:
+        largest = w.shape.largest_matrix / tp
+        return 2.0 * n / dp + 2.0 * largest, 6.0 * n / dp + 2.0 * largest, master / dp
+    if w.sharding is Sharding.ZERO1:
+        return 2.0 * n, 2.0 * n + 4.0 * n / dp, master / dp
+    if w.sharding is Sharding.NONE:
+        return 2.0 * n, 2.0 * n, master  # no ZeRO: the paper's (2 + 2 + K)Ψ
+    return 2.0 * n, 6.0 * n / dp, master / dp
+
+
+def model_state_bytes(w: JobProfile, tp: int, dp: int) -> float:
+    """Weights, gradients and optimizer states per device (no activations or buffers)."""
+    if w.framework is Framework.DEEPSPEED and w.numerics.param == 4:
+        return sum(_deepspeed_states(w, tp, dp))
+    n, p = _params(w, tp).total, w.numerics.param
+    sharded = dp if w.sharding is not Sharding.NONE else 1
+    shard_w = dp if w.sharding in (Sharding.ZERO3, Sharding.FSDP) else 1
+    shard_g = dp if w.sharding in (Sharding.ZERO2, Sharding.ZERO3, Sharding.FSDP) else 1
+    states = _optimizer_state_bytes(w.shape, w.optimizer, p) / tp / sharded
+    return n * p / shard_w + n * p / shard_g + states
+
+
 @dataclass(frozen=True, slots=True)
 class _Params:
     total: float  # parameters held per device before ZeRO sharding
@@ -171,6 +206,8 @@ def _training_peak(w: JobProfile, tp: int, dp: int) -> _Peak:
     weights = prm.total * num.param / shard_w
     grads = prm.total * num.param / shard_g
     states = _optimizer_state_bytes(s, w.optimizer, num.param) / tp / shard_s
+    if w.framework is Framework.DEEPSPEED and num.param == 4:
+        weights, grads, states = _deepspeed_states(w, tp, dp)
     buckets = 0.0
     ddp_grads = 0.0
     if w.sharding is Sharding.NONE and dp > 1:
