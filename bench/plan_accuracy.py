@@ -6,7 +6,9 @@ describes the same run, and compares the planner's figures for one device of the
 with the measurement: peak allocated bytes, NVML footprint, out-of-memory, training tokens/s
 and inference prefill time. Prints a table, then the median and worst absolute errors.
 
-Run: ``PYTHONPATH=operator python bench/plan_accuracy.py [FILE.jsonl ...]``
+Run: ``PYTHONPATH=operator python bench/plan_accuracy.py [FILE.jsonl ...]``; ``--multi-gpu`` compares the
+DDP/FSDP runs on several GPUs instead (tests/data/calibration/multi-gpu/*.jsonl, not its repeats, and the shared
+``h200x2-ddp-fsdp.jsonl``), planning each row on its devices with its sharding.
 """
 
 from __future__ import annotations
@@ -32,12 +34,29 @@ SHARED = Path(
 EXTRA = ROOT / "tests" / "data" / "calibration"
 # Every calibration row so far was measured on this GPU; a row may name another with "accelerator".
 DEFAULT_ACCELERATOR = "h100-80gb"
+# Multi-GPU rows: DDP is Hugging Face code under autocast; FSDP2 (fully_shard per layer with a
+# bf16 MixedPrecisionPolicy) is the fsdp framework, full sharding or grad-op (ZeRO-2-like).
+_SHARDING: dict[str, dict[str, str]] = {
+    "none": {},
+    "ddp": {},
+    "fsdp_full": {"framework": "fsdp", "sharding": "fsdp"},
+    "fsdp_grad_op": {"framework": "fsdp", "sharding": "zero2"},
+}
 _PRECISION = {"amp_bf16": "amp-bf16", "amp_fp16": "amp-fp16", "bf16": "bf16", "fp16": "fp16", "fp32": "fp32"}
+
+
+MULTI = EXTRA / "multi-gpu"  # its repeats/ folder is not read: the same configurations again
+SHARED_MULTI = SHARED.parent / "h200x2-ddp-fsdp.jsonl"
 
 
 def calibration_files(extra: Sequence[str] = ()) -> list[Path]:
     files = [Path(p) for p in extra] if extra else [SHARED, *sorted(EXTRA.glob("*.jsonl"))]
     return [f for f in files if f.is_file()]
+
+
+def multi_gpu_files() -> list[Path]:
+    """The measured DDP/FSDP runs on several GPUs (and their single-GPU baselines)."""
+    return [f for f in [*sorted(MULTI.glob("*.jsonl")), SHARED_MULTI] if f.is_file()]
 
 
 def read_rows(files: Iterable[Path]) -> list[dict[str, Any]]:
@@ -84,6 +103,7 @@ def spec_for(row: dict[str, Any]) -> AcceleratorJobSpec:
     if not llama:
         arch["maxPositions"] = _max_positions(row)
     wl: dict[str, Any] = {"precision": _PRECISION[row["precision"]], "attention": row.get("attn", "sdpa")}
+    wl |= _SHARDING[row.get("sharding", "none")]
     if row["mode"] == "train":
         wl |= {
             "mode": "training",
@@ -128,7 +148,7 @@ class Comparison:
     def speed_error(self) -> float | None:
         if self.oom or self.row["mode"] != "train" or "tokens_per_s" not in self.row:
             return None
-        return self.speed.tokens_per_second / float(self.row["tokens_per_s"]) - 1
+        return self.speed.tokens_per_second / float(self.row["tokens_per_s"]) - 1  # the whole job
 
     def prefill_error(self) -> float | None:
         if self.oom or self.speed.prefill_seconds is None or "prefill_s" not in self.row:
@@ -143,7 +163,7 @@ def compare(rows: Iterable[dict[str, Any]], cat: catalog.Catalog | None = None) 
         accel = cat.get(row.get("accelerator") or DEFAULT_ACCELERATOR)
         assert accel is not None, row.get("accelerator")
         w = profile.from_spec(spec_for(row))
-        layout = Layout(devices=1, nodes=1)
+        layout = Layout(devices=int(row.get("devices", 1)), nodes=1)
         out.append(Comparison(row, memory.estimate(w, accel, layout), throughput.estimate(w, accel, layout)))
     return out
 
@@ -154,6 +174,8 @@ def _pct(x: float | None) -> str:
 
 def _label(row: dict[str, Any]) -> str:
     parts = [row["arch"], row["mode"], row["precision"]]
+    if "devices" in row:
+        parts.insert(1, f"{row['devices']}×{row.get('sharding', 'none')}")
     if row["mode"] == "train":
         parts += [row.get("optimizer", "adamw"), f"b{row['micro_batch']}×{row['seq']}"]
         if row.get("grad_ckpt"):
@@ -171,14 +193,16 @@ def summary(values: Sequence[float | None]) -> tuple[float, float] | None:
 
 
 def main(argv: Sequence[str]) -> int:
-    rows = read_rows(calibration_files(argv))
+    multi = "--multi-gpu" in argv
+    argv = [a for a in argv if a != "--multi-gpu"]
+    rows = read_rows(multi_gpu_files() if multi and not argv else calibration_files(argv))
     if not rows:
         print("no calibration rows found", file=sys.stderr)
         return 1
     results = compare(rows)
     gb = 1e9
     print(
-        f"{'run':44} {'peak meas':>9} {'pred':>7} {'err':>7}  {'nvml meas':>9} {'pred':>7} {'err':>7}  "
+        f"{'run':52} {'peak meas':>9} {'pred':>7} {'err':>7}  {'nvml meas':>9} {'pred':>7} {'err':>7}  "
         f"{'oom':>9}  {'tok/s meas':>10} {'pred':>9} {'err':>7}  {'peak at'}"
     )
     for c in results:
@@ -194,7 +218,7 @@ def main(argv: Sequence[str]) -> int:
             pre = c.speed.prefill_seconds or 0.0
             speed_pred, speed_err = f"{pre:.3f}s", _pct(c.prefill_error())
         print(
-            f"{_label(r):44} {peak_meas:>9} {c.mem.peak_allocated_bytes / gb:7.2f} {_pct(c.peak_error()):>7}  "
+            f"{_label(r):52} {peak_meas:>9} {c.mem.peak_allocated_bytes / gb:7.2f} {_pct(c.peak_error()):>7}  "
             f"{nvml_meas:>9} {c.mem.footprint_bytes / gb:7.2f} {_pct(c.footprint_error()):>7}  "
             f"{oom:>9}  {speed_meas:>10} {speed_pred:>9} {speed_err:>7}  {c.mem.peak_at}"
         )

@@ -150,3 +150,11 @@ Percent = Annotated[float, Field(ge=0, le=PERCENT_MAX)]
 ShortText = Annotated[str, Field(max_length=SHORT_TEXT_LENGTH)]
 ObjectName = Annotated[str, Field(max_length=DNS_SUBDOMAIN_LENGTH)]
 Time = Annotated[str, Field(max_length=TIME_LENGTH)]
+
+# --- parallelism and model shape (planner) --------------------------------------------------
+PIPELINE_PARALLEL: Final = 1000  # at most one stage per layer (LAYERS)
+CONTEXT_PARALLEL: Final = 1024  # ring attention over 1024 devices already splits 4M tokens in 4k
+GRADIENT_ACCUMULATION: Final = 65_536  # micro-batches per optimizer step
+HEAD_DIM: Final = 4096  # published models use 64-256
+EXPERTS: Final = 4096  # published mixtures of experts use 8-384
+LINK_BYTES_PER_SECOND_MAX: Final = 1e13  # 10 TB/s per device, above any NVLink or network today

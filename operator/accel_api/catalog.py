@@ -60,6 +60,10 @@ class Accelerator:
     price: ListPrice
     # Other names of the same part (the GKE label of a single-host TPU type, say), casefolded.
     aliases: tuple[str, ...] = ()
+    # Whether the part runs FP8 matrix products on tensor cores (Hopper, Blackwell) and has bf16
+    # arithmetic at all (Turing has not: autocast and bf16 weights fall back to emulation or fail).
+    fp8_tensor_cores: bool = False
+    bf16: bool = True
 
     def __hash__(self) -> int:
         # Cheap and consistent with equality (equal accelerators share an id); the models'
@@ -122,8 +126,12 @@ _SCALARS: Mapping[str, tuple[str, type]] = MappingProxyType(
         "hostSecondsPerOp": ("host_seconds_per_op", float),
         "contextBytes": ("context_bytes", int),
         "workspaceBytes": ("workspace_bytes", int),
+        "fp8TensorCores": ("fp8_tensor_cores", bool),
+        "bf16": ("bf16", bool),
     }
 )
+# Flags a new accelerator may leave out (the dataclass's defaults apply).
+_OPTIONAL = frozenset({"fp8TensorCores", "bf16"})
 _PRICE: Mapping[str, tuple[str, type]] = MappingProxyType(
     {
         "onDemandPerDeviceHour": ("on_demand_per_device_hour", float),
@@ -139,6 +147,10 @@ def _value(raw: Any, kind: type, path: str) -> Any:
     if kind is str:
         if not isinstance(raw, str) or not raw:
             raise CatalogError(f"{path}: must be a non-empty string (got {raw!r})")
+        return raw
+    if kind is bool:
+        if not isinstance(raw, bool):
+            raise CatalogError(f"{path}: must be true or false (got {raw!r})")
         return raw
     if isinstance(raw, str):
         # YAML 1.1 reads 1.5e12 (no exponent sign) as text; accept any numeric text.
@@ -202,7 +214,7 @@ def _accelerator(acc_id: str, raw: Any, base: Accelerator | None, path: str) -> 
         merged = {f.name: getattr(base, f.name) for f in fields(Accelerator)} | values
         merged["price"] = ListPrice(**merged_price)
         return Accelerator(**merged)
-    missing = [k for k, (name, _) in _SCALARS.items() if name not in values]  # aliases are optional
+    missing = [k for k, (name, _) in _SCALARS.items() if name not in values and k not in _OPTIONAL]
     missing += [f"price.{k}" for k, (name, _) in _PRICE.items() if name not in price]
     if missing:
         raise CatalogError(f"{path}: a new accelerator needs every field; missing {', '.join(missing)}")

@@ -21,6 +21,7 @@ class Precision(StrEnum):
     BF16 = "bf16"
     FP16 = "fp16"
     FP32 = "fp32"
+    FP8 = "fp8"  # FP8 matrix products (Transformer Engine) with bf16 elsewhere; needs FP8 tensor cores
 
 
 class Optimizer(StrEnum):
@@ -36,6 +37,24 @@ class Sharding(StrEnum):
     ZERO2 = "zero2"
     ZERO3 = "zero3"
     FSDP = "fsdp"
+
+
+class Framework(StrEnum):
+    """The training code whose memory and speed the planner models (see planning/frameworks.py)."""
+
+    HF = "hf"  # Hugging Face transformers in eager PyTorch under autocast
+    FSDP = "fsdp"  # PyTorch FSDP/FSDP2 with a mixed-precision policy, fused attention
+    DEEPSPEED = "deepspeed"  # DeepSpeed ZeRO stages 1-3 with its mixed-precision accounting
+    MEGATRON = "megatron"  # Megatron-LM / NeMo / Transformer Engine
+    MAXTEXT = "maxtext"  # JAX/XLA (MaxText): compiled steps, remat policies
+
+
+class Recompute(StrEnum):
+    """Activation recomputation: ``selective`` recomputes attention's core (Korthikanti et al. 2022)."""
+
+    NONE = "none"
+    SELECTIVE = "selective"
+    FULL = "full"
 
 
 class MlpKind(StrEnum):

@@ -8,7 +8,7 @@ decision, the run's progress and its cost into the status.
 import re
 from typing import Annotated, Literal, Self
 
-from pydantic import BeforeValidator, Field, field_validator, model_validator
+from pydantic import BeforeValidator, Field, ValidationInfo, field_validator, model_validator
 
 from accel_api import bounds, durations, errors, patterns, vocabulary
 from accel_api.base import ApiModel, Conditions, ObjectMeta
@@ -17,11 +17,13 @@ from accel_api.enums import (
     Attention,
     CapacityType,
     FailureKind,
+    Framework,
     JobPhase,
     MlpKind,
     Objective,
     Optimizer,
     Precision,
+    Recompute,
     Sharding,
     SpotPolicy,
     WorkloadMode,
@@ -79,14 +81,41 @@ class Architecture(ApiModel):
     max_positions: Annotated[int, Field(ge=1, le=bounds.POSITIONS)] | None = Field(
         default=None, description="Learned position embeddings (GPT-2 style); omit for rotary."
     )
+    head_dim: Annotated[int, Field(ge=1, le=bounds.HEAD_DIM)] | None = Field(
+        default=None, description="Per-head width; defaults to hidden/heads (Gemma-style models differ)."
+    )
+    experts: Annotated[int, Field(ge=1, le=bounds.EXPERTS)] | None = Field(
+        default=None, description="Mixture of experts: MLP experts per layer (each of width intermediate)."
+    )
+    active_experts: Annotated[int, Field(ge=1, le=bounds.EXPERTS)] | None = Field(
+        default=None, description="Experts each token is routed to (top-k); defaults to 2 when experts is given."
+    )
 
     @model_validator(mode="after")
     def _heads_divide(self) -> Self:
-        if self.hidden % self.heads:
-            raise ValueError(f"hidden ({self.hidden}) must be a multiple of heads ({self.heads})")
+        if self.head_dim is None and self.hidden % self.heads:
+            raise ValueError(f"hidden ({self.hidden}) must be a multiple of heads ({self.heads}); or give headDim")
         if self.heads % self.kv_heads_or_default:
             raise ValueError(f"heads ({self.heads}) must be a multiple of kvHeads ({self.kv_heads})")
+        if self.active_experts is not None and self.active_experts > self.experts_or_default:
+            raise ValueError(
+                f"activeExperts ({self.active_experts}) must be at most experts ({self.experts_or_default})"
+            )
         return self
+
+    @property
+    def head_dim_or_default(self) -> int:
+        return self.head_dim if self.head_dim is not None else self.hidden // self.heads
+
+    @property
+    def experts_or_default(self) -> int:
+        return self.experts if self.experts is not None else 1
+
+    @property
+    def active_experts_or_default(self) -> int:
+        if self.active_experts is not None:
+            return self.active_experts
+        return min(2, self.experts_or_default)
 
     @property
     def kv_heads_or_default(self) -> int:
@@ -127,9 +156,15 @@ class ModelSpec(ApiModel):
 
 class Workload(ApiModel):
     """What the job does with the model. Bounds: microBatch and batch ≤ 65536, seqLen, promptLen
-    and newTokens ≤ 2^22, tensorParallel ≤ 64 (one node), tokens ≤ 1e15."""
+    and newTokens ≤ 2^22, tensorParallel ≤ 64 (one node), pipelineParallel ≤ 1000,
+    contextParallel ≤ 1024, gradientAccumulation ≤ 65536, tokens ≤ 1e15."""
 
     mode: WorkloadMode = WorkloadMode.TRAINING
+    framework: Framework = Field(
+        default=Framework.HF,
+        description="hf (transformers, eager PyTorch), fsdp (PyTorch FSDP/FSDP2 mixed precision), deepspeed "
+        "(ZeRO 1-3), megatron (Megatron-LM/NeMo/Transformer Engine) or maxtext (JAX/XLA).",
+    )
     precision: Precision = Precision.AMP_BF16
     optimizer: Optimizer = Optimizer.ADAMW
     micro_batch: Annotated[int, Field(ge=1, le=bounds.BATCH)] = Field(
@@ -138,10 +173,24 @@ class Workload(ApiModel):
     seq_len: Annotated[int, Field(ge=1, le=bounds.POSITIONS)] = Field(
         default=2048, description="Tokens per sequence (training)."
     )
-    gradient_checkpointing: bool = False
+    gradient_checkpointing: bool = Field(default=False, description="A synonym for recompute: full.")
+    recompute: Recompute | None = Field(
+        default=None,
+        description="Activation recomputation: none, selective (attention's core) or full (each layer "
+        "keeps only its input); defaults to full with gradientCheckpointing, else none.",
+    )
     sharding: Sharding = Sharding.NONE
     tensor_parallel: Annotated[int, Field(ge=1, le=bounds.TENSOR_PARALLEL)] = Field(
         default=1, description="Tensor-parallel degree within a node."
+    )
+    pipeline_parallel: Annotated[int, Field(ge=1, le=bounds.PIPELINE_PARALLEL)] = Field(
+        default=1, description="Pipeline stages (1F1B schedule); each holds layers/stages layers."
+    )
+    context_parallel: Annotated[int, Field(ge=1, le=bounds.CONTEXT_PARALLEL)] = Field(
+        default=1, description="Context-parallel degree: each sequence split over this many devices."
+    )
+    gradient_accumulation: Annotated[int, Field(ge=1, le=bounds.GRADIENT_ACCUMULATION)] = Field(
+        default=1, description="Micro-batches per optimizer step (and per pipeline flush)."
     )
     attention: Attention = Attention.SDPA
     tokens: Annotated[int, Field(ge=1, le=bounds.TOKENS)] | None = Field(
@@ -163,7 +212,19 @@ class Workload(ApiModel):
     def _mode_needs(self) -> Self:
         if self.mode is WorkloadMode.TRAINING and self.tokens is None:
             raise ValueError("training needs workload.tokens (how many tokens to train on)")
+        if self.gradient_checkpointing and self.recompute not in (None, Recompute.FULL):
+            raise ValueError(
+                f"gradientCheckpointing: true means recompute: full (got recompute: {self.recompute.value})"
+            )
+        if self.context_parallel > 1 and self.seq_len % self.context_parallel:
+            raise ValueError(f"contextParallel must divide seqLen ({self.seq_len}) (got {self.context_parallel})")
         return self
+
+    @property
+    def recompute_or_default(self) -> Recompute:
+        if self.recompute is not None:
+            return self.recompute
+        return Recompute.FULL if self.gradient_checkpointing else Recompute.NONE
 
 
 class Placement(ApiModel):
@@ -263,6 +324,26 @@ class AcceleratorJobSpec(ApiModel):
         description="Attempts after a real failure (non-zero exit on a healthy node). Preemptions "
         "count against spot.maxPreemptions instead.",
     )
+
+    @field_validator("workload")
+    @classmethod
+    def _parallelism_fits_the_model(cls, w: Workload, info: ValidationInfo) -> Workload:
+        model = info.data.get("model")
+        arch = model.architecture if isinstance(model, ModelSpec) else None
+        if arch is None:
+            return w
+        tp = w.tensor_parallel
+        if arch.heads % tp or arch.kv_heads_or_default % tp:
+            raise ValueError(
+                f"tensorParallel must divide model.architecture.heads ({arch.heads}) and kvHeads "
+                f"({arch.kv_heads_or_default}) (got {tp})"
+            )
+        if w.pipeline_parallel > arch.layers:
+            raise ValueError(
+                f"pipelineParallel must be at most model.architecture.layers ({arch.layers}) "
+                f"(got {w.pipeline_parallel})"
+            )
+        return w
 
     @field_validator("deadline")
     @classmethod

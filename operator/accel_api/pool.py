@@ -55,6 +55,11 @@ class AcceleratorPoolSpec(ApiModel):
         default=None, max_length=16, pattern=patterns.TPU_TOPOLOGY, description="e.g. 2x4; every dimension >= 1"
     )
     price: Price = Field(default_factory=Price)
+    inter_node_bytes_per_second: Annotated[float, Field(gt=0, le=bounds.LINK_BYTES_PER_SECOND_MAX)] | None = Field(
+        default=None,
+        description="Network bandwidth per device, one direction, between this pool's nodes (bytes/s); "
+        "defaults to the catalog's figure for the accelerator.",
+    )
     preemption_rate_per_hour: Annotated[float, Field(ge=0, le=bounds.PREEMPTION_RATE_MAX)] | None = Field(
         default=None,
         description="Expected preemptions per node-hour, for planning (spot); the observed rate "

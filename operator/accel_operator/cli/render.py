@@ -56,8 +56,13 @@ def job_json(plan: Plan, namespace: str | None = None) -> dict[str, Any]:
             "microBatch": w.micro_batch,
             "seqLen": w.seq_len,
             "gradientCheckpointing": w.checkpointing,
+            "recompute": w.recompute.value,
+            "framework": w.framework.value,
             "sharding": w.sharding.value,
             "tensorParallel": w.tensor_parallel,
+            "pipelineParallel": w.pipeline_parallel,
+            "contextParallel": w.context_parallel,
+            "gradientAccumulation": w.gradient_accumulation,
         }
     else:
         out |= {

@@ -62,7 +62,8 @@ class Block:
 
 @functools.lru_cache(maxsize=64)
 def block(shape: Shape, num: Numerics, attention: Attention, dropout: float) -> Block:
-    h, kv, i = shape.hidden, shape.kv_dim, shape.intermediate
+    # A token routed to k experts passes through k MLPs: as one MLP k times as wide.
+    h, q, kv, i = shape.hidden, shape.q_dim, shape.kv_dim, shape.intermediate * shape.active_experts
     r, a, n = num.residual, num.compute, num.norm_out
     eager = attention is Attention.EAGER
     swiglu = shape.mlp is MlpKind.SWIGLU
@@ -156,9 +157,9 @@ def block(shape: Shape, num: Numerics, attention: Attention, dropout: float) -> 
 
     gemms: tuple[Gemm, ...]
     if rotary:
-        gemms = (Gemm(h, h, True), Gemm(kv, h, True), Gemm(kv, h, True), Gemm(h, h, False))
+        gemms = (Gemm(q, h, True), Gemm(kv, h, True), Gemm(kv, h, True), Gemm(h, q, False))
     else:
-        gemms = (Gemm(h + 2 * kv, h, True), Gemm(h, h, False))
+        gemms = (Gemm(q + 2 * kv, h, True), Gemm(h, q, False))
     if swiglu:
         gemms += (Gemm(i, h, True), Gemm(i, h, True), Gemm(h, i, False))
     else:

@@ -44,7 +44,7 @@ def failed_checks(c: Candidate) -> list[str]:
     if f & cand.MAX_NODES:
         out.append(f"{c.nodes} nodes > placement.maxNodes {job.max_nodes}")
     if f & cand.LAYOUT:
-        layout = Layout(c.devices, c.nodes, job.profile.tensor_parallel)
+        layout = Layout.of(job.profile, c.devices, c.nodes)
         per_node = c.source.offer.spec.devices_per_node
         out.append(layout.problem(per_node) or "impossible layout")
     mem = c.memory

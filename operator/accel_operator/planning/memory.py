@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from accel_api.catalog import Accelerator
-from accel_api.enums import Optimizer, Sharding
+from accel_api.enums import Framework, Optimizer, Sharding
 from accel_operator.planning import blocks
 from accel_operator.planning.layout import Layout
 from accel_operator.planning.profile import JobProfile, Shape
@@ -107,6 +107,41 @@ def _optimizer_temp_bytes(w: JobProfile, tp: int) -> float:
     return 0.0  # fused AdamW, foreach SGD (momentum in place) and bitsandbytes: in place
 
 
+def _deepspeed_states(w: JobProfile, tp: int, dp: int) -> tuple[float, float, float]:
+    """DeepSpeed's mixed-precision model states per device: (16-bit weights, gradients, optimizer).
+
+    DeepSpeed's own accounting (``estimate_zero2_model_states_mem_needs`` in
+    ``deepspeed/runtime/zero/stage_1_and_2.py`` and ``estimate_zero3_model_states_mem_needs`` in
+    ``stage3.py``, after PR #5099): 16-bit parameters 2Ψ (sharded only by ZeRO-3, which keeps
+    the largest layer's 16-bit parameters and gradients gathered: 4 × largest layer) and 18Ψ/N of
+    sharded state: 16-bit gradients 2, fp32 gradients 4, fp32 master parameters 4 and Adam's two
+    moments 8. ZeRO-1 partitions only the optimizer: its 16-bit gradients stay whole (2Ψ), as in
+    the ZeRO paper's P_os = 4Ψ + KΨ/N (Rajbhandari et al. 2020, section 5).
+    """
+    n = _params(w, tp).total
+    master = _optimizer_state_bytes(w.shape, w.optimizer, 4) / tp + 4.0 * n  # moments + fp32 master
+    if w.sharding is Sharding.ZERO3:
+        largest = w.shape.largest_matrix / tp
+        return 2.0 * n / dp + 2.0 * largest, 6.0 * n / dp + 2.0 * largest, master / dp
+    if w.sharding is Sharding.ZERO1:
+        return 2.0 * n, 2.0 * n + 4.0 * n / dp, master / dp
+    if w.sharding is Sharding.NONE:
+        return 2.0 * n, 2.0 * n, master  # no ZeRO: the paper's (2 + 2 + K)Ψ
+    return 2.0 * n, 6.0 * n / dp, master / dp
+
+
+def model_state_bytes(w: JobProfile, tp: int, dp: int) -> float:
+    """Weights, gradients and optimizer states per device (no activations or buffers)."""
+    if w.framework is Framework.DEEPSPEED and w.numerics.param == 4:
+        return sum(_deepspeed_states(w, tp, dp))
+    n, p = _params(w, tp).total, w.numerics.param
+    sharded = dp if w.sharding is not Sharding.NONE else 1
+    shard_w = dp if w.sharding in (Sharding.ZERO3, Sharding.FSDP) else 1
+    shard_g = dp if w.sharding in (Sharding.ZERO2, Sharding.ZERO3, Sharding.FSDP) else 1
+    states = _optimizer_state_bytes(w.shape, w.optimizer, p) / tp / sharded
+    return n * p / shard_w + n * p / shard_g + states
+
+
 @dataclass(frozen=True, slots=True)
 class _Params:
     total: float  # parameters held per device before ZeRO sharding
@@ -171,7 +206,10 @@ def _training_peak(w: JobProfile, tp: int, dp: int) -> _Peak:
     weights = prm.total * num.param / shard_w
     grads = prm.total * num.param / shard_g
     states = _optimizer_state_bytes(s, w.optimizer, num.param) / tp / shard_s
+    if w.framework is Framework.DEEPSPEED and num.param == 4:
+        weights, grads, states = _deepspeed_states(w, tp, dp)
     buckets = 0.0
+    ddp_grads = 0.0
     if w.sharding is Sharding.NONE and dp > 1:
         buckets = prm.total * num.param  # DDP's bucket copy of every gradient
     elif w.sharding is Sharding.ZERO2 and dp > 1:
@@ -204,6 +242,15 @@ def _training_peak(w: JobProfile, tp: int, dp: int) -> _Peak:
     tape_bwd_layer += rotary + embed_mask
     final = hd.saved * tokens
     logit = 4.0 * tokens * s.vocab / tp  # one fp32 [tokens × vocab] tensor
+    if buckets and w.sharding is Sharding.NONE:
+        # DDP (measured on 2 and 4 H200, bucket_cap_mb 25, gradient_as_bucket_view False): the
+        # buckets are a second copy of every gradient from construction on, and on the rank with
+        # the highest peak up to a third copy is still allocated through forward and backward
+        # (1.1B at 4×2048: 46.86 GB against 38.06 GB on one GPU, two fp32 gradient copies).
+        # Where the step's activations and logits are small against the gradients (6.7B at
+        # 1×1024 with checkpointing: 20 bytes per parameter in all) it is not seen; bounded by
+        # them here, which fits every measured rank maximum within 1 %.
+        ddp_grads = min(prm.total * num.param, tape + final + logit * hd.logits_bwd_units)
 
     base = {"weights": weights, "optimizer states": states}
     moments: list[tuple[str, dict[str, float]]] = [
@@ -215,6 +262,7 @@ def _training_peak(w: JobProfile, tp: int, dp: int) -> _Peak:
                 "activations": tape + final,
                 "logits": logit * hd.logits_fwd_units,
                 "buckets": buckets,
+                "gradients": ddp_grads,
             },
         ),
         (
@@ -225,6 +273,7 @@ def _training_peak(w: JobProfile, tp: int, dp: int) -> _Peak:
                 "activations": tape + final,
                 "logits": logit * hd.logits_bwd_units,
                 "buckets": buckets,
+                "gradients": ddp_grads,
             },
         ),
         (
@@ -233,7 +282,7 @@ def _training_peak(w: JobProfile, tp: int, dp: int) -> _Peak:
             | {
                 "weight copies": copies_bwd + gathered_bwd,
                 "activations": tape_bwd_layer,
-                "gradients": (head_matmul + prm.layer) * num.param / shard_g,
+                "gradients": max(ddp_grads, (head_matmul + prm.layer) * num.param / shard_g),
                 "backward scratch": (blk.backward_transient_split + blk.backward_transient_per_score * w.seq_len)
                 * tokens
                 / tp
@@ -257,9 +306,93 @@ def _training_peak(w: JobProfile, tp: int, dp: int) -> _Peak:
     return _peak(moments, stranded)
 
 
+@functools.lru_cache(maxsize=128)
+def _fsdp_peak(w: JobProfile, tp: int, dp: int) -> _Peak:
+    """PyTorch FSDP2 (``fully_shard`` per decoder layer and on the root) with a bf16
+    ``MixedPrecisionPolicy`` (reduce in fp32), measured on 1, 2 and 4 H200.
+
+    At rest each rank holds its shard of the fp32 parameters and of the optimizer states. A
+    layer's bf16 parameters are all-gathered before its forward (the next layer's are
+    prefetched) and freed after it, unless ``reshard_after_forward`` is False (grad-op sharding,
+    ``sharding: zero2``), when they stay until the layer's backward. The root's parameters (the
+    embedding, the LM head, the final norm) stay gathered from forward to backward, and their
+    bf16 gradients until the end of backward. A layer's backward makes its bf16 gradients, a
+    fp32 copy to reduce-scatter and the fp32 shard it accumulates into.
+    """
+    s, num = w.shape, w.numerics
+    prm = _params(w, tp)
+    blk = blocks.block(s, num, w.attention, w.dropout)
+    hd = blocks.head(s, num)
+    tokens = w.step_tokens
+    gather = 2.0 if num.param == 4 else num.param  # bf16 gathered copies
+    reduce = 4.0 if num.param == 4 else num.param  # reduce_dtype fp32 under the policy
+    layer = prm.layer
+    root = prm.total - s.layers * layer
+    weights = prm.total * num.param / dp
+    states = _optimizer_state_bytes(s, w.optimizer, num.param) / tp / dp
+    grads = prm.total * num.param / dp
+    keep_gathered = w.sharding in (Sharding.ZERO1, Sharding.ZERO2) and dp > 1
+    layers_gathered = s.layers if keep_gathered else min(2, s.layers)
+    gathered = (root + layers_gathered * layer) * gather
+
+    per_layer = blk.saved_shared + blk.saved_split / tp + blk.saved_per_score * w.seq_len / tp
+    one_layer = per_layer * tokens
+    rotary = 2.0 * s.head_dim * num.residual * tokens if s.positions == 0 else 0.0
+    if w.checkpointing:
+        tape = blk.checkpoint_input * tokens * s.layers
+        tape_bwd_layer = tape + one_layer
+    else:
+        tape = one_layer * s.layers
+        tape_bwd_layer = tape
+    tape += rotary
+    tape_bwd_layer += rotary
+    final = hd.saved * tokens
+    logit = 4.0 * tokens * s.vocab / tp
+    layer_grad = layer * (gather + reduce + reduce / dp)
+    scratch = (blk.backward_transient_split + blk.backward_transient_per_score * w.seq_len) * tokens / tp
+    root_grad = root * gather
+    base = {"weights": weights, "optimizer states": states}
+    moments: list[tuple[str, dict[str, float]]] = [
+        (
+            "loss forward",
+            base | {"gathered weights": gathered, "activations": tape + final, "logits": logit * hd.logits_fwd_units},
+        ),
+        (
+            "loss backward",
+            base | {"gathered weights": gathered, "activations": tape + final, "logits": logit * hd.logits_bwd_units},
+        ),
+        (
+            "layer backward",  # the last layer's, with every activation still alive
+            base
+            | {
+                "gathered weights": gathered,
+                "activations": tape_bwd_layer,
+                "gradients": root_grad + layer_grad + (root + layer) * reduce / dp,
+                "backward scratch": scratch,
+            },
+        ),
+        (
+            "end of backward",  # the first layer's: every gradient shard, few activations
+            base
+            | {
+                "gathered weights": (root + layer) * gather,
+                "activations": one_layer + rotary,
+                "gradients": grads + root_grad + layer_grad,
+                "backward scratch": scratch,
+            },
+        ),
+        ("optimizer step", base | {"gradients": grads, "optimizer scratch": _optimizer_temp_bytes(w, tp) / dp}),
+    ]
+    peak = max(sum(parts.values()) for _, parts in moments)
+    stranded = TRAINING_STRANDED * max(0.0, peak - weights - states)
+    return _peak(moments, stranded)
+
+
 def _training(w: JobProfile, accel: Accelerator, layout: Layout) -> MemoryEstimate:
     # Without sharding, the data-parallel degree matters only as "more than one" (DDP buckets).
     dp = layout.data_parallel if w.sharding is not Sharding.NONE else min(2, layout.data_parallel)
+    if w.framework is Framework.FSDP:
+        return _result(_fsdp_peak(w, layout.tensor_parallel, layout.data_parallel), accel)
     return _result(_training_peak(w, layout.tensor_parallel, dp), accel)
 
 

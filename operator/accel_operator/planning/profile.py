@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from accel_api.enums import Attention, MlpKind, Optimizer, Precision, Sharding, WorkloadMode
+from accel_api.enums import Attention, Framework, MlpKind, Optimizer, Precision, Recompute, Sharding, WorkloadMode
 from accel_api.job import AcceleratorJobSpec, Architecture
 
 # HF GPT-2's defaults (resid/embd/attn pdrop): GPT-2-family models train with dropout 0.1, which
@@ -34,6 +34,9 @@ class Shape:
     rmsnorm: bool
     positions: int
     biases: bool
+    head_size: int = 0  # 0: hidden / heads
+    experts: int = 1  # mixture of experts: MLPs per layer
+    active_experts: int = 1  # MLPs each token passes through
 
     def __hash__(self) -> int:
         # Consistent with equality and cheaper than hashing every field (the models cache on it).
@@ -41,7 +44,11 @@ class Shape:
 
     @property
     def head_dim(self) -> int:
-        return self.hidden // self.heads
+        return self.head_size or self.hidden // self.heads
+
+    @property
+    def q_dim(self) -> int:
+        return self.heads * self.head_dim
 
     @property
     def kv_dim(self) -> int:
@@ -49,11 +56,26 @@ class Shape:
 
     @property
     def attention_matmul_params(self) -> int:
-        return self.hidden * (self.hidden + 2 * self.kv_dim) + self.hidden * self.hidden
+        return self.hidden * (self.q_dim + 2 * self.kv_dim) + self.q_dim * self.hidden
+
+    @property
+    def one_mlp_params(self) -> int:
+        return (3 if self.mlp is MlpKind.SWIGLU else 2) * self.hidden * self.intermediate
 
     @property
     def mlp_matmul_params(self) -> int:
-        return (3 if self.mlp is MlpKind.SWIGLU else 2) * self.hidden * self.intermediate
+        """Every expert's MLP (what is stored) plus the router."""
+        router = self.hidden * self.experts if self.experts > 1 else 0
+        return self.experts * self.one_mlp_params + router
+
+    @property
+    def active_layer_matmul_params(self) -> int:
+        """Parameters of one layer's products that one token passes through (FLOPs)."""
+        return self.layer_matmul_params - (self.experts - self.active_experts) * self.one_mlp_params
+
+    @property
+    def active_matmul_params(self) -> int:
+        return self.layers * self.active_layer_matmul_params + self.vocab * self.hidden
 
     @property
     def layer_matmul_params(self) -> int:
@@ -94,10 +116,11 @@ class Shape:
 
     def matrices(self) -> tuple[tuple[int, int], ...]:
         """(rows, columns) of every weight matrix, for factored optimizer states."""
-        h, kv, i = self.hidden, self.kv_dim, self.intermediate
-        layer = [(h, h), (kv, h), (kv, h), (h, h), (i, h), (h, i)]
-        if self.mlp is MlpKind.SWIGLU:
-            layer.append((i, h))
+        h, q, kv, i = self.hidden, self.q_dim, self.kv_dim, self.intermediate
+        mlp = [(i, h), (h, i)] + ([(i, h)] if self.mlp is MlpKind.SWIGLU else [])
+        layer = [(q, h), (kv, h), (kv, h), (h, q)] + mlp * self.experts
+        if self.experts > 1:
+            layer.append((self.experts, h))
         out = layer * self.layers + [(self.vocab, h)]
         if self.positions:
             out.append((self.positions, h))
@@ -134,9 +157,17 @@ class Numerics:
         return 4 if self.autocast else self.residual
 
 
-def numerics(precision: Precision) -> Numerics:
+def numerics(precision: Precision, framework: Framework = Framework.HF) -> Numerics:
     if precision in (Precision.AMP_BF16, Precision.AMP_FP16):
+        if framework is not Framework.HF:
+            # A mixed-precision policy (FSDP's MixedPrecisionPolicy, DeepSpeed's bf16/fp16
+            # engine, Megatron, MaxText) runs the model on 16-bit copies of fp32 master weights:
+            # no autocast, 16-bit residual stream and activations.
+            return Numerics(param=4, compute=2, residual=2, autocast=False)
         return Numerics(param=4, compute=2, residual=4, autocast=True)
+    if precision is Precision.FP8:
+        # Transformer Engine: fp32 master weights, bf16 activations between the FP8 products.
+        return Numerics(param=4, compute=2, residual=2, autocast=False)
     if precision in (Precision.BF16, Precision.FP16):
         return Numerics(param=2, compute=2, residual=2, autocast=False)
     return Numerics(param=4, compute=4, residual=4, autocast=False)
@@ -161,10 +192,19 @@ class JobProfile:
     new_tokens: int
     dropout: float
     notes: tuple[str, ...] = ()
+    framework: Framework = Framework.HF
+    recompute: Recompute = Recompute.NONE
+    pipeline_parallel: int = 1
+    context_parallel: int = 1
+    gradient_accumulation: int = 1
 
     def __hash__(self) -> int:
         # Consistent with equality and cheaper than hashing every field (the models cache on it).
         return hash((self.shape.hidden, self.shape.layers, self.tokens, self.micro_batch, self.seq_len, self.batch))
+
+    @property
+    def fp8(self) -> bool:
+        return self.precision is Precision.FP8
 
     @property
     def training(self) -> bool:
@@ -191,6 +231,9 @@ def shape_from_architecture(arch: Architecture) -> Shape:
         positions=arch.max_positions or 0,
         # GPT-2-style blocks (GELU MLP, LayerNorm) carry biases on every projection.
         biases=gelu and arch.norm_or_default == "layernorm",
+        head_size=arch.head_dim or 0,
+        experts=arch.experts_or_default,
+        active_experts=arch.active_experts_or_default,
     )
 
 
@@ -244,11 +287,11 @@ def from_spec(spec: AcceleratorJobSpec) -> JobProfile:
         shape=shape,
         mode=w.mode,
         precision=w.precision,
-        numerics=numerics(w.precision),
+        numerics=numerics(w.precision, w.framework),
         optimizer=w.optimizer,
         micro_batch=w.micro_batch,
         seq_len=w.seq_len,
-        checkpointing=w.gradient_checkpointing,
+        checkpointing=w.recompute_or_default is Recompute.FULL,
         sharding=w.sharding,
         tensor_parallel=w.tensor_parallel,
         attention=w.attention,
@@ -258,4 +301,9 @@ def from_spec(spec: AcceleratorJobSpec) -> JobProfile:
         new_tokens=w.new_tokens,
         dropout=GPT2_DROPOUT if gpt2_style and w.mode is WorkloadMode.TRAINING else 0.0,
         notes=tuple(notes),
+        framework=w.framework,
+        recompute=w.recompute_or_default,
+        pipeline_parallel=w.pipeline_parallel,
+        context_parallel=w.context_parallel,
+        gradient_accumulation=w.gradient_accumulation,
     )

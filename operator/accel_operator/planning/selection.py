@@ -11,11 +11,12 @@ reason for every pool; it never raises.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 
 from accel_api.catalog import Accelerator, Catalog
-from accel_api.enums import AcceleratorKind, CapacityType, Objective, Provider, SpotPolicy
+from accel_api.enums import AcceleratorKind, CapacityType, Objective, Precision, Provider, SpotPolicy
 from accel_api.job import AcceleratorJobSpec
 from accel_api.pool import AcceleratorPoolSpec
 from accel_operator.planning import candidates as cand
@@ -89,6 +90,11 @@ def _pool_problems(spec: AcceleratorJobSpec, offer: PoolOffer, accel: Accelerato
         out.append("on-demand pool; spot.policy is require")
     if spec.spot.policy is SpotPolicy.PREFER and spot and spec.checkpoint is None:
         out.append("spot without spec.checkpoint: a preemption would restart the job from zero")
+    precision = spec.workload.precision
+    if precision is Precision.FP8 and not accel.fp8_tensor_cores:
+        out.append(f"precision fp8 needs FP8 tensor cores; {accel.id} has none (use amp-bf16)")
+    if precision in (Precision.AMP_BF16, Precision.BF16, Precision.FP8) and not accel.bf16:
+        out.append(f"precision {precision.value} needs bf16; {accel.id} has none (use amp-fp16 or fp16)")
     return tuple(out)
 
 
@@ -97,6 +103,10 @@ def _pool(job: JobTerms, offer: PoolOffer, cat: Catalog) -> PoolTerms:
     if accel is None:
         problem = f"accelerator {offer.spec.accelerator!r} is not in the catalog ({', '.join(cat.ids())})"
         return PoolTerms(job, offer, None, (problem,), None, None)
+    network = offer.spec.inter_node_bytes_per_second
+    if network is not None and network != accel.inter_node_bytes_per_second:
+        # The pool's own network (a faster fabric, a slower cluster) instead of the catalog's default.
+        accel = dataclasses.replace(accel, inter_node_bytes_per_second=network)
     rate = offer.observed_preemption_rate_per_hour
     if rate is None:
         rate = offer.spec.preemption_rate_per_hour
@@ -104,7 +114,7 @@ def _pool(job: JobTerms, offer: PoolOffer, cat: Catalog) -> PoolTerms:
 
 
 # Per plan() call: estimates of one accelerator and layout, shared by pools that offer both.
-_Memo = dict[tuple[str, int, int], tuple[memory.MemoryEstimate, throughput.ThroughputEstimate] | None]
+_Memo = dict[tuple[str, float, int, int], tuple[memory.MemoryEstimate, throughput.ThroughputEstimate] | None]
 
 
 def _candidates(src: PoolTerms, counts: Sequence[int], memo: _Memo) -> list[Candidate]:
@@ -116,7 +126,7 @@ def _candidates(src: PoolTerms, counts: Sequence[int], memo: _Memo) -> list[Cand
         return [
             Candidate(name, pool.accelerator, n, -(-n // per_node), capacity, None, None, None, 0, src) for n in counts
         ]
-    w, acc_id, tp = job.profile, accel.id, job.profile.tensor_parallel
+    w, acc_id = job.profile, accel.id
     spot = capacity is CapacityType.SPOT
     free, free_nodes = offer.free_devices, offer.free_nodes
     out: list[Candidate] = []
@@ -129,11 +139,11 @@ def _candidates(src: PoolTerms, counts: Sequence[int], memo: _Memo) -> list[Cand
             failed |= cand.MAX_DEVICES
         if job.max_nodes is not None and nodes > job.max_nodes:
             failed |= cand.MAX_NODES
-        key = (acc_id, devices, nodes)
+        key = (acc_id, accel.inter_node_bytes_per_second, devices, nodes)
         if key in memo:
             found = memo[key]
         else:
-            layout = Layout(devices, nodes, tp)
+            layout = Layout.of(w, devices, nodes)
             found = None
             if layout.problem(per_node) is None:
                 found = (memory.estimate(w, accel, layout), throughput.estimate(w, accel, layout))

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from accel_api.catalog import Accelerator
-from accel_api.enums import AcceleratorKind, Attention, Optimizer, Precision, Sharding
+from accel_api.enums import AcceleratorKind, Attention, Framework, Optimizer, Precision, Sharding
 from accel_operator.planning import blocks
 from accel_operator.planning.blocks import Gemm
 from accel_operator.planning.layout import Layout
@@ -71,6 +71,11 @@ OVERLAP = 0.9
 # Share of data-parallel communication that stays exposed even when the backward pass is long
 # enough to hide it (the last gradient bucket is reduced after the backward pass ends).
 UNHIDDEN_TAIL = 0.05
+# FSDP2 (fitted to the 2- and 4-H200 rows): host ops per layer and gather pass, the fraction of
+# the link bandwidth its per-layer collectives reach, and how much of them compute hides.
+FSDP_HOST_OPS_PER_LAYER = 60
+FSDP_COLLECTIVE_EFFICIENCY = 0.25
+FSDP_OVERLAP = 0.8
 # Host ops per decode step outside the layers (sampling, logits processors, stopping criteria,
 # the cache's concatenations).
 GENERATE_OPS_PER_STEP = 40
@@ -243,9 +248,10 @@ def _device_step(w: JobProfile, accel: Accelerator, tp: int) -> _DeviceStep:
 
     passes = 1 + BACKWARD_KERNELS + (1 if w.checkpointing else 0)
     kernels = s.layers * blk.fwd_kernels * passes + 3 * hd.loss_kernels + optimizer_kernels
-    flops_per_token = 6.0 * s.matmul_params + 6.0 * s.layers * w.seq_len * s.hidden * (1 if eager else 0.5)
+    attn_width = s.q_dim
+    flops_per_token = 6.0 * s.active_matmul_params + 6.0 * s.layers * w.seq_len * attn_width * (1 if eager else 0.5)
     if w.checkpointing:
-        flops_per_token += 2.0 * s.layers * s.layer_matmul_params + 2.0 * s.layers * w.seq_len * s.hidden * 0.5
+        flops_per_token += 2.0 * s.layers * s.active_layer_matmul_params + 2.0 * s.layers * w.seq_len * attn_width * 0.5
     # Tensor parallel: two activation all-reduces per layer forward, two backward, within a node.
     tp_comm = 0.0
     if tp > 1:
@@ -281,8 +287,34 @@ def _training(w: JobProfile, accel: Accelerator, layout: Layout) -> ThroughputEs
     # The last bucket's reduction cannot overlap anything.
     dp_exposed = max(0.0, dp_comm - hideable) + dp_comm * UNHIDDEN_TAIL
 
-    device = forward + backward + dev.other + optimizer + dp_exposed + dev.tp_comm
     host = dev.kernels * accel.host_seconds_per_op
+    if w.framework is Framework.FSDP:
+        # FSDP2 under a bf16 MixedPrecisionPolicy: no autocast casts, but per layer and pass a
+        # cast of the fp32 shard, an all-gather with its copy-out, and in backward the fp32
+        # cast and copy-in of the gradients for the reduce-scatter, each a few host ops (hooks,
+        # stream waits, collectives); the collectives run at the bandwidth NCCL reaches on
+        # per-layer messages and overlap compute only partly (fitted to the 2- and 4-H200 rows).
+        params = dev.params
+        gathers = 1 if w.sharding in (Sharding.ZERO1, Sharding.ZERO2) else 2
+        fsdp_bytes = params * (gathers * 2 * w.numerics.compute + 3 * 4.0)
+        dp_comm = 0.0
+        if dp > 1:
+            volume = params * (gathers * w.numerics.compute + (4.0 if w.numerics.param == 4 else w.numerics.param))
+            dp_comm = (dp - 1) / dp * volume / (accel.intra_node_bytes_per_second * FSDP_COLLECTIVE_EFFICIENCY)
+            if layout.nodes > 1:
+                dp_comm += (
+                    2
+                    * (layout.nodes - 1)
+                    / layout.nodes
+                    * volume
+                    / layout.devices_per_node
+                    / accel.inter_node_bytes_per_second
+                )
+        compute = forward + backward
+        dp_exposed = max(0.0, dp_comm - FSDP_OVERLAP * compute) + dp_comm * UNHIDDEN_TAIL
+        optimizer += fsdp_bytes / _bandwidth(accel)
+        host += FSDP_HOST_OPS_PER_LAYER * gathers * w.shape.layers * accel.host_seconds_per_op
+    device = forward + backward + dev.other + optimizer + dp_exposed + dev.tp_comm
     step = _overlap(device, host)
     global_tokens = w.step_tokens * dp
     steps = max(1, -(-w.tokens // global_tokens))
@@ -350,7 +382,7 @@ def _inference(w: JobProfile, accel: Accelerator, layout: Layout) -> ThroughputE
     calls = max(1, math.ceil(w.tokens / per_call))
     calls_per_replica = max(1, math.ceil(calls / replicas))
     tokens_per_second = per_call * replicas / call
-    flops_per_token = 2.0 * s.matmul_params
+    flops_per_token = 2.0 * s.active_matmul_params
     mfu = flops_per_token * (w.batch * (w.prompt_len + w.new_tokens)) * replicas / call
     mfu /= accel.flops(a) * layout.devices
     breakdown = (("prefill", prefill), ("decode", w.new_tokens * decode))

@@ -84,7 +84,7 @@ def test_every_example_is_valid_for_models_and_crd_schema(path: Path) -> None:
 def test_schema_rejects_what_the_models_reject() -> None:
     doc = yaml.safe_load((ROOT / "examples" / "01-finetune-single-gpu.yaml").read_text())
     doc["spec"]["workload"]["microBatch"] = 0
-    doc["spec"]["workload"]["precision"] = "fp8"
+    doc["spec"]["workload"]["precision"] = "fp4"
     problems = structural.validate(doc, crdgen.openapi_schema(registry.JOB))
     assert any("microBatch" in p for p in problems)
     assert any("precision" in p for p in problems)

@@ -43,7 +43,7 @@ def test_defaults() -> None:
     ("overrides", "expected"),
     [
         ({"workload": {"tokens": 10, "microBatch": 0}}, "spec.workload.microBatch: must be >= 1 (got 0)"),
-        ({"workload": {"tokens": 10, "precision": "fp8"}}, "spec.workload.precision: must be one of"),
+        ({"workload": {"tokens": 10, "precision": "fp4"}}, "spec.workload.precision: must be one of"),
         (
             {"workload": {"tokens": 10, "microbatch": 2}},
             "spec.workload.microbatch: unknown field; did you mean 'microBatch'?",
@@ -60,6 +60,45 @@ def test_defaults() -> None:
         ({"placement": {"minDevices": 8, "maxDevices": 4}}, "maxDevices (4) must be >= minDevices (8)"),
         ({"maxCost": -5}, "spec.maxCost: must be > 0"),
         ({"workload": {"tokens": "many"}}, "spec.workload.tokens: must be a whole number (got 'many')"),
+        ({"workload": {"tokens": 10, "framework": "jax"}}, "spec.workload.framework: must be one of"),
+        ({"workload": {"tokens": 10, "recompute": "some"}}, "spec.workload.recompute: must be one of"),
+        (
+            {"workload": {"tokens": 10, "gradientCheckpointing": True, "recompute": "selective"}},
+            "spec.workload: gradientCheckpointing: true means recompute: full (got recompute: selective)",
+        ),
+        ({"workload": {"tokens": 10, "gradientAccumulation": 0}}, "spec.workload.gradientAccumulation: must be >= 1"),
+        ({"workload": {"tokens": 10, "pipelineParallel": 0}}, "spec.workload.pipelineParallel: must be >= 1"),
+        (
+            {"workload": {"tokens": 10, "contextParallel": 3, "seqLen": 1000}},
+            "spec.workload: contextParallel must divide seqLen (1000) (got 3)",
+        ),
+        (
+            {"workload": {"tokens": 10, "tensorParallel": 8}},
+            "spec.workload: tensorParallel must divide model.architecture.heads (4) and kvHeads (4) (got 8)",
+        ),
+        (
+            {"workload": {"tokens": 10, "pipelineParallel": 3}},
+            "spec.workload: pipelineParallel must be at most model.architecture.layers (2) (got 3)",
+        ),
+        (
+            {
+                "model": {
+                    "architecture": {
+                        "layers": 2,
+                        "hidden": 64,
+                        "heads": 4,
+                        "vocab": 10,
+                        "experts": 8,
+                        "activeExperts": 9,
+                    }
+                }
+            },
+            "activeExperts (9) must be at most experts (8)",
+        ),
+        (
+            {"model": {"architecture": {"layers": 2, "hidden": 64, "heads": 4, "vocab": 10, "headDim": 0}}},
+            "spec.model.architecture.headDim: must be >= 1 (got 0)",
+        ),
     ],
 )
 def test_errors_name_the_field_and_the_rule(overrides: dict[str, Any], expected: str) -> None:

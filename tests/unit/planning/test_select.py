@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from accel_api import catalog
 from accel_api.enums import CapacityType
-from accel_api.job import PlanStatus
+from accel_api.job import AcceleratorJobSpec, PlanStatus
 from accel_operator.cli import render
 from accel_operator.planning import candidates, explain, selection
 from accel_operator.reconcile.status import plan_status
@@ -271,3 +271,42 @@ def test_free_capacity_is_noted_not_refused() -> None:
     p = selection.plan(job().spec(), [pool("h", max_nodes=2, free_devices=4)], CAT)
     eight = next(c for c in p.candidates if c.devices == 8)
     assert eight.feasible and "4 devices free now" in eight.notes[0]
+
+
+def _precision_job(precision: str) -> AcceleratorJobSpec:
+    return AcceleratorJobSpec.model_validate(
+        {
+            "team": "t",
+            "image": "i",
+            "model": {"architecture": {"layers": 4, "hidden": 512, "heads": 8, "vocab": 32000}},
+            "workload": {"precision": precision, "tokens": 10**6},
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    ("precision", "accelerator", "problem"),
+    [
+        ("fp8", "a100-80gb", "precision fp8 needs FP8 tensor cores; a100-80gb has none"),
+        ("amp-bf16", "t4", "precision amp-bf16 needs bf16; t4 has none"),
+        ("bf16", "t4", "precision bf16 needs bf16; t4 has none"),
+    ],
+)
+def test_precision_the_accelerator_lacks_is_refused(precision: str, accelerator: str, problem: str) -> None:
+    plan = selection.evaluate(_precision_job(precision), accelerator, 1, catalog.default())
+    assert not plan.schedulable
+    assert any(problem in p for c in plan.candidates for p in c.source.problems)
+
+
+@pytest.mark.parametrize(("precision", "accelerator"), [("fp8", "h100-80gb"), ("amp-fp16", "t4")])
+def test_precision_the_accelerator_has_is_planned(precision: str, accelerator: str) -> None:
+    assert selection.evaluate(_precision_job(precision), accelerator, 1, catalog.default()).schedulable
+
+
+def test_a_pool_network_overrides_the_catalog_default() -> None:
+    spec = job().arch(LLAMA_8B).workload(microBatch=1, seqLen=2048).placement(minDevices=32).spec()
+    slow, fast = pool("slow", max_nodes=4), pool("fast", max_nodes=4)
+    fast = candidates.PoolOffer(name="fast", spec=fast.spec.model_copy(update={"inter_node_bytes_per_second": 100e9}))
+    plan = selection.plan(spec, [slow, fast], catalog.default())
+    speed = {c.pool: c.speed.tokens_per_second for c in plan.candidates if c.devices == 32 and c.speed}
+    assert speed["fast"] > speed["slow"] * 1.02
