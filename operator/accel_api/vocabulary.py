@@ -100,13 +100,19 @@ ENV_NPROC_PER_NODE: Final = "ACCEL_NPROC_PER_NODE"  # devices per pod (torchrun 
 POD_ANNOTATIONS_DIR: Final = "/etc/accel"
 POD_ANNOTATIONS_FILE: Final = f"{POD_ANNOTATIONS_DIR}/annotations"
 
-# --- rendezvous: the names frameworks read (torch.distributed, libtpu), set by the operator --
-ENV_MASTER_ADDR: Final = "MASTER_ADDR"  # <workload>-0.<service>: the rank-0 pod
-ENV_MASTER_PORT: Final = "MASTER_PORT"
-ENV_WORLD_SIZE: Final = "WORLD_SIZE"  # devices in the whole job
-ENV_TORCH_NODE_RANK: Final = "NODE_RANK"
+# Multi-host TPU (libtpu reads them); reserved, like the device-visibility names below.
 ENV_TPU_WORKER_ID: Final = "TPU_WORKER_ID"  # multi-host TPU: this host's index in the slice
 ENV_TPU_WORKER_HOSTNAMES: Final = "TPU_WORKER_HOSTNAMES"  # multi-host TPU: every host, comma-separated
+
+# --- rendezvous: torch.distributed's names, set by the operator but NOT reserved -------------
+# Conventions of launchers rather than the operator's contract (launchers disagree on what
+# WORLD_SIZE counts), so a tenant's spec.env value replaces the operator's. The contract's own
+# copies (ACCEL_NODE_RANK, ACCEL_NNODES, ACCEL_DEVICES) are reserved and always present.
+RDZV_MASTER_ADDR: Final = "MASTER_ADDR"  # <workload>-0.<service>: the rank-0 pod
+RDZV_MASTER_PORT: Final = "MASTER_PORT"
+RDZV_WORLD_SIZE: Final = "WORLD_SIZE"  # devices in the whole job
+RDZV_NODE_RANK: Final = "NODE_RANK"
+RENDEZVOUS_ENV: Final = (RDZV_MASTER_ADDR, RDZV_MASTER_PORT, RDZV_WORLD_SIZE, RDZV_NODE_RANK)
 RENDEZVOUS_PORT: Final = 29500  # torch.distributed's default; the headless Service names it
 RENDEZVOUS_PORT_NAME: Final = "rendezvous"
 # Set by the Job controller on every pod of an Indexed Job (read through the downward API).

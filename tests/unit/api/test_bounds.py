@@ -135,6 +135,8 @@ def test_reserved_env_has_one_definition_that_a_policy_extends() -> None:
     contract = [v for k, v in vars(vocabulary).items() if k.startswith("ENV_")]
     assert contract
     assert all(vocabulary.is_reserved_env(v) for v in contract)
+    # torch.distributed's rendezvous names are set by the operator but a tenant may replace them.
+    assert not any(vocabulary.is_reserved_env(v) for v in vocabulary.RENDEZVOUS_ENV)
 
 
 def test_policy_reserved_env_is_bounded_and_checked() -> None:

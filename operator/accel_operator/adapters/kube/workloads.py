@@ -15,9 +15,9 @@ Decisions worth knowing:
 
 - Tenant env comes after ours. Reserved names (``vocabulary.is_reserved_env`` plus a policy's
   additions) are refused again here (``ReservedEnv``), although the API model already refuses
-  them: a workload is the last place a forged object could be stopped. The rendezvous names
-  frameworks read (``MASTER_ADDR``, ``MASTER_PORT``, ``WORLD_SIZE``, ``NODE_RANK``) are *not*
-  reserved: they are conventions of launchers, not the operator's contract (launchers disagree on
+  them: a workload is the last place a forged object could be stopped. torch.distributed's
+  rendezvous names (``vocabulary.RENDEZVOUS_ENV``: MASTER_ADDR, MASTER_PORT, WORLD_SIZE,
+  NODE_RANK) are *not* reserved: they are conventions of launchers, not the operator's contract (launchers disagree on
   what ``WORLD_SIZE`` counts), so a tenant value replaces ours (one entry, no duplicate). The
   operator's own copies (``ACCEL_NODE_RANK``, ``ACCEL_NNODES``, ``ACCEL_DEVICES``) and the
   Service cannot be overridden.
@@ -222,10 +222,10 @@ def _env(w: WorkloadSpec) -> list[dict[str, Any]]:
         (v.ENV_NPROC_PER_NODE, str(w.devices_per_pod)),
     ]
     rendezvous: list[tuple[str, str | dict[str, Any]]] = [
-        (v.ENV_MASTER_ADDR, f"{name}-0.{name}"),
-        (v.ENV_MASTER_PORT, str(v.RENDEZVOUS_PORT)),
-        (v.ENV_WORLD_SIZE, str(w.devices)),
-        (v.ENV_TORCH_NODE_RANK, _index()),
+        (v.RDZV_MASTER_ADDR, f"{name}-0.{name}"),
+        (v.RDZV_MASTER_PORT, str(v.RENDEZVOUS_PORT)),
+        (v.RDZV_WORLD_SIZE, str(w.devices)),
+        (v.RDZV_NODE_RANK, _index()),
     ]
     tenant_names = {var.name for var in w.spec.env}
     ours += [(k, val) for k, val in rendezvous if k not in tenant_names]
