@@ -140,12 +140,6 @@ RESERVED_ENV: Final = (
     "TPU_VISIBLE_CHIPS",
     ENV_TPU_WORKER_ID,
     ENV_TPU_WORKER_HOSTNAMES,
-    # The gang's rendezvous, set by the operator from the workload it built: a tenant value
-    # would point ranks at the wrong pod or give them the wrong world size.
-    ENV_MASTER_ADDR,
-    ENV_MASTER_PORT,
-    ENV_WORLD_SIZE,
-    ENV_TORCH_NODE_RANK,
     # The dynamic loader: replaces the host driver libraries the runtime injects (libcuda,
     # libnvidia-ml) or preloads code into every process, including hooks the operator adds.
     "LD_*",
