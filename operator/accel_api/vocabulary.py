@@ -24,6 +24,7 @@ ANNOTATION_CHECKPOINT: Final = f"{GROUP}/last-checkpoint"
 ANNOTATION_CHECKPOINT_STEP: Final = f"{GROUP}/last-checkpoint-step"
 # Simulation (the local cluster and the agent's simulated backend), never set in production:
 ANNOTATION_SIMULATED: Final = f"{GROUP}/simulated"  # on KWOK nodes made from a pool
+ANNOTATION_AUTOSCALED: Final = f"{GROUP}/autoscaled"  # on KWOK nodes the simulated autoscaler made
 ANNOTATION_SIM_EXIT_CODE: Final = f"{GROUP}/simulate-exit-code"  # on a pod: end it with this code
 ANNOTATION_SIM_UTILIZATION: Final = f"{GROUP}/simulated-utilization"  # pod or node: busy devices' %
 ANNOTATION_SIM_MEMORY_FRACTION: Final = f"{GROUP}/simulated-memory-fraction"  # pod or node: memory used

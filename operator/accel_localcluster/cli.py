@@ -1,17 +1,20 @@
-"""``accel-cluster up|down|status|kubeconfig|nodes``: the local control plane for tests and the demo.
+"""``accel-cluster up|down|status|kubeconfig|nodes|autoscaler``: the local control plane for tests and the demo.
 
 Dev tooling, with its own command: the product's ``accelctl`` never imports it.
 """
 
 import argparse
+import contextlib
+import logging
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
 from accel_api import InvalidResource, load_documents, parse_resource
 from accel_api.pool import AcceleratorPool
-from accel_localcluster import ClusterError, default_cluster, kubeapi, nodes
+from accel_localcluster import ClusterError, autoscaler, default_cluster, kubeapi, nodes
 
 HELP = "Start, stop or inspect the local control plane (real kube-apiserver, etcd, scheduler, KWOK nodes)."
 
@@ -28,6 +31,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     nodes = sub.add_parser("nodes", help="create simulated nodes for the AcceleratorPools in a YAML file")
     nodes.add_argument("pools", metavar="POOLS.yaml")
     nodes.add_argument("--count", type=int, default=None, help="nodes per pool (default: the pool's maxNodes)")
+    scale = sub.add_parser(
+        "autoscaler",
+        help="simulate the autoscaler of autoscaled pools (KWOK nodes for pending pods) until Ctrl-C",
+    )
+    scale.add_argument("--delay", type=_seconds, default=2.0, help="seconds a pod waits before a node is added (2)")
+    scale.add_argument("--idle", type=_seconds, default=10.0, help="seconds a node it added may idle (10)")
+    scale.add_argument("--interval", type=_interval, default=0.5, help="seconds between passes (0.5)")
+
+
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not 0 <= value <= 86400:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"{text}: seconds from 0 to 86400")
+    return value
+
+
+def _interval(text: str) -> float:
+    value = _seconds(text)
+    if value < 0.01:
+        raise argparse.ArgumentTypeError(f"{text}: at least 0.01 seconds between passes")
+    return value
 
 
 def run(args: argparse.Namespace) -> int:
@@ -53,6 +77,8 @@ def run(args: argparse.Namespace) -> int:
             return 0 if all(s.healthy for s in states) else 1
         if args.action == "nodes":
             return _nodes(cluster.kubeconfig, args.pools, args.count)
+        if args.action == "autoscaler":
+            return _autoscaler(cluster.kubeconfig, delay=args.delay, idle=args.idle, interval=args.interval)
     except ClusterError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
@@ -75,6 +101,19 @@ def _nodes(kubeconfig: Path, path: str, count: int | None) -> int:
         name = pool.metadata.name or "pool"
         made = nodes.ensure_nodes(core, nodes.node_manifests(name, pool.spec, count))
         print(f"{name}: {', '.join(made)}")
+    return 0
+
+
+def _autoscaler(kubeconfig: Path, *, delay: float, idle: float, interval: float) -> int:
+    if not kubeconfig.is_file():
+        print(f"error: no kubeconfig at {kubeconfig}: start the cluster first (accel-cluster up)", file=sys.stderr)
+        return 1
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    scaler = autoscaler.SimulatedAutoscaler(
+        kubeapi.api_client(kubeconfig), scale_up_delay=delay, idle_seconds=idle, interval=interval
+    )
+    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C is how it ends
+        scaler.run(threading.Event())
     return 0
 
 

@@ -26,9 +26,15 @@ def node_name(pool: str, index: int) -> str:
 
 
 def node_manifests(
-    pool: str, spec: AcceleratorPoolSpec, count: int | None = None, catalog: catalog_mod.Catalog | None = None
+    pool: str,
+    spec: AcceleratorPoolSpec,
+    count: int | None = None,
+    catalog: catalog_mod.Catalog | None = None,
+    *,
+    start: int = 0,
 ) -> list[dict[str, Any]]:
-    """``count`` nodes (default ``spec.maxNodes``) of ``pool`` as Node manifests.
+    """``count`` nodes (default ``spec.maxNodes``) of ``pool`` as Node manifests, numbered from
+    ``start`` (``<pool>-<start>``, ...: a pool that grows asks for indexes not in use).
 
     The product label and memory come from the accelerator catalog (the planner's), so a
     simulated node says exactly what the planner assumes of it."""
@@ -41,7 +47,7 @@ def node_manifests(
     zone = spec.zone or ("us-east-1a" if spec.provider is Provider.AWS else "us-central1-a")
     region = spec.region or zone[:-1].rstrip("-")
     out = []
-    for i in range(n):
+    for i in range(start, start + n):
         name = node_name(pool, i)
         labels: dict[str, str] = {
             "kubernetes.io/hostname": name,
