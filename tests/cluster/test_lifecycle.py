@@ -218,3 +218,49 @@ def workloads_of_ns(api: client.ApiClient, namespace: str) -> list[Any]:
         .list_namespaced_job(namespace, label_selector=f"{v.LABEL_MANAGED_BY}={v.MANAGED_BY_VALUE}")
         .items
     )
+
+
+def test_an_autoscaled_pool_grows_for_a_gang_and_shrinks_afterwards(
+    api: client.ApiClient, core: client.CoreV1Api, namespace: str, operator: Any
+) -> None:
+    from accel_localcluster import autoscaler
+
+    pool = _pool_name(namespace, "auto")
+    with (
+        gpu_pool(api, pool, count=0, nodes_max=2, scaling="autoscaled", scaleUpTimeoutSeconds=60),
+        autoscaler.running(api, scale_up_delay=1.0, idle_seconds=3.0, interval=0.25) as scaler,
+    ):
+        # No node exists: the operator admits against the nodes the pool may still grow.
+        create_job(api, job_doc(namespace, pool, devices=16, name="grow"))
+        st = wait_phase(api, namespace, "grow", "Running", timeout=60)
+        assert st["plan"]["nodes"] == 2
+        pods = pods_of(core, namespace, "grow")
+        assert len({p.spec.node_name for p in pods}) == 2
+        assert scaler.nodes_added == 2
+        end_pods(core, namespace, "grow", 0)
+        wait_phase(api, namespace, "grow", "Succeeded")
+        wait_for(
+            lambda: not core.list_node(label_selector=f"{v.LABEL_POOL}={pool}").items,
+            timeout=60,
+            what="the autoscaled nodes removed once idle",
+        )
+        assert scaler.nodes_removed == 2
+
+
+def test_a_gang_that_does_not_get_its_nodes_in_time_is_released(
+    api: client.ApiClient, core: client.CoreV1Api, namespace: str, operator: Any
+) -> None:
+    """An autoscaled pool whose nodes never come (no autoscaler runs): no partial gang holds
+    devices; after scaleUpTimeoutSeconds the workload is deleted and the job planned again."""
+    pool = _pool_name(namespace, "never")
+    with gpu_pool(api, pool, count=0, nodes_max=2, scaling="autoscaled", scaleUpTimeoutSeconds=4):
+        create_job(api, job_doc(namespace, pool, devices=16, name="stuck"))
+        wait_phase(api, namespace, "stuck", "Admitted")
+        assert wait_for(lambda: workloads_of(api, namespace, "stuck"), timeout=30, what="attempt 0's workload")
+        wait_for(lambda: status(api, namespace, "stuck").get("attempt", 0) >= 1, timeout=60, what="the release")
+        assert any(r == "GangTimeout" for r, _ in events_of(core, namespace, "stuck"))
+        wait_for(
+            lambda: "stuck-a0" not in {w.metadata.name for w in workloads_of(api, namespace, "stuck")},
+            timeout=60,
+            what="attempt 0's workload deleted",
+        )

@@ -17,6 +17,7 @@ from kubernetes import client
 from accel_api import registry
 from accel_api import vocabulary as v
 from tests.support.cluster import ROOT, apply_manifests, wait_for
+from tests.support.jobs import create_job, end_pods, events_of, gpu_pool, job_doc, wait_phase
 
 EXAMPLES = ROOT / "examples"
 
@@ -66,7 +67,14 @@ def test_job_gets_a_plan_from_the_pools(api: client.ApiClient, namespace: str, p
     assert plan["peakAllocatedBytesPerDevice"] > 0
     assert plan["costUsd"] > 0
     assert plan["alternatives"], "the plan should say why the other pools lost"
-    assert {c["type"]: c["status"] for c in status["conditions"]} == {"Valid": "True", "Planned": "True"}
+    # The pools have no nodes: planned, and waiting for capacity with the reason.
+    conditions = {c["type"]: (c["status"], c["reason"]) for c in status["conditions"]}
+    assert conditions == {
+        "Valid": ("True", "SpecValid"),
+        "Planned": ("True", "Planned"),
+        "Admitted": ("False", "WaitingForCapacity"),
+    }
+    assert "free device(s)" in status["message"]
 
 
 def test_impossible_job_is_unschedulable_with_reasons(
@@ -111,8 +119,10 @@ def _token_kubeconfig(api: client.ApiClient, core: client.CoreV1Api, tmp: Path) 
 
 
 def test_operator_runs_under_its_least_privilege_role(
-    api: client.ApiClient, core: client.CoreV1Api, namespace: str, pools: list[str], tmp_path: Path
+    api: client.ApiClient, core: client.CoreV1Api, namespace: str, tmp_path: Path
 ) -> None:
+    """The whole lifecycle (watch, admit, create the workload, post events, see it succeed) with
+    the ServiceAccount token of manifests/operator/rbac.yaml: a missing verb fails here."""
     kubeconfig = _token_kubeconfig(api, core, tmp_path)
     env = {
         **os.environ,
@@ -122,15 +132,22 @@ def test_operator_runs_under_its_least_privilege_role(
         "ACCEL_OPERATOR_METRICS_PORT": "0",
     }
     log = tmp_path / "operator.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "accel_operator"], env=env, stdout=out, stderr=subprocess.STDOUT)
-    try:
-        job = _create_job(api, namespace, "03-inference-batch.yaml")
-        status = wait_for(lambda: _status(api, namespace, job["metadata"]["name"]), timeout=90, what="a plan")
-        assert status["phase"] in ("Pending", "Unschedulable")
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+    pool = f"{namespace}-rbac"
+    with gpu_pool(api, pool, count=1):
+        with log.open("wb") as out:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "accel_operator"], env=env, stdout=out, stderr=subprocess.STDOUT
+            )
+        try:
+            create_job(api, job_doc(namespace, pool, devices=2, name="rbac"))
+            wait_phase(api, namespace, "rbac", "Running", timeout=90)
+            end_pods(core, namespace, "rbac", 0)
+            wait_phase(api, namespace, "rbac", "Succeeded", timeout=60)
+            reasons = {r for r, _ in events_of(core, namespace, "rbac")}
+            assert {"Admitted", "Running", "Succeeded"} <= reasons, reasons
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
     text = log.read_text()
     assert "Forbidden" not in text and " 403" not in text, text[-3000:]
 

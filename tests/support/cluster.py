@@ -33,13 +33,16 @@ def wait_for(check: Callable[[], Any], *, timeout: float, what: str, interval: f
 
 
 ERROR_LINE = re.compile(r"\b(ERROR|CRITICAL)\b|Traceback")
+# kopf logs a retried request at ERROR; a retry is not a failure (the control plane may still be
+# starting, "storage is (re)initializing").
+RETRIED = re.compile(r"Request attempt #\d+/\d+ failed; will retry")
 
 
 def unexpected_errors(log: str, expected: list[str]) -> list[str]:
     """Lines of ``log`` that report an error matching none of the ``expected`` patterns."""
     found = []
     for line in log.splitlines():
-        if ERROR_LINE.search(line) and not any(re.search(p, line) for p in expected):
+        if ERROR_LINE.search(line) and not RETRIED.search(line) and not any(re.search(p, line) for p in expected):
             found.append(line)
     return found
 
