@@ -1,0 +1,250 @@
+"""decide(job, snapshot, now): every transition of the lifecycle, as a table of small worlds."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from accel_api.enums import JobPhase
+from accel_operator.reconcile import actions as act
+from accel_operator.reconcile.decide import Decision, decide
+from accel_operator.reconcile.snapshot import Blocked, Gang
+from tests.support.reconcile import T0, World
+
+LATER = T0 + dt.timedelta(seconds=30)
+
+
+def _kinds(d: Decision) -> list[str]:
+    out = []
+    for a in d.actions:
+        out.append(a.reason if isinstance(a, act.RecordEvent) else type(a).__name__)
+    return out
+
+
+def _cond(d: Decision, type_: str) -> tuple[bool, str] | None:
+    c = next((c for c in d.conditions if c.type == type_), None)
+    return None if c is None else (c.ok, c.reason)
+
+
+def _admitted(
+    name: str, pool: str, *, attempt: int = 0, devices: int = 8, nodes: int = 1, **extra: Any
+) -> dict[str, Any]:
+    return {
+        "phase": "Admitted",
+        "attempt": attempt,
+        "workload": f"{name}-a{attempt}",
+        "admittedTime": T0.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "plan": {"pool": pool, "accelerator": "h100-80gb", "devices": devices, "nodes": nodes, "durationSeconds": 3600},
+        **extra,
+    }
+
+
+def _running(name: str, pool: str, **kw: Any) -> dict[str, Any]:
+    return {**_admitted(name, pool, **kw), "phase": "Running", "startTime": "2026-11-26T12:00:00Z"}
+
+
+# --- waiting jobs -----------------------------------------------------------------------------------
+
+
+def test_a_job_that_fits_is_admitted_with_its_workload() -> None:
+    w = World().pool("p", nodes=1)
+    job = w.job("a", "p", devices=8)
+    d = decide(job, w.snapshot(), T0)
+    assert d.phase is JobPhase.ADMITTED
+    assert _cond(d, "Admitted") == (True, "Admitted")
+    create = [a for a in d.actions if isinstance(a, act.CreateWorkload)]
+    assert create == [act.CreateWorkload(0, "a-a0", "p", 8, 1)]
+    assert d.status["workload"] == "a-a0" and d.status["plan"]["pool"] == "p"
+    assert d.admitted == ("p", Gang(1, 8))
+
+
+def test_a_job_that_does_not_fit_waits_with_the_reason_and_blocks_its_pool() -> None:
+    w = World().pool("p", nodes=1, free=[4])
+    job = w.job("a", "p", devices=8)
+    d = decide(job, w.snapshot(), T0)
+    assert d.phase is JobPhase.PENDING
+    assert _cond(d, "Admitted") == (False, "WaitingForCapacity")
+    assert "p has 4 free device(s) on 1 usable node(s); needs 1 node(s) with 8 free device(s) each" in d.reason
+    assert not [a for a in d.actions if isinstance(a, act.CreateWorkload)]
+    assert d.blocks is not None and d.blocks[0] == "p"
+    assert _kinds(d) == ["WaitingForCapacity"]
+
+
+def test_a_gang_needs_every_node_at_once() -> None:
+    # 16 free devices in total, but not two whole nodes: no partial gang.
+    w = World().pool("p", nodes=3, free=[8, 4, 4])
+    d = decide(w.job("gang", "p", devices=16), w.snapshot(), T0)
+    assert d.phase is JobPhase.PENDING
+    w2 = World().pool("p", nodes=3, free=[8, 8, 0])
+    assert decide(w2.job("gang", "p", devices=16), w2.snapshot(), T0).phase is JobPhase.ADMITTED
+
+
+def test_a_waiting_job_posts_no_event_when_nothing_changed() -> None:
+    w = World().pool("p", nodes=1, free=[0])
+    first = decide(w.job("a", "p", devices=8), w.snapshot(), T0)
+    status = {
+        "phase": "Pending",
+        "conditions": [{"type": "Admitted", "status": "False", "reason": "WaitingForCapacity"}],
+    }
+    again = decide(w.job("a", "p", devices=8, status=status), w.snapshot(), T0)
+    assert _kinds(first) == ["WaitingForCapacity"] and _kinds(again) == []
+
+
+def test_an_impossible_job_is_unschedulable() -> None:
+    w = World().pool("p", nodes=1)
+    d = decide(w.job("a", "p", devices=8, maxCost=0.01), w.snapshot(), T0)
+    assert d.phase is JobPhase.UNSCHEDULABLE
+    assert _cond(d, "Planned") == (False, "NoPlacement")
+    assert "maxCost" in d.reason
+
+
+def test_an_invalid_spec_fails_with_the_field_path() -> None:
+    w = World().pool("p")
+    job = w.job("a", "p")
+    bad = replace(job, spec=None, spec_problems=("workload.microBatch: must be >= 1 (got 0)",))
+    d = decide(bad, w.snapshot(), T0)
+    assert d.phase is JobPhase.FAILED
+    assert _cond(d, "Valid") == (False, "InvalidSpec")
+    assert d.reason == "spec.workload.microBatch: must be >= 1 (got 0)"
+
+
+def test_backfill_only_around_the_blocked_head() -> None:
+    # The head waits for 8 devices; 4 are free; the running jobs end in ten minutes (shadow).
+    w = World().pool("p", nodes=1, free=[4])
+    head = w.job("head", "p", devices=8)
+    snap = w.snapshot()
+    blocked = Blocked(head.key, Gang(1, 8), T0 + dt.timedelta(minutes=10), 0)
+    snap = snap.with_blocked("p", blocked)
+    # A job that ends before the shadow time may use the 4 free devices (10M tokens: about a minute):
+    small = w.job("small", "p", devices=4, workload={"mode": "training", "tokens": 10_000_000, "microBatch": 1})
+    snap2 = w.snapshot().with_blocked("p", blocked)
+    d = decide(small, snap2, T0)
+    assert d.phase is JobPhase.ADMITTED, d.reason
+    # A long one (about 22 minutes) may not: it would still hold them when the head could start.
+    long = w.job("long", "p", devices=4)
+    snap3 = w.snapshot().with_blocked("p", blocked)
+    d = decide(long, snap3, T0)
+    assert d.phase is JobPhase.PENDING
+    assert "held for ns/head, which is ahead in the queue" in d.reason
+    assert _cond(d, "Admitted") == (False, "QueuedBehind")
+    del snap
+
+
+def test_a_full_first_choice_pool_lets_the_job_take_another_feasible_one() -> None:
+    w = World().pool("cheap", nodes=1, free=[0]).pool("dear", nodes=1, price={"onDemandPerDeviceHour": 20.0})
+    job = w.job("a", "cheap", devices=8, pinned=False)
+    d = decide(job, w.snapshot(), T0)
+    assert d.phase is JobPhase.ADMITTED and d.status["plan"]["pool"] == "dear"
+    assert "Replanned" in _kinds(d)
+
+
+# --- admitted and running ---------------------------------------------------------------------------
+
+
+def test_admitted_without_a_workload_creates_it_again() -> None:
+    # The operator died between the status write and the create: the next decision creates it.
+    w = World().pool("p")
+    job = w.job("a", "p", devices=8, status=_admitted("a", "p"))
+    d = decide(job, w.snapshot(), T0)
+    assert d.phase is JobPhase.ADMITTED
+    assert [a for a in d.actions if isinstance(a, act.CreateWorkload)] == [act.CreateWorkload(0, "a-a0", "p", 8, 1)]
+
+
+def test_admitted_becomes_running_when_every_pod_has_a_node() -> None:
+    w = World().pool("p", nodes=2)
+    job = w.job("a", "p", devices=16, status=_admitted("a", "p", devices=16, nodes=2))
+    w.workload("a", 0, active=2)
+    w.pod("a", 0, 0, node="p-0")
+    assert decide(job, w.snapshot(), T0).phase is JobPhase.ADMITTED  # one of two
+    w.pod("a", 0, 1, node="p-1")
+    d = decide(job, w.snapshot(), T0)
+    assert d.phase is JobPhase.RUNNING and d.status["startTime"]
+    assert _kinds(d) == ["Running"]
+
+
+@pytest.mark.parametrize(
+    ("now", "released"), [(T0 + dt.timedelta(seconds=60), False), (T0 + dt.timedelta(seconds=121), True)]
+)
+def test_a_gang_not_bound_in_time_is_released(now: dt.datetime, released: bool) -> None:
+    w = World().pool("p", nodes=2)
+    job = w.job("a", "p", devices=16, status=_admitted("a", "p", devices=16, nodes=2))
+    w.workload("a", 0, active=2)
+    w.pod("a", 0, 0, node="p-0")
+    w.pod("a", 0, 1, node=None, phase="Pending")
+    d = decide(job, w.snapshot(now), now, bind_timeout=120)
+    if not released:
+        assert d.phase is JobPhase.ADMITTED and not d.actions
+        return
+    assert d.phase is JobPhase.PENDING and d.status["attempt"] == 1 and d.status["workload"] is None
+    assert _kinds(d) == ["DeleteWorkload", "GangTimeout"]
+
+
+def test_a_workload_that_completes_succeeds_the_job() -> None:
+    w = World().pool("p")
+    job = w.job("a", "p", devices=8, status=_running("a", "p"))
+    w.workload("a", 0, succeeded=1, complete=True)
+    d = decide(job, w.snapshot(), LATER)
+    assert d.phase is JobPhase.SUCCEEDED and d.status["completionTime"]
+    assert _cond(d, "Finished") == (True, "Succeeded")
+
+
+def _failed(w: World, exit_code: int, message: str) -> None:
+    w.workload("a", 0, failed=1, failed_condition=True, failure_reason="PodFailurePolicy", failure_message=message)
+    w.pod("a", 0, 0, node="p-0", phase="Failed", exit_code=exit_code)
+
+
+def test_a_real_failure_without_retries_fails_the_job_with_the_exit_code() -> None:
+    w = World().pool("p")
+    job = w.job("a", "p", devices=8, status=_running("a", "p"))
+    _failed(w, 3, "Container main for pod ns/a-a0-0 failed with exit code 3 matching FailJob rule at index 1")
+    d = decide(job, w.snapshot(), LATER)
+    assert d.phase is JobPhase.FAILED
+    failure = d.status["lastFailure"]
+    assert failure["kind"] == "Failure" and failure["exitCode"] == 3 and failure["pod"] == "a-a0-0"
+    assert "maxRetries is 0" in d.reason
+
+
+def test_a_real_failure_with_retries_left_starts_a_new_attempt() -> None:
+    w = World().pool("p")
+    job = w.job("a", "p", devices=8, status=_running("a", "p"), maxRetries=2)
+    _failed(w, 1, "... matching FailJob rule at index 1")
+    d = decide(job, w.snapshot(), LATER)
+    assert d.phase is JobPhase.PENDING
+    assert d.status["attempt"] == 1 and d.status["retries"] == 1
+    assert _kinds(d) == ["DeleteWorkload", "Retrying"]
+
+
+def test_a_disruption_counts_as_a_preemption_not_a_failure() -> None:
+    w = World().pool("p")
+    job = w.job("a", "p", devices=8, status=_running("a", "p"))
+    _failed(w, 137, "Pod ns/a-a0-0 has condition DisruptionTarget matching FailJob rule at index 0")
+    d = decide(job, w.snapshot(), LATER)
+    assert d.status["lastFailure"]["kind"] == "Preemption"
+    assert d.status.get("preemptions") == 1 and "retries" not in d.status
+    assert d.phase is JobPhase.PENDING  # spot.maxPreemptions defaults to 10
+
+
+def test_a_deleted_workload_of_a_running_job_is_a_failure() -> None:
+    w = World().pool("p")
+    job = w.job("a", "p", devices=8, status=_running("a", "p"))
+    d = decide(job, w.snapshot(), LATER)
+    assert d.phase is JobPhase.FAILED and d.status["lastFailure"]["reason"] == "WorkloadDeleted"
+
+
+@pytest.mark.parametrize("phase", ["Succeeded", "Failed"])
+def test_finished_jobs_stay_finished(phase: str) -> None:
+    w = World().pool("p")
+    job = w.job("a", "p", status={"phase": phase, "conditions": [{"type": "Valid", "status": "True"}]})
+    d = decide(job, w.snapshot(), LATER)
+    assert d.phase.value == phase and not d.actions
+
+
+def test_capacity_counts_other_pods_and_admitted_reservations() -> None:
+    # A node with 8 GPUs: someone else's 2-GPU pod, and an admitted job's 4 unbound devices.
+    w = World().pool("p", nodes=1, free=[6])
+    w.job("held", "p", devices=4, status=_admitted("held", "p", devices=4))
+    cap = w.snapshot().capacity["p"]
+    assert (cap.allocated, cap.reserved, cap.free_devices) == (2, 4, 2)
