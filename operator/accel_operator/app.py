@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import socket
 import threading
+import uuid
 
 import kopf
 from prometheus_client import start_http_server
@@ -17,6 +20,7 @@ from accel_api import catalog as catalog_mod
 from accel_operator import handlers
 from accel_operator.adapters.kube.client import api_client
 from accel_operator.adapters.kube.jobs import KubeJobWriter
+from accel_operator.adapters.kube.lease import AlwaysLeader, Elector, LeaseElector
 from accel_operator.adapters.kube.workloads import KubeWorkloadClient
 from accel_operator.context import OperatorContext
 from accel_operator.metrics import OperatorMetrics
@@ -27,12 +31,17 @@ log = logging.getLogger("accel_operator")
 
 def build_context(settings: OperatorSettings) -> OperatorContext:
     api = api_client()
+    elector: Elector = AlwaysLeader()
+    if settings.lease:
+        identity = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        elector = LeaseElector(api, settings.lease_namespace, settings.lease, identity, settings.lease_seconds)
     return OperatorContext(
         settings=settings,
         catalog=catalog_mod.load(settings.catalog),
         metrics=OperatorMetrics(),
         writer=KubeJobWriter(api),
         workloads=KubeWorkloadClient(api),
+        elector=elector,
     )
 
 

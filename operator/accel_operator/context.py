@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from accel_api.catalog import Catalog
 from accel_operator.adapters.kube.jobs import JobWriter
+from accel_operator.adapters.kube.lease import Elector
 from accel_operator.adapters.kube.workloads import WorkloadClient
 from accel_operator.metrics import OperatorMetrics
 from accel_operator.settings import OperatorSettings
@@ -22,3 +23,4 @@ class OperatorContext:
     metrics: OperatorMetrics
     writer: JobWriter
     workloads: WorkloadClient
+    elector: Elector

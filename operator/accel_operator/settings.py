@@ -33,3 +33,4 @@ class OperatorSettings(BaseSettings):
         "this process acts alone (one replica, or tests).",
     )
     lease_namespace: str = Field(default="accel-system", max_length=63)
+    lease_seconds: float = Field(default=15.0, ge=3, le=300, description="How long a leader's Lease holds.")

@@ -67,15 +67,19 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 @pytest.fixture
-def operator(cluster: Cluster, crds: list[str], request: pytest.FixtureRequest) -> Iterator[Any]:
-    """The operator running in-process (``accel_operator.app.run``) for one test.
+def operator(cluster: Cluster, crds: list[str], namespace: str, request: pytest.FixtureRequest) -> Iterator[Any]:
+    """The operator running in-process (``accel_operator.app.run``) for one test, watching the
+    test's namespace (cluster-scoped pools and nodes as always), so that the jobs other tests left
+    in namespaces being deleted do not reach it.
 
     After the test, any ERROR/CRITICAL/Traceback line in its log that matches no pattern of the
     test's ``expect_errors`` marker fails the test.
     """
     marker = request.node.get_closest_marker("expect_errors")
     expected = list(marker.args) if marker else []
-    settings = OperatorSettings(liveness_port=0, metrics_port=0, resync_seconds=3.0, bind_timeout_seconds=8.0)
+    settings = OperatorSettings(
+        namespaces=[namespace], liveness_port=0, metrics_port=0, resync_seconds=3.0, bind_timeout_seconds=8.0
+    )
     with running_operator(settings) as runner:
         yield runner
     assert not runner.thread.is_alive(), "the operator did not stop"

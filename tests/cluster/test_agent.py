@@ -133,8 +133,13 @@ def test_agent_reports_its_node_under_least_privilege(
     assert result.written, result.write_error
     assert _report(api, own)["status"]["healthy"] is False
 
-    # The admission policy keeps an agent to its own node's report.
-    denied = run_cluster_pass(agent_api, node_name=other)
+    # The admission policy keeps an agent to its own node's report (a policy applied moments ago
+    # takes a little while to be enforced by the API server: wait for it).
+    denied = wait_for(
+        lambda: (r := run_cluster_pass(agent_api, node_name=other)) and not r.written and r,
+        timeout=30,
+        what="the admission policy refusing another node's report",
+    )
     assert not denied.written
     assert denied.write_error and "may only write the AcceleratorNodeReport of its own node" in denied.write_error
 

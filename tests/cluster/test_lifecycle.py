@@ -179,6 +179,7 @@ def test_operator_killed_during_admission_creates_nothing_twice(
         "ACCEL_OPERATOR_LIVENESS_PORT": "0",
         "ACCEL_OPERATOR_METRICS_PORT": "0",
         "ACCEL_OPERATOR_RESYNC_SECONDS": "3",
+        "ACCEL_OPERATOR_NAMESPACES": f'["{namespace}"]',  # other tests' leftovers stay out of sight
     }
     names = [f"k{i:02d}-{uuid.uuid4().hex[:4]}" for i in range(40)]
     with gpu_pool(api, pool, count=5):
@@ -264,3 +265,53 @@ def test_a_gang_that_does_not_get_its_nodes_in_time_is_released(
             timeout=60,
             what="attempt 0's workload deleted",
         )
+
+
+def test_two_replicas_never_both_act_and_the_second_takes_over(
+    api: client.ApiClient, core: client.CoreV1Api, namespace: str, crds: list[str], tmp_path: Path
+) -> None:
+    pool = _pool_name(namespace, "ha")
+    env = {
+        **os.environ,
+        "ACCEL_OPERATOR_LIVENESS_PORT": "0",
+        "ACCEL_OPERATOR_METRICS_PORT": "0",
+        "ACCEL_OPERATOR_RESYNC_SECONDS": "3",
+        "ACCEL_OPERATOR_NAMESPACES": f'["{namespace}"]',  # other tests' leftovers stay out of sight
+        "ACCEL_OPERATOR_LEASE": f"lease-{namespace}",
+        "ACCEL_OPERATOR_LEASE_NAMESPACE": namespace,
+        "ACCEL_OPERATOR_LEASE_SECONDS": "6",
+    }
+    logs = [tmp_path / "a.log", tmp_path / "b.log"]
+
+    def start(log: Path) -> subprocess.Popen[bytes]:
+        with log.open("ab") as out:
+            return subprocess.Popen([sys.executable, "-m", "accel_operator"], env=env, stdout=out, stderr=out)
+
+    with gpu_pool(api, pool, count=2):
+        a = start(logs[0])
+        wait_for(lambda: "this replica leads" in logs[0].read_text(), timeout=60, what="replica a leading")
+        b = start(logs[1])
+        try:
+            first = [f"ha{i}" for i in range(6)]
+            for name in first:
+                create_job(api, job_doc(namespace, pool, devices=1, name=name))
+            for name in first:
+                wait_phase(api, namespace, name, "Running", timeout=60)
+            assert "this replica leads" not in logs[1].read_text()
+            a.send_signal(signal.SIGKILL)
+            a.wait(timeout=30)
+            second = [f"hb{i}" for i in range(4)]
+            for name in second:
+                create_job(api, job_doc(namespace, pool, devices=1, name=name))
+            for name in second:
+                wait_phase(api, namespace, name, "Running", timeout=60)
+            assert "this replica leads" in logs[1].read_text()
+        finally:
+            for p in (a, b):
+                if p.poll() is None:
+                    p.terminate()
+                    p.wait(timeout=30)
+        per_job: dict[str, int] = {}
+        for w in workloads_of_ns(api, namespace):
+            per_job[w.metadata.labels[v.LABEL_JOB]] = per_job.get(w.metadata.labels[v.LABEL_JOB], 0) + 1
+        assert per_job == dict.fromkeys(first + second, 1), per_job

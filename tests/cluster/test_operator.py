@@ -149,7 +149,8 @@ def test_operator_runs_under_its_least_privilege_role(
             proc.terminate()
             proc.wait(timeout=30)
     text = log.read_text()
-    assert "Forbidden" not in text and " 403" not in text, text[-3000:]
+    # RBAC denials name the user; a 403 for a namespace being deleted (another test's) does not.
+    assert "is forbidden: User" not in text, text[-3000:]
 
 
 def test_waiting_job_is_replanned_when_pools_appear(api: client.ApiClient, namespace: str, operator: Any) -> None:

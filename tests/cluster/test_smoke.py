@@ -95,7 +95,7 @@ def test_crds_apply_and_server_rejects_invalid(crds: list[str], api: client.ApiC
     bad = yaml.safe_load((EXAMPLES / "01-finetune-single-gpu.yaml").read_text())
     bad["metadata"].update(name="bad", namespace=namespace)
     bad["spec"]["workload"]["microBatch"] = 0
-    bad["spec"]["workload"]["precision"] = "fp8"
+    bad["spec"]["workload"]["precision"] = "fp4"
     with pytest.raises(ApiException) as info:
         custom.create_namespaced_custom_object(v.GROUP, v.VERSION, namespace, "acceleratorjobs", bad)
     assert info.value.status == 422

@@ -21,6 +21,7 @@ def register(reg: kopf.OperatorRegistry, ctx: OperatorContext) -> Scheduler:
         writer=ctx.writer,
         workloads=ctx.workloads,
         metrics=ctx.metrics,
+        elector=ctx.elector,
     )
     for module in (pools, nodes, pods, workloads, jobs):
         module.register(reg, sched)

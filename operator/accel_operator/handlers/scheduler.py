@@ -31,6 +31,7 @@ from accel_api.job import AcceleratorJobStatus
 from accel_operator.adapters.kube import workloads as wl_mod
 from accel_operator.adapters.kube.client import ClusterUnavailable
 from accel_operator.adapters.kube.jobs import JobGone, JobRef, JobWriter
+from accel_operator.adapters.kube.lease import AlwaysLeader, Elector
 from accel_operator.metrics import OperatorMetrics
 from accel_operator.planning import selection
 from accel_operator.planning.candidates import Plan, PoolOffer
@@ -94,6 +95,7 @@ class Scheduler:
     writer: JobWriter
     workloads: wl_mod.WorkloadClient
     metrics: OperatorMetrics
+    elector: Elector = field(default_factory=AlwaysLeader)
     indices: Indices | None = None
     ready: bool = False
     dirty: set[JobKey] = field(default_factory=set)
@@ -226,11 +228,22 @@ class Scheduler:
         """Until cancelled: wait for a mark (or the resync interval), then one pass."""
         resync = self.settings.resync_seconds
         last_full = time.monotonic()
+        last_tick, was_leading = 0.0, False
         while stop is None or not stop.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.wake.wait(), timeout=min(resync, 1.0))
             self.wake.clear()
-            if not self.ready or self.indices is None:
+            if time.monotonic() - last_tick >= self.settings.lease_seconds / 3:
+                last_tick = time.monotonic()
+                leading = await asyncio.to_thread(self.elector.tick)
+                if leading and not was_leading:
+                    log.info("this replica leads: it decides and writes")
+                    self.overlay.clear()
+                    self.full_pass = True
+                elif was_leading and not leading:
+                    log.warning("this replica lost the lease: it stops deciding")
+                was_leading = leading
+            if not self.ready or self.indices is None or not self.elector.leading():
                 continue
             if time.monotonic() - last_full >= resync:
                 self.full_pass = True  # the safety net: every job that should be acted on is
