@@ -1,12 +1,23 @@
-"""The demo: the local cluster, simulated GPU/TPU pools, the operator, and the example jobs.
+"""The demo: the local cluster, simulated GPU/TPU pools, the operator, and jobs that run.
 
-``python -m accel_localcluster.demo`` (what ``bash hack/dev.sh demo`` runs): starts the control
-plane, installs the CRDs, creates the example pools with KWOK nodes behind them, starts the
-operator, submits every example job, waits until each one is planned, and prints where each job
-would run and why. The cluster is left running for exploration (``accel-cluster down``).
+``python -m accel_localcluster.demo`` (what ``bash hack/dev.sh demo`` runs):
+
+1. starts the control plane, installs the CRDs, creates the example pools with KWOK nodes
+   behind them (two per pool), and starts the operator (``python -m accel_operator``);
+2. submits every example job: each is planned, and admitted all-or-nothing where its devices
+   are free now, or waits with the reason;
+3. on a small pool of its own (one node, 8 H100s), runs three 8-GPU jobs that compete for the
+   same node: one runs, two wait in queue order; each finished job (the demo ends its pods, as
+   a training program would) lets the next one in;
+4. prints every job's phase, pool, devices and why, and the events of one of them.
+
+The cluster is left running for exploration (``accel-cluster status``, ``accel-cluster down``).
 """
 
+from __future__ import annotations
+
 import argparse
+import copy
 import os
 import subprocess
 import sys
@@ -17,20 +28,70 @@ from kubernetes import client
 
 from accel_api import load_documents, parse_resource, registry
 from accel_api import vocabulary as v
-from accel_api.pool import AcceleratorPool
+from accel_api.pool import AcceleratorPool, AcceleratorPoolSpec
 from accel_localcluster import default_cluster, kubeapi, nodes
 from accel_localcluster.control_plane import REPO
 
 EXAMPLES = REPO / "examples"
+DEMO_NS = "demo"
+QUEUE_POOL = "demo-h100-queue"
 
 
-def _gb(n: Any) -> str:
-    return f"{n / 1e9:.1f}" if isinstance(n, int | float) else "-"
+def _get(custom: client.CustomObjectsApi, ns: str, name: str) -> dict[str, Any]:
+    obj: dict[str, Any] = custom.get_namespaced_custom_object(v.GROUP, v.VERSION, ns, registry.JOB.plural, name)
+    return obj
+
+
+def _phase(custom: client.CustomObjectsApi, ns: str, name: str) -> str:
+    return str((_get(custom, ns, name).get("status") or {}).get("phase") or "-")
+
+
+def _wait(what: str, check: Any, timeout: float) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if check():
+            return True
+        time.sleep(0.5)
+    print(f"  (timed out after {timeout:.0f}s waiting for {what})", file=sys.stderr)
+    return False
+
+
+def _end_pods(core: client.CoreV1Api, ns: str, job: str, code: int = 0) -> int:
+    n = 0
+    for pod in core.list_namespaced_pod(ns, label_selector=f"{v.LABEL_JOB}={job}").items:
+        if pod.status.phase == "Running":
+            core.patch_namespaced_pod(
+                pod.metadata.name, ns, {"metadata": {"annotations": {v.ANNOTATION_SIM_EXIT_CODE: str(code)}}}
+            )
+            n += 1
+    return n
+
+
+def _queue_job(name: str, priority: int) -> dict[str, Any]:
+    doc = next(d for d in load_documents((EXAMPLES / "01-finetune-single-gpu.yaml").read_text()))
+    doc = copy.deepcopy(doc)
+    doc["metadata"] = {"name": name, "namespace": DEMO_NS}
+    doc["spec"]["placement"] = {"pools": [QUEUE_POOL], "minDevices": 8, "maxDevices": 8}
+    doc["spec"]["priority"] = priority
+    return doc
+
+
+def _table(custom: client.CustomObjectsApi, keys: list[tuple[str, str]]) -> None:
+    print(f"\n{'JOB':40} {'PHASE':13} {'ATT':>3} {'POOL':18} {'DEV':>4} {'COST $':>9}  WHY")
+    for ns, name in keys:
+        st = _get(custom, ns, name).get("status") or {}
+        p = st.get("plan") or {}
+        cost = p.get("costUsd")
+        why = (st.get("message") or "")[:110]
+        print(
+            f"{ns + '/' + name:40} {st.get('phase', '-'):13} {st.get('attempt', 0):>3} {p.get('pool') or '-':18} "
+            f"{p.get('devices') or '-':>4} {'-' if cost is None else f'{cost:,.2f}':>9}  {why}"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for every job's plan")
+    parser.add_argument("--timeout", type=float, default=120.0, help="seconds to wait at each step")
     args = parser.parse_args(argv)
 
     cluster = default_cluster()
@@ -41,8 +102,8 @@ def main(argv: list[str] | None = None) -> int:
     core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
     kubeapi.install_crds(api)
 
-    docs = [(p, d) for p in sorted(EXAMPLES.glob("*.yaml")) for d in load_documents(p.read_text(), source=p.name)]
-    for _, doc in docs:
+    docs = [d for p in sorted(EXAMPLES.glob("*.yaml")) for d in load_documents(p.read_text(), source=p.name)]
+    for doc in docs:
         if doc["kind"] in ("AcceleratorPool", "AcceleratorPolicy"):
             kubeapi.apply(api, doc)
         res = parse_resource(doc)
@@ -54,57 +115,85 @@ def main(argv: list[str] | None = None) -> int:
                 f"pool {res.metadata.name}: {res.spec.devices_per_node}x {res.spec.accelerator} "
                 f"{res.spec.capacity_type.value}, simulated nodes {', '.join(made)}"
             )
+    queue_pool = {
+        "apiVersion": v.API_VERSION,
+        "kind": "AcceleratorPool",
+        "metadata": {"name": QUEUE_POOL},
+        "spec": {
+            "provider": "aws",
+            "accelerator": "h100-80gb",
+            "devicesPerNode": 8,
+            "maxNodes": 1,
+            "tolerations": [{"key": v.TAINT_GPU, "operator": "Exists", "effect": "NoSchedule"}],
+        },
+    }
+    kubeapi.apply(api, queue_pool)
+    made = nodes.ensure_nodes(
+        core, nodes.node_manifests(QUEUE_POOL, AcceleratorPoolSpec.model_validate(queue_pool["spec"]), 1)
+    )
+    print(f"pool {QUEUE_POOL}: 8x h100-80gb on-demand, one simulated node {made[0]} (for the queue)")
 
     env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig), "ACCEL_OPERATOR_LIVENESS_PORT": "0"}
+    env.setdefault("ACCEL_OPERATOR_METRICS_PORT", "0")
     log_path = cluster.state / "logs" / "operator.log"
     with log_path.open("wb") as log:
-        operator = subprocess.Popen(
-            [sys.executable, "-m", "accel_operator"], env=env, stdout=log, stderr=subprocess.STDOUT
-        )
+        operator = subprocess.Popen([sys.executable, "-m", "accel_operator"], env=env, stdout=log, stderr=log)
+    keys: list[tuple[str, str]] = []
     try:
-        jobs = [d for _, d in docs if d["kind"] == "AcceleratorJob"]
-        for doc in jobs:
+        print(f"\n== 1. the example jobs (operator log: {log_path})")
+        for doc in docs:
+            if doc["kind"] != "AcceleratorJob":
+                continue
             kubeapi.ensure_namespace(api, doc["metadata"]["namespace"])
             kubeapi.apply(api, doc)
-        print(f"submitted {len(jobs)} AcceleratorJobs; the operator is planning them (log: {log_path})")
-        end = time.monotonic() + args.timeout
-        statuses: dict[str, dict[str, Any]] = {}
-        while time.monotonic() < end and len(statuses) < len(jobs):
-            for doc in jobs:
-                meta = doc["metadata"]
-                obj = custom.get_namespaced_custom_object(
-                    v.GROUP, v.VERSION, meta["namespace"], registry.JOB.plural, meta["name"]
+            keys.append((doc["metadata"]["namespace"], doc["metadata"]["name"]))
+        _wait("every example job decided", lambda: all(_phase(custom, *k) != "-" for k in keys), args.timeout)
+        _wait(
+            "admitted jobs running",
+            lambda: all(_phase(custom, *k) not in ("Admitted", "-") for k in keys),
+            args.timeout,
+        )
+        _table(custom, keys)
+
+        print(f"\n== 2. three 8-GPU jobs compete for the one node of {QUEUE_POOL}")
+        kubeapi.ensure_namespace(api, DEMO_NS)
+        queue = [("first", 0), ("urgent", 100), ("later", 0)]
+        kubeapi.apply(api, _queue_job("first", 0))
+        _wait("first running", lambda: _phase(custom, DEMO_NS, "first") == "Running", args.timeout)
+        for name, prio in queue[1:]:
+            kubeapi.apply(api, _queue_job(name, prio))
+        qkeys = [(DEMO_NS, n) for n, _ in queue]
+        keys += qkeys
+        _wait("the others waiting", lambda: all(_phase(custom, *k) != "-" for k in qkeys), args.timeout)
+        _table(custom, qkeys)
+        for step in range(len(queue)):
+            running = [k for k in qkeys if _phase(custom, *k) == "Running"]
+            if not running:
+                break
+            ns, name = running[0]
+            print(f"\n-- {name} finishes (its pods exit 0): its devices go to the next job in queue order")
+            _end_pods(core, ns, name)
+            _wait(f"{name} Succeeded", lambda n=name: _phase(custom, DEMO_NS, n) == "Succeeded", args.timeout)
+            if step < len(queue) - 1:
+                _wait(
+                    "the next job running",
+                    lambda: sum(_phase(custom, *k) == "Running" for k in qkeys) == 1,
+                    args.timeout,
                 )
-                if obj.get("status", {}).get("phase"):
-                    statuses[f"{meta['namespace']}/{meta['name']}"] = obj["status"]
-            time.sleep(0.5)
-        if len(statuses) < len(jobs):
-            print(
-                f"error: only {len(statuses)} of {len(jobs)} jobs were planned in {args.timeout:.0f}s; see {log_path}",
-                file=sys.stderr,
-            )
-            return 1
+            _table(custom, qkeys)
     finally:
         operator.terminate()
         operator.wait(timeout=30)
 
-    print()
-    print(f"{'JOB':38} {'PHASE':13} {'POOL':16} {'ACCEL':10} {'DEV':>4} {'GB/DEV':>8} {'HOURS':>8} {'COST $':>10}")
-    for key, st in sorted(statuses.items()):
-        p = st.get("plan", {})
-        hours = p.get("durationSeconds")
-        cost = p.get("costUsd")
-        print(
-            f"{key:38} {st['phase']:13} {p.get('pool') or '-':16} {p.get('accelerator') or '-':10} "
-            f"{p.get('devices') or '-':>4} {_gb(p.get('footprintBytesPerDevice')):>8} "
-            f"{'-' if hours is None else f'{hours / 3600:.1f}':>8} {'-' if cost is None else f'{cost:,.2f}':>10}"
-        )
-        print(f"    why: {st.get('message', '')}")
-        for alt in p.get("alternatives", [])[:3]:
-            print(f"    lost: {alt['pool']} {alt['devices']}x {alt['accelerator']}: {alt['reason']}")
+    print(f"\n== 3. all jobs\n$ kubectl get acceleratorjobs -A   (KUBECONFIG={cluster.kubeconfig})")
     kubectl = cluster.bin / "kubectl"
-    print(f"\n$ kubectl get acceleratorjobs -A   (KUBECONFIG={cluster.kubeconfig})")
     subprocess.run([str(kubectl), "get", "acceleratorjobs", "-A"], env=env, check=False)
+    print(f"\n$ kubectl get events -n {DEMO_NS} --field-selector involvedObject.name=later")
+    subprocess.run(
+        [str(kubectl), "get", "events", "-n", DEMO_NS, "--field-selector", "involvedObject.name=later"],
+        env=env,
+        check=False,
+    )
     print("\nThe cluster is still running: `accel-cluster status`, `accel-cluster down`.")
     return 0
 

@@ -16,7 +16,6 @@ from kubernetes import client
 
 from accel_api import registry
 from accel_api import vocabulary as v
-from accel_localcluster import Cluster
 from tests.support.cluster import wait_for
 from tests.support.jobs import (
     create_job,
@@ -133,19 +132,19 @@ def test_deleting_a_running_job_admits_the_next(
 
 
 def test_a_node_cordoned_before_binding_releases_the_gang(
-    api: client.ApiClient, core: client.CoreV1Api, namespace: str, cluster: Cluster, operator: Any
+    api: client.ApiClient, core: client.CoreV1Api, namespace: str, operator: Any
 ) -> None:
     pool = _pool_name(namespace, "cordon")
-    scheduler = next(s.pid for s in cluster.status() if s.name == "kube-scheduler")
-    assert scheduler is not None
     with gpu_pool(api, pool, count=1, nodes_max=2) as made:
-        os.kill(scheduler, signal.SIGSTOP)  # nothing binds until the node is cordoned
-        try:
-            create_job(api, job_doc(namespace, pool, devices=8, name="cordoned"))
-            wait_phase(api, namespace, "cordoned", "Admitted")
-            core.patch_node(made[0], {"spec": {"unschedulable": True}})
-        finally:
-            os.kill(scheduler, signal.SIGCONT)
+        # A taint the workload does not tolerate keeps the scheduler from binding (the operator
+        # does not count it against capacity); one update then cordons the node and lifts the
+        # taint, so the scheduler never sees the node both schedulable and free of it.
+        taints = [api.sanitize_for_serialization(t) for t in core.read_node(made[0]).spec.taints or []]
+        held = [*taints, {"key": "test.accel.dev/hold", "effect": "NoSchedule"}]
+        core.patch_node(made[0], {"spec": {"taints": held}})
+        create_job(api, job_doc(namespace, pool, devices=8, name="cordoned"))
+        wait_phase(api, namespace, "cordoned", "Admitted")
+        core.patch_node(made[0], {"spec": {"unschedulable": True, "taints": taints}})
         # The test operator releases an unbound gang after 8 s and plans it again; it waits
         # for capacity (the only node is cordoned) until a second node arrives.
         wait_for(
@@ -153,7 +152,11 @@ def test_a_node_cordoned_before_binding_releases_the_gang(
             timeout=60,
             what="the gang released as attempt 1",
         )
-        assert any(r == "GangTimeout" for r, _ in events_of(core, namespace, "cordoned"))
+        wait_for(
+            lambda: any(r == "GangTimeout" for r, _ in events_of(core, namespace, "cordoned")),
+            timeout=30,
+            what="the GangTimeout event",
+        )
         from accel_api.pool import AcceleratorPoolSpec
         from accel_localcluster import nodes
         from tests.support.jobs import pool_doc
@@ -259,7 +262,11 @@ def test_a_gang_that_does_not_get_its_nodes_in_time_is_released(
         wait_phase(api, namespace, "stuck", "Admitted")
         assert wait_for(lambda: workloads_of(api, namespace, "stuck"), timeout=30, what="attempt 0's workload")
         wait_for(lambda: status(api, namespace, "stuck").get("attempt", 0) >= 1, timeout=60, what="the release")
-        assert any(r == "GangTimeout" for r, _ in events_of(core, namespace, "stuck"))
+        wait_for(
+            lambda: any(r == "GangTimeout" for r, _ in events_of(core, namespace, "stuck")),
+            timeout=30,
+            what="the GangTimeout event",
+        )
         wait_for(
             lambda: "stuck-a0" not in {w.metadata.name for w in workloads_of(api, namespace, "stuck")},
             timeout=60,

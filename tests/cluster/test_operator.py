@@ -143,8 +143,11 @@ def test_operator_runs_under_its_least_privilege_role(
             wait_phase(api, namespace, "rbac", "Running", timeout=90)
             end_pods(core, namespace, "rbac", 0)
             wait_phase(api, namespace, "rbac", "Succeeded", timeout=60)
-            reasons = {r for r, _ in events_of(core, namespace, "rbac")}
-            assert {"Admitted", "Running", "Succeeded"} <= reasons, reasons
+            wait_for(
+                lambda: {"Admitted", "Running", "Succeeded"} <= {r for r, _ in events_of(core, namespace, "rbac")},
+                timeout=30,
+                what="the Admitted, Running and Succeeded events",
+            )
         finally:
             proc.terminate()
             proc.wait(timeout=30)
