@@ -67,6 +67,31 @@ def _end_pods(core: client.CoreV1Api, ns: str, job: str, code: int = 0) -> int:
     return n
 
 
+def _clean(custom: client.CustomObjectsApi, namespaces: set[str]) -> None:
+    """Remove the jobs an earlier run of the demo left, so that this run starts from scratch."""
+    for ns in sorted(namespaces):
+        with kubeapi.ignoring(404):
+            custom.delete_collection_namespaced_custom_object(v.GROUP, v.VERSION, ns, registry.JOB.plural)
+
+    def gone() -> bool:
+        for ns in namespaces:
+            try:
+                items = custom.list_namespaced_custom_object(v.GROUP, v.VERSION, ns, registry.JOB.plural)["items"]
+            except client.exceptions.ApiException:
+                continue
+            if items:
+                return False
+        return True
+
+    _wait("the previous run's jobs gone", gone, 60)
+    with kubeapi.ignoring(404):
+        custom.delete_cluster_custom_object(v.GROUP, v.VERSION, registry.POOL.plural, QUEUE_POOL)
+    core = client.CoreV1Api(custom.api_client)
+    for node in core.list_node(label_selector=f"{v.LABEL_POOL}={QUEUE_POOL}").items:
+        with kubeapi.ignoring(404):
+            core.delete_node(node.metadata.name)
+
+
 def _queue_job(name: str, priority: int) -> dict[str, Any]:
     doc = next(d for d in load_documents((EXAMPLES / "01-finetune-single-gpu.yaml").read_text()))
     doc = copy.deepcopy(doc)
@@ -103,6 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     kubeapi.install_crds(api)
 
     docs = [d for p in sorted(EXAMPLES.glob("*.yaml")) for d in load_documents(p.read_text(), source=p.name)]
+    _clean(custom, {d["metadata"]["namespace"] for d in docs if d["kind"] == "AcceleratorJob"} | {DEMO_NS})
     for doc in docs:
         if doc["kind"] in ("AcceleratorPool", "AcceleratorPolicy"):
             kubeapi.apply(api, doc)
@@ -115,23 +141,6 @@ def main(argv: list[str] | None = None) -> int:
                 f"pool {res.metadata.name}: {res.spec.devices_per_node}x {res.spec.accelerator} "
                 f"{res.spec.capacity_type.value}, simulated nodes {', '.join(made)}"
             )
-    queue_pool = {
-        "apiVersion": v.API_VERSION,
-        "kind": "AcceleratorPool",
-        "metadata": {"name": QUEUE_POOL},
-        "spec": {
-            "provider": "aws",
-            "accelerator": "h100-80gb",
-            "devicesPerNode": 8,
-            "maxNodes": 1,
-            "tolerations": [{"key": v.TAINT_GPU, "operator": "Exists", "effect": "NoSchedule"}],
-        },
-    }
-    kubeapi.apply(api, queue_pool)
-    made = nodes.ensure_nodes(
-        core, nodes.node_manifests(QUEUE_POOL, AcceleratorPoolSpec.model_validate(queue_pool["spec"]), 1)
-    )
-    print(f"pool {QUEUE_POOL}: 8x h100-80gb on-demand, one simulated node {made[0]} (for the queue)")
 
     env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig), "ACCEL_OPERATOR_LIVENESS_PORT": "0"}
     env.setdefault("ACCEL_OPERATOR_METRICS_PORT", "0")
@@ -156,6 +165,23 @@ def main(argv: list[str] | None = None) -> int:
         _table(custom, keys)
 
         print(f"\n== 2. three 8-GPU jobs compete for the one node of {QUEUE_POOL}")
+        queue_pool = {
+            "apiVersion": v.API_VERSION,
+            "kind": "AcceleratorPool",
+            "metadata": {"name": QUEUE_POOL},
+            "spec": {
+                "provider": "aws",
+                "accelerator": "h100-80gb",
+                "devicesPerNode": 8,
+                "maxNodes": 1,
+                "tolerations": [{"key": v.TAINT_GPU, "operator": "Exists", "effect": "NoSchedule"}],
+            },
+        }
+        kubeapi.apply(api, queue_pool)
+        made = nodes.ensure_nodes(
+            core, nodes.node_manifests(QUEUE_POOL, AcceleratorPoolSpec.model_validate(queue_pool["spec"]), 1)
+        )
+        print(f"pool {QUEUE_POOL}: 8x h100-80gb on-demand, one simulated node {made[0]} (for the queue)")
         kubeapi.ensure_namespace(api, DEMO_NS)
         queue = [("first", 0), ("urgent", 100), ("later", 0)]
         kubeapi.apply(api, _queue_job("first", 0))
