@@ -14,7 +14,7 @@ import math
 import sys
 from typing import Any
 
-from accel_api import InvalidResource
+from accel_api import InvalidResource, bounds
 from accel_api.enums import CapacityType
 from accel_api.job import AcceleratorJob
 from accel_api.pool import AcceleratorPool
@@ -64,7 +64,7 @@ def _job(path: str) -> AcceleratorJob:
         raise InvalidResource([f"(document): expected an AcceleratorJob, found {kinds}"], path)
     if len(jobs) > 1:
         names = ", ".join(j.metadata.name or "(unnamed)" for j in jobs)
-        raise _usage(f"{path}: holds {len(jobs)} AcceleratorJobs ({names}); plan one file per job")
+        raise _usage(f"{path}: (document): holds {len(jobs)} AcceleratorJobs ({names}); plan one file per job")
     return jobs[0]
 
 
@@ -77,6 +77,18 @@ def _pools(paths: list[str]) -> list[select.PoolOffer]:
         for i, pool in enumerate(found):
             offers.append(select.PoolOffer(name=pool.metadata.name or f"{path}#{i + 1}", spec=pool.spec))
     return offers
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with every NaN or infinity replaced by null: JSON has no such numbers, and an
+    estimate that is not finite is unknown."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
 
 
 def _gb(x: int | None) -> str:
@@ -159,8 +171,8 @@ def _table(plan: select.Plan, show_all: bool) -> str:
 def run(args: argparse.Namespace) -> int:
     if (args.accelerator is None) != (args.devices is None):
         raise _usage("--accelerator and --devices go together")
-    if args.devices is not None and args.devices < 1:
-        raise _usage(f"--devices must be >= 1 (got {args.devices})")
+    if args.devices is not None and not 1 <= args.devices <= bounds.DEVICES:
+        raise _usage(f"--devices must be between 1 and {bounds.DEVICES} (got {args.devices})")
     if args.accelerator is not None and args.pools:
         raise _usage("--accelerator/--devices evaluate one placement without pools; drop --pools")
     if args.spot and args.accelerator is None:
@@ -168,7 +180,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         cat = catalog.load(args.catalog)
     except catalog.CatalogError as exc:
-        raise _usage(f"--catalog: {exc}") from None
+        message = str(exc)
+        shown = message if len(message) <= 300 else message[:299] + f"… ({len(message)} chars)"
+        raise _usage(f"--catalog: {shown}") from None
     job = _job(args.job)
     name = job.metadata.name
     if args.accelerator is not None:
@@ -180,7 +194,7 @@ def run(args: argparse.Namespace) -> int:
     if args.output == "json":
         out: dict[str, Any] = result.to_json()
         out["job"]["namespace"] = job.metadata.namespace
-        json.dump(out, sys.stdout, indent=2)
+        json.dump(_finite(out), sys.stdout, indent=2, allow_nan=False)
         sys.stdout.write("\n")
     else:
         print(_table(result, args.all))
