@@ -181,7 +181,9 @@ def parse_resource(doc: dict[str, Any], *, source: str | None = None) -> ApiMode
     try:
         return kind.model.model_validate(doc)
     except ValidationError as exc:
-        raise errors.InvalidResource(errors.cap(errors.describe(exc, model=kind.model)), source) from None
+        raise errors.InvalidResource(
+            errors.describe(exc, model=kind.model, limit=errors.MAX_PROBLEMS), source
+        ) from None
 
 
 def parse_as(model: type[M], doc: dict[str, Any], *, source: str | None = None) -> M:
@@ -189,4 +191,4 @@ def parse_as(model: type[M], doc: dict[str, Any], *, source: str | None = None) 
     try:
         return model.model_validate(doc)
     except ValidationError as exc:
-        raise errors.InvalidResource(errors.cap(errors.describe(exc, model=model)), source) from None
+        raise errors.InvalidResource(errors.describe(exc, model=model, limit=errors.MAX_PROBLEMS), source) from None

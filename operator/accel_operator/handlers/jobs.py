@@ -12,7 +12,7 @@ from typing import Any
 
 import kopf
 
-from accel_api import InvalidResource, registry
+from accel_api import InvalidResource, bounds, registry
 from accel_api import vocabulary as v
 from accel_api.enums import JobPhase
 from accel_api.job import AcceleratorJobSpec
@@ -74,7 +74,7 @@ def plan_status(spec_body: dict[str, Any], generation: int | None, pools: PoolSo
         return {
             "phase": JobPhase.FAILED.value,
             "plan": None,  # a merge patch with null removes an earlier plan
-            "message": message,
+            "message": bounds.clip_message(message),
             "observedGeneration": generation,
             "conditions": [_condition("Valid", False, "InvalidSpec", message, generation)],
         }
@@ -89,7 +89,7 @@ def plan_status(spec_body: dict[str, Any], generation: int | None, pools: PoolSo
     return {
         "phase": (JobPhase.PENDING if schedulable else JobPhase.UNSCHEDULABLE).value,
         "plan": status_plan,
-        "message": message,
+        "message": bounds.clip_message(message),
         "observedGeneration": generation,
         "conditions": [
             _condition("Valid", True, "SpecValid", "spec is valid", generation),

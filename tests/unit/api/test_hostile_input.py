@@ -52,7 +52,7 @@ def test_corpus_cases_are_refused_with_the_expected_line(tmp_path: Path, capsys:
         "pool-price-1e308": "spec.price.spotPerDeviceHour: must be <= 1000.0",
         "checkpoint-traversal": "spec.checkpoint.uri: must stay inside its bucket or claim",
         "env-ld-preload": "spec.env[0].name: 'LD_PRELOAD' is reserved",
-        "many-unknown-keys": "... and 4980 more",
+        "many-unknown-keys": "... and 1980 more",
     }
     corpus = dict(hostile.CORPUS)
     for name, line in expected.items():

@@ -91,3 +91,22 @@ def test_a_job_that_becomes_invalid_loses_its_plan() -> None:
     flipped = {c["type"]: c for c in failed["conditions"]}["Valid"]
     assert flipped["status"] == "False"
     assert flipped["lastTransitionTime"] != "2026-01-01T00:00:00Z"
+
+
+def test_status_messages_fit_the_crd_bounds_whatever_the_input() -> None:
+    from accel_api import bounds
+
+    bad_spec = {"team": "X" * 5000, "image": "", "model": {}, "workload": {"tokens": 0}} | {
+        f"unknown{i}": "v" * 500 for i in range(50)
+    }
+    invalid = plan_status(bad_spec, 1, _pools(), catalog.default())
+    assert len(invalid["message"]) <= bounds.MESSAGE_LENGTH
+    bad_pools = [
+        {"apiVersion": "accel.dev/v1alpha1", "kind": "AcceleratorPool", "metadata": {"name": f"p{i}"}, "spec": {}}
+        for i in range(200)
+    ]
+    spec = _docs("01-finetune-single-gpu.yaml")[0]["spec"]
+    status = plan_status(spec, 1, _pools(*bad_pools), catalog.default())
+    assert "ignored invalid pools" in status["message"]
+    assert len(status["message"]) <= bounds.MESSAGE_LENGTH
+    assert all(len(c["message"]) <= bounds.MESSAGE_LENGTH for c in status["conditions"])
