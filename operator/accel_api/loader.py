@@ -26,7 +26,7 @@ M = TypeVar("M", bound=ApiModel)
 # parser needs about a second per MiB.
 MAX_TEXT_CHARS: Final = 1024 * 1024
 MAX_DEPTH: Final = 64  # our deepest field is 6 levels down
-MAX_NODES: Final = 20_000  # per stream, aliases counted as the nodes they stand for; ~1.5 s to read
+MAX_NODES: Final = 10_000  # per stream, aliases counted as the nodes they stand for; <1 s to read
 MAX_INT_DIGITS: Final = 30  # far above any bound (int64 has 19 digits)
 
 

@@ -98,7 +98,7 @@ CORPUS: list[tuple[str, str]] = [
     ("deadline-200kb", _JOB.replace("deadline: 7d", "deadline: " + "1" * 200_000 + "d")),
     ("deadline-huge-number", _JOB.replace("deadline: 7d", "deadline: " + "9" * 300 + "d")),
     ("text-over-1mib", _JOB + ("# " + "c" * 98 + "\n") * 12_000),
-    ("nodes-19k", _job_with("  args:\n" + "".join(f"    - a{i}\n" for i in range(19_000)))),
+    ("nodes-9k", _job_with("  args:\n" + "".join(f"    - a{i}\n" for i in range(9_000)))),
     ("image-1mb", _JOB.replace("image: ghcr.io/example/trainer:1.4", "image: " + "x" * 1_000_000)),
     ("interval-0", _JOB.replace("intervalMinutes: 20", "intervalMinutes: 0")),
     ("interval-1e9", _JOB.replace("intervalMinutes: 20", "intervalMinutes: 1000000000")),
