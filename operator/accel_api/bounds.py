@@ -128,6 +128,12 @@ def _estimate(limit: float) -> Callable[[Any], Any]:
     return check
 
 
+def clip_message(text: str) -> str:
+    """``text`` cut to MESSAGE_LENGTH (with a trailing "…"), for status messages built by hand."""
+    clipped: str = _clip_text(MESSAGE_LENGTH)(text)
+    return clipped
+
+
 # A status explanation: cut to MESSAGE_LENGTH with a trailing "…".
 Message = Annotated[str, BeforeValidator(_clip_text(MESSAGE_LENGTH)), Field(max_length=MESSAGE_LENGTH)]
 # An optional status estimate: non-finite or beyond the limit becomes null (unknown).

@@ -10,6 +10,7 @@ value is frozen.
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, fields
 from importlib import resources
@@ -19,6 +20,7 @@ from typing import Any
 
 import yaml
 
+from accel_api import bounds, loader
 from accel_api.enums import AcceleratorKind
 
 
@@ -141,6 +143,17 @@ _PRICE: Mapping[str, tuple[str, type]] = MappingProxyType(
     }
 )
 _FRACTIONS = ("mfu", "attentionEfficiency", "bandwidthEfficiency", "unalignedMatmulEfficiency")
+# Upper bounds, so every estimate stays finite: 1e18 for rates and sizes (a device has ~1e15
+# FLOP/s and ~1e11 bytes) unless listed here.
+_MAXIMA: Mapping[str, float] = MappingProxyType(
+    {
+        "devicesPerNode": bounds.DEVICES_PER_NODE,
+        "kernelSeconds": 1.0,
+        "hostSecondsPerOp": 1.0,
+        "onDemandPerDeviceHour": bounds.PRICE_MAX,
+        "spotPerDeviceHour": bounds.PRICE_MAX,
+    }
+)
 
 
 def _value(raw: Any, kind: type, path: str) -> Any:
@@ -160,8 +173,13 @@ def _value(raw: Any, kind: type, path: str) -> Any:
             raise CatalogError(f"{path}: must be a number (got {raw!r})") from None
     if isinstance(raw, bool) or not isinstance(raw, int | float):
         raise CatalogError(f"{path}: must be a number (got {raw!r})")
+    if not math.isfinite(raw):
+        raise CatalogError(f"{path}: must be a finite number (got {raw!r})")
     if raw < 0:
         raise CatalogError(f"{path}: must be >= 0 (got {raw!r})")
+    limit = _MAXIMA.get(path.rsplit(".", 1)[-1], 1e18)
+    if raw > limit:
+        raise CatalogError(f"{path}: must be <= {limit:g} (got {raw!r})")
     if kind is int:
         if float(raw) != int(raw):
             raise CatalogError(f"{path}: must be a whole number (got {raw!r})")
@@ -196,7 +214,8 @@ def _accelerator(acc_id: str, raw: Any, base: Accelerator | None, path: str) -> 
         name = _SCALARS[key][0]
         if name in values and not 0 < values[name] <= 1:
             raise CatalogError(f"{path}.{key}: must be in (0, 1] (got {values[name]!r})")
-    for key in ("memoryBytes", "bf16Flops", "fp32Flops", "hbmBytesPerSecond", "devicesPerNode"):
+    rates = ("intraNodeBytesPerSecond", "interNodeBytesPerSecond")
+    for key in ("memoryBytes", "bf16Flops", "fp32Flops", "hbmBytesPerSecond", "devicesPerNode", *rates):
         name = _SCALARS[key][0]
         if name in values and values[name] <= 0:
             raise CatalogError(f"{path}.{key}: must be > 0 (got {values[name]!r})")
@@ -238,9 +257,12 @@ def parse(data: Any, *, base: Catalog | None = None, source: str = "(inline)") -
 
 def _read_yaml(text: str, source: str) -> Any:
     try:
-        return yaml.safe_load(text)
+        docs = loader.safe_load_all(text)  # bounded: depth, aliases, huge or malformed numbers
     except yaml.YAMLError as exc:
         raise CatalogError(f"{source}: not valid YAML ({exc})") from None
+    if len(docs) > 1:
+        raise CatalogError(f"{source}: must hold one YAML document (got {len(docs)})")
+    return docs[0] if docs else None
 
 
 @functools.cache

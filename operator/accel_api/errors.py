@@ -8,6 +8,7 @@ an ellipsis and the original length), and :func:`cap` keeps the first 20 problem
 """
 
 import difflib
+import re
 import reprlib
 from collections.abc import Iterable, Sequence
 from typing import Any, Final
@@ -18,6 +19,7 @@ from accel_api import patterns
 
 CLIP: Final = 80  # characters of a tenant value shown in an error or a log line
 MAX_PROBLEMS: Final = 20  # problems shown per document; the rest are counted
+PATH_PART: Final = 40  # characters of one (tenant-chosen) key in a field path
 
 _REPR = reprlib.Repr()
 _REPR.maxlevel = 2
@@ -59,11 +61,23 @@ def clip(value: Any, limit: int = CLIP) -> str:
     return text[: limit - 1] + "…" + (f" ({size} {unit})" if size is not None else "")
 
 
+_MORE = re.compile(r"(?:.*: )?\.\.\. and (\d+) more")
+
+
 def cap(problems: Sequence[str], limit: int = MAX_PROBLEMS) -> list[str]:
-    """The first ``limit`` problems, then one line counting the rest."""
-    if len(problems) <= limit:
-        return list(problems)
-    return [*problems[:limit], f"... and {len(problems) - limit} more"]
+    """The first ``limit`` problems, then one line counting the rest (including the ones an
+    earlier ``cap`` already counted, so capping twice keeps the right total)."""
+    kept: list[str] = []
+    more = 0
+    for line in problems:
+        counted = _MORE.fullmatch(line)
+        if counted:
+            more += int(counted.group(1))
+        elif len(kept) < limit:
+            kept.append(line)
+        else:
+            more += 1
+    return [*kept, f"... and {more} more"] if more else kept
 
 
 class InvalidResource(ValueError):
@@ -84,7 +98,8 @@ def _path(loc: Iterable[int | str], prefix: str) -> str:
         elif part.startswith("function-after") or part.startswith("function-before"):
             continue
         else:
-            out = f"{out}.{part}" if out else part
+            name = part if len(part) <= PATH_PART else part[: PATH_PART - 1] + "…"
+            out = f"{out}.{name}" if out else name
     return out or "(document)"
 
 
@@ -115,17 +130,28 @@ def _model_in(annotation: Any) -> Any:
     return None
 
 
-def describe(err: ValidationError, *, model: type[BaseModel] | None = None, prefix: str = "") -> list[str]:
-    """One line per problem in ``err``, with field path, rule and, where known, the fix."""
+def describe(
+    err: ValidationError, *, model: type[BaseModel] | None = None, prefix: str = "", limit: int | None = None
+) -> list[str]:
+    """One line per problem in ``err``, with field path, rule and, where known, the fix; with
+    ``limit``, the first ``limit`` problems and a line counting the rest (cheap on 10,000 errors)."""
+    found = err.errors(include_url=False)
+    if limit is not None and len(found) > limit:
+        return [*describe_each(found[:limit], model, prefix), f"... and {len(found) - limit} more"]
+    return describe_each(found, model, prefix)
+
+
+def describe_each(found: Sequence[Any], model: type[BaseModel] | None, prefix: str) -> list[str]:
+    """The lines of :func:`describe` for pydantic's error dicts ``found``."""
     lines: list[str] = []
-    for e in err.errors(include_url=False):
+    for e in found:
         loc = tuple(e["loc"])
         path = _path(loc, prefix)
         kind = e["type"]
         ctx = e.get("ctx") or {}
         got = clip(e.get("input"))
         if kind == "extra_forbidden":
-            name = str(loc[-1]) if loc else "?"
+            name = str(loc[-1])[:PATH_PART] if loc else "?"
             allowed = _field_names(model, loc)
             close = difflib.get_close_matches(name, allowed, n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""

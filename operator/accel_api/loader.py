@@ -3,28 +3,161 @@
 ``load_documents`` parses a (multi-document) YAML stream; ``parse_resource`` validates one
 mapping as the kind its ``kind`` field names. Both raise :class:`InvalidResource` and nothing
 else for bad input.
+
+Hostile YAML is refused before it can cost much: :class:`BoundedLoader` limits the text size,
+the nesting depth and the number of nodes *after* alias expansion (a 600-byte "billion laughs"
+file expands to a billion nodes), and turns the loader's own failures on bad ``!!int``,
+``!!float``, ``!!bool`` or ``!!timestamp`` values into YAML errors with a line and column.
 """
 
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 import yaml
 from pydantic import ValidationError
+from yaml.events import AliasEvent
+from yaml.nodes import Node
 
 from accel_api import errors, registry, vocabulary
 from accel_api.base import ApiModel
 
 M = TypeVar("M", bound=ApiModel)
 
+# Below etcd's 1.5 MiB object limit (the largest valid job spec is ~160 KiB); the pure-Python
+# parser needs about a second per MiB.
+MAX_TEXT_CHARS: Final = 1024 * 1024
+MAX_DEPTH: Final = 64  # our deepest field is 6 levels down
+MAX_NODES: Final = 10_000  # per stream, aliases counted as the nodes they stand for; <1 s to read
+MAX_INT_DIGITS: Final = 30  # far above any bound (int64 has 19 digits)
+
+
+class FieldProblem(yaml.YAMLError):
+    """A value the loader refuses, with the field path it was found at (``line``: the report)."""
+
+    def __init__(self, path: str, rule: str, got: str, mark: Any) -> None:
+        where = f"; line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        self.line = f"{path or '(document)'}: {rule} (got {got}{where})"
+        super().__init__(self.line)
+
+
+class BoundedLoader(yaml.SafeLoader):
+    """A SafeLoader that refuses deep nesting, alias bombs and huge integers, and reports bad
+    tagged scalars (``!!int x``) by field path instead of a ValueError/KeyError traceback."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._path: list[str] = []  # the field path of each node being composed, innermost last
+        self._expanded = 0  # nodes composed so far, aliases counted at their anchor's size
+        self._sizes: dict[int, int] = {}  # id(anchored node) -> its expanded size
+        self._paths: dict[int, str] = {}  # id(node) -> its field path, for constructor errors
+
+    def _here(self, parent: Node | None, index: Any) -> str:
+        base = self._path[-1] if self._path else ""
+        if parent is None or index is None:
+            return base
+        if isinstance(index, int):
+            return f"{base}[{index}]"
+        key = str(getattr(index, "value", "?"))
+        key = key if len(key) <= 40 else key[:39] + "…"
+        return f"{base}.{key}" if base else key
+
+    def _refuse(self, path: str, rule: str, got: str) -> FieldProblem:
+        return FieldProblem(path, rule, got, self.peek_event().start_mark)  # type: ignore[no-untyped-call]
+
+    def compose_node(self, parent: Node | None, index: Any) -> Node | None:
+        here = self._here(parent, index)
+        event = self.peek_event()  # type: ignore[no-untyped-call]
+        if isinstance(event, AliasEvent):
+            node = self.anchors.get(event.anchor) if event.anchor is not None else None
+            self._expanded += self._sizes.get(id(node), 1)
+            if self._expanded > MAX_NODES:
+                raise self._refuse(here, f"at most {MAX_NODES} values once aliases are expanded", "an alias bomb")
+            return super().compose_node(parent, index)
+        if len(self._path) >= MAX_DEPTH:
+            raise self._refuse(here, f"must be nested at most {MAX_DEPTH} levels deep", f"{len(self._path) + 1} levels")
+        before = self._expanded
+        self._expanded += 1
+        if self._expanded > MAX_NODES:
+            raise self._refuse(here, f"at most {MAX_NODES} values once aliases are expanded", "more")
+        self._path.append(here)
+        try:
+            node = super().compose_node(parent, index)
+        finally:
+            self._path.pop()
+        if getattr(event, "anchor", None) is not None:
+            self._sizes[id(node)] = self._expanded - before
+        self._paths[id(node)] = here
+        return node
+
+    def _problem(self, node: Any, rule: str) -> FieldProblem:
+        return FieldProblem(self._paths.get(id(node), ""), rule, errors.clip(node.value), node.start_mark)
+
+    def _scalar(self, node: Any, what: str, construct: Any) -> Any:
+        try:
+            return construct(self, node)
+        except (ValueError, KeyError, TypeError, AttributeError, OverflowError, yaml.constructor.ConstructorError):
+            raise self._problem(node, f"must be a valid {what}") from None
+
+    def construct_undefined(self, node: Any) -> Any:
+        raise FieldProblem(
+            self._paths.get(id(node), ""), "must not carry a YAML tag", errors.clip(node.tag), node.start_mark
+        )
+
+    def construct_bounded_binary(self, node: Any) -> Any:
+        return self._scalar(node, "base64 text", yaml.SafeLoader.construct_yaml_binary)
+
+    def construct_bounded_int(self, node: Any) -> Any:
+        digits = sum(c.isdigit() for c in str(node.value))
+        if digits > MAX_INT_DIGITS:
+            raise self._problem(node, f"must be an integer of at most {MAX_INT_DIGITS} digits")
+        return self._scalar(node, "integer", yaml.SafeLoader.construct_yaml_int)
+
+    def construct_bounded_float(self, node: Any) -> Any:
+        return self._scalar(node, "number", yaml.SafeLoader.construct_yaml_float)
+
+    def construct_bounded_bool(self, node: Any) -> Any:
+        return self._scalar(node, "boolean (true or false)", yaml.SafeLoader.construct_yaml_bool)
+
+    def construct_bounded_timestamp(self, node: Any) -> Any:
+        return self._scalar(node, "timestamp (quote it to keep it as text)", yaml.SafeLoader.construct_yaml_timestamp)
+
+
+BoundedLoader.add_constructor(None, BoundedLoader.construct_undefined)
+BoundedLoader.add_constructor("tag:yaml.org,2002:binary", BoundedLoader.construct_bounded_binary)
+BoundedLoader.add_constructor("tag:yaml.org,2002:int", BoundedLoader.construct_bounded_int)
+BoundedLoader.add_constructor("tag:yaml.org,2002:float", BoundedLoader.construct_bounded_float)
+BoundedLoader.add_constructor("tag:yaml.org,2002:bool", BoundedLoader.construct_bounded_bool)
+BoundedLoader.add_constructor("tag:yaml.org,2002:timestamp", BoundedLoader.construct_bounded_timestamp)
+
+
+def safe_load_all(text: str) -> list[Any]:
+    """Every document of ``text`` through :class:`BoundedLoader`; raises ``yaml.YAMLError``."""
+    if len(text) > MAX_TEXT_CHARS:
+        raise FieldProblem("(document)", f"at most {MAX_TEXT_CHARS} characters of YAML", f"at least {len(text)}", None)
+    loader = BoundedLoader(text)
+    out = []
+    try:
+        while loader.check_data():  # type: ignore[no-untyped-call]
+            out.append(loader.get_data())
+    except RecursionError:
+        raise FieldProblem("(document)", "must be nested less deeply", "too deep", None) from None
+    finally:
+        loader.dispose()
+    return out
+
 
 def load_documents(text: str, *, source: str | None = None) -> list[dict[str, Any]]:
     """The non-empty documents in a YAML stream, each a mapping."""
     try:
-        docs = [d for d in yaml.safe_load_all(text) if d is not None]
+        docs = [d for d in safe_load_all(text) if d is not None]
+    except FieldProblem as exc:
+        raise errors.InvalidResource([exc.line], source) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc)
-        raise errors.InvalidResource([f"(yaml) {where}{problem}; fix the YAML syntax"], source) from None
+        raise errors.InvalidResource(
+            [f"(yaml) {where}{' '.join(str(problem).split())[:200]}; fix the YAML syntax"], source
+        ) from None
     for i, d in enumerate(docs):
         if not isinstance(d, dict):
             raise errors.InvalidResource(
@@ -36,17 +169,23 @@ def load_documents(text: str, *, source: str | None = None) -> list[dict[str, An
 def parse_resource(doc: dict[str, Any], *, source: str | None = None) -> ApiModel:
     """Validate ``doc`` as the accel.dev kind it names."""
     kind_name = doc.get("kind")
-    kind = registry.BY_KIND.get(str(kind_name))
+    kind = registry.BY_KIND.get(kind_name) if isinstance(kind_name, str) else None
     if kind is None:
         known = ", ".join(registry.BY_KIND)
-        raise errors.InvalidResource([f"kind: {kind_name!r} is not an accel.dev kind; use one of {known}"], source)
+        raise errors.InvalidResource(
+            [f"kind: {errors.clip(kind_name)} is not an accel.dev kind; use one of {known}"], source
+        )
     api_version = doc.get("apiVersion")
     if api_version != vocabulary.API_VERSION:
-        raise errors.InvalidResource([f"apiVersion: must be {vocabulary.API_VERSION} (got {api_version!r})"], source)
+        raise errors.InvalidResource(
+            [f"apiVersion: must be {vocabulary.API_VERSION} (got {errors.clip(api_version)})"], source
+        )
     try:
         return kind.model.model_validate(doc)
     except ValidationError as exc:
-        raise errors.InvalidResource(errors.describe(exc, model=kind.model), source) from None
+        raise errors.InvalidResource(
+            errors.describe(exc, model=kind.model, limit=errors.MAX_PROBLEMS), source
+        ) from None
 
 
 def parse_as(model: type[M], doc: dict[str, Any], *, source: str | None = None) -> M:
@@ -54,4 +193,4 @@ def parse_as(model: type[M], doc: dict[str, Any], *, source: str | None = None) 
     try:
         return model.model_validate(doc)
     except ValidationError as exc:
-        raise errors.InvalidResource(errors.describe(exc, model=model), source) from None
+        raise errors.InvalidResource(errors.describe(exc, model=model, limit=errors.MAX_PROBLEMS), source) from None

@@ -3,20 +3,24 @@
 import sys
 from pathlib import Path
 
-from accel_api import InvalidResource, load_documents, parse_resource
+from accel_api import InvalidResource, load_documents, loader, parse_resource
 from accel_api.base import ApiModel
 
 
 def read_text(path: str) -> str:
     from accel_operator.cli.errors import UsageError
 
+    # One character past the loader's limit is enough for it to refuse the file by size: a
+    # huge file is never read whole.
+    limit = loader.MAX_TEXT_CHARS + 1
     if path == "-":
-        return sys.stdin.read()
+        return sys.stdin.read(limit)
     p = Path(path)
     if not p.is_file():
         raise UsageError(f"{path}: no such file")
     try:
-        return p.read_text(encoding="utf-8")
+        with p.open(encoding="utf-8") as f:
+            return f.read(limit)
     except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f"{path}: cannot read ({exc})") from None
 

@@ -1,7 +1,8 @@
 """``accelctl`` entry point: one subcommand per module, each registering its own arguments.
 
 Bad input never shows a traceback: :class:`accel_api.InvalidResource` and :class:`UsageError`
-become ``error: <field path>: <reason>`` lines on stderr and exit status 2.
+become ``error: <field path>: <reason>`` lines on stderr and exit status 2, at most
+``errors.MAX_PROBLEMS`` of them and then a count of the rest.
 """
 
 import argparse
@@ -10,7 +11,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from accel_api import InvalidResource
+from accel_api import InvalidResource, errors
 from accel_operator.cli.errors import UsageError
 
 
@@ -49,8 +50,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return runners[args.command](args)
     except InvalidResource as exc:
         where = f"{exc.source}: " if exc.source else ""
-        for line in exc.problems:
-            print(f"error: {where}{line}", file=sys.stderr)
+        for line in errors.cap(exc.problems):
+            print(f"error: {where}{' '.join(line.splitlines())}", file=sys.stderr)
         return 2
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -12,7 +12,7 @@ import argparse
 import json
 import sys
 
-from accel_api import InvalidResource, catalog
+from accel_api import InvalidResource, bounds, catalog
 from accel_api.enums import CapacityType
 from accel_api.job import AcceleratorJob
 from accel_api.pool import AcceleratorPool
@@ -62,7 +62,7 @@ def _job(path: str) -> AcceleratorJob:
         raise InvalidResource([f"(document): expected an AcceleratorJob, found {kinds}"], path)
     if len(jobs) > 1:
         names = ", ".join(j.metadata.name or "(unnamed)" for j in jobs)
-        raise _usage(f"{path}: holds {len(jobs)} AcceleratorJobs ({names}); plan one file per job")
+        raise _usage(f"{path}: (document): holds {len(jobs)} AcceleratorJobs ({names}); plan one file per job")
     return jobs[0]
 
 
@@ -80,8 +80,8 @@ def _pools(paths: list[str]) -> list[candidates.PoolOffer]:
 def run(args: argparse.Namespace) -> int:
     if (args.accelerator is None) != (args.devices is None):
         raise _usage("--accelerator and --devices go together")
-    if args.devices is not None and args.devices < 1:
-        raise _usage(f"--devices must be >= 1 (got {args.devices})")
+    if args.devices is not None and not 1 <= args.devices <= bounds.DEVICES:
+        raise _usage(f"--devices must be between 1 and {bounds.DEVICES} (got {args.devices})")
     if args.accelerator is not None and args.pools:
         raise _usage("--accelerator/--devices evaluate one placement without pools; drop --pools")
     if args.spot and args.accelerator is None:
@@ -89,7 +89,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         cat = catalog.load(args.catalog)
     except catalog.CatalogError as exc:
-        raise _usage(f"--catalog: {exc}") from None
+        message = str(exc)
+        shown = message if len(message) <= 300 else message[:299] + f"… ({len(message)} chars)"
+        raise _usage(f"--catalog: {shown}") from None
     job = _job(args.job)
     name = job.metadata.name
     if args.accelerator is not None:

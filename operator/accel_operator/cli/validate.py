@@ -18,8 +18,9 @@ def run(args: argparse.Namespace) -> int:
     for path in args.files:
         try:
             for res in inputs.read_resources(path):
-                name = res.model_dump().get("metadata", {}).get("name") or "(unnamed)"
-                print(f"{path}: {res.model_dump(by_alias=True)['kind']}/{name} is valid")
+                meta = getattr(res, "metadata", None)
+                name = getattr(meta, "name", None) or "(unnamed)"
+                print(f"{path}: {type(res).__name__}/{name} is valid")
         except InvalidResource as exc:
             failed.append(exc)
     if len(failed) == 1:

@@ -182,6 +182,9 @@ def test_clip_bounds_any_value() -> None:
     assert len(errors.clip({str(i): "v" * 100 for i in range(10_000)})) < 110
     assert errors.cap([str(i) for i in range(25)])[-1] == "... and 5 more"
     assert len(errors.cap([str(i) for i in range(25)])) == errors.MAX_PROBLEMS + 1
+    # Capping twice (per document, then per command) keeps the total right.
+    twice = errors.cap([*errors.cap([str(i) for i in range(25)]), "document 2: ... and 7 more", "x"])
+    assert twice[-1] == "... and 13 more"
 
 
 def test_spec_worst_case_fits_kopf_annotation() -> None:
