@@ -124,6 +124,7 @@ def test_every_example_is_accepted_by_the_api_server(
                 v.GROUP, v.VERSION, namespace, kind.plural, doc, dry_run="All", field_validation="Strict"
             )
         else:
+            doc["metadata"]["name"] += f"-{namespace}"  # the demo may have left the real one
             custom.create_cluster_custom_object(
                 v.GROUP, v.VERSION, kind.plural, doc, dry_run="All", field_validation="Strict"
             )
