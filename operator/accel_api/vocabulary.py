@@ -22,6 +22,9 @@ MANAGED_BY_VALUE: Final = "accel-operator"
 # A job may report its progress by annotating its own pod or the AcceleratorJob.
 ANNOTATION_CHECKPOINT: Final = f"{GROUP}/last-checkpoint"
 ANNOTATION_CHECKPOINT_STEP: Final = f"{GROUP}/last-checkpoint-step"
+# The operator's request to a running job: "write a checkpoint now" (before a preemption). The
+# value is a token (e.g. the time of the request); a job acts once per new non-empty value.
+ANNOTATION_CHECKPOINT_NOW: Final = f"{GROUP}/checkpoint-now"
 # Simulation (the local cluster and the agent's simulated backend), never set in production:
 ANNOTATION_SIMULATED: Final = f"{GROUP}/simulated"  # on KWOK nodes made from a pool
 ANNOTATION_AUTOSCALED: Final = f"{GROUP}/autoscaled"  # on KWOK nodes the simulated autoscaler made
@@ -100,6 +103,11 @@ ENV_NPROC_PER_NODE: Final = "ACCEL_NPROC_PER_NODE"  # devices per pod (torchrun 
 # requests to the running job (e.g. "checkpoint now" before a preemption) arrive as annotations.
 POD_ANNOTATIONS_DIR: Final = "/etc/accel"
 POD_ANNOTATIONS_FILE: Final = f"{POD_ANNOTATIONS_DIR}/annotations"
+# The layout under ACCEL_CHECKPOINT_URI (README, "The checkpoint contract"): checkpoint N is the
+# directory (or S3 prefix) <uri>/step-<N>/; its data objects are written first and the empty
+# marker <uri>/step-<N>/COMPLETE last. A step without its marker is never resumed from.
+CHECKPOINT_STEP_PREFIX: Final = "step-"
+CHECKPOINT_MARKER: Final = "COMPLETE"
 
 # Multi-host TPU (libtpu reads them); reserved, like the device-visibility names below.
 ENV_TPU_WORKER_ID: Final = "TPU_WORKER_ID"  # multi-host TPU: this host's index in the slice
