@@ -1,0 +1,6 @@
+"""What the AWS adapters raise when AWS cannot answer (the caller retries later)."""
+
+
+class CloudUnavailable(RuntimeError):
+    """An AWS call failed for a reason other than a definite answer (network, throttling, 5xx,
+    permissions): try again later; nothing was decided."""
