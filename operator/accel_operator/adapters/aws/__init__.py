@@ -1,2 +1,2 @@
-"""The AWS adapter (the only module allowed to import boto3): spot interruption events from SQS,
-spot prices, S3 checkpoints. Not built yet; the import contracts reserve this room for it."""
+"""The AWS adapter (the only module allowed to import boto3): EC2 interruption notices from SQS
+(``interruptions``) and S3 checkpoints (``checkpoints``). Spot prices are not built yet."""
