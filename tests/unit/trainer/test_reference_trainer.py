@@ -226,3 +226,29 @@ def test_refuses_an_incomplete_resume_point(backend: Backend) -> None:
 @pytest.fixture
 def moto_if_s3(backend: Backend, request: pytest.FixtureRequest) -> MotoServer | None:
     return request.getfixturevalue("moto") if isinstance(backend, S3) else None
+
+
+def test_interval_seconds_sets_the_cadence(tmp_path: Path) -> None:
+    backend = Local(tmp_path)
+    run = start(backend, "--steps", "100000", "--every-steps", "100000", ACCEL_CHECKPOINT_INTERVAL_SECONDS="0.2")
+    wait_for(lambda: len(backend.complete()) >= 2)
+    run.proc.send_signal(signal.SIGTERM)
+    rc, out = finish(run)
+    assert rc == 143, out
+    assert "reason=interval" in out
+
+
+def test_speaks_the_vocabulary() -> None:
+    """The trainer is standalone (it imports nothing of ours): its copies of the names must agree."""
+    text = TRAINER.read_text()
+    for name in (
+        v.CHECKPOINT_STEP_PREFIX,
+        v.CHECKPOINT_MARKER,
+        v.ANNOTATION_CHECKPOINT_NOW,
+        v.POD_ANNOTATIONS_FILE,
+        v.ENV_CHECKPOINT_URI,
+        v.ENV_RESUME_FROM,
+        v.ENV_ATTEMPT,
+        v.ENV_CHECKPOINT_INTERVAL_SECONDS,
+    ):
+        assert f'"{name}"' in text, name
