@@ -92,8 +92,8 @@ def _optimizer_state_bytes(shape: Shape, optimizer: Optimizer, p: int) -> float:
         return 1.0 * p * n  # momentum buffer
     if optimizer is Optimizer.ADAFACTOR:
         # Factored second moment (row + column) per matrix, full for vectors; no first moment.
-        return float(p * (sum(rows + cols for rows, cols in shape.matrices()) + shape.vector_params))
-    big = sum(rows * cols for rows, cols in shape.matrices() if rows * cols >= ADAM8_MIN)
+        return float(p * (sum((rows + cols) * n for rows, cols, n in shape.matrices()) + shape.vector_params))
+    big = sum(rows * cols * n for rows, cols, n in shape.matrices() if rows * cols >= ADAM8_MIN)
     small = n - big
     return 2.0 * big + 2 * 4.0 * big / ADAM8_BLOCK + 8.0 * small
 

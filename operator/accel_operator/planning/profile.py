@@ -114,18 +114,21 @@ class Shape:
         """Parameters that take part in a matrix product per token (the LM head even when tied)."""
         return self.layers * self.layer_matmul_params + self.vocab * self.hidden
 
-    def matrices(self) -> tuple[tuple[int, int], ...]:
-        """(rows, columns) of every weight matrix, for factored optimizer states."""
+    def matrices(self) -> tuple[tuple[int, int, int], ...]:
+        """(rows, columns, how many) of the weight matrices, for factored optimizer states.
+
+        Closed-form over layers and experts: a handful of entries whatever the depth, so a
+        hostile ``layers`` value costs nothing to plan."""
         h, q, kv, i = self.hidden, self.q_dim, self.kv_dim, self.intermediate
-        mlp = [(i, h), (h, i)] + ([(i, h)] if self.mlp is MlpKind.SWIGLU else [])
-        layer = [(q, h), (kv, h), (kv, h), (h, q)] + mlp * self.experts
+        per_mlp = [(i, h), (h, i)] + ([(i, h)] if self.mlp is MlpKind.SWIGLU else [])
+        layer = [(q, h, 1), (kv, h, 2), (h, q, 1)] + [(r, c, self.experts) for r, c in per_mlp]
         if self.experts > 1:
-            layer.append((self.experts, h))
-        out = layer * self.layers + [(self.vocab, h)]
+            layer.append((self.experts, h, 1))
+        out = [(r, c, n * self.layers) for r, c, n in layer] + [(self.vocab, h, 1)]
         if self.positions:
-            out.append((self.positions, h))
+            out.append((self.positions, h, 1))
         if not self.tied:
-            out.append((self.vocab, h))
+            out.append((self.vocab, h, 1))
         return tuple(out)
 
     @property
