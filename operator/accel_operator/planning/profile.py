@@ -206,6 +206,14 @@ class JobProfile:
         return hash((self.shape.hidden, self.shape.layers, self.tokens, self.micro_batch, self.seq_len, self.batch))
 
     @property
+    def fused(self) -> bool:
+        """A fused-kernel training stack (LLM Foundry's MPT, torchtitan): ``framework: fsdp`` with
+        ``attention: flash``. FlashAttention's own kernel saves only its output and the per-row
+        logsumexp, norms and activations are single kernels on 16-bit tensors, and the loss is a
+        fused cross-entropy over 16-bit logits (see blocks.fused_saved and blocks.head)."""
+        return self.framework is Framework.FSDP and self.attention is Attention.FLASH
+
+    @property
     def fp8(self) -> bool:
         return self.precision is Precision.FP8
 
@@ -285,7 +293,10 @@ def from_spec(spec: AcceleratorJobSpec) -> JobProfile:
         tokens = w.tokens
     else:
         tokens = w.tokens if w.tokens is not None else w.batch * w.new_tokens
-    gpt2_style = shape.mlp is MlpKind.GELU and not shape.rmsnorm
+    # Dropout is Hugging Face GPT-2's default; fused stacks (LLM Foundry's MPT configs: attn,
+    # resid and emb pdrop 0) train without it.
+    fused = w.framework is Framework.FSDP and w.attention is Attention.FLASH
+    gpt2_style = shape.mlp is MlpKind.GELU and not shape.rmsnorm and not fused
     return JobProfile(
         shape=shape,
         mode=w.mode,
