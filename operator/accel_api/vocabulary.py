@@ -20,6 +20,7 @@ LABEL_ATTEMPT: Final = f"{GROUP}/attempt"
 LABEL_MANAGED_BY: Final = "app.kubernetes.io/managed-by"
 MANAGED_BY_VALUE: Final = "accel-operator"
 # A job may report its progress by annotating its own pod or the AcceleratorJob.
+ANNOTATION_JOB_NAME: Final = f"{GROUP}/job-name"  # on workloads and their pods: the AcceleratorJob's whole name
 ANNOTATION_CHECKPOINT: Final = f"{GROUP}/last-checkpoint"
 ANNOTATION_CHECKPOINT_STEP: Final = f"{GROUP}/last-checkpoint-step"
 # The operator's request to a running job: "write a checkpoint now" (before a preemption). The
