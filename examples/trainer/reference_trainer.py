@@ -14,7 +14,8 @@ Its "model state" is the step counter. It
 - writes a final checkpoint on SIGTERM (exit 143: the work is not finished) and when the pod
   annotation ``accel.dev/checkpoint-now`` takes a new value (read from the downward-API file
   ``/etc/accel/annotations``);
-- exits 0 after ``--steps`` steps, with a final checkpoint.
+- exits 0 after ``--steps`` steps, with a final checkpoint;
+- in a gang, writes from rank 0 only (``ACCEL_NODE_RANK``); every rank resumes from the same point.
 
 Standard library only, plus boto3 for ``s3://`` URIs (the endpoint comes from boto3's own
 configuration, e.g. ``AWS_ENDPOINT_URL_S3``). ``ACCEL_TRAINER_WRITE_DELAY`` (seconds) slows each
@@ -198,6 +199,8 @@ def main(argv: list[str] | None = None) -> int:
     annotations = Path(args.annotations_file)
     signal.signal(signal.SIGTERM, _on_sigterm)
 
+    # In a gang every rank holds the same state; rank 0 alone writes (ACCEL_NODE_RANK), all read.
+    writer = os.environ.get("ACCEL_NODE_RANK", "0") in ("", "0")
     store = open_store(uri) if uri else None
     if store is not None and not resume_from:
         resume_from = store.latest_complete() or ""
@@ -221,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     def save(reason: str) -> None:
         nonlocal saved, last_save
         last_save = time.monotonic()
-        if store is None or step == saved:
+        if store is None or step == saved or not writer:
             return
         where = store.write(step, json.dumps({"step": step}).encode(), delay)
         saved = step

@@ -238,6 +238,16 @@ def test_interval_seconds_sets_the_cadence(tmp_path: Path) -> None:
     assert "reason=interval" in out
 
 
+def test_only_rank_zero_writes(tmp_path: Path) -> None:
+    backend = Local(tmp_path)
+    rc, out = finish(start(backend, "--steps", "20", "--every-steps", "5", ACCEL_NODE_RANK="1"))
+    assert rc == 0, out
+    assert backend.written() == set()
+    rc, out = finish(start(backend, "--steps", "10", "--every-steps", "5", ACCEL_NODE_RANK="0"))
+    assert rc == 0, out
+    assert backend.complete() == {5, 10}
+
+
 def test_speaks_the_vocabulary() -> None:
     """The trainer is standalone (it imports nothing of ours): its copies of the names must agree."""
     text = TRAINER.read_text()
@@ -250,5 +260,6 @@ def test_speaks_the_vocabulary() -> None:
         v.ENV_RESUME_FROM,
         v.ENV_ATTEMPT,
         v.ENV_CHECKPOINT_INTERVAL_SECONDS,
+        v.ENV_NODE_RANK,
     ):
         assert f'"{name}"' in text, name
