@@ -16,10 +16,10 @@ updates that remove finalizers during deletion, for no gain in what is enforced.
 deleted are never refused.
 
 Served (``DEFAULT_HOST``:``DEFAULT_PORT`` until settings carry them) by kopf's
-:class:`kopf.WebhookServer` with a self-signed certificate made here (kopf's own generator needs extras we do not install); kopf
-manages the ValidatingWebhookConfiguration ``accel.dev`` and its ``caBundle``. On the local
-cluster the API server runs on the same machine: ``host=127.0.0.1``. In a cluster the lead wires
-a Service name as ``host`` (and the certificate's SAN).
+:class:`kopf.WebhookServer` with a self-signed certificate made here (kopf's own generator needs
+extras we do not install); kopf manages the ValidatingWebhookConfiguration ``accel.dev`` and its
+``caBundle``. On the local cluster the API server runs on the same machine: ``host=127.0.0.1``.
+In a cluster, ``host`` must be a Service's name (and the certificate's SAN).
 
 Indexes: ``policies`` (name -> AcceleratorPolicy) and ``namespace_teams`` (namespace -> team
 label or None); the operator's RBAC needs list/watch on namespaces and acceleratorpolicies, and
@@ -107,9 +107,11 @@ def webhook_server(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> kopf.W
     return kopf.WebhookServer(addr=host, host=host, port=port, certfile=cert_file, pkeyfile=key_file, cadata=ca)
 
 
-def register(reg: kopf.OperatorRegistry, ctx: OperatorContext) -> None:
+def register(
+    reg: kopf.OperatorRegistry, ctx: OperatorContext | None, *, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT
+) -> None:
     """Declare the webhook, its server and the indexes it reads into ``reg``. ``ctx`` is taken
-    for symmetry with the other handler modules (host and port will come from its settings)."""
+    for symmetry with the other handler modules (host and port should come from its settings)."""
     del ctx
 
     @kopf.index(v.GROUP, v.VERSION, registry.POLICY.plural, id="policies", registry=reg)
@@ -125,7 +127,7 @@ def register(reg: kopf.OperatorRegistry, ctx: OperatorContext) -> None:
 
     @kopf.on.startup(registry=reg)
     def serve(settings: kopf.OperatorSettings, **_: Any) -> None:
-        settings.admission.server = webhook_server()
+        settings.admission.server = webhook_server(host, port)
         settings.admission.managed = WEBHOOK_CONFIGURATION
 
     @kopf.on.validate(
