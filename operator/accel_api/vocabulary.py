@@ -22,6 +22,7 @@ LABEL_ATTEMPT: Final = f"{GROUP}/attempt"
 LABEL_MANAGED_BY: Final = "app.kubernetes.io/managed-by"
 MANAGED_BY_VALUE: Final = "accel-operator"
 # A job may report its progress by annotating its own pod or the AcceleratorJob.
+ANNOTATION_JOB_NAME: Final = f"{GROUP}/job-name"  # on workloads and their pods: the AcceleratorJob's whole name
 ANNOTATION_CHECKPOINT: Final = f"{GROUP}/last-checkpoint"
 ANNOTATION_CHECKPOINT_STEP: Final = f"{GROUP}/last-checkpoint-step"
 # Simulation (the local cluster and the agent's simulated backend), never set in production:

@@ -17,7 +17,7 @@ import kopf
 from prometheus_client import start_http_server
 
 from accel_api import catalog as catalog_mod
-from accel_operator import handlers
+from accel_operator import handlers, logs
 from accel_operator.adapters.kube.client import api_client
 from accel_operator.adapters.kube.jobs import KubeJobWriter
 from accel_operator.adapters.kube.lease import AlwaysLeader, Elector, LeaseElector
@@ -72,6 +72,7 @@ async def run(
 
 
 def main() -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    asyncio.run(run(OperatorSettings()))
+    settings = OperatorSettings()
+    logs.configure(settings.log_format)
+    asyncio.run(run(settings))
     return 0

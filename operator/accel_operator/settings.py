@@ -1,6 +1,7 @@
 """The operator's settings: one class, read once from ACCEL_OPERATOR_* variables, passed in."""
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -24,6 +25,7 @@ class OperatorSettings(BaseSettings):
         le=86_400,
         description="Fixed pools: an admitted gang whose pods do not all get a node this long is released.",
     )
+    log_format: Literal["text", "json"] = Field(default="text", description="text for people, json for pipelines.")
     metrics_port: int = Field(default=8080, ge=0, le=65535, description="Prometheus /metrics; 0: off.")
     metrics_address: str = Field(default="0.0.0.0", max_length=64, description="Bind address of /metrics.")
     lease: str = Field(

@@ -2,10 +2,13 @@
 invalid specs are reported on the object, and the operator works under its own least-privilege
 ClusterRole from manifests/operator/rbac.yaml."""
 
+import json
 import os
+import socket
 import subprocess
 import sys
 import time
+import urllib.request
 import uuid
 from pathlib import Path
 from typing import Any
@@ -124,12 +127,17 @@ def test_operator_runs_under_its_least_privilege_role(
     """The whole lifecycle (watch, admit, create the workload, post events, see it succeed) with
     the ServiceAccount token of manifests/operator/rbac.yaml: a missing verb fails here."""
     kubeconfig = _token_kubeconfig(api, core, tmp_path)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        metrics_port = s.getsockname()[1]
     env = {
         **os.environ,
         "KUBECONFIG": str(kubeconfig),
         "ACCEL_OPERATOR_LIVENESS_PORT": "0",
         "ACCEL_OPERATOR_RESYNC_SECONDS": "3",
-        "ACCEL_OPERATOR_METRICS_PORT": "0",
+        "ACCEL_OPERATOR_METRICS_PORT": str(metrics_port),
+        "ACCEL_OPERATOR_METRICS_ADDRESS": "127.0.0.1",
+        "ACCEL_OPERATOR_LOG_FORMAT": "json",
     }
     log = tmp_path / "operator.log"
     pool = f"{namespace}-rbac"
@@ -148,10 +156,16 @@ def test_operator_runs_under_its_least_privilege_role(
                 timeout=30,
                 what="the Admitted, Running and Succeeded events",
             )
+            with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as resp:
+                metrics = resp.read().decode()
+            assert "accel_operator_workloads_created_total 1.0" in metrics, metrics[:2000]
+            assert "accel_operator_admission_latency_seconds_count 1.0" in metrics
         finally:
             proc.terminate()
             proc.wait(timeout=30)
     text = log.read_text()
+    records = [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+    assert any(r.get("logger") == "accel_operator.scheduler" and r.get("job") for r in records), text[-2000:]
     # RBAC denials name the user; a 403 for a namespace being deleted (another test's) does not.
     assert "is forbidden: User" not in text, text[-3000:]
 
@@ -188,3 +202,66 @@ def test_waiting_job_is_replanned_when_pools_appear(api: client.ApiClient, names
         assert later["metadata"]["resourceVersion"] == obj["metadata"]["resourceVersion"]
     finally:
         custom.delete_cluster_custom_object(v.GROUP, v.VERSION, registry.POOL.plural, pool["metadata"]["name"])
+
+
+def _rss_kib(pid: int, field: str = "VmHWM") -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise AssertionError(f"no {field} for {pid}")
+
+
+def test_the_largest_job_the_schema_admits_is_planned_fast_and_small(
+    api: client.ApiClient, namespace: str, pools: list[str], tmp_path: Path
+) -> None:
+    """Every bound at its maximum (1000 layers, hidden 131072, vocab 2^22, ...) with the optimizer
+    whose state is per matrix: the running operator plans it in under a second and 100 MB."""
+    env = {
+        **os.environ,
+        "ACCEL_OPERATOR_LIVENESS_PORT": "0",
+        "ACCEL_OPERATOR_METRICS_PORT": "0",
+        "ACCEL_OPERATOR_NAMESPACES": f'["{namespace}"]',
+    }
+    log = tmp_path / "operator.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "accel_operator"], env=env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        # Ready once it has decided a first, small job.
+        _create_job(api, namespace, "01-finetune-single-gpu.yaml")
+        wait_for(lambda: _status(api, namespace, "tinyllama-finetune"), timeout=90, what="the operator ready")
+        before = _rss_kib(proc.pid)
+        doc = _docs("01-finetune-single-gpu.yaml")[0]
+        doc["metadata"] = {"name": "biggest", "namespace": namespace}
+        doc["spec"]["model"] = {
+            "architecture": {
+                "layers": 1000,
+                "hidden": 131072,
+                "heads": 1024,
+                "kvHeads": 1024,
+                "intermediate": 1048576,
+                "vocab": 4194304,
+                "maxPositions": 4194304,
+            }
+        }
+        doc["spec"]["workload"] = {
+            "optimizer": "adafactor",
+            "microBatch": 65536,
+            "seqLen": 4194304,
+            "tokens": 10**15,
+        }
+        t0 = time.monotonic()
+        client.CustomObjectsApi(api).create_namespaced_custom_object(
+            v.GROUP, v.VERSION, namespace, registry.JOB.plural, doc
+        )
+        status = wait_for(lambda: _status(api, namespace, "biggest"), timeout=30, what="the biggest job decided")
+        elapsed = time.monotonic() - t0
+        grown_mib = (_rss_kib(proc.pid) - before) / 1024
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    print(
+        f"largest job: decided in {elapsed:.3f}s, operator peak RSS grew {grown_mib:.1f} MiB (from {before / 1024:.0f})"
+    )
+    assert status["phase"] == "Unschedulable", status
+    assert elapsed < 1.0, f"planned in {elapsed:.2f}s"
+    assert grown_mib < 100, f"peak RSS grew by {grown_mib:.0f} MiB"

@@ -348,7 +348,14 @@ class Scheduler:
                 await asyncio.to_thread(self.writer.event, ref, action.type, action.reason, action.message)
             except ClusterUnavailable as exc:
                 log.info("event %s on %s/%s not recorded: %s", action.reason, *job.key, exc)
-            log.info("%s/%s: %s: %s", job.namespace, job.name, action.reason, action.message)
+            log.info(
+                "%s/%s: %s: %s",
+                job.namespace,
+                job.name,
+                action.reason,
+                action.message,
+                extra={"job": f"{job.namespace}/{job.name}", "reason": action.reason},
+            )
         elif isinstance(action, act.CreateWorkload):
             assert job.spec is not None
             pool = snap.pools.get(action.pool)

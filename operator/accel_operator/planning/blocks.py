@@ -203,6 +203,39 @@ def block(shape: Shape, num: Numerics, attention: Attention, dropout: float) -> 
 
 
 @dataclass(frozen=True, slots=True)
+class Fused:
+    """What a layer of a fused-kernel stack (LLM Foundry's MPT under FSDP) saves, per token. Its
+    memory-bound ops (LayerNorm, GELU, residual adds) are still one eager kernel each, as in
+    ``Block``: MPT's modules are plain PyTorch ones, so the traffic model is shared."""
+
+    saved_shared: float  # bytes autograd keeps, replicated under TP
+    saved_split: float  # ... divided by TP
+
+
+@functools.lru_cache(maxsize=64)
+def fused(shape: Shape, num: Numerics) -> Fused:
+    """What a layer of a fused stack saves, per token.
+
+    Korthikanti et al., "Reducing Activation Recomputation in Large Transformer Models" (2022),
+    section 4.1, count 34·h + 5·a·s bytes per token and layer for 16-bit activations with
+    dropout; here without dropout (no masks, no dropout outputs) and with FlashAttention
+    (Dao 2022/2023: the kernel keeps its output O and the fp32 logsumexp per head and row, no
+    s×s scores): each norm saves its 16-bit input and its output (the next product's input),
+    the attention saves q, k, v and O (O is also the output projection's input), and the MLP
+    saves its activation's input and output (SwiGLU: gate, up and their product). Everything is
+    in the compute dtype: the mixed-precision policy casts the weights, not the activations,
+    so there is no fp32 residual stream and no per-op cast copy.
+    """
+    h, kv, a = shape.hidden, shape.kv_dim, num.compute
+    i = shape.intermediate * shape.active_experts
+    swiglu = shape.mlp is MlpKind.SWIGLU
+    shared = 2 * (a * h + a * h)  # two norms: input and output
+    split = a * (shape.q_dim + 2 * kv) + a * shape.q_dim + 4.0 * shape.heads  # q, k, v, O, logsumexp
+    split += (3 if swiglu else 2) * a * i
+    return Fused(saved_shared=shared, saved_split=split)
+
+
+@dataclass(frozen=True, slots=True)
 class Head:
     """The final norm, the LM head and the loss, per token."""
 
@@ -214,9 +247,20 @@ class Head:
 
 
 @functools.lru_cache(maxsize=64)
-def head(shape: Shape, num: Numerics) -> Head:
+def head(shape: Shape, num: Numerics, fused: bool = False) -> Head:
     h, r, a = shape.hidden, num.residual, num.compute
     norm_saved = (4 + r) * h if shape.rmsnorm else r * h
+    if fused:
+        # A fused cross-entropy (LLM Foundry's ``fused_crossentropy``, flash-attn's
+        # ``CrossEntropyLoss`` kernel) reads the 16-bit logits and writes their gradient in their
+        # dtype: no fp32 copies. Alive: the logits, then the logits and their gradient.
+        return Head(
+            saved=2 * a * h,
+            logits_fwd_units=a / 4,
+            logits_bwd_units=2 * a / 4,
+            loss_bytes_per_logit=3.0 * a,  # forward reads the logits; backward reads, writes
+            loss_kernels=4,
+        )
     # HF's loss upcasts the logits to fp32 (a copy unless they are fp32 already) and
     # cross_entropy saves its log-softmax output; backward adds the nll gradient and the
     # log-softmax gradient, all fp32 [tokens × vocab].

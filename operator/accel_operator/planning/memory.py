@@ -92,8 +92,8 @@ def _optimizer_state_bytes(shape: Shape, optimizer: Optimizer, p: int) -> float:
         return 1.0 * p * n  # momentum buffer
     if optimizer is Optimizer.ADAFACTOR:
         # Factored second moment (row + column) per matrix, full for vectors; no first moment.
-        return float(p * (sum(rows + cols for rows, cols in shape.matrices()) + shape.vector_params))
-    big = sum(rows * cols for rows, cols in shape.matrices() if rows * cols >= ADAM8_MIN)
+        return float(p * (sum((rows + cols) * n for rows, cols, n in shape.matrices()) + shape.vector_params))
+    big = sum(rows * cols * n for rows, cols, n in shape.matrices() if rows * cols >= ADAM8_MIN)
     small = n - big
     return 2.0 * big + 2 * 4.0 * big / ADAM8_BLOCK + 8.0 * small
 
@@ -322,7 +322,7 @@ def _fsdp_peak(w: JobProfile, tp: int, dp: int) -> _Peak:
     s, num = w.shape, w.numerics
     prm = _params(w, tp)
     blk = blocks.block(s, num, w.attention, w.dropout)
-    hd = blocks.head(s, num)
+    hd = blocks.head(s, num, w.fused)
     tokens = w.step_tokens
     gather = 2.0 if num.param == 4 else num.param  # bf16 gathered copies
     reduce = 4.0 if num.param == 4 else num.param  # reduce_dtype fp32 under the policy
@@ -336,6 +336,9 @@ def _fsdp_peak(w: JobProfile, tp: int, dp: int) -> _Peak:
     gathered = (root + layers_gathered * layer) * gather
 
     per_layer = blk.saved_shared + blk.saved_split / tp + blk.saved_per_score * w.seq_len / tp
+    if w.fused:
+        fb = blocks.fused(s, num)
+        per_layer = fb.saved_shared + fb.saved_split / tp
     one_layer = per_layer * tokens
     rotary = 2.0 * s.head_dim * num.residual * tokens if s.positions == 0 else 0.0
     if w.checkpointing:

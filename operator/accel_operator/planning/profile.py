@@ -114,18 +114,21 @@ class Shape:
         """Parameters that take part in a matrix product per token (the LM head even when tied)."""
         return self.layers * self.layer_matmul_params + self.vocab * self.hidden
 
-    def matrices(self) -> tuple[tuple[int, int], ...]:
-        """(rows, columns) of every weight matrix, for factored optimizer states."""
+    def matrices(self) -> tuple[tuple[int, int, int], ...]:
+        """(rows, columns, how many) of the weight matrices, for factored optimizer states.
+
+        Closed-form over layers and experts: a handful of entries whatever the depth, so a
+        hostile ``layers`` value costs nothing to plan."""
         h, q, kv, i = self.hidden, self.q_dim, self.kv_dim, self.intermediate
-        mlp = [(i, h), (h, i)] + ([(i, h)] if self.mlp is MlpKind.SWIGLU else [])
-        layer = [(q, h), (kv, h), (kv, h), (h, q)] + mlp * self.experts
+        per_mlp = [(i, h), (h, i)] + ([(i, h)] if self.mlp is MlpKind.SWIGLU else [])
+        layer = [(q, h, 1), (kv, h, 2), (h, q, 1)] + [(r, c, self.experts) for r, c in per_mlp]
         if self.experts > 1:
-            layer.append((self.experts, h))
-        out = layer * self.layers + [(self.vocab, h)]
+            layer.append((self.experts, h, 1))
+        out = [(r, c, n * self.layers) for r, c, n in layer] + [(self.vocab, h, 1)]
         if self.positions:
-            out.append((self.positions, h))
+            out.append((self.positions, h, 1))
         if not self.tied:
-            out.append((self.vocab, h))
+            out.append((self.vocab, h, 1))
         return tuple(out)
 
     @property
@@ -201,6 +204,14 @@ class JobProfile:
     def __hash__(self) -> int:
         # Consistent with equality and cheaper than hashing every field (the models cache on it).
         return hash((self.shape.hidden, self.shape.layers, self.tokens, self.micro_batch, self.seq_len, self.batch))
+
+    @property
+    def fused(self) -> bool:
+        """A fused-kernel training stack (LLM Foundry's MPT, torchtitan): ``framework: fsdp`` with
+        ``attention: flash``. FlashAttention's own kernel saves only its output and the per-row
+        logsumexp, norms and activations are single kernels on 16-bit tensors, and the loss is a
+        fused cross-entropy over 16-bit logits (see blocks.fused_saved and blocks.head)."""
+        return self.framework is Framework.FSDP and self.attention is Attention.FLASH
 
     @property
     def fp8(self) -> bool:
@@ -282,7 +293,10 @@ def from_spec(spec: AcceleratorJobSpec) -> JobProfile:
         tokens = w.tokens
     else:
         tokens = w.tokens if w.tokens is not None else w.batch * w.new_tokens
-    gpt2_style = shape.mlp is MlpKind.GELU and not shape.rmsnorm
+    # Dropout is Hugging Face GPT-2's default; fused stacks (LLM Foundry's MPT configs: attn,
+    # resid and emb pdrop 0) train without it.
+    fused = w.framework is Framework.FSDP and w.attention is Attention.FLASH
+    gpt2_style = shape.mlp is MlpKind.GELU and not shape.rmsnorm and not fused
     return JobProfile(
         shape=shape,
         mode=w.mode,

@@ -72,10 +72,24 @@ OVERLAP = 0.9
 # enough to hide it (the last gradient bucket is reduced after the backward pass ends).
 UNHIDDEN_TAIL = 0.05
 # FSDP2 (fitted to the 2- and 4-H200 rows): host ops per layer and gather pass, the fraction of
-# the link bandwidth its per-layer collectives reach, and how much of them compute hides.
+# the link bandwidth its per-layer collectives reach, and how much of them compute hides. The
+# collective efficiency was refitted with LLM Foundry's MPT-13B rows on 8–64 H100 (no
+# checkpointing, communication-bound; tests/data/published/): 0.5 leaves the H200 rows' median
+# tokens/s error at 9.3 % (0.25 before: 9.2 %) and brings those rows from −40 % to within 20 %.
 FSDP_HOST_OPS_PER_LAYER = 60
-FSDP_COLLECTIVE_EFFICIENCY = 0.25
+FSDP_COLLECTIVE_EFFICIENCY = 0.5
 FSDP_OVERLAP = 0.8
+# Hopper's dense FP8 tensor-core peak is twice its bf16 peak (NVIDIA H100 SXM datasheet: 1979 vs
+# 989 TFLOP/s). Transformer Engine runs the layers' products in FP8 (forward E4M3, gradients
+# E5M2) and keeps the LM head in bf16; each product's input is cast (read 16-bit, write 1 byte).
+FP8_PEAK_RATIO = 2.0
+# Fused stacks (attention: flash under framework fsdp): FlashAttention's kernels reach this
+# fraction of the catalog's attention efficiency. Fitted to LLM Foundry's long-sequence rows
+# (tests/data/published/llm-foundry-mpt-throughput.jsonl, 8k–64k tokens), whose MFU falls from
+# about 45 % at 2k to 27–29 % at 64k: the attention of those runs reaches about half of the
+# PyTorch FlashAttention-2 figures the catalog was profiled with (0.5: median 12.2 %, worst
+# 27.4 %; 0.6: 9.8 %, 48.8 % before the collective refit).
+FUSED_ATTENTION_EFFICIENCY = 0.55
 # Host ops per decode step outside the layers (sampling, logits processors, stopping criteria,
 # the cache's concatenations).
 GENERATE_OPS_PER_STEP = 40
@@ -114,6 +128,8 @@ def _gemm_seconds(m: float, n: float, k: float, dtype_bytes: int, accel: Acceler
     """Roofline of one matrix product [m × k] @ [k × n], plus the kernel's fixed cost."""
     per_row = GEMM_ALIGNMENT_BYTES // dtype_bytes
     peak = accel.fp32_flops if dtype_bytes >= 4 else accel.bf16_flops
+    if dtype_bytes == 1:
+        peak *= FP8_PEAK_RATIO
     if n % per_row or k % per_row or m % per_row:
         rate = peak * accel.unaligned_matmul_efficiency
     else:
@@ -200,12 +216,12 @@ def _device_step(w: JobProfile, accel: Accelerator, tp: int) -> _DeviceStep:
     a = num.compute
     m = float(w.step_tokens)
     blk = blocks.block(s, num, w.attention, w.dropout)
-    hd = blocks.head(s, num)
+    hd = blocks.head(s, num, w.fused)
     bw = _bandwidth(accel)
     ew = _elementwise_scale(accel)
     eager = w.attention is Attention.EAGER
 
-    g_fwd, g_bwd = _layer_gemms(blk.gemms, m, tp, a, accel)
+    g_fwd, g_bwd = _layer_gemms(blk.gemms, m, tp, 1 if w.fp8 else a, accel)
     head_fwd, head_bwd = _layer_gemms((Gemm(s.vocab, s.hidden, True),), m, tp, a, accel)
 
     # Attention: the fused kernel over the causal half of the scores; eager attention runs QK^T
@@ -217,12 +233,21 @@ def _device_step(w: JobProfile, accel: Accelerator, tp: int) -> _DeviceStep:
         )
     else:
         score_flops = 2 * 2 * m * w.seq_len * (s.heads / tp) * s.head_dim
-        attn_fwd = 0.5 * score_flops / (accel.flops(a) * _attention_efficiency(s.head_dim, w.seq_len, accel))
+        efficiency = _attention_efficiency(s.head_dim, w.seq_len, accel)
+        if w.fused:
+            efficiency *= FUSED_ATTENTION_EFFICIENCY
+        attn_fwd = 0.5 * score_flops / (accel.flops(a) * efficiency)
         attn_bwd = ATTENTION_BACKWARD * attn_fwd
 
     per_score = w.seq_len / tp
     ew_fwd_bytes = (blk.fwd_bytes_shared + blk.fwd_bytes_split / tp + blk.fwd_bytes_per_score * per_score) * m
     ew_bwd_bytes = (blk.bwd_bytes_shared + blk.bwd_bytes_split / tp + blk.bwd_bytes_per_score * per_score) * m
+    if w.fp8:
+        # Transformer Engine casts each product's input to FP8 (and in backward the output
+        # gradient), reading 16-bit and writing one byte.
+        cast = sum(g.k for g in blk.gemms) * (a + 1)
+        ew_fwd_bytes += cast * m
+        ew_bwd_bytes += sum(g.n for g in blk.gemms) * (a + 1) * m
     ew_fwd = ew * ew_fwd_bytes / bw + blk.fwd_kernels * accel.kernel_seconds
     ew_bwd = ew * ew_bwd_bytes / bw + BACKWARD_KERNELS * blk.fwd_kernels * accel.kernel_seconds
 
@@ -288,6 +313,12 @@ def _training(w: JobProfile, accel: Accelerator, layout: Layout) -> ThroughputEs
     dp_exposed = max(0.0, dp_comm - hideable) + dp_comm * UNHIDDEN_TAIL
 
     host = dev.kernels * accel.host_seconds_per_op
+    # Gradient accumulation: ``ga`` forward/backward passes per optimizer step. DDP and ZeRO-1
+    # reduce gradients once per step (``no_sync``); ZeRO-2/3 and FSDP reduce-scatter (and
+    # ZeRO-3/FSDP gather weights) in every microbatch.
+    ga = w.gradient_accumulation
+    comm_per_micro = w.framework is Framework.FSDP or w.sharding in (Sharding.ZERO2, Sharding.ZERO3, Sharding.FSDP)
+    per_step = 0.0
     if w.framework is Framework.FSDP:
         # FSDP2 under a bf16 MixedPrecisionPolicy: no autocast casts, but per layer and pass a
         # cast of the fp32 shard, an all-gather with its copy-out, and in backward the fp32
@@ -302,9 +333,10 @@ def _training(w: JobProfile, accel: Accelerator, layout: Layout) -> ThroughputEs
             volume = params * (gathers * w.numerics.compute + (4.0 if w.numerics.param == 4 else w.numerics.param))
             dp_comm = (dp - 1) / dp * volume / (accel.intra_node_bytes_per_second * FSDP_COLLECTIVE_EFFICIENCY)
             if layout.nodes > 1:
+                # All-gathers and reduce-scatters (``volume`` counts each once) move (n-1)/n of
+                # it in and out of a node, over the node's NICs, one per device.
                 dp_comm += (
-                    2
-                    * (layout.nodes - 1)
+                    (layout.nodes - 1)
                     / layout.nodes
                     * volume
                     / layout.devices_per_node
@@ -312,20 +344,28 @@ def _training(w: JobProfile, accel: Accelerator, layout: Layout) -> ThroughputEs
                 )
         compute = forward + backward
         dp_exposed = max(0.0, dp_comm - FSDP_OVERLAP * compute) + dp_comm * UNHIDDEN_TAIL
+        per_step = fsdp_bytes / _bandwidth(accel) * (ga - 1)  # casts and copies per microbatch
         optimizer += fsdp_bytes / _bandwidth(accel)
         host += FSDP_HOST_OPS_PER_LAYER * gathers * w.shape.layers * accel.host_seconds_per_op
-    device = forward + backward + dev.other + optimizer + dp_exposed + dev.tp_comm
+    if ga > 1:
+        forward, backward, other, tp_comm = ga * forward, ga * backward, ga * dev.other, ga * dev.tp_comm
+        dp_exposed *= ga if comm_per_micro else 1
+        optimizer += per_step
+        host *= ga
+    else:
+        other, tp_comm = dev.other, dev.tp_comm
+    device = forward + backward + other + optimizer + dp_exposed + tp_comm
     step = _overlap(device, host)
-    global_tokens = w.step_tokens * dp
+    global_tokens = w.step_tokens * dp * ga
     steps = max(1, -(-w.tokens // global_tokens))
     tokens_per_second = global_tokens / step
     breakdown = (
         ("forward", forward),
         ("backward", backward),
-        ("loss, casts, embedding", dev.other),
+        ("loss, casts, embedding", other),
         ("optimizer", optimizer),
         ("data-parallel communication (exposed)", dp_exposed),
-        ("tensor-parallel communication", dev.tp_comm),
+        ("tensor-parallel communication", tp_comm),
         ("host dispatch (not hidden)", step - device),
     )
     return ThroughputEstimate(
@@ -333,7 +373,7 @@ def _training(w: JobProfile, accel: Accelerator, layout: Layout) -> ThroughputEs
         tokens_per_second=tokens_per_second,
         duration_seconds=steps * step,
         steps=steps,
-        global_batch=w.micro_batch * dp,
+        global_batch=w.micro_batch * dp * ga,
         flops_per_token=dev.flops_per_token,
         mfu=dev.flops_per_token * tokens_per_second / (accel.flops(w.numerics.compute) * layout.devices),
         breakdown=breakdown,

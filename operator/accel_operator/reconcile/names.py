@@ -11,8 +11,8 @@ import re
 from typing import Final
 
 # An Indexed Job's pods get hostnames <name>-<index>, which must be DNS labels (≤ 63): leave
-# room for "-" and an index of up to 4 digits.
-INDEX_SUFFIX: Final = 5
+# room for the largest gang the API allows (bounds.NODES: index 65535).
+INDEX_SUFFIX: Final = len("-65535")
 MAX_NAME_LENGTH: Final = 63 - INDEX_SUFFIX
 HASH: Final = 8
 DNS_1035: Final = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")

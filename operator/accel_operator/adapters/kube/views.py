@@ -75,7 +75,7 @@ def pod_view(body: Mapping[str, Any]) -> PodView | None:
     meta, spec, status = _meta(body), body.get("spec") or {}, body.get("status") or {}
     labels = meta.get("labels") or {}
     devices = _pod_devices(spec)
-    job_name = labels.get(v.LABEL_JOB)
+    job_name = (meta.get("annotations") or {}).get(v.ANNOTATION_JOB_NAME) or labels.get(v.LABEL_JOB)
     ours = labels.get(v.LABEL_MANAGED_BY) == MANAGED_BY and job_name
     if not devices and not ours:
         return None
@@ -119,7 +119,7 @@ def workload_view(body: Mapping[str, Any]) -> WorkloadView | None:
     return WorkloadView(
         namespace=namespace,
         name=str(meta.get("name")),
-        job=(namespace, str(labels[v.LABEL_JOB])),
+        job=(namespace, str((meta.get("annotations") or {}).get(v.ANNOTATION_JOB_NAME) or labels[v.LABEL_JOB])),
         attempt=int(attempt) if attempt.isdigit() else 0,
         active=int(status.get("active") or 0),
         ready=int(status.get("ready") or 0),

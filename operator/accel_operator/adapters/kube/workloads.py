@@ -50,6 +50,7 @@ from accel_api.enums import AcceleratorKind, TaintEffect, TolerationOperator
 from accel_api.job import AcceleratorJobSpec
 from accel_api.pool import AcceleratorPoolSpec, Toleration
 from accel_operator.adapters.kube.client import ClusterUnavailable, api_client
+from accel_operator.reconcile import names
 
 CONTAINER: Final = "main"
 # podFailurePolicy rules, in this order: the Job's FailureTarget/Failed condition names the index.
@@ -66,7 +67,6 @@ LABEL_VALUE_LENGTH: Final = 63
 # hosts; this bound keeps the value (and the Job) far below the API server's request limit.
 MAX_TPU_HOSTS: Final = 4096
 _HASH: Final = 8
-_DNS_1035: Final = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 _FAILED_RULE: Final = re.compile(r"matching FailJob rule at index (\d+)")
 _ANNOTATIONS_VOLUME: Final = "accel-annotations"
 _MESSAGE_LENGTH: Final = 1024
@@ -127,22 +127,11 @@ def _digest(text: str) -> str:
 
 
 def workload_name(job_name: str, attempt: int) -> str:
-    """The Job's and the Service's name for one attempt: ``<job>-a<attempt>`` when that is a
-    DNS-1035 label of at most ``MAX_NAME_LENGTH`` characters, else a stable shortening
-    ``<prefix>-<hash of the job name>-a<attempt>`` (dots become dashes; a leading digit gets a
-    ``j``), so pods' hostnames ``<name>-<index>`` are labels too."""
+    """The Job's and the Service's name for one attempt (``reconcile.names``: the decision
+    records the same name in the job's status before the workload exists)."""
     if attempt < 0:
         raise UnbuildableWorkload(f"attempt must be >= 0 (got {attempt})")
-    tail = f"-a{attempt}"
-    plain = f"{job_name}{tail}"
-    if len(plain) <= MAX_NAME_LENGTH and _DNS_1035.match(plain):
-        return plain
-    stem = re.sub(r"[^a-z0-9-]", "-", job_name.lower())
-    if not stem[:1].isalpha():
-        stem = "j" + stem
-    room = MAX_NAME_LENGTH - len(tail) - _HASH - 1
-    stem = stem[: room - 1].rstrip("-")  # -1: the dash before the hash
-    return f"{stem}-{_digest(job_name)}{tail}"
+    return names.workload_name(job_name, attempt)
 
 
 def label_value(value: str) -> str:
@@ -321,7 +310,16 @@ def build(w: WorkloadSpec) -> tuple[dict[str, Any], dict[str, Any]]:
     """The ``batch/v1`` Job and the headless ``v1`` Service of one attempt, as wire dicts."""
     _check(w)
     name = w.name
-    meta = {"name": name, "namespace": w.namespace, "labels": labels(w), "ownerReferences": [owner_reference(w)]}
+    # The label holds the job's name only up to 63 characters (then a hash): the annotation holds
+    # it whole, so the operator maps pods and workloads back to their AcceleratorJob exactly.
+    notes = {v.ANNOTATION_JOB_NAME: w.job_name}
+    meta = {
+        "name": name,
+        "namespace": w.namespace,
+        "labels": labels(w),
+        "annotations": notes,
+        "ownerReferences": [owner_reference(w)],
+    }
     job = {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -332,7 +330,7 @@ def build(w: WorkloadSpec) -> tuple[dict[str, Any], dict[str, Any]]:
             "parallelism": w.nodes,
             "backoffLimit": 0,
             "podFailurePolicy": _pod_failure_policy(),
-            "template": {"metadata": {"labels": labels(w)}, "spec": _pod(w)},
+            "template": {"metadata": {"labels": labels(w), "annotations": dict(notes)}, "spec": _pod(w)},
         },
     }
     service = {

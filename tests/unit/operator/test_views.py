@@ -1,0 +1,51 @@
+"""Kubernetes objects as the snapshot's views: what counts, and how pods find their job."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from accel_api import vocabulary as v
+from accel_operator.adapters.kube import views, workloads
+from accel_operator.reconcile import names
+from tests.unit.operator.test_workloads import spec
+
+
+def _pod_from(job: dict[str, Any], index: int, node: str | None) -> dict[str, Any]:
+    tmpl = copy.deepcopy(job["spec"]["template"])
+    meta = {**tmpl["metadata"], "name": f"{job['metadata']['name']}-{index}-x", "namespace": "ml"}
+    return {"metadata": meta, "spec": {**tmpl["spec"], "nodeName": node}, "status": {"phase": "Running"}}
+
+
+def test_a_long_job_name_still_maps_pods_and_workloads_to_their_job() -> None:
+    long = "a" * 200
+    job, _ = workloads.build(spec(name=long, devices=8))
+    assert len(job["metadata"]["labels"][v.LABEL_JOB]) <= 63  # the label is shortened ...
+    pod = views.pod_view(_pod_from(job, 0, "n1"))
+    wl = views.workload_view(job)
+    assert pod is not None and wl is not None
+    assert pod.job == ("ml", long) and wl.job == ("ml", long)  # ... the annotation is whole
+    assert pod.devices == 8 and pod.attempt == 0 and pod.node == "n1"
+
+
+def test_the_decision_and_the_builder_name_workloads_alike() -> None:
+    for name in ("llama", "a" * 200, "1.5b-run.v2", "x" * 57):
+        for attempt in (0, 7, 123):
+            assert names.workload_name(name, attempt) == workloads.workload_name(name, attempt)
+
+
+def test_pods_without_devices_that_are_not_ours_do_not_count() -> None:
+    pod = {"metadata": {"name": "web", "namespace": "x"}, "spec": {"containers": [{"name": "c"}]}, "status": {}}
+    assert views.pod_view(pod) is None
+
+
+def test_a_node_view_notes_cordon_termination_taints_and_readiness() -> None:
+    node = {
+        "metadata": {"name": "n", "labels": {"accel.dev/pool": "p"}},
+        "spec": {"unschedulable": True, "taints": [{"key": v.TAINT_NTH_SPOT_ITN, "effect": "NoSchedule"}]},
+        "status": {"allocatable": {v.RESOURCE_NVIDIA_GPU: "8"}, "conditions": [{"type": "Ready", "status": "False"}]},
+    }
+    view = views.node_view(node)
+    assert view is not None and view.devices == 8
+    assert view.unschedulable and view.terminating and not view.ready and not view.usable
+    assert views.node_view({"metadata": {"name": "cpu"}, "status": {"allocatable": {"cpu": "8"}}}) is None
