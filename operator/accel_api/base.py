@@ -4,12 +4,48 @@ Every CRD model inherits from :class:`ApiModel`, so the wire names, strictness a
 schema the CRDs are generated from are decided in one place.
 """
 
-from typing import Annotated, Any
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Annotated, Any, ClassVar, Self
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, GetJsonSchemaHandler, model_validator
 from pydantic.alias_generators import to_camel
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema
 
 from accel_api import bounds
+
+
+@dataclass(frozen=True)
+class CelRule:
+    """A rule across the fields of one object, declared once: ``cel`` is what the API server runs
+    (``x-kubernetes-validations`` on the model's schema node, so it refuses a breach even with the
+    webhook down), ``check`` the same rule in Python (run after the fields validate).
+
+    ``cel`` sees the object as stored: fields the user left out are absent (the CRDs carry no
+    defaults), so guard each optional or defaulted field with ``has(self.x)``. Keep rules on
+    scalars (cheap under the API server's CEL cost limits); a rule over a list must rely on the
+    list's ``maxItems`` and its strings' ``maxLength``.
+    """
+
+    name: str  # kebab-case id, e.g. max-devices-at-least-min
+    cel: str
+    message: str  # the API server's message, and the start of the Python one
+    check: Callable[[Any], bool]  # True when the model value obeys the rule
+    field_path: str | None = None  # where the API server points, e.g. ".maxDevices"
+    got: Callable[[Any], str] | None = None  # the values that matter, for the Python message
+
+    def wire(self) -> dict[str, str]:
+        out = {"rule": self.cel, "message": self.message}
+        if self.field_path:
+            out["fieldPath"] = self.field_path
+        return out
+
+    def problem(self, value: Any) -> str | None:
+        """The Python message when ``value`` breaks the rule, else None."""
+        if self.check(value):
+            return None
+        return self.message + (f" (got {self.got(value)})" if self.got else "")
 
 
 class ApiModel(BaseModel):
@@ -28,6 +64,24 @@ class ApiModel(BaseModel):
         validate_default=True,
         allow_inf_nan=False,
     )
+
+    cel_rules: ClassVar[tuple[CelRule, ...]] = ()
+    """Rules across this model's fields: CEL in the CRD and the same check here (:class:`CelRule`)."""
+
+    @model_validator(mode="after")
+    def _cel_rules(self) -> Self:
+        problems = [p for rule in type(self).cel_rules if (p := rule.problem(self)) is not None]
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    @classmethod
+    def __get_pydantic_json_schema__(cls, core_schema: CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
+        schema = super().__get_pydantic_json_schema__(core_schema, handler)
+        rules = cls.__dict__.get("cel_rules", ())
+        if rules:
+            handler.resolve_ref_schema(schema)["x-kubernetes-validations"] = [r.wire() for r in rules]
+        return schema
 
     def to_wire(self) -> dict[str, Any]:
         """The value as Kubernetes stores it: camelCase keys, no unset optionals, enums as text."""

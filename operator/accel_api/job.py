@@ -6,12 +6,12 @@ decision, the run's progress and its cost into the status.
 """
 
 import re
-from typing import Annotated, Literal, Self
+from typing import Annotated, ClassVar, Literal
 
-from pydantic import BeforeValidator, Field, ValidationInfo, field_validator, model_validator
+from pydantic import BeforeValidator, Field, ValidationInfo, field_validator
 
 from accel_api import bounds, durations, errors, patterns, vocabulary
-from accel_api.base import ApiModel, Conditions, ObjectMeta
+from accel_api.base import ApiModel, CelRule, Conditions, ObjectMeta
 from accel_api.enums import (
     AcceleratorKind,
     Attention,
@@ -91,17 +91,32 @@ class Architecture(ApiModel):
         default=None, description="Experts each token is routed to (top-k); defaults to 2 when experts is given."
     )
 
-    @model_validator(mode="after")
-    def _heads_divide(self) -> Self:
-        if self.head_dim is None and self.hidden % self.heads:
-            raise ValueError(f"hidden ({self.hidden}) must be a multiple of heads ({self.heads}); or give headDim")
-        if self.heads % self.kv_heads_or_default:
-            raise ValueError(f"heads ({self.heads}) must be a multiple of kvHeads ({self.kv_heads})")
-        if self.active_experts is not None and self.active_experts > self.experts_or_default:
-            raise ValueError(
-                f"activeExperts ({self.active_experts}) must be at most experts ({self.experts_or_default})"
-            )
-        return self
+    cel_rules: ClassVar[tuple[CelRule, ...]] = (
+        CelRule(
+            name="hidden-divides-into-heads",
+            cel="has(self.headDim) || self.hidden % self.heads == 0",
+            message="hidden must be a multiple of heads, or give headDim",
+            check=lambda a: a.head_dim is not None or a.hidden % a.heads == 0,
+            field_path=".hidden",
+            got=lambda a: f"hidden {a.hidden}, heads {a.heads}",
+        ),
+        CelRule(
+            name="heads-divide-into-kv-heads",
+            cel="!has(self.kvHeads) || self.heads % self.kvHeads == 0",
+            message="heads must be a multiple of kvHeads",
+            check=lambda a: a.heads % a.kv_heads_or_default == 0,
+            field_path=".kvHeads",
+            got=lambda a: f"heads {a.heads}, kvHeads {a.kv_heads}",
+        ),
+        CelRule(
+            name="active-experts-at-most-experts",
+            cel="!has(self.activeExperts) || self.activeExperts <= (has(self.experts) ? self.experts : 1)",
+            message="activeExperts must be at most experts (1 when unset)",
+            check=lambda a: a.active_experts is None or a.active_experts <= a.experts_or_default,
+            field_path=".activeExperts",
+            got=lambda a: f"activeExperts {a.active_experts}, experts {a.experts_or_default}",
+        ),
+    )
 
     @property
     def head_dim_or_default(self) -> int:
@@ -147,11 +162,14 @@ class ModelSpec(ApiModel):
         default=None, description="Total parameters (at most 1e14), used when the architecture is not given."
     )
 
-    @model_validator(mode="after")
-    def _one_source(self) -> Self:
-        if self.architecture is None and self.parameters is None:
-            raise ValueError("give model.architecture (preferred) or model.parameters")
-        return self
+    cel_rules: ClassVar[tuple[CelRule, ...]] = (
+        CelRule(
+            name="model-size-given",
+            cel="has(self.architecture) || has(self.parameters)",
+            message="give model.architecture (preferred) or model.parameters",
+            check=lambda m: m.architecture is not None or m.parameters is not None,
+        ),
+    )
 
 
 class Workload(ApiModel):
@@ -208,17 +226,57 @@ class Workload(ApiModel):
         default=128, description="Generated tokens per sequence (inference)."
     )
 
-    @model_validator(mode="after")
-    def _mode_needs(self) -> Self:
-        if self.mode is WorkloadMode.TRAINING and self.tokens is None:
-            raise ValueError("training needs workload.tokens (how many tokens to train on)")
-        if self.gradient_checkpointing and self.recompute not in (None, Recompute.FULL):
-            raise ValueError(
-                f"gradientCheckpointing: true means recompute: full (got recompute: {self.recompute.value})"
-            )
-        if self.context_parallel > 1 and self.seq_len % self.context_parallel:
-            raise ValueError(f"contextParallel must divide seqLen ({self.seq_len}) (got {self.context_parallel})")
-        return self
+    # Inference: the training-only knobs must keep their neutral values (microBatch, seqLen and the
+    # optimizer have non-neutral defaults and are simply not read). Training: batch, promptLen and
+    # newTokens are not read; they are not refused, since their defaults are not neutral either and a
+    # stored object that carries them (a client that writes defaults) must stay valid.
+    cel_rules: ClassVar[tuple[CelRule, ...]] = (
+        CelRule(
+            name="training-needs-tokens",
+            cel="(has(self.mode) && self.mode == 'inference') || has(self.tokens)",
+            message="training needs workload.tokens (how many tokens to train on)",
+            check=lambda w: w.mode is WorkloadMode.INFERENCE or w.tokens is not None,
+            field_path=".tokens",
+        ),
+        CelRule(
+            name="gradient-checkpointing-means-full-recompute",
+            cel="!has(self.gradientCheckpointing) || !self.gradientCheckpointing || !has(self.recompute) "
+            "|| self.recompute == 'full'",
+            message="gradientCheckpointing: true means recompute: full",
+            check=lambda w: not w.gradient_checkpointing or w.recompute in (None, Recompute.FULL),
+            field_path=".recompute",
+            got=lambda w: f"recompute: {w.recompute.value if w.recompute else None}",
+        ),
+        CelRule(
+            name="context-parallel-divides-seq-len",
+            cel="!has(self.contextParallel) || (has(self.seqLen) ? self.seqLen : 2048) % self.contextParallel == 0",
+            message="contextParallel must divide seqLen",
+            check=lambda w: w.seq_len % w.context_parallel == 0,
+            field_path=".contextParallel",
+            got=lambda w: f"contextParallel {w.context_parallel}, seqLen {w.seq_len}",
+        ),
+        CelRule(
+            name="inference-trains-nothing",
+            cel="!has(self.mode) || self.mode != 'inference' || ("
+            "(!has(self.gradientAccumulation) || self.gradientAccumulation == 1) && "
+            "(!has(self.gradientCheckpointing) || !self.gradientCheckpointing) && "
+            "(!has(self.recompute) || self.recompute == 'none'))",
+            message="inference trains nothing: gradientAccumulation must be 1, gradientCheckpointing false "
+            "and recompute none or unset",
+            check=lambda w: (
+                w.mode is not WorkloadMode.INFERENCE
+                or (
+                    w.gradient_accumulation == 1
+                    and not w.gradient_checkpointing
+                    and w.recompute in (None, Recompute.NONE)
+                )
+            ),
+            got=lambda w: (
+                f"gradientAccumulation {w.gradient_accumulation}, gradientCheckpointing "
+                f"{str(w.gradient_checkpointing).lower()}, recompute {w.recompute.value if w.recompute else None}"
+            ),
+        ),
+    )
 
     @property
     def recompute_or_default(self) -> Recompute:
@@ -247,11 +305,33 @@ class Placement(ApiModel):
     max_devices: Annotated[int, Field(ge=1, le=bounds.DEVICES)] | None = None
     max_nodes: Annotated[int, Field(ge=1, le=bounds.NODES)] | None = None
 
-    @model_validator(mode="after")
-    def _bounds(self) -> Self:
-        if self.max_devices is not None and self.max_devices < self.min_devices:
-            raise ValueError(f"maxDevices ({self.max_devices}) must be >= minDevices ({self.min_devices})")
-        return self
+    cel_rules: ClassVar[tuple[CelRule, ...]] = (
+        CelRule(
+            name="max-devices-at-least-min",
+            cel="!has(self.maxDevices) || !has(self.minDevices) || self.maxDevices >= self.minDevices",
+            message="maxDevices must be >= minDevices",
+            check=lambda p: p.max_devices is None or p.max_devices >= p.min_devices,
+            field_path=".maxDevices",
+            got=lambda p: f"maxDevices {p.max_devices}, minDevices {p.min_devices}",
+        ),
+        CelRule(
+            name="max-nodes-at-most-max-devices",
+            cel="!has(self.maxNodes) || !has(self.maxDevices) || self.maxNodes <= self.maxDevices",
+            message="maxNodes must be <= maxDevices (each node runs at least one device)",
+            check=lambda p: p.max_nodes is None or p.max_devices is None or p.max_nodes <= p.max_devices,
+            field_path=".maxNodes",
+            got=lambda p: f"maxNodes {p.max_nodes}, maxDevices {p.max_devices}",
+        ),
+        CelRule(
+            name="min-devices-fit-max-nodes",
+            cel="!has(self.maxNodes) || !has(self.minDevices) "
+            f"|| self.minDevices <= self.maxNodes * {bounds.DEVICES_PER_NODE}",
+            message=f"minDevices must fit on maxNodes nodes of at most {bounds.DEVICES_PER_NODE} devices",
+            check=lambda p: p.max_nodes is None or p.min_devices <= p.max_nodes * bounds.DEVICES_PER_NODE,
+            field_path=".minDevices",
+            got=lambda p: f"minDevices {p.min_devices}, maxNodes {p.max_nodes}",
+        ),
+    )
 
 
 class Spot(ApiModel):
@@ -289,6 +369,16 @@ class Checkpoint(ApiModel):
 
 
 class AcceleratorJobSpec(ApiModel):
+    cel_rules: ClassVar[tuple[CelRule, ...]] = (
+        CelRule(
+            name="spot-require-needs-checkpoint",
+            cel="!has(self.spot) || !has(self.spot.policy) || self.spot.policy != 'require' || has(self.checkpoint)",
+            message="spot.policy require needs spec.checkpoint: a preemption loses the work since the last one",
+            check=lambda s: s.spot.policy is not SpotPolicy.REQUIRE or s.checkpoint is not None,
+            field_path=".checkpoint",
+        ),
+    )
+
     team: Name
     image: str = Field(min_length=1, max_length=bounds.IMAGE_LENGTH)
     command: list[Annotated[str, Field(max_length=bounds.ARG_LENGTH)]] = Field(

@@ -5,12 +5,12 @@ and tolerate them, price) and how far the pool may grow; the status is what the 
 observes of it (nodes, free devices, fragmentation, utilization, preemption rate).
 """
 
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field
 
 from accel_api import bounds, patterns, vocabulary
-from accel_api.base import ApiModel, Conditions, ObjectMeta
+from accel_api.base import ApiModel, CelRule, Conditions, ObjectMeta
 from accel_api.enums import CapacityType, PoolScaling, PriceSource, Provider, TaintEffect, TolerationOperator
 
 PricePerHour = Annotated[float, Field(ge=0, le=bounds.PRICE_MAX)]
@@ -38,6 +38,19 @@ class Price(ApiModel):
 class AcceleratorPoolSpec(ApiModel):
     """Bounds: 1-64 devices per node, 1-65536 nodes, 32 selector entries and tolerations,
     preemptions ≤ 60 per node-hour, restarts ≤ a day."""
+
+    # Catalog ids of TPUs start with "tpu-" (a unit test holds the catalog to it): the API server
+    # cannot read the catalog, so the rule is spelled on the id.
+    cel_rules: ClassVar[tuple[CelRule, ...]] = (
+        CelRule(
+            name="tpu-topology-only-for-tpus",
+            cel="!has(self.tpuTopology) || self.accelerator.startsWith('tpu-')",
+            message="tpuTopology is only for TPU accelerators (catalog ids tpu-*)",
+            check=lambda p: p.tpu_topology is None or p.accelerator.startswith("tpu-"),
+            field_path=".tpuTopology",
+            got=lambda p: f"accelerator {p.accelerator!r}",
+        ),
+    )
 
     provider: Provider
     accelerator: str = Field(

@@ -15,6 +15,8 @@ API_VERSION: Final = f"{GROUP}/{VERSION}"
 # --- our own labels and annotations -------------------------------------------------------
 LABEL_JOB: Final = f"{GROUP}/job"
 LABEL_TEAM: Final = f"{GROUP}/team"
+# On a Namespace (set by the platform team): the one team its AcceleratorJobs may name.
+LABEL_NAMESPACE_TEAM: Final = LABEL_TEAM
 LABEL_POOL: Final = f"{GROUP}/pool"
 LABEL_ATTEMPT: Final = f"{GROUP}/attempt"
 LABEL_MANAGED_BY: Final = "app.kubernetes.io/managed-by"

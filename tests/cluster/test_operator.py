@@ -90,20 +90,20 @@ def test_impossible_job_is_unschedulable_with_reasons(
     assert all(alt["reason"] for alt in status["plan"]["alternatives"])
 
 
-@pytest.mark.expect_errors(r"maxDevices \(1\) must be >= minDevices \(4\)")
+@pytest.mark.expect_errors(r"tensorParallel must divide model.architecture.heads \(32\) and kvHeads \(4\)")
 def test_invalid_spec_is_reported_on_the_object(
     api: client.ApiClient, namespace: str, pools: list[str], operator: Any
 ) -> None:
-    # The CRD schema cannot express this cross-field rule; the operator's model does.
+    # A rule across model and workload that the CRD does not carry as CEL; the operator's model does.
+    doc = _docs("01-finetune-single-gpu.yaml")[0]
     job = _create_job(
-        api,
-        namespace,
-        "01-finetune-single-gpu.yaml",
-        placement={"acceleratorKinds": ["gpu"], "minDevices": 4, "maxDevices": 1},
+        api, namespace, "01-finetune-single-gpu.yaml", workload={**doc["spec"]["workload"], "tensorParallel": 8}
     )
     status = wait_for(lambda: _status(api, namespace, job["metadata"]["name"]), timeout=60, what="a status")
     assert status["phase"] == "Failed"
-    assert "spec.placement: maxDevices (1) must be >= minDevices (4)" in status["message"]
+    assert (
+        "spec.workload: tensorParallel must divide model.architecture.heads (32) and kvHeads (4)" in status["message"]
+    )
 
 
 def _token_kubeconfig(api: client.ApiClient, core: client.CoreV1Api, tmp: Path) -> Path:

@@ -115,7 +115,12 @@ def _leaves(node: Any) -> list[Any]:
         job(env=[{"name": "NCCL_DEBUG", "value": "INFO"}, {"name": "WANDB_PROJECT", "value": "x"}]),
         job(env=[{"name": "accel_lowercase_is_not_the_contract", "value": "x"}]),
         job(model={"parameters": bounds.PARAMETERS}, workload={"tokens": bounds.TOKENS}),
-        pool(tpuTopology="16x16x16", price={"onDemandPerDeviceHour": 0, "spotPerDeviceHour": 1000}),
+        pool(
+            provider="gcp",
+            accelerator="tpu-v5p",
+            tpuTopology="16x16x16",
+            price={"onDemandPerDeviceHour": 0, "spotPerDeviceHour": 1000},
+        ),
     ],
 )
 def test_values_at_the_bounds_are_accepted_by_model_and_crd(doc: dict[str, Any]) -> None:

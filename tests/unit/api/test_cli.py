@@ -66,3 +66,54 @@ def test_crds_check_detects_drift(tmp_path: Path, capsys: pytest.CaptureFixture[
     (tmp_path / "acceleratorjobs.yaml").write_text("# edited by hand\n")
     assert main(["crds", "--check", "--out", str(tmp_path)]) == 1
     assert "out of date" in capsys.readouterr().err
+
+
+_SPOT_JOB = """apiVersion: accel.dev/v1alpha1
+kind: AcceleratorJob
+metadata: {name: j}
+spec:
+  team: serving
+  image: x
+  model: {parameters: 1000000}
+  workload: {tokens: 1000}
+  placement: {pools: [h100-spot]}
+  spot: {policy: prefer}
+"""
+
+
+def test_validate_with_policy_prints_each_violation(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    job = tmp_path / "job.yaml"
+    job.write_text(_SPOT_JOB)
+    policy = str(ROOT / "examples" / "20-policy.yaml")
+    assert main(["validate", "--policy", policy, "--namespace-team", "research", str(job)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err == [
+        f"error: {job}: AcceleratorJob/j: spec.team: must be 'research', the team of its namespace (got 'serving') "
+        "(rule namespace-team); fix: set spec.team to 'research', or submit in a namespace labelled "
+        "accel.dev/team='serving'",
+        f"error: {job}: AcceleratorJob/j: spec.checkpoint: required for spot jobs by policy 'platform-defaults' "
+        "(rule spot-needs-checkpoint); fix: add spec.checkpoint with an s3:// or pvc:// uri, or set "
+        "spec.spot.policy: never",
+        f"error: {job}: AcceleratorJob/j: spec.placement.pools[0]: team 'serving' may not use pool 'h100-spot' by "
+        "policy 'platform-defaults' (rule pool-access); fix: name only pools granted to the team: h100-on-demand, "
+        "l4-on-demand, tpu-v5e-spot",
+    ]
+
+
+def test_validate_examples_obey_the_example_policy(capsys: pytest.CaptureFixture[str]) -> None:
+    files = sorted(str(p) for p in (ROOT / "examples").glob("*.yaml"))
+    assert main(["validate", "--policy", str(ROOT / "examples" / "20-policy.yaml"), *files]) == 0
+    assert capsys.readouterr().out.count("obeys 1 policy") == 4
+
+
+def test_validate_policy_file_must_hold_policies(capsys: pytest.CaptureFixture[str]) -> None:
+    pool = str(ROOT / "examples" / "11-pool-l4-on-demand.yaml")
+    assert main(["validate", "--policy", pool, pool]) == 2
+    assert "--policy takes AcceleratorPolicy objects" in capsys.readouterr().err
+
+
+def test_validate_without_policy_ignores_policy_rules(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    job = tmp_path / "job.yaml"
+    job.write_text(_SPOT_JOB)
+    assert main(["validate", str(job)]) == 0
+    assert "is valid" in capsys.readouterr().out

@@ -57,7 +57,10 @@ def test_defaults() -> None:
         ({"team": "Research"}, "spec.team: must be a lowercase DNS label"),
         ({"deadline": "3 days"}, "spec.deadline: must be a duration such as 90m"),
         ({"checkpoint": {"uri": "gs://b/x"}}, "spec.checkpoint.uri: must be s3://bucket/prefix or pvc://claim/path"),
-        ({"placement": {"minDevices": 8, "maxDevices": 4}}, "maxDevices (4) must be >= minDevices (8)"),
+        (
+            {"placement": {"minDevices": 8, "maxDevices": 4}},
+            "spec.placement: maxDevices must be >= minDevices (got maxDevices 4, minDevices 8)",
+        ),
         ({"maxCost": -5}, "spec.maxCost: must be > 0"),
         ({"workload": {"tokens": "many"}}, "spec.workload.tokens: must be a whole number (got 'many')"),
         ({"workload": {"tokens": 10, "framework": "jax"}}, "spec.workload.framework: must be one of"),
@@ -70,7 +73,7 @@ def test_defaults() -> None:
         ({"workload": {"tokens": 10, "pipelineParallel": 0}}, "spec.workload.pipelineParallel: must be >= 1"),
         (
             {"workload": {"tokens": 10, "contextParallel": 3, "seqLen": 1000}},
-            "spec.workload: contextParallel must divide seqLen (1000) (got 3)",
+            "spec.workload: contextParallel must divide seqLen (got contextParallel 3, seqLen 1000)",
         ),
         (
             {"workload": {"tokens": 10, "tensorParallel": 8}},
@@ -93,7 +96,7 @@ def test_defaults() -> None:
                     }
                 }
             },
-            "activeExperts (9) must be at most experts (8)",
+            "activeExperts must be at most experts (1 when unset) (got activeExperts 9, experts 8)",
         ),
         (
             {"model": {"architecture": {"layers": 2, "hidden": 64, "heads": 4, "vocab": 10, "headDim": 0}}},

@@ -1,0 +1,269 @@
+"""Pure policy evaluation: does an AcceleratorJob break an AcceleratorPolicy?
+
+One function, :func:`evaluate`, used by the admission webhook, the reconciler (which checks again:
+policies and spend change after admission) and ``accelctl validate --policy`` offline. It reads
+frozen values only; the caller fetches the policies, the namespace's team label
+(``vocabulary.LABEL_NAMESPACE_TEAM``), the pools and the spend.
+
+Several policies combine: every rule of every policy applies, and each breach is one
+:class:`Violation` naming its policy and rule. Rules:
+
+- ``namespace-team``: the job names the team of its namespace (when the namespace is labelled;
+  ``namespace_team=None`` means "not known", and the rule is skipped);
+- ``spot-needs-checkpoint``, ``spot-checkpoint-interval``, ``spot-checkpoint-scheme``: a job that
+  may run on spot (``spot.policy`` prefer or require) checkpoints, often enough, to an allowed scheme;
+- ``pool-access``: the pools the job names are granted to its team (with ``pools``, also: some
+  known pool is granted to it at all);
+- ``max-devices``: ``minDevices`` (and an explicit ``maxDevices``) within ``maxDevicesPerJob``;
+  a job that leaves ``maxDevices`` unset is capped by the planner (:func:`device_cap`), not refused;
+- ``reserved-env``: no env name the policy reserves;
+- ``budget-exceeds-limit``: the job's ``maxCost`` alone is over its team's budget (refused);
+- ``budget-exhausted``: the team's spend this period (``spent``, keyed by :func:`spend_key`), plus the
+  job's ``maxCost`` when given, reaches the budget: ``queue=True``, the job waits for the next period
+  or a larger budget rather than failing.
+"""
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from accel_api import errors, vocabulary
+from accel_api.enums import BudgetPeriod, SpotPolicy
+from accel_api.job import AcceleratorJobSpec
+from accel_api.policy import AcceleratorPolicy, AcceleratorPolicySpec
+from accel_api.pool import AcceleratorPoolSpec
+
+ANY = "*"
+
+
+@dataclass(frozen=True)
+class Violation:
+    field: str  # YAML path in the job, e.g. spec.checkpoint
+    rule: str  # kebab-case rule id
+    policy: str | None  # the AcceleratorPolicy's name; None for the namespace's team label
+    message: str
+    fix: str | None = None
+    queue: bool = False  # transient (spend): wait and evaluate again rather than refuse
+
+    def __str__(self) -> str:
+        by = f" by policy '{self.policy}'" if self.policy is not None else ""
+        fix = f"; fix: {self.fix}" if self.fix else ""
+        return f"{self.field}: {self.message}{by} (rule {self.rule}){fix}"
+
+
+def spend_key(team: str, period: BudgetPeriod) -> str:
+    """The key of ``spent`` for a team's spend in the current ``period``, e.g. ``research/monthly``."""
+    return f"{team}/{period.value}"
+
+
+def evaluate(
+    job: AcceleratorJobSpec,
+    namespace_team: str | None,
+    policies: Sequence[AcceleratorPolicy],
+    *,
+    pools: Mapping[str, AcceleratorPoolSpec] | None = None,
+    spent: Mapping[str, float] | None = None,
+) -> list[Violation]:
+    """Every breach of ``policies`` (and of the namespace's team) by ``job``; empty when admitted."""
+    out: list[Violation] = []
+    if namespace_team is not None and job.team != namespace_team:
+        out.append(
+            Violation(
+                "spec.team",
+                "namespace-team",
+                None,
+                f"must be {errors.clip(namespace_team)}, the team of its namespace (got {errors.clip(job.team)})",
+                f"set spec.team to {errors.clip(namespace_team)}, or submit in a namespace labelled "
+                f"{vocabulary.LABEL_NAMESPACE_TEAM}={errors.clip(job.team)}",
+            )
+        )
+    for pol in policies:
+        name = pol.metadata.name or "(unnamed)"
+        out.extend(_spot(job, pol.spec, name))
+        out.extend(_pool_access(job, pol.spec, name, pools))
+        out.extend(_devices(job, pol.spec, name))
+        out.extend(_env(job, pol.spec, name))
+        out.extend(_budgets(job, pol.spec, name, spent or {}))
+    return out
+
+
+def refusals(violations: Iterable[Violation]) -> list[Violation]:
+    """The violations that refuse the job now (not the ones it may wait out)."""
+    return [v for v in violations if not v.queue]
+
+
+def _spot(job: AcceleratorJobSpec, spec: AcceleratorPolicySpec, name: str) -> list[Violation]:
+    rules = spec.spot
+    if job.spot.policy is SpotPolicy.NEVER:
+        return []
+    schemes = " or ".join(f"{s}://" for s in rules.allowed_checkpoint_schemes) or "(none allowed)"
+    ckpt = job.checkpoint
+    if ckpt is None:
+        if not rules.require_checkpoint:
+            return []
+        return [
+            Violation(
+                "spec.checkpoint",
+                "spot-needs-checkpoint",
+                name,
+                "required for spot jobs",
+                f"add spec.checkpoint with an {schemes} uri, or set spec.spot.policy: never",
+            )
+        ]
+    out: list[Violation] = []
+    limit = rules.max_checkpoint_interval_minutes
+    if limit is not None and ckpt.interval_minutes > limit:
+        out.append(
+            Violation(
+                "spec.checkpoint.intervalMinutes",
+                "spot-checkpoint-interval",
+                name,
+                f"must be at most {limit:g} for spot jobs (got {ckpt.interval_minutes:g})",
+                f"set spec.checkpoint.intervalMinutes to {limit:g} or less",
+            )
+        )
+    if ckpt.scheme not in rules.allowed_checkpoint_schemes:
+        out.append(
+            Violation(
+                "spec.checkpoint.uri",
+                "spot-checkpoint-scheme",
+                name,
+                f"must be an {schemes} uri for spot jobs (got {errors.clip(ckpt.scheme + '://')})",
+                f"checkpoint to an {schemes} uri",
+            )
+        )
+    return out
+
+
+def allowed_pools(team: str, spec: AcceleratorPolicySpec) -> frozenset[str] | None:
+    """The pools ``spec`` grants ``team`` (``"*"`` among them: every pool); None: no access rules."""
+    if not spec.pool_access:
+        return None
+    return frozenset(p for rule in spec.pool_access if team in rule.teams or ANY in rule.teams for p in rule.pools)
+
+
+def pool_allowed(team: str, pool: str, policies: Sequence[AcceleratorPolicy]) -> bool:
+    """Whether every policy grants ``team`` the pool ``pool`` (for the planner's candidates)."""
+    for pol in policies:
+        granted = allowed_pools(team, pol.spec)
+        if granted is not None and ANY not in granted and pool not in granted:
+            return False
+    return True
+
+
+def device_cap(policies: Sequence[AcceleratorPolicy]) -> int | None:
+    """The most devices any job may get under ``policies`` (for the planner), None: no cap."""
+    caps = [p.spec.max_devices_per_job for p in policies if p.spec.max_devices_per_job is not None]
+    return min(caps) if caps else None
+
+
+def _pool_access(
+    job: AcceleratorJobSpec, spec: AcceleratorPolicySpec, name: str, pools: Mapping[str, AcceleratorPoolSpec] | None
+) -> list[Violation]:
+    granted = allowed_pools(job.team, spec)
+    if granted is None or ANY in granted:
+        return []
+    shown = ", ".join(sorted(granted)[:8]) or "(none)"
+    out = [
+        Violation(
+            f"spec.placement.pools[{i}]",
+            "pool-access",
+            name,
+            f"team {errors.clip(job.team)} may not use pool {errors.clip(pool)}",
+            f"name only pools granted to the team: {shown}",
+        )
+        for i, pool in enumerate(job.placement.pools)
+        if pool not in granted
+    ]
+    if not out and not job.placement.pools and pools is not None and not granted.intersection(pools):
+        out.append(
+            Violation(
+                "spec.team",
+                "pool-access",
+                name,
+                f"team {errors.clip(job.team)} is granted no existing pool",
+                "ask the platform team for pool access",
+            )
+        )
+    return out
+
+
+def _devices(job: AcceleratorJobSpec, spec: AcceleratorPolicySpec, name: str) -> list[Violation]:
+    cap = spec.max_devices_per_job
+    if cap is None:
+        return []
+    out: list[Violation] = []
+    place = job.placement
+    if place.min_devices > cap:
+        out.append(
+            Violation(
+                "spec.placement.minDevices",
+                "max-devices",
+                name,
+                f"must be at most {cap} (got {place.min_devices})",
+                f"set spec.placement.minDevices to {cap} or less",
+            )
+        )
+    if place.max_devices is not None and place.max_devices > cap:
+        out.append(
+            Violation(
+                "spec.placement.maxDevices",
+                "max-devices",
+                name,
+                f"must be at most {cap} (got {place.max_devices})",
+                f"set spec.placement.maxDevices to {cap} or less, or leave it unset",
+            )
+        )
+    return out
+
+
+def _env(job: AcceleratorJobSpec, spec: AcceleratorPolicySpec, name: str) -> list[Violation]:
+    if not spec.reserved_env:
+        return []
+    return [
+        Violation(
+            f"spec.env[{i}].name",
+            "reserved-env",
+            name,
+            f"is reserved (got {errors.clip(var.name)})",
+            "remove it or rename it; reserved: " + ", ".join(spec.reserved_env[:8]),
+        )
+        for i, var in enumerate(job.env)
+        if vocabulary.is_reserved_env(var.name, spec.reserved_env)
+    ]
+
+
+def _budgets(
+    job: AcceleratorJobSpec, spec: AcceleratorPolicySpec, name: str, spent: Mapping[str, float]
+) -> list[Violation]:
+    out: list[Violation] = []
+    for budget in spec.budgets:
+        if budget.team != job.team:
+            continue
+        period = budget.period.value
+        limit = budget.limit_usd
+        if job.max_cost is not None and job.max_cost > limit:
+            out.append(
+                Violation(
+                    "spec.maxCost",
+                    "budget-exceeds-limit",
+                    name,
+                    f"must be at most the team's {period} budget of ${limit:,.2f} (got ${job.max_cost:,.2f})",
+                    f"set spec.maxCost to {limit:g} or less",
+                )
+            )
+            continue
+        used = spent.get(spend_key(job.team, budget.period), 0.0)
+        need = job.max_cost or 0.0
+        if used >= limit or used + need > limit:
+            out.append(
+                Violation(
+                    "spec.team",
+                    "budget-exhausted",
+                    name,
+                    f"team {errors.clip(job.team)} has spent ${used:,.2f} of its {period} budget of ${limit:,.2f}"
+                    + (f" (the job may cost ${need:,.2f})" if need else ""),
+                    f"wait for the next {period} period, or ask the platform team for a larger budget",
+                    queue=True,
+                )
+            )
+    return out
