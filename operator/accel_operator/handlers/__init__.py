@@ -36,7 +36,11 @@ def register(reg: kopf.OperatorRegistry, ctx: OperatorContext) -> Scheduler:
         settings.watching.server_timeout = 300  # re-establish watches every 5 minutes at most
         settings.watching.client_timeout = 330
         settings.networking.request_timeout = 30
-        settings.queueing.worker_limit = 64
+        # No cap on kopf's per-object workers: until every listed object is indexed, each worker
+        # waits holding its slot, so a cap below the number of objects of one kind (pods, jobs)
+        # deadlocks the start; afterwards a worker holds its slot for idle_timeout after its last
+        # event, so a cap of N throttles each kind to about N / idle_timeout objects per second.
+        settings.queueing.worker_limit = None
         sched.indices = Indices(
             pools=kwargs["pools"],
             nodes=kwargs["nodes"],
