@@ -262,7 +262,8 @@ def _admit(
             Cond(VALID, True, "SpecValid"),
             Cond(PLANNED, True, "Planned", plan.reason),
             Cond(ADMITTED, True, "Admitted", message),
-            Cond(RUNNING, False, "WaitingForNodes", "the workload's pods are being placed"),
+            # The words the next decision uses while no pod is placed: no second status write for them.
+            Cond(RUNNING, False, "WaitingForNodes", f"0 of {c.nodes} pod(s) placed"),
         ),
         status=status,
         actions=(*events, act.CreateWorkload(attempt, workload, c.pool, c.devices, c.nodes)),
