@@ -242,6 +242,17 @@ def operator_process(
                 proc.wait(10)
 
 
+def cpu_seconds(pid: int | None) -> float:
+    """User + system CPU seconds of ``pid`` so far (NaN when it is gone)."""
+    if pid is None:
+        return math.nan
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return math.nan
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def scrape(port: int) -> dict[str, float]:
     """The operator's /metrics as {series: value} (histogram sums and counts included)."""
     try:
@@ -532,6 +543,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 docs = [job_doc(namespace, f"b-{i:05d}", burst_pools[i % len(burst_pools)]) for i in range(burst_jobs)]
                 fits = min(burst_jobs, len(burst_pools) * per_pool * args.devices_per_node)
                 print(f"burst: {burst_jobs} jobs ({fits} fit) from {args.clients} threads ...", flush=True)
+                pids = {"operator": proc.pid, **{c.name: c.pid for c in cluster.status()}}
+                cpu0 = {k: cpu_seconds(p) for k, p in pids.items()}
                 tb0 = time.monotonic()
                 create_s = burst(creator, docs)
                 names = [d["metadata"]["name"] for d in docs]
@@ -554,6 +567,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     "latency_max_s": max(lat, default=math.nan),
                     "workloads_per_second": per_second(arrivals, tb0),
                     "rss_peak_mb": rss.peak_between(tb0, tb1) / 1e6,
+                    "cpu_s": {k: round(cpu_seconds(p) - cpu0[k], 1) for k, p in pids.items()},
                 }
                 print(f"burst: {got}/{fits} admitted in {tp['seconds']:.1f}s", flush=True)
                 time.sleep(args.settle)
@@ -561,6 +575,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 if rate_jobs:
                     docs = [job_doc(namespace, f"r-{i:05d}", rate_pools[i % len(rate_pools)]) for i in range(rate_jobs)]
                     print(f"rate: {rate_jobs} jobs at {args.rate}/s ...", flush=True)
+                    cpu0 = {k: cpu_seconds(p) for k, p in pids.items()}
                     tr0 = time.monotonic()
                     offer_s = fixed_rate(creator, docs, args.rate)
                     names = [d["metadata"]["name"] for d in docs]
@@ -578,6 +593,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                         "latency_p99_s": pct(lat, 99),
                         "latency_max_s": max(lat, default=math.nan),
                         "rss_peak_mb": rss.peak_between(tr0, tr1) / 1e6,
+                        "seconds": tr1 - tr0,
+                        "cpu_s": {k: round(cpu_seconds(p) - cpu0[k], 1) for k, p in pids.items()},
                     }
                 metrics = scrape(args.metrics_port)
                 if not alive():
