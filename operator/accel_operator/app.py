@@ -12,6 +12,7 @@ import os
 import socket
 import threading
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 
 import kopf
 from prometheus_client import start_http_server
@@ -30,7 +31,7 @@ log = logging.getLogger("accel_operator")
 
 
 def build_context(settings: OperatorSettings) -> OperatorContext:
-    api = api_client()
+    api = api_client(connections=settings.api_threads)
     elector: Elector = AlwaysLeader()
     if settings.lease:
         identity = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
@@ -53,6 +54,10 @@ async def run(
     ready_flag: asyncio.Event | threading.Event | None = None,
 ) -> None:
     """Run the operator until ``stop_flag`` is set (or forever)."""
+    # The API calls that apply decisions run in threads (the client blocks): as many as pooled connections.
+    asyncio.get_running_loop().set_default_executor(
+        ThreadPoolExecutor(settings.api_threads, thread_name_prefix="accel-api")
+    )
     ctx = context if context is not None else await asyncio.to_thread(build_context, settings)
     registry = kopf.OperatorRegistry()
     handlers.register(registry, ctx)

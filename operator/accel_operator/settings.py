@@ -26,6 +26,13 @@ class OperatorSettings(BaseSettings):
         description="Fixed pools: an admitted gang whose pods do not all get a node this long is released.",
     )
     log_format: Literal["text", "json"] = Field(default="text", description="text for people, json for pipelines.")
+    api_threads: int = Field(
+        default=16,
+        ge=1,
+        le=128,
+        description="Threads (and pooled connections) for the API calls that apply decisions: status patches, "
+        "workloads, events.",
+    )
     metrics_port: int = Field(default=8080, ge=0, le=65535, description="Prometheus /metrics; 0: off.")
     metrics_address: str = Field(default="0.0.0.0", max_length=64, description="Bind address of /metrics.")
     lease: str = Field(

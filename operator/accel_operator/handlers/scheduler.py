@@ -84,8 +84,12 @@ class Indices:
 class _Pending:
     """A status this process wrote (or is writing) that the watch has not shown yet."""
 
-    status: dict[str, Any]
+    status: AcceleratorJobStatus  # validated once, when the decision is applied
     revision: int | None = None  # the resourceVersion the write returned; None while in flight
+
+
+# How long a workload this process created stands in for the watch that has not shown it yet.
+CREATED_TTL_SECONDS = 60.0
 
 
 @dataclass
@@ -99,9 +103,15 @@ class Scheduler:
     indices: Indices | None = None
     ready: bool = False
     dirty: set[JobKey] = field(default_factory=set)
-    full_pass: bool = True
+    full_pass: bool = True  # decide every job (start, resync, a failed pass)
+    capacity_pass: bool = False  # decide every waiting job (something freed or added devices)
     pools_version: int = 0
     overlay: dict[JobKey, _Pending] = field(default_factory=dict)
+    # Workloads this process created that the watch has not shown yet: (namespace, name) ->
+    # (view, monotonic time of the create). Without them, every pass until the watch catches up
+    # would create the workload again (a 409 and a read each time).
+    created: dict[tuple[str, str], tuple[WorkloadView, float]] = field(default_factory=dict)
+    acting: set[JobKey] = field(default_factory=set)  # jobs whose last decision is being applied
     plans: dict[tuple[str, int | None, int], Plan] = field(default_factory=dict)
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     in_flight: set[asyncio.Task[None]] = field(default_factory=set)
@@ -114,15 +124,18 @@ class Scheduler:
         self.wake.set()
 
     def capacity_changed(self) -> None:
-        """Something that changes what is free happened: every waiting job may now fit."""
+        """Something that changes what is free happened: every waiting job may now fit. Jobs
+        that hold devices are decided on their own marks (and on the resync), not on this."""
         self.ready = True
-        self.full_pass = True
+        self.capacity_pass = True
         self.wake.set()
 
     def pools_changed(self) -> None:
         self.pools_version += 1
         self.plans.clear()
-        self.capacity_changed()
+        self.ready = True
+        self.full_pass = True
+        self.wake.set()
 
     def forget(self, key: JobKey) -> None:
         self.overlay.pop(key, None)
@@ -145,7 +158,7 @@ class Scheduler:
             generation=raw.generation,
             spec=raw.spec,
             spec_problems=raw.spec_problems,
-            status=AcceleratorJobStatus.model_validate(pending.status),
+            status=pending.status,
             deleting=raw.deleting,
             resource_version=raw.resource_version,
         )
@@ -177,6 +190,13 @@ class Scheduler:
             w = _first(store)
             if w is not None:
                 workloads[key] = w
+        if self.created:
+            expired = time.monotonic() - CREATED_TTL_SECONDS
+            for key, (w, at) in list(self.created.items()):
+                if key in workloads or at < expired:
+                    del self.created[key]  # the watch caught up (or never will: act on what it says)
+                else:
+                    workloads[key] = w
         reservations: dict[JobKey, Reservation] = {}
         for key, job in jobs.items():
             st = job.status
@@ -249,7 +269,7 @@ class Scheduler:
                 self.full_pass = True  # the safety net: every job that should be acted on is
             if self.full_pass:
                 last_full = time.monotonic()
-            if not self.full_pass and not self.dirty:
+            if not self.full_pass and not self.capacity_pass and not self.dirty:
                 continue
             try:
                 await self.step()
@@ -270,9 +290,15 @@ class Scheduler:
         now = dt.datetime.now(dt.UTC)
         snap = self.observe(now)
         full, self.full_pass = self.full_pass, False
+        capacity, self.capacity_pass = self.capacity_pass, False
         dirty, self.dirty = self.dirty, set()
-        busy = {k for k in self.overlay if self.overlay[k].revision is None}
-        keys: set[JobKey] = set(snap.jobs) if full else dirty
+        busy = self.acting
+        if full:
+            keys: set[JobKey] = set(snap.jobs)
+        elif capacity:
+            keys = dirty | {k for k, j in snap.jobs.items() if j.phase not in HOLDING and j.phase not in TERMINAL}
+        else:
+            keys = dirty
         plans = dict(snap.plans)
         queue: dict[str, int] = {}
         phases: dict[str, int] = {}
@@ -318,10 +344,17 @@ class Scheduler:
             for k, v in new.items():
                 if v is None:
                     merged.pop(k, None)
-            self.overlay[job.key] = _Pending(merged)
+            self.overlay[job.key] = _Pending(AcceleratorJobStatus.model_validate(merged))
+        self.acting.add(job.key)
         task = asyncio.create_task(self._write(job, decision, new, snap))
         self.in_flight.add(task)
         task.add_done_callback(self.in_flight.discard)
+        task.add_done_callback(lambda _: self._acted(job.key))
+
+    def _acted(self, key: JobKey) -> None:
+        self.acting.discard(key)
+        if key in self.dirty:
+            self.wake.set()  # a pass skipped it while its decision was being applied
 
     async def _write(self, job: JobView, decision: Decision, new: dict[str, Any] | None, snap: Snapshot) -> None:
         ref = JobRef(job.namespace, job.name, job.uid)
@@ -331,6 +364,9 @@ class Scheduler:
                 pending = self.overlay.get(job.key)
                 if pending is not None:
                     pending.revision = _int(revision)
+            # In the decision's order (events, then the workload). The workload first would admit
+            # sooner, but tests/cluster/test_lifecycle.py's cordon test races the workload's pod
+            # against its cordon after seeing Admitted, and then loses more often.
             for action in decision.actions:
                 await self._act(job, ref, action, snap)
         except JobGone:
@@ -377,11 +413,15 @@ class Scheduler:
             )
             batch_job, service = wl_mod.build(spec)
             created = await _retrying(self.metrics, "create_workload", self.workloads.create, batch_job, service)
+            name = str(batch_job["metadata"]["name"])
+            view = WorkloadView(namespace=job.namespace, name=name, job=job.key, attempt=action.attempt)
+            self.created[(job.namespace, name)] = (view, time.monotonic())
             if created:
                 self.metrics.workloads_created.inc()
                 since = _parse(job.status.last_failure.time if job.status.last_failure else None) or job.created
                 self.metrics.admission_latency.observe((dt.datetime.now(dt.UTC) - since).total_seconds())
         elif isinstance(action, act.DeleteWorkload):
+            self.created.pop((job.namespace, action.name), None)
             await _retrying(self.metrics, "delete_workload", self.workloads.delete, job.namespace, action.name)
 
 

@@ -206,7 +206,9 @@ def _waiting(job: JobView, snapshot: Snapshot, now: dt.datetime) -> Decision:
     if len(why_not) > 3:
         reason += f"; and {len(why_not) - 3} more pools"
     waiting_reason = "QueuedBehind" if "ahead in the queue" in why_not[0] else "WaitingForCapacity"
-    blocked = blocked_for(snapshot, job, first.pool, _gang(first), now)
+    # Only the first waiting job in queue order blocks a pool; for the later ones the pool's
+    # shadow (a sort of its reservations) is not computed again.
+    blocked = snapshot.blocked.get(first.pool) or blocked_for(snapshot, job, first.pool, _gang(first), now)
     status = {
         "plan": plan_status(plan).model_dump(by_alias=True, mode="json"),
         "message": _clip(reason),
@@ -260,7 +262,8 @@ def _admit(
             Cond(VALID, True, "SpecValid"),
             Cond(PLANNED, True, "Planned", plan.reason),
             Cond(ADMITTED, True, "Admitted", message),
-            Cond(RUNNING, False, "WaitingForNodes", "the workload's pods are being placed"),
+            # The words the next decision uses while no pod is placed: no second status write for them.
+            Cond(RUNNING, False, "WaitingForNodes", f"0 of {c.nodes} pod(s) placed"),
         ),
         status=status,
         actions=(*events, act.CreateWorkload(attempt, workload, c.pool, c.devices, c.nodes)),

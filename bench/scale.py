@@ -1,0 +1,747 @@
+"""Scale benchmark of the operator on the local control plane (KWOK nodes, real API server).
+
+What it does, in order:
+
+1. Starts the local control plane (or reuses a healthy one), applies the CRDs, and creates
+   ``--pools`` AcceleratorPools of ``--nodes / --pools`` KWOK nodes each (8 × H100 per node by
+   default), in parallel threads; waits until the nodes are Ready.
+2. Runs the operator as a subprocess (``python -m accel_operator``, /metrics on, liveness off)
+   and samples its RSS from /proc every 0.2 s.
+3. Watches the batch Jobs the operator makes (label ``app.kubernetes.io/managed-by``) and records
+   when each one's ADDED event arrives here: that is "workload created" for its AcceleratorJob.
+4. Burst phase: creates the burst jobs from ``--clients`` threads as fast as they go. Every job
+   asks for exactly one H100 and is pinned to one pool (round robin over the burst pools).
+5. Fixed-rate phase: offers ``--rate`` jobs/s for ``--rate-seconds`` seconds to the rate pools,
+   which are kept empty for it, and takes each job's create → workload latency.
+6. Prints a table of figures and writes them as JSON (``--out``); stops the operator and, if it
+   started the control plane, stops it too (``--keep-cluster`` keeps it).
+
+What the figures mean. ``--jobs`` is the total of both phases: ``rate × rate-seconds`` jobs go to
+the rate phase and the rest to the burst. Pods never end (KWOK keeps them Running), so capacity
+is split: the rate phase gets the fewest whole pools that hold all its jobs, the burst the other
+pools. With the defaults (500 nodes × 8 = 4,000 devices in 10 pools, 5,000 jobs, 20/s for 60 s)
+the rate phase gets 3 pools (1,200 devices) for 1,200 jobs and the burst 7 pools (2,800 devices)
+for 3,800 jobs: 2,800 are admitted and 1,000 wait in the queue (Pending, QueuedBehind), as a real
+backlog would. "Burst jobs/s" is admitted jobs over the time from the first create to the last
+admitted job's workload; "sustained" is the same over the middle 10 %–90 % of admissions (no ramp
+at either end). The rate phase runs with the burst's jobs, pods and queue still there, so its
+latencies are those of a loaded operator, not of an empty one.
+
+Stops by itself: every wait has a deadline (``--timeout`` for each phase).
+
+Run (small, ~2 minutes):
+    python bench/scale.py --nodes 50 --pools 5 --jobs 500 --rate 20 --rate-seconds 10
+Run (full):
+    python bench/scale.py --out scale.json
+Export ``ACCEL_CLUSTER_PORT_BASE`` to run the control plane on other ports.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client, config, watch
+
+from accel_api import registry
+from accel_api import vocabulary as v
+from accel_api.pool import AcceleratorPoolSpec
+from accel_localcluster import default_cluster, kubeapi, nodes, preempt
+
+ROOT = Path(__file__).resolve().parents[1]
+JOB_SPEC: dict[str, Any] = {
+    "team": "bench",
+    "image": "bench/trainer:1",
+    "command": ["python", "-m", "trainer"],
+    "model": {
+        "name": "tinyllama-1.1b",
+        "architecture": {
+            "layers": 22,
+            "hidden": 2048,
+            "heads": 32,
+            "kvHeads": 4,
+            "intermediate": 5632,
+            "vocab": 32000,
+            "mlp": "swiglu",
+        },
+    },
+    "workload": {
+        "mode": "training",
+        "precision": "amp-bf16",
+        "optimizer": "adamw",
+        "microBatch": 4,
+        "seqLen": 2048,
+        "tokens": 200_000_000,
+    },
+    "objective": "cost",
+    "spot": {"policy": "never"},
+}
+
+
+# --- set-up -----------------------------------------------------------------------------------
+
+
+def pool_doc(name: str, node_count: int, devices_per_node: int) -> dict[str, Any]:
+    return {
+        "apiVersion": v.API_VERSION,
+        "kind": "AcceleratorPool",
+        "metadata": {"name": name, "labels": {"accel.dev/bench": "scale"}},
+        "spec": {
+            "provider": "aws",
+            "accelerator": "h100-80gb",
+            "devicesPerNode": devices_per_node,
+            "maxNodes": node_count,
+            "tolerations": [{"key": v.TAINT_GPU, "operator": "Exists", "effect": "NoSchedule"}],
+        },
+    }
+
+
+def job_doc(namespace: str, name: str, pool: str) -> dict[str, Any]:
+    spec = {**JOB_SPEC, "placement": {"acceleratorKinds": ["gpu"], "pools": [pool], "minDevices": 1, "maxDevices": 1}}
+    return {
+        "apiVersion": v.API_VERSION,
+        "kind": "AcceleratorJob",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": spec,
+    }
+
+
+def make_pools(
+    api_factory: Callable[[], client.ApiClient], pools: list[str], per_pool: int, devices: int, threads: int
+) -> list[str]:
+    """The pools and their KWOK nodes; nodes are created from ``threads`` threads."""
+    api = api_factory()
+    manifests: list[dict[str, Any]] = []
+    for name in pools:
+        doc = pool_doc(name, per_pool, devices)
+        kubeapi.apply(api, doc)
+        manifests += nodes.node_manifests(name, AcceleratorPoolSpec.model_validate(doc["spec"]), per_pool)
+    local = threading.local()
+
+    def create(m: dict[str, Any]) -> str:
+        if not hasattr(local, "core"):
+            local.core = client.CoreV1Api(api_factory())
+        return nodes.ensure_nodes(local.core, [m])[0]
+
+    with ThreadPoolExecutor(threads) as pool:
+        return list(pool.map(create, manifests))
+
+
+def wait_ready(core: client.CoreV1Api, names: set[str], timeout: float) -> float:
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        ready = set()
+        for n in core.list_node(label_selector="type=kwok").items:
+            if n.metadata.name in names and any(
+                c.type == "Ready" and c.status == "True" for c in (n.status.conditions or [])
+            ):
+                ready.add(n.metadata.name)
+        if ready >= names:
+            return time.monotonic() - t0
+        time.sleep(1.0)
+    raise TimeoutError(f"only some of {len(names)} nodes became Ready in {timeout:.0f}s")
+
+
+# --- the operator, its RSS and its metrics ----------------------------------------------------
+
+
+@dataclass
+class RssSampler:
+    pid: int
+    interval: float = 0.2
+    samples: list[tuple[float, int]] = field(default_factory=list)  # (monotonic, bytes)
+    hwm: int = 0  # VmHWM: the kernel's own peak
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def _read(self) -> tuple[int, int] | None:
+        try:
+            text = Path(f"/proc/{self.pid}/status").read_text()
+        except OSError:
+            return None
+        values = {}
+        for line in text.splitlines():
+            key, _, rest = line.partition(":")
+            if key in ("VmRSS", "VmHWM"):
+                values[key] = int(rest.split()[0]) * 1024
+        return values.get("VmRSS", 0), values.get("VmHWM", 0)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            got = self._read()
+            if got is None:
+                return
+            self.samples.append((time.monotonic(), got[0]))
+            self.hwm = max(self.hwm, got[1])
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="rss", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        got = self._read()
+        if got is not None:
+            self.hwm = max(self.hwm, got[1])
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5)
+
+    @property
+    def peak(self) -> int:
+        return max((b for _, b in self.samples), default=0)
+
+    def peak_between(self, t0: float, t1: float) -> int:
+        return max((b for t, b in self.samples if t0 <= t <= t1), default=0)
+
+
+@contextlib.contextmanager
+def operator_process(
+    kubeconfig: Path, metrics_port: int, log_path: Path, extra_env: dict[str, str], profile: Path | None
+) -> Iterator[subprocess.Popen[bytes]]:
+    env = {
+        **os.environ,
+        "KUBECONFIG": str(kubeconfig),
+        "ACCEL_OPERATOR_METRICS_PORT": str(metrics_port),
+        "ACCEL_OPERATOR_METRICS_ADDRESS": "127.0.0.1",
+        "ACCEL_OPERATOR_LIVENESS_PORT": "0",
+        **extra_env,
+    }
+    with socket.socket() as probe:  # another operator on this port would answer our scrapes
+        try:
+            probe.bind(("127.0.0.1", metrics_port))
+        except OSError as exc:
+            raise SystemExit(f"metrics port {metrics_port} is in use (another operator?): {exc}") from exc
+    with log_path.open("wb") as log:
+        prof = ["-m", "cProfile", "-o", str(profile)] if profile is not None else []
+        cmd = [sys.executable, *prof, "-m", "accel_operator"]
+        proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            yield proc
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)
+
+
+def cpu_seconds(pid: int | None) -> float:
+    """User + system CPU seconds of ``pid`` so far (NaN when it is gone)."""
+    if pid is None:
+        return math.nan
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return math.nan
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def scrape(port: int) -> dict[str, float]:
+    """The operator's /metrics as {series: value} (histogram sums and counts included)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+            text = resp.read().decode()
+    except OSError:
+        return {}
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith("#") or not line.strip():
+            continue
+        key, _, value = line.rpartition(" ")
+        with contextlib.suppress(ValueError):
+            out[key] = float(value)
+    return out
+
+
+def wait_metrics(port: int, timeout: float) -> None:
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        if scrape(port):
+            return
+        time.sleep(0.25)
+    raise TimeoutError(f"the operator's /metrics did not answer in {timeout:.0f}s")
+
+
+# --- watching workloads -----------------------------------------------------------------------
+
+
+class WorkloadWatch:
+    """Records when the first batch Job of each AcceleratorJob (by its job label) is seen."""
+
+    def __init__(self, api: client.ApiClient, namespace: str) -> None:
+        self.batch = client.BatchV1Api(api)
+        self.namespace = namespace
+        self.seen: dict[str, float] = {}  # job name -> monotonic arrival
+        self.lock = threading.Lock()
+        self.changed = threading.Condition(self.lock)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="watch", daemon=True)
+        self.errors = 0
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(15)
+
+    def _record(self, obj: Any, now: float) -> None:
+        job = (obj.metadata.labels or {}).get(v.LABEL_JOB)
+        if job:
+            with self.lock:
+                if job not in self.seen:
+                    self.seen[job] = now
+                    self.changed.notify_all()
+
+    def _loop(self) -> None:
+        selector = f"{v.LABEL_MANAGED_BY}={v.MANAGED_BY_VALUE}"
+        rv: str | None = None
+        while not self._stop.is_set():
+            try:
+                if rv is None:
+                    listed = self.batch.list_namespaced_job(self.namespace, label_selector=selector)
+                    now = time.monotonic()
+                    for obj in listed.items:
+                        self._record(obj, now)
+                    rv = listed.metadata.resource_version
+                w = watch.Watch()
+                for event in w.stream(
+                    self.batch.list_namespaced_job,
+                    self.namespace,
+                    label_selector=selector,
+                    resource_version=rv,
+                    timeout_seconds=5,
+                    allow_watch_bookmarks=True,
+                ):
+                    now = time.monotonic()
+                    obj = event["object"]
+                    rv = obj.metadata.resource_version
+                    if event["type"] == "ADDED":
+                        self._record(obj, now)
+                    if self._stop.is_set():
+                        w.stop()
+                        break
+            except client.ApiException as exc:
+                self.errors += 1
+                if exc.status == 410:
+                    rv = None  # expired: list again (arrival times of missed ones are later than real)
+                time.sleep(0.2)
+            except Exception:  # noqa: BLE001 - a dropped connection: watch again
+                self.errors += 1
+                time.sleep(0.2)
+
+    def wait_count(self, names: set[str], want: int, timeout: float, alive: Callable[[], bool]) -> int:
+        end = time.monotonic() + timeout
+        with self.lock:
+            while True:
+                got = sum(1 for n in names if n in self.seen)
+                left = end - time.monotonic()
+                if got >= want or left <= 0 or not alive():
+                    return got
+                self.changed.wait(min(left, 1.0))
+
+    def arrival(self, name: str) -> float | None:
+        with self.lock:
+            return self.seen.get(name)
+
+
+# --- creating jobs ----------------------------------------------------------------------------
+
+
+class Creator:
+    """Creates AcceleratorJobs from a pool of threads, one API client per thread."""
+
+    def __init__(self, api_factory: Callable[[], client.ApiClient], threads: int) -> None:
+        self._factory = api_factory
+        self._local = threading.local()
+        self.pool = ThreadPoolExecutor(threads, thread_name_prefix="create")
+        self.sent: dict[str, float] = {}  # job name -> monotonic just before the create call
+        self.failed: list[str] = []
+        self._lock = threading.Lock()
+
+    def _create(self, doc: dict[str, Any]) -> None:
+        if not hasattr(self._local, "custom"):
+            self._local.custom = client.CustomObjectsApi(self._factory())
+        meta = doc["metadata"]
+        t = time.monotonic()
+        try:
+            self._local.custom.create_namespaced_custom_object(
+                v.GROUP, v.VERSION, meta["namespace"], registry.JOB.plural, doc
+            )
+        except Exception as exc:  # noqa: BLE001 - counted and reported, the run goes on
+            with self._lock:
+                self.failed.append(f"{meta['name']}: {exc}")
+            return
+        with self._lock:
+            self.sent[meta["name"]] = t
+
+    def submit(self, doc: dict[str, Any]) -> Any:
+        return self.pool.submit(self._create, doc)
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True)
+
+
+def burst(creator: Creator, docs: list[dict[str, Any]]) -> float:
+    """Create all ``docs`` as fast as the threads go; return the seconds it took."""
+    t0 = time.monotonic()
+    for f in [creator.submit(d) for d in docs]:
+        f.result(timeout=600)
+    return time.monotonic() - t0
+
+
+def fixed_rate(creator: Creator, docs: list[dict[str, Any]], rate: float) -> float:
+    """Offer ``docs`` at ``rate`` per second (an open loop: a slow create never delays the next)."""
+    t0 = time.monotonic()
+    futures = []
+    for i, d in enumerate(docs):
+        delay = t0 + i / rate - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+        futures.append(creator.submit(d))
+    for f in futures:
+        f.result(timeout=600)
+    return time.monotonic() - t0
+
+
+# --- figures ----------------------------------------------------------------------------------
+
+
+def pct(values: list[float], p: float) -> float:
+    if not values:
+        return math.nan
+    s = sorted(values)
+    k = max(0, min(len(s) - 1, math.ceil(p / 100 * len(s)) - 1))
+    return s[k]
+
+
+def latencies(names: list[str], creator: Creator, seen: WorkloadWatch) -> list[float]:
+    out = []
+    for n in names:
+        t0, t1 = creator.sent.get(n), seen.arrival(n)
+        if t0 is not None and t1 is not None:
+            out.append(t1 - t0)
+    return out
+
+
+def throughput(names: list[str], creator: Creator, seen: WorkloadWatch) -> dict[str, float]:
+    starts = [creator.sent[n] for n in names if n in creator.sent]
+    ends = sorted(t for n in names if (t := seen.arrival(n)) is not None)
+    if not starts or not ends:
+        return {"admitted": 0, "seconds": math.nan, "jobs_per_s": 0.0, "sustained_jobs_per_s": 0.0}
+    t0 = min(starts)
+    span = ends[-1] - t0
+    lo, hi = int(len(ends) * 0.1), int(len(ends) * 0.9) - 1
+    sustained = (hi - lo) / (ends[hi] - ends[lo]) if hi > lo and ends[hi] > ends[lo] else math.nan
+    return {
+        "admitted": len(ends),
+        "seconds": span,
+        "jobs_per_s": len(ends) / span if span > 0 else math.nan,
+        "sustained_jobs_per_s": sustained,
+        "first_workload_s": ends[0] - t0,
+    }
+
+
+def per_second(times: list[float], t0: float) -> list[int]:
+    if not times:
+        return []
+    buckets = [0] * (int(max(times) - t0) + 1)
+    for t in times:
+        buckets[int(t - t0)] += 1
+    return buckets
+
+
+# --- the run ----------------------------------------------------------------------------------
+
+
+def split_pools(args: argparse.Namespace) -> tuple[list[str], list[str], int, int]:
+    per_pool = args.nodes // args.pools
+    pool_devices = per_pool * args.devices_per_node
+    rate_jobs = round(args.rate * args.rate_seconds)
+    rate_pools = math.ceil(rate_jobs / pool_devices) if rate_jobs else 0
+    if rate_pools >= args.pools:
+        raise SystemExit(
+            f"the rate phase ({rate_jobs} jobs) needs {rate_pools} of {args.pools} pools; add nodes or lower the rate"
+        )
+    run_id = uuid.uuid4().hex[:4]  # fresh node names: a former run's pods may still be bound to its nodes
+    names = [f"sb{run_id}-{i:02d}" for i in range(args.pools)]
+    return names[rate_pools:], names[:rate_pools], per_pool, rate_jobs
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    cluster = default_cluster()
+    started = not cluster.healthy()
+    if started:
+        print("starting the local control plane ...", flush=True)
+        cluster.up(timeout=300)
+    kubeconfig = cluster.kubeconfig
+
+    def api_factory() -> client.ApiClient:
+        api = config.new_client_from_config(config_file=str(kubeconfig))
+        api.configuration.connection_pool_maxsize = 8
+        return api
+
+    api = api_factory()
+    core = client.CoreV1Api(api)
+    kubeapi.install_crds(api, ROOT / "crds")
+    burst_pools, rate_pools, per_pool, rate_jobs = split_pools(args)
+    burst_jobs = args.jobs - rate_jobs
+    if burst_jobs < 1:
+        raise SystemExit("--jobs must exceed rate × rate-seconds")
+    namespace = f"scalebench-{uuid.uuid4().hex[:6]}"
+    kubeapi.ensure_namespace(api, namespace)
+    out: dict[str, Any] = {
+        "nodes": per_pool * args.pools,
+        "pools": args.pools,
+        "devices": per_pool * args.pools * args.devices_per_node,
+        "jobs": args.jobs,
+        "namespace": namespace,
+    }
+    workdir = Path(tempfile.mkdtemp(prefix="scalebench-"))
+    op_log = workdir / "operator.log"
+    try:
+        t = time.monotonic()
+        made = make_pools(api_factory, burst_pools + rate_pools, per_pool, args.devices_per_node, args.node_threads)
+        out["node_create_s"] = time.monotonic() - t
+        out["node_ready_s"] = wait_ready(core, set(made), args.timeout)
+        print(f"{len(made)} nodes in {len(burst_pools + rate_pools)} pools ready", flush=True)
+
+        extra = {"ACCEL_OPERATOR_RESYNC_SECONDS": str(args.resync)}
+        profile = workdir / "operator.prof" if args.profile else None
+        with operator_process(kubeconfig, args.metrics_port, op_log, extra, profile) as proc:
+
+            def alive() -> bool:
+                return proc.poll() is None
+
+            rss = RssSampler(proc.pid)
+            rss.start()
+            wait_metrics(args.metrics_port, 60)
+            time.sleep(args.settle)  # its watches list what is there, the first passes run
+            out["rss_idle_mb"] = rss.samples[-1][1] / 1e6 if rss.samples else math.nan
+            watcher = WorkloadWatch(api_factory(), namespace)
+            watcher.start()
+            creator = Creator(api_factory, args.clients)
+            try:
+                # (a) burst
+                docs = [job_doc(namespace, f"b-{i:05d}", burst_pools[i % len(burst_pools)]) for i in range(burst_jobs)]
+                fits = min(burst_jobs, len(burst_pools) * per_pool * args.devices_per_node)
+                print(f"burst: {burst_jobs} jobs ({fits} fit) from {args.clients} threads ...", flush=True)
+                pids = {"operator": proc.pid, **{c.name: c.pid for c in cluster.status()}}
+                cpu0 = {k: cpu_seconds(p) for k, p in pids.items()}
+                tb0 = time.monotonic()
+                create_s = burst(creator, docs)
+                names = [d["metadata"]["name"] for d in docs]
+                got = watcher.wait_count(set(names), fits, args.timeout, alive)
+                tb1 = time.monotonic()
+                tp = throughput(names, creator, watcher)
+                lat = latencies(names, creator, watcher)
+                arrivals = sorted(a for n in names if (a := watcher.arrival(n)) is not None)
+                out["burst"] = {
+                    "jobs": burst_jobs,
+                    "fit": fits,
+                    "created": sum(1 for n in names if n in creator.sent),
+                    "create_failures": len([f for f in creator.failed if f.startswith("b-")]),
+                    "create_s": create_s,
+                    "create_jobs_per_s": burst_jobs / create_s,
+                    **tp,
+                    "complete": got >= fits,
+                    "latency_p50_s": pct(lat, 50),
+                    "latency_p99_s": pct(lat, 99),
+                    "latency_max_s": max(lat, default=math.nan),
+                    "workloads_per_second": per_second(arrivals, tb0),
+                    "rss_peak_mb": rss.peak_between(tb0, tb1) / 1e6,
+                    "cpu_s": {k: round(cpu_seconds(p) - cpu0[k], 1) for k, p in pids.items()},
+                }
+                print(f"burst: {got}/{fits} admitted in {tp['seconds']:.1f}s", flush=True)
+                time.sleep(args.settle)
+                # (b) fixed rate
+                if rate_jobs:
+                    docs = [job_doc(namespace, f"r-{i:05d}", rate_pools[i % len(rate_pools)]) for i in range(rate_jobs)]
+                    print(f"rate: {rate_jobs} jobs at {args.rate}/s ...", flush=True)
+                    cpu0 = {k: cpu_seconds(p) for k, p in pids.items()}
+                    tr0 = time.monotonic()
+                    offer_s = fixed_rate(creator, docs, args.rate)
+                    names = [d["metadata"]["name"] for d in docs]
+                    got = watcher.wait_count(set(names), rate_jobs, args.timeout, alive)
+                    tr1 = time.monotonic()
+                    lat = latencies(names, creator, watcher)
+                    out["rate"] = {
+                        "offered_jobs_per_s": args.rate,
+                        "jobs": rate_jobs,
+                        "offered_achieved_jobs_per_s": rate_jobs / offer_s,
+                        "admitted": got,
+                        "complete": got >= rate_jobs,
+                        "latency_p50_s": pct(lat, 50),
+                        "latency_p90_s": pct(lat, 90),
+                        "latency_p99_s": pct(lat, 99),
+                        "latency_max_s": max(lat, default=math.nan),
+                        "rss_peak_mb": rss.peak_between(tr0, tr1) / 1e6,
+                        "seconds": tr1 - tr0,
+                        "cpu_s": {k: round(cpu_seconds(p) - cpu0[k], 1) for k, p in pids.items()},
+                    }
+                metrics = scrape(args.metrics_port)
+                if not alive():
+                    raise SystemExit(f"the operator exited ({proc.returncode}); its log: {op_log}")
+            finally:
+                creator.close()
+                watcher.stop()
+                rss.stop()
+        out["rss_peak_mb"] = rss.peak / 1e6
+        out["rss_hwm_mb"] = rss.hwm / 1e6
+        out["watch_errors"] = watcher.errors
+        out["create_failures"] = creator.failed[:5]
+        out["operator"] = {
+            k: metrics.get(k)
+            for k in (
+                "accel_operator_pass_seconds_count",
+                "accel_operator_pass_seconds_sum",
+                "accel_operator_workloads_created_total",
+                "accel_operator_admission_latency_seconds_count",
+                "accel_operator_admission_latency_seconds_sum",
+                'accel_operator_decisions_total{phase="Pending"}',
+                'accel_operator_decisions_total{phase="Admitted"}',
+                'accel_operator_decisions_total{phase="Running"}',
+            )
+        }
+        out["operator_log"] = str(op_log)
+    finally:
+        cleanup(api, core, namespace, burst_pools + rate_pools, stop_cluster=started and not args.keep_cluster)
+    return out
+
+
+def cleanup(
+    api: client.ApiClient, core: client.CoreV1Api, namespace: str, pools: list[str], *, stop_cluster: bool
+) -> None:
+    if stop_cluster:
+        print("stopping the local control plane ...", flush=True)
+        default_cluster().down()
+        return
+    print("removing the benchmark's namespace, nodes and pools ...", flush=True)
+    with kubeapi.ignoring(404):
+        core.delete_namespace(namespace, propagation_policy="Background", grace_period_seconds=0)
+    release_pods(core, namespace)
+    custom = client.CustomObjectsApi(api)
+    for pool in pools:
+        for n in core.list_node(label_selector=f"{v.LABEL_POOL}={pool}").items:
+            preempt.delete_node(core, n.metadata.name)
+        with kubeapi.ignoring(404):
+            custom.delete_cluster_custom_object(v.GROUP, v.VERSION, registry.POOL.plural, pool)
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < 180:
+        try:
+            core.read_namespace(namespace)
+        except client.ApiException as exc:
+            if exc.status == 404:
+                return
+            raise
+        time.sleep(2.0)
+    print(f"namespace {namespace} is still terminating after 180 s", flush=True)
+
+
+def release_pods(core: client.CoreV1Api, namespace: str, threads: int = 8) -> None:
+    """Delete the namespace's pods now: drop the Job controller's tracking finalizer, which a pod
+    whose Job and node are gone may keep for minutes, then delete them without grace."""
+    with kubeapi.ignoring(404):
+        core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
+    with kubeapi.ignoring(404):
+        pods = [p.metadata.name for p in core.list_namespaced_pod(namespace).items if p.metadata.finalizers]
+
+    def release(name: str) -> None:
+        with kubeapi.ignoring(404):
+            core.patch_namespaced_pod(name, namespace, {"metadata": {"finalizers": None}})
+
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(release, pods))
+
+
+def table(out: dict[str, Any]) -> str:
+    b, r = out.get("burst", {}), out.get("rate", {})
+    rows = [
+        ("nodes (KWOK, 8 × H100)", f"{out['nodes']} in {out['pools']} pools, {out['devices']} devices"),
+        ("jobs (1 H100 each)", f"{out['jobs']}: burst {b.get('jobs')} ({b.get('fit')} fit), rate {r.get('jobs', 0)}"),
+        ("burst: create rate", f"{b.get('create_jobs_per_s', math.nan):.1f} jobs/s"),
+        ("burst: admitted", f"{b.get('admitted')} of {b.get('fit')} in {b.get('seconds', math.nan):.1f} s"),
+        ("burst: throughput (first create → last workload)", f"{b.get('jobs_per_s', math.nan):.1f} jobs/s"),
+        ("burst: sustained (10–90 % of admissions)", f"{b.get('sustained_jobs_per_s', math.nan):.1f} jobs/s"),
+        (
+            "burst: latency p50 / p99",
+            f"{b.get('latency_p50_s', math.nan):.2f} / {b.get('latency_p99_s', math.nan):.2f} s",
+        ),
+    ]
+    if r:
+        rows += [
+            (
+                f"rate: offered {r['offered_jobs_per_s']}/s (achieved)",
+                f"{r['offered_achieved_jobs_per_s']:.1f} jobs/s, {r['admitted']} of {r['jobs']} admitted",
+            ),
+            (
+                "rate: latency p50 / p90 / p99 / max",
+                f"{r['latency_p50_s']:.2f} / {r['latency_p90_s']:.2f} / {r['latency_p99_s']:.2f} "
+                f"/ {r['latency_max_s']:.2f} s",
+            ),
+        ]
+    rows += [
+        (
+            "operator RSS: idle / peak (0.2 s samples) / VmHWM",
+            f"{out.get('rss_idle_mb', math.nan):.0f} / "
+            f"{out.get('rss_peak_mb', math.nan):.0f} / {out.get('rss_hwm_mb', math.nan):.0f} MB",
+        ),
+    ]
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"{k:<{width}}  {val}" for k, val in rows)
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    p.add_argument("--nodes", type=int, default=500, help="KWOK nodes in all (default 500)")
+    p.add_argument("--pools", type=int, default=10, help="pools the nodes are split into (default 10)")
+    p.add_argument("--devices-per-node", type=int, default=8)
+    p.add_argument("--jobs", type=int, default=5000, help="AcceleratorJobs in all, both phases (default 5000)")
+    p.add_argument("--clients", type=int, default=8, help="threads creating jobs (default 8)")
+    p.add_argument("--rate", type=float, default=20.0, help="offered jobs/s in the fixed-rate phase (default 20)")
+    p.add_argument("--rate-seconds", type=float, default=60.0, help="length of the fixed-rate phase (default 60)")
+    p.add_argument("--timeout", type=float, default=600.0, help="deadline of each wait (default 600 s)")
+    p.add_argument("--settle", type=float, default=3.0, help="pause before and between phases (default 3 s)")
+    p.add_argument("--resync", type=float, default=60.0, help="ACCEL_OPERATOR_RESYNC_SECONDS (default 60)")
+    p.add_argument("--metrics-port", type=int, default=int(os.environ.get("ACCEL_BENCH_METRICS_PORT", "0")) or None)
+    p.add_argument("--node-threads", type=int, default=16, help="threads creating nodes (default 16)")
+    p.add_argument("--profile", action="store_true", help="run the operator under cProfile (operator.prof)")
+    p.add_argument("--keep-cluster", action="store_true", help="leave a control plane this run started running")
+    p.add_argument("--out", type=Path, help="write the figures as JSON here")
+    args = p.parse_args(argv)
+    if args.metrics_port is None:
+        base = int(os.environ.get("ACCEL_CLUSTER_PORT_BASE", "26000"))
+        args.metrics_port = base + 490
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    out = run(args)
+    print()
+    print(table(out))
+    if args.out:
+        args.out.write_text(json.dumps(out, indent=2, default=str) + "\n")
+        print(f"\nfigures written to {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
