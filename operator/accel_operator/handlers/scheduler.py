@@ -36,7 +36,7 @@ from accel_operator.metrics import OperatorMetrics
 from accel_operator.planning import selection
 from accel_operator.planning.candidates import Plan, PoolOffer
 from accel_operator.reconcile import actions as act
-from accel_operator.reconcile.decide import Decision, decide
+from accel_operator.reconcile.decide import Decision, decide, parse_time
 from accel_operator.reconcile.snapshot import (
     HOLDING,
     TERMINAL,
@@ -204,7 +204,7 @@ class Scheduler:
                 continue
             nodes_n = st.plan.nodes or 1
             bound = sum(1 for p in pods_by_job.get(key, ()) if p.attempt == st.attempt and p.node and not p.ended)
-            start = _parse(st.start_time) or _parse(st.admitted_time) or now
+            start = parse_time(st.start_time) or parse_time(st.admitted_time) or now
             end = start + dt.timedelta(seconds=st.plan.duration_seconds) if st.plan.duration_seconds else None
             reservations[key] = Reservation(
                 key, st.plan.pool, nodes_n, st.plan.devices // nodes_n, min(bound, nodes_n), end
@@ -418,7 +418,7 @@ class Scheduler:
             self.created[(job.namespace, name)] = (view, time.monotonic())
             if created:
                 self.metrics.workloads_created.inc()
-                since = _parse(job.status.last_failure.time if job.status.last_failure else None) or job.created
+                since = parse_time(job.status.last_failure.time if job.status.last_failure else None) or job.created
                 self.metrics.admission_latency.observe((dt.datetime.now(dt.UTC) - since).total_seconds())
         elif isinstance(action, act.DeleteWorkload):
             self.created.pop((job.namespace, action.name), None)
@@ -437,15 +437,6 @@ def _seconds(decision: Decision) -> float:
     plan = decision.status.get("plan") or {}
     seconds = plan.get("durationSeconds")
     return float(seconds) if isinstance(seconds, int | float) else 0.0
-
-
-def _parse(text: str | None) -> dt.datetime | None:
-    if not text:
-        return None
-    try:
-        return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
 
 
 async def _retrying(metrics: OperatorMetrics, call: str, fn: Any, *args: Any) -> Any:

@@ -85,7 +85,8 @@ def _ts(t: dt.datetime) -> str:
     return t.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _parse_ts(text: str | None) -> dt.datetime | None:
+def parse_time(text: str | None) -> dt.datetime | None:
+    """A status timestamp (RFC 3339), or None when absent or unreadable."""
     if not text:
         return None
     try:
@@ -397,7 +398,7 @@ def _holding(job: JobView, snapshot: Snapshot, now: dt.datetime, bind_timeout: f
                 actions=_event_if_new(job, JobPhase.RUNNING, "Running", "Normal", message),
                 reason=message,
             )
-        admitted = _parse_ts(st.admitted_time) or now
+        admitted = parse_time(st.admitted_time) or now
         pool = snapshot.pools.get(plan.pool or "") if plan is not None else None
         timeout = pool.spec.scale_up_timeout_seconds if pool is not None and pool.autoscaled else bind_timeout
         if (now - admitted).total_seconds() > timeout:
