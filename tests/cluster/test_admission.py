@@ -13,9 +13,11 @@ import kopf
 import pytest
 import yaml
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from accel_api import registry
 from accel_api import vocabulary as v
+from accel_localcluster import kubeapi
 from accel_operator.handlers import admission
 from tests.support.cluster import wait_for
 from tests.support.hostile import EXAMPLES
@@ -55,8 +57,20 @@ def webhook(api: client.ApiClient, crds: list[str]) -> Iterator[None]:
         yield
     finally:
         stop.set()
-        thread.join(30)
-        adm.delete_validating_webhook_configuration(admission.WEBHOOK_CONFIGURATION)
+        thread.join(60)
+        assert not thread.is_alive(), "the webhook's operator did not stop"
+        # kopf may have removed its managed configuration already; no later test may meet it.
+        with kubeapi.ignoring(404):
+            adm.delete_validating_webhook_configuration(admission.WEBHOOK_CONFIGURATION)
+
+        def gone() -> bool:
+            try:
+                adm.read_validating_webhook_configuration(admission.WEBHOOK_CONFIGURATION)
+            except ApiException as exc:
+                return bool(exc.status == 404)
+            return False
+
+        wait_for(gone, timeout=30, what="the webhook configuration removed")
 
 
 def test_webhook_refuses_policy_violations(
