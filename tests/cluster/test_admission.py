@@ -2,14 +2,14 @@
 (with its CA bundle); a job that breaks a policy, or names another team than its namespace's,
 is refused with the violations' lines; an obeying job is created."""
 
-import asyncio
 import copy
+import os
 import socket
-import threading
+import subprocess
+import sys
 from collections.abc import Iterator
-from typing import Any
+from pathlib import Path
 
-import kopf
 import pytest
 import yaml
 from kubernetes import client
@@ -19,7 +19,7 @@ from accel_api import registry
 from accel_api import vocabulary as v
 from accel_localcluster import kubeapi
 from accel_operator.handlers import admission
-from tests.support.cluster import wait_for
+from tests.support.cluster import ROOT, wait_for
 from tests.support.hostile import EXAMPLES
 
 
@@ -31,46 +31,37 @@ def _free_port() -> int:
 
 
 @pytest.fixture
-def webhook(api: client.ApiClient, crds: list[str]) -> Iterator[None]:
-    reg = kopf.OperatorRegistry()
-    admission.register(reg, None, port=_free_port())
-
-    @kopf.on.login(registry=reg)
-    def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
-        return kopf.login_with_kubeconfig(**kwargs)
-
-    stop, ready = threading.Event(), threading.Event()
-
-    def target() -> None:
-        asyncio.run(kopf.operator(registry=reg, clusterwide=True, stop_flag=stop, ready_flag=ready))
-
-    thread = threading.Thread(target=target, daemon=True)
-    thread.start()
-    assert ready.wait(60)
+def webhook(api: client.ApiClient, crds: list[str], tmp_path: Path) -> Iterator[None]:
+    """The webhook in a process of its own, killed after the test, its configuration removed:
+    a webhook left serving would refuse the next tests' jobs."""
     adm = client.AdmissionregistrationV1Api(api)
-    wait_for(
-        lambda: adm.read_validating_webhook_configuration(admission.WEBHOOK_CONFIGURATION).webhooks,
-        timeout=30,
-        what="the webhook configuration",
+    log = (tmp_path / "webhook.log").open("wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.support.webhook_main", str(_free_port())],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=log,
+        stderr=subprocess.STDOUT,
     )
     try:
+        wait_for(lambda: _configured(adm), timeout=60, what="the webhook configuration")
         yield
     finally:
-        stop.set()
-        thread.join(60)
-        assert not thread.is_alive(), "the webhook's operator did not stop"
-        # kopf may have removed its managed configuration already; no later test may meet it.
+        proc.kill()
+        proc.wait(timeout=30)
+        log.close()
         with kubeapi.ignoring(404):
             adm.delete_validating_webhook_configuration(admission.WEBHOOK_CONFIGURATION)
+        wait_for(lambda: not _configured(adm), timeout=30, what="the webhook configuration removed")
 
-        def gone() -> bool:
-            try:
-                adm.read_validating_webhook_configuration(admission.WEBHOOK_CONFIGURATION)
-            except ApiException as exc:
-                return bool(exc.status == 404)
+
+def _configured(adm: client.AdmissionregistrationV1Api) -> bool:
+    try:
+        return bool(adm.read_validating_webhook_configuration(admission.WEBHOOK_CONFIGURATION).webhooks)
+    except ApiException as exc:
+        if exc.status == 404:
             return False
-
-        wait_for(gone, timeout=30, what="the webhook configuration removed")
+        raise
 
 
 def test_webhook_refuses_policy_violations(
