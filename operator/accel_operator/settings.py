@@ -43,3 +43,22 @@ class OperatorSettings(BaseSettings):
     )
     lease_namespace: str = Field(default="accel-system", max_length=63)
     lease_seconds: float = Field(default=15.0, ge=3, le=300, description="How long a leader's Lease holds.")
+    # The admission webhook (handlers/admission.py): off unless a port is given (the Deployment sets one).
+    webhook_port: int = Field(
+        default=0, ge=0, le=65535, description="Serve the admission webhooks (TLS) on this port; 0: off."
+    )
+    webhook_address: str = Field(default="0.0.0.0", max_length=64, description="Bind address of the webhook.")
+    webhook_host: str = Field(
+        default="",
+        max_length=253,
+        description="Where the API server calls the webhook (https://HOST:PORT), e.g. 127.0.0.1 on a local "
+        "control plane; empty: through the Service webhook_service in webhook_namespace.",
+    )
+    webhook_service: str = Field(default="accel-operator-webhook", max_length=63)
+    webhook_namespace: str = Field(default="accel-system", max_length=63)
+    webhook_service_port: int = Field(default=443, ge=1, le=65535)
+    webhook_cert_dir: Path | None = Field(
+        default=None,
+        description="tls.crt, tls.key and ca.crt for the webhook (a Secret shared by every replica); "
+        "unset or empty: a self-signed certificate per process.",
+    )

@@ -10,12 +10,14 @@ from typing import Any
 
 import kopf
 
-from accel_operator.handlers import admission
+from accel_operator.handlers import admission, policies
+from accel_operator.settings import OperatorSettings
 
 
 def main(port: int) -> None:
     reg = kopf.OperatorRegistry()
-    admission.register(reg, None, port=port)
+    policies.register(reg, None)
+    admission.register(reg, OperatorSettings(webhook_port=port, webhook_host=admission.DEFAULT_HOST))
 
     @kopf.on.login(registry=reg)
     def login(**kwargs: Any) -> kopf.ConnectionInfo | None:

@@ -1,5 +1,6 @@
-"""kopf wiring, one module per watched kind (pools, nodes, pods, workloads, jobs), all thin:
-they keep kopf's indexes and mark what changed; :mod:`scheduler` observes, decides and applies.
+"""kopf wiring, one module per watched kind (pools, nodes, pods, workloads, jobs, policies and
+namespaces), all thin: they keep kopf's indexes and mark what changed; :mod:`scheduler` observes,
+decides and applies; :mod:`admission` serves the webhooks (when ``settings.webhook_port`` is set).
 ``register`` declares everything into one registry."""
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from typing import Any
 import kopf
 
 from accel_operator.context import OperatorContext
-from accel_operator.handlers import jobs, nodes, pods, pools, workloads
+from accel_operator.handlers import admission, jobs, nodes, pods, policies, pools, workloads
 from accel_operator.handlers.scheduler import Indices, Scheduler
 
 
@@ -25,6 +26,9 @@ def register(reg: kopf.OperatorRegistry, ctx: OperatorContext) -> Scheduler:
     )
     for module in (pools, nodes, pods, workloads, jobs):
         module.register(reg, sched)
+    policies.register(reg, sched)
+    if ctx.settings.webhook_port:
+        admission.register(reg, ctx.settings)
 
     @kopf.on.login(registry=reg)
     def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
@@ -48,6 +52,8 @@ def register(reg: kopf.OperatorRegistry, ctx: OperatorContext) -> Scheduler:
             pods=kwargs["pods"],
             workloads=kwargs["workloads"],
             jobs=kwargs["jobs"],
+            policies=kwargs["policies"],
+            namespace_teams=kwargs["namespace_teams"],
         )
         memo.scheduler_task = asyncio.create_task(sched.run(), name="accel-scheduler")
 

@@ -15,17 +15,22 @@ rotation would block every create and update of AcceleratorJobs in the cluster, 
 updates that remove finalizers during deletion, for no gain in what is enforced. Objects being
 deleted are never refused.
 
-Served (``DEFAULT_HOST``:``DEFAULT_PORT`` until settings carry them) by kopf's
-:class:`kopf.WebhookServer` with a self-signed certificate made here (kopf's own generator needs
-extras we do not install); kopf manages the ValidatingWebhookConfiguration ``accel.dev`` and its
-``caBundle``. On the local cluster the API server runs on the same machine: ``host=127.0.0.1``.
-In a cluster, ``host`` must be a Service's name (and the certificate's SAN).
+Registered by ``handlers.register`` when ``settings.webhook_port`` is set (the Deployment sets
+9443): kopf's :class:`kopf.WebhookServer` listens on ``webhook_address:webhook_port`` with the
+certificate from ``webhook_cert_dir`` (a Secret every replica mounts) or, without one, a
+self-signed certificate made here whose SANs are ``webhook_host`` and the Service's DNS names
+(``SERVICE.NAMESPACE.svc`` and ``...svc.cluster.local``); kopf manages the Validating and
+MutatingWebhookConfigurations ``accel.dev`` with that ``caBundle``. With ``webhook_host`` (the
+local control plane: ``127.0.0.1``) the API server calls ``https://HOST:PORT``; without, the
+configuration names the Service (``webhook_service`` in ``webhook_namespace``, port
+``webhook_service_port``).
 
-Indexes: ``policies`` (name -> AcceleratorPolicy) and ``namespace_teams`` (namespace -> team
-label or None); the operator's RBAC needs list/watch on namespaces and acceleratorpolicies, and
-create/patch on validatingwebhookconfigurations.
+A mutating webhook (CREATE only) defaults a missing ``spec.team`` to the namespace's team label;
+with the operator down, such a job is refused by the CRD schema (``spec.team`` is required).
 
-``register(reg, ctx)`` declares all of it; it is not wired into ``handlers.register`` yet.
+Indexes (``handlers.policies``): ``policies`` and ``namespace_teams``; the operator's RBAC needs
+list/watch on namespaces and acceleratorpolicies, and create/patch on validating- and
+mutatingwebhookconfigurations.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ from __future__ import annotations
 import datetime
 import ipaddress
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -44,10 +49,10 @@ from accel_api import errors, registry
 from accel_api import vocabulary as v
 from accel_api.job import AcceleratorJob
 from accel_api.policy import AcceleratorPolicy
-from accel_operator.context import OperatorContext
 from accel_operator.planning import policy
+from accel_operator.settings import OperatorSettings
 
-WEBHOOK_CONFIGURATION = v.GROUP  # the managed ValidatingWebhookConfiguration's name
+WEBHOOK_CONFIGURATION = v.GROUP  # the managed Validating/MutatingWebhookConfigurations' name
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 9443
 
@@ -64,20 +69,37 @@ def review(body: Mapping[str, Any], namespace_team: str | None, policies: Iterab
     return errors.cap([str(x) for x in found])
 
 
-def self_signed(host: str, directory: Path) -> tuple[Path, Path, bytes]:
-    """A self-signed certificate for ``host`` (an IP address or a DNS name), valid a year:
-    (certificate file, key file, the certificate's PEM for the caBundle)."""
+def default_team(body: Mapping[str, Any], namespace_team: str | None) -> str | None:
+    """The team to write into a job that names none: its namespace's (None: leave it as it is)."""
+    spec = body.get("spec")
+    if namespace_team is None or not isinstance(spec, Mapping) or spec.get("team"):
+        return None
+    return namespace_team
+
+
+def sans_for(host: str, service: str, namespace: str) -> list[str]:
+    """The names the certificate must carry: ``host`` (if any) and the Service's DNS names."""
+    names = [host] if host else []
+    names += [f"{service}.{namespace}.svc", f"{service}.{namespace}.svc.cluster.local"]
+    return list(dict.fromkeys(names))
+
+
+def self_signed(names: Sequence[str], directory: Path) -> tuple[Path, Path, bytes]:
+    """A self-signed certificate for ``names`` (IP addresses or DNS names; the first is the
+    subject), valid a year: (certificate file, key file, the certificate's PEM for the caBundle)."""
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec
     from cryptography.x509.oid import NameOID
 
     key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, host)])
-    try:
-        san: x509.GeneralName = x509.IPAddress(ipaddress.ip_address(host))
-    except ValueError:
-        san = x509.DNSName(host)
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, names[0][:64])])
+    sans: list[x509.GeneralName] = []
+    for host in names:
+        try:
+            sans.append(x509.IPAddress(ipaddress.ip_address(host)))
+        except ValueError:
+            sans.append(x509.DNSName(host))
     now = datetime.datetime.now(datetime.UTC)
     cert = (
         x509.CertificateBuilder()
@@ -87,7 +109,7 @@ def self_signed(host: str, directory: Path) -> tuple[Path, Path, bytes]:
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - datetime.timedelta(minutes=5))
         .not_valid_after(now + datetime.timedelta(days=365))
-        .add_extension(x509.SubjectAlternativeName([san]), critical=False)
+        .add_extension(x509.SubjectAlternativeName(sans), critical=False)
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
         .sign(key, hashes.SHA256())
     )
@@ -101,34 +123,73 @@ def self_signed(host: str, directory: Path) -> tuple[Path, Path, bytes]:
     return cert_file, key_file, cert_pem
 
 
-def webhook_server(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> kopf.WebhookServer:
-    directory = Path(tempfile.mkdtemp(prefix="accel-webhook-"))
-    cert_file, key_file, ca = self_signed(host, directory)
-    return kopf.WebhookServer(addr=host, host=host, port=port, certfile=cert_file, pkeyfile=key_file, cadata=ca)
+class ServiceWebhookServer(kopf.WebhookServer):
+    """kopf's server, announced to the API server as a Service reference rather than a URL."""
+
+    def __init__(self, *, service: str, namespace: str, service_port: int, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.service = kopf.WebhookClientConfigService(
+            name=service, namespace=namespace, port=service_port, path=(self.path or "").rstrip("/")
+        )
+
+    async def __call__(self, fn: kopf.WebhookFn) -> AsyncIterator[kopf.WebhookClientConfig]:
+        async for config in super().__call__(fn):
+            out = kopf.WebhookClientConfig(service=dict(self.service))  # type: ignore[typeddict-item]
+            if config.get("caBundle"):
+                out["caBundle"] = config["caBundle"]
+            yield out
 
 
-def register(
-    reg: kopf.OperatorRegistry, ctx: OperatorContext | None, *, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT
-) -> None:
-    """Declare the webhook, its server and the indexes it reads into ``reg``. ``ctx`` is taken
-    for symmetry with the other handler modules (host and port should come from its settings)."""
-    del ctx
+def webhook_server(settings: OperatorSettings) -> kopf.WebhookServer:
+    """The server ``settings`` describe: its certificate, where it listens, how it is called."""
+    host = settings.webhook_host
+    cert_dir = settings.webhook_cert_dir
+    files: dict[str, Any]
+    if cert_dir is not None and (cert_dir / "tls.crt").is_file():
+        ca = cert_dir / "ca.crt" if (cert_dir / "ca.crt").is_file() else cert_dir / "tls.crt"
+        files = {"certfile": cert_dir / "tls.crt", "pkeyfile": cert_dir / "tls.key", "cafile": ca}
+    else:
+        names = sans_for(host, settings.webhook_service, settings.webhook_namespace)
+        cert_file, key_file, ca_pem = self_signed(names, Path(tempfile.mkdtemp(prefix="accel-webhook-")))
+        files = {"certfile": cert_file, "pkeyfile": key_file, "cadata": ca_pem}
+    if host:
+        return kopf.WebhookServer(addr=settings.webhook_address, host=host, port=settings.webhook_port, **files)
+    return ServiceWebhookServer(
+        addr=settings.webhook_address,
+        port=settings.webhook_port,
+        service=settings.webhook_service,
+        namespace=settings.webhook_namespace,
+        service_port=settings.webhook_service_port,
+        **files,
+    )
 
-    @kopf.index(v.GROUP, v.VERSION, registry.POLICY.plural, id="policies", registry=reg)
-    def policies(body: kopf.Body, name: str, **_: Any) -> dict[str, AcceleratorPolicy | None]:
-        try:
-            return {name: AcceleratorPolicy.model_validate(dict(body))}
-        except ValidationError:
-            return {name: None}  # the CRD schema should make this impossible; skipped, not fatal
 
-    @kopf.index("", "v1", "namespaces", id="namespace_teams", registry=reg)
-    def namespace_teams(name: str, labels: kopf.Labels, **_: Any) -> dict[str, str | None]:
-        return {name: labels.get(v.LABEL_NAMESPACE_TEAM)}
+def register(reg: kopf.OperatorRegistry, settings: OperatorSettings) -> None:
+    """Declare the webhooks and their server into ``reg``; the indexes they read come from
+    ``handlers.policies.register``."""
+
+    ours = settings
 
     @kopf.on.startup(registry=reg)
     def serve(settings: kopf.OperatorSettings, **_: Any) -> None:
-        settings.admission.server = webhook_server(host, port)
+        settings.admission.server = webhook_server(ours)
         settings.admission.managed = WEBHOOK_CONFIGURATION
+
+    @kopf.on.mutate(
+        v.GROUP,
+        v.VERSION,
+        registry.JOB.plural,
+        id="team",
+        operations=["CREATE"],
+        ignore_failures=True,
+        side_effects=False,
+        registry=reg,
+    )
+    def default_job_team(body: kopf.Body, namespace: str | None, patch: kopf.Patch, **kwargs: Any) -> None:
+        teams: kopf.Index[str, str | None] = kwargs["namespace_teams"]
+        team = default_team(body, next(iter(teams.get(namespace or "", ())), None))
+        if team is not None:
+            patch.setdefault("spec", {})["team"] = team
 
     @kopf.on.validate(
         v.GROUP,

@@ -33,9 +33,10 @@ from accel_operator.adapters.kube.client import ClusterUnavailable
 from accel_operator.adapters.kube.jobs import JobGone, JobRef, JobWriter
 from accel_operator.adapters.kube.lease import AlwaysLeader, Elector
 from accel_operator.metrics import OperatorMetrics
-from accel_operator.planning import selection
+from accel_operator.planning import policy, selection
 from accel_operator.planning.candidates import Plan, PoolOffer
 from accel_operator.reconcile import actions as act
+from accel_operator.reconcile import policy_inputs
 from accel_operator.reconcile.decide import Decision, decide, parse_time
 from accel_operator.reconcile.snapshot import (
     HOLDING,
@@ -78,6 +79,8 @@ class Indices:
     pods: Mapping[Any, Any]
     workloads: Mapping[Any, Any]
     jobs: Mapping[Any, Any]
+    policies: Mapping[Any, Any] = field(default_factory=dict)
+    namespace_teams: Mapping[Any, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -219,6 +222,7 @@ class Scheduler:
             pods_by_job=MappingProxyType({k: tuple(v) for k, v in pods_by_job.items()}),
             reservations=MappingProxyType(reservations),
             plans={},
+            policy=policy_inputs.fold(idx.policies, idx.namespace_teams),
         )
 
     def _plan(self, job: JobView, snap: Snapshot) -> Plan | None:
@@ -236,7 +240,8 @@ class Scheduler:
                 )
                 for name, pool in sorted(snap.pools.items())
             ]
-            plan = selection.plan(job.spec, offers, self.catalog, name=job.name)
+            spec, offers = policy.restrict(job.spec, offers, snap.policy.policies)  # granted pools, device cap
+            plan = selection.plan(spec, offers, self.catalog, name=job.name)
             if len(self.plans) > 20_000:
                 self.plans.clear()
             self.plans[key] = plan

@@ -31,6 +31,7 @@ from accel_api.enums import BudgetPeriod, SpotPolicy
 from accel_api.job import AcceleratorJobSpec
 from accel_api.policy import AcceleratorPolicy, AcceleratorPolicySpec
 from accel_api.pool import AcceleratorPoolSpec
+from accel_operator.planning.candidates import PoolOffer
 
 ANY = "*"
 
@@ -154,6 +155,22 @@ def device_cap(policies: Sequence[AcceleratorPolicy]) -> int | None:
     """The most devices any job may get under ``policies`` (for the planner), None: no cap."""
     caps = [p.spec.max_devices_per_job for p in policies if p.spec.max_devices_per_job is not None]
     return min(caps) if caps else None
+
+
+def restrict(
+    job: AcceleratorJobSpec, offers: Sequence[PoolOffer], policies: Sequence[AcceleratorPolicy]
+) -> tuple[AcceleratorJobSpec, list[PoolOffer]]:
+    """What the planner may consider for ``job`` under ``policies``: only the pools granted to its
+    team (:func:`pool_allowed`), and at most :func:`device_cap` devices (``maxDevices`` lowered to
+    the cap; a ``minDevices`` above it is a ``max-devices`` refusal, left to :func:`evaluate`)."""
+    if not policies:
+        return job, list(offers)
+    allowed = [o for o in offers if pool_allowed(job.team, o.name, policies)]
+    cap = device_cap(policies)
+    place = job.placement
+    if cap is None or cap < place.min_devices or (place.max_devices is not None and place.max_devices <= cap):
+        return job, allowed
+    return job.model_copy(update={"placement": place.model_copy(update={"max_devices": cap})}), allowed
 
 
 def _pool_access(

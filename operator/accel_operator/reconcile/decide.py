@@ -438,6 +438,9 @@ def decide(job: JobView, snapshot: Snapshot, now: dt.datetime, *, bind_timeout: 
         phase = None  # a spec that was invalid and is valid now: start over
     if phase in (JobPhase.SUCCEEDED, JobPhase.FAILED):
         return _terminal(job)
+    # The policies are checked again here (policy_gate builds Decisions, so it is imported late).
+    from accel_operator.reconcile import policy_gate
+
     if phase in HOLDING:
-        return _holding(job, snapshot, now, bind_timeout)
-    return _waiting(job, snapshot, now)
+        return policy_gate.holding(job, snapshot, _holding(job, snapshot, now, bind_timeout))
+    return policy_gate.waiting(job, snapshot) or _waiting(job, snapshot, now)

@@ -20,6 +20,7 @@ from accel_api.enums import JobPhase, PoolScaling
 from accel_api.job import AcceleratorJobSpec, AcceleratorJobStatus
 from accel_api.pool import AcceleratorPoolSpec
 from accel_operator.planning.candidates import Plan
+from accel_operator.reconcile.policy_inputs import PolicyInputs
 
 JobKey = tuple[str, str]  # (namespace, name)
 
@@ -263,6 +264,7 @@ class Snapshot:
     reservations: Mapping[JobKey, Reservation]
     plans: Mapping[JobKey, Plan] = field(default_factory=lambda: MappingProxyType({}))
     blocked: Mapping[str, Blocked] = field(default_factory=lambda: MappingProxyType({}))
+    policy: PolicyInputs = field(default_factory=PolicyInputs)  # policies, namespace teams, spend
 
     def with_admission(self, key: JobKey, pool: str, gang: Gang, expected_end: dt.datetime | None) -> Snapshot:
         cap = dict(self.capacity)

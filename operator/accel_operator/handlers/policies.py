@@ -1,0 +1,49 @@
+"""AcceleratorPolicies and namespaces' team labels: the indexes that admission and the reconciler read.
+
+Two kopf indexes, shared by the admission webhook and the scheduling loop (no LIST per job):
+``policies`` (name -> AcceleratorPolicy, None when the object does not parse) and
+``namespace_teams`` (namespace -> its ``vocabulary.LABEL_NAMESPACE_TEAM`` label, or None).
+With a scheduler, a policy change re-plans every job (pool grants and device caps filter the
+planner's candidates) and a namespace change re-decides that namespace's jobs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import kopf
+from pydantic import ValidationError
+
+from accel_api import registry
+from accel_api import vocabulary as v
+from accel_api.policy import AcceleratorPolicy
+from accel_operator.handlers.scheduler import Scheduler
+
+
+def register(reg: kopf.OperatorRegistry, sched: Scheduler | None) -> None:
+    @kopf.index(v.GROUP, v.VERSION, registry.POLICY.plural, id="policies", registry=reg)
+    def policies(body: kopf.Body, name: str, **_: Any) -> dict[str, AcceleratorPolicy | None]:
+        try:
+            return {name: AcceleratorPolicy.model_validate(dict(body))}
+        except ValidationError:
+            return {name: None}  # the CRD schema should make this impossible; skipped, not fatal
+
+    @kopf.index("", "v1", "namespaces", id="namespace_teams", registry=reg)
+    def namespace_teams(name: str, labels: kopf.Labels, **_: Any) -> dict[str, str | None]:
+        return {name: labels.get(v.LABEL_NAMESPACE_TEAM)}
+
+    if sched is None:
+        return  # the webhook alone (tests/support/webhook_main.py)
+
+    @kopf.on.event(v.GROUP, v.VERSION, registry.POLICY.plural, registry=reg)
+    def policy_changed(**_: Any) -> None:
+        sched.pools_changed()  # re-plan everything: grants and caps change the candidates
+
+    @kopf.on.event("", "v1", "namespaces", registry=reg)
+    def namespace_changed(name: str, **_: Any) -> None:
+        idx = sched.indices
+        if idx is None:
+            return
+        for key in list(idx.jobs):
+            if isinstance(key, tuple) and key[0] == name:
+                sched.mark(key)
