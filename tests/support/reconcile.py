@@ -8,6 +8,7 @@ from typing import Any
 
 from accel_api import catalog
 from accel_api.job import AcceleratorJobSpec, AcceleratorJobStatus
+from accel_api.policy import AcceleratorPolicy
 from accel_api.pool import AcceleratorPoolSpec
 from accel_operator.adapters.kube.jobs import FakeJobWriter
 from accel_operator.adapters.kube.workloads import FakeWorkloadClient
@@ -27,6 +28,8 @@ class World:
         self.pods: dict[Any, list[PodView]] = {}
         self.workloads: dict[Any, Any] = {}
         self.jobs: dict[Any, Any] = {}
+        self.policies: dict[str, list[AcceleratorPolicy | None]] = {}
+        self.teams: dict[str, list[str | None]] = {}
         self.created = T0
         self.scheduler = Scheduler(
             settings=OperatorSettings(),
@@ -35,7 +38,22 @@ class World:
             workloads=FakeWorkloadClient(),
             metrics=OperatorMetrics(),
         )
-        self.scheduler.indices = Indices(self.pools, self.nodes, self.pods, self.workloads, self.jobs)
+        self.scheduler.indices = Indices(
+            self.pools, self.nodes, self.pods, self.workloads, self.jobs, self.policies, self.teams
+        )
+
+    def policy(self, name: str, spend: list[dict[str, Any]] | None = None, **spec: Any) -> World:
+        """An AcceleratorPolicy ``name`` (its spec in camelCase; ``spend``: its status.spend)."""
+        doc: dict[str, Any] = {"metadata": {"name": name}, "spec": spec}
+        if spend is not None:
+            doc["status"] = {"spend": spend}
+        self.policies[name] = [AcceleratorPolicy.model_validate(doc)]
+        return self
+
+    def team(self, namespace: str, team: str | None) -> World:
+        """The namespace's team label (None: unlabelled)."""
+        self.teams[namespace] = [team]
+        return self
 
     def pool(
         self, name: str, *, nodes: int = 1, per_node: int = 8, free: list[int] | None = None, **spec: Any

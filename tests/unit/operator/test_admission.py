@@ -1,13 +1,16 @@
 """The admission webhook's decision (``handlers.admission.review``) and its certificate."""
 
 import ssl
+from collections.abc import AsyncGenerator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
+import pytest
 import yaml
 
 from accel_api.policy import AcceleratorPolicy
 from accel_operator.handlers import admission
+from accel_operator.settings import OperatorSettings
 from tests.support.hostile import EXAMPLES
 
 POLICY = AcceleratorPolicy.model_validate(yaml.safe_load(EXAMPLES["20-policy.yaml"]))
@@ -46,9 +49,78 @@ def test_objects_being_deleted_are_never_refused() -> None:
 
 
 def test_self_signed_certificate_loads_and_names_the_host(tmp_path: Path) -> None:
-    cert, key, ca = admission.self_signed("127.0.0.1", tmp_path)
+    cert, key, ca = admission.self_signed(["127.0.0.1"], tmp_path)
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.load_cert_chain(cert, key)
     client = ssl.create_default_context(cadata=ca.decode())
     assert client.cert_store_stats()["x509_ca"] == 1
     assert (key.stat().st_mode & 0o777) == 0o600
+
+
+def test_the_certificate_names_the_service(tmp_path: Path) -> None:
+    from cryptography import x509
+
+    names = admission.sans_for("", "accel-operator-webhook", "accel-system")
+    assert names == ["accel-operator-webhook.accel-system.svc", "accel-operator-webhook.accel-system.svc.cluster.local"]
+    cert, _key, _ca = admission.self_signed(["10.0.0.7", *names], tmp_path)
+    sans = x509.load_pem_x509_certificate(cert.read_bytes()).extensions.get_extension_for_class(
+        x509.SubjectAlternativeName
+    )
+    assert [str(ip) for ip in sans.value.get_values_for_type(x509.IPAddress)] == ["10.0.0.7"]
+    assert sans.value.get_values_for_type(x509.DNSName) == names
+
+
+@pytest.mark.parametrize(
+    ("spec", "namespace_team", "expected"),
+    [
+        ({"image": "x"}, "research", "research"),  # missing: the namespace's team
+        ({"image": "x", "team": ""}, "research", "research"),
+        ({"image": "x", "team": "serving"}, "research", None),  # named: the validating webhook judges it
+        ({"image": "x"}, None, None),  # unlabelled namespace: the schema refuses the job
+    ],
+)
+def test_a_missing_team_defaults_to_the_namespaces(
+    spec: dict[str, Any], namespace_team: str | None, expected: str | None
+) -> None:
+    assert admission.default_team({"spec": spec}, namespace_team) == expected
+
+
+def test_in_a_cluster_the_api_server_calls_the_service(tmp_path: Path) -> None:
+    server = admission.webhook_server(OperatorSettings(webhook_port=9443))
+    assert isinstance(server, admission.ServiceWebhookServer)
+    assert server.service == {
+        "name": "accel-operator-webhook",
+        "namespace": "accel-system",
+        "port": 443,
+        "path": "",
+    }
+    local = admission.webhook_server(OperatorSettings(webhook_port=9443, webhook_host="127.0.0.1"))
+    assert not isinstance(local, admission.ServiceWebhookServer) and local.host == "127.0.0.1"
+
+
+def test_a_mounted_certificate_is_used(tmp_path: Path) -> None:
+    cert, key, _ca = admission.self_signed(["accel-operator-webhook.accel-system.svc"], tmp_path)
+    (tmp_path / "ca.crt").write_bytes(cert.read_bytes())
+    server = admission.webhook_server(OperatorSettings(webhook_port=9443, webhook_cert_dir=tmp_path))
+    assert server.certfile == cert and server.pkeyfile == key and server.cafile == tmp_path / "ca.crt"
+
+
+def test_the_service_server_announces_a_service_reference() -> None:
+    import asyncio
+
+    server = admission.webhook_server(OperatorSettings(webhook_port=0, webhook_address="127.0.0.1"))
+
+    async def first() -> Any:
+        async def fn(*_: Any, **__: Any) -> Any:
+            raise AssertionError("no request is made")
+
+        configs = server(fn)
+        try:
+            return await anext(configs)
+        finally:
+            await cast(AsyncGenerator[Any, None], configs).aclose()
+
+    config = asyncio.run(first())
+    assert "url" not in config
+    assert config["service"] == {"name": "accel-operator-webhook", "namespace": "accel-system", "port": 443, "path": ""}
+    assert config["caBundle"]
