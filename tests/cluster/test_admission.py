@@ -4,7 +4,6 @@ is refused with the violations' lines; an obeying job is created."""
 
 import copy
 import os
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -13,55 +12,34 @@ from pathlib import Path
 import pytest
 import yaml
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
 from accel_api import registry
 from accel_api import vocabulary as v
-from accel_localcluster import kubeapi
-from accel_operator.handlers import admission
+from tests.support import webhooks
 from tests.support.cluster import ROOT, wait_for
 from tests.support.hostile import EXAMPLES
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 @pytest.fixture
 def webhook(api: client.ApiClient, crds: list[str], tmp_path: Path) -> Iterator[None]:
-    """The webhook in a process of its own, killed after the test, its configuration removed:
+    """The webhook in a process of its own, killed after the test, its configurations removed:
     a webhook left serving would refuse the next tests' jobs."""
-    adm = client.AdmissionregistrationV1Api(api)
     log = (tmp_path / "webhook.log").open("wb")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.support.webhook_main", str(_free_port())],
+        [sys.executable, "-m", "tests.support.webhook_main", str(webhooks.free_port())],
         cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
         stdout=log,
         stderr=subprocess.STDOUT,
     )
     try:
-        wait_for(lambda: _configured(adm), timeout=60, what="the webhook configuration")
+        wait_for(lambda: webhooks.configured(api), timeout=60, what="the webhook configuration")
         yield
     finally:
         proc.kill()
         proc.wait(timeout=30)
         log.close()
-        with kubeapi.ignoring(404):
-            adm.delete_validating_webhook_configuration(admission.WEBHOOK_CONFIGURATION)
-        wait_for(lambda: not _configured(adm), timeout=30, what="the webhook configuration removed")
-
-
-def _configured(adm: client.AdmissionregistrationV1Api) -> bool:
-    try:
-        return bool(adm.read_validating_webhook_configuration(admission.WEBHOOK_CONFIGURATION).webhooks)
-    except ApiException as exc:
-        if exc.status == 404:
-            return False
-        raise
+        webhooks.remove(api)
 
 
 def test_webhook_refuses_policy_violations(

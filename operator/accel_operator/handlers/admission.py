@@ -25,6 +25,10 @@ local control plane: ``127.0.0.1``) the API server calls ``https://HOST:PORT``; 
 configuration names the Service (``webhook_service`` in ``webhook_namespace``, port
 ``webhook_service_port``).
 
+The webhooks are ``persistent``: a stopping replica leaves them registered (kopf would otherwise
+empty the configuration on exit, switching the webhook off under the replica that keeps running);
+with failurePolicy Ignore an endpoint that is gone costs nothing but the check.
+
 A mutating webhook (CREATE only) defaults a missing ``spec.team`` to the namespace's team label;
 with the operator down, such a job is refused by the CRD schema (``spec.team`` is required).
 
@@ -183,6 +187,7 @@ def register(reg: kopf.OperatorRegistry, settings: OperatorSettings) -> None:
         operations=["CREATE"],
         ignore_failures=True,
         side_effects=False,
+        persistent=True,
         registry=reg,
     )
     def default_job_team(body: kopf.Body, namespace: str | None, patch: kopf.Patch, **kwargs: Any) -> None:
@@ -199,6 +204,7 @@ def register(reg: kopf.OperatorRegistry, settings: OperatorSettings) -> None:
         operations=["CREATE", "UPDATE"],
         ignore_failures=True,
         side_effects=False,
+        persistent=True,
         registry=reg,
     )
     def validate_job(body: kopf.Body, namespace: str | None, **kwargs: Any) -> None:

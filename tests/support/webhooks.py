@@ -1,0 +1,54 @@
+"""Helpers for cluster tests that run the admission webhooks: a free port, whether the managed
+configurations are registered, and their removal (a webhook left registered would judge the next
+tests' jobs)."""
+
+from __future__ import annotations
+
+import socket
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from accel_localcluster import kubeapi
+from accel_operator.handlers import admission
+from tests.support.cluster import wait_for
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def configured(api: client.ApiClient) -> bool:
+    """Whether the ValidatingWebhookConfiguration holds webhooks with a CA bundle."""
+    adm = client.AdmissionregistrationV1Api(api)
+    try:
+        hooks = adm.read_validating_webhook_configuration(admission.WEBHOOK_CONFIGURATION).webhooks or []
+    except ApiException as exc:
+        if exc.status == 404:
+            return False
+        raise
+    return bool(hooks) and all(h.client_config.ca_bundle for h in hooks)
+
+
+def remove(api: client.ApiClient) -> None:
+    """Delete both managed configurations and wait until they are gone."""
+    adm = client.AdmissionregistrationV1Api(api)
+    with kubeapi.ignoring(404):
+        adm.delete_validating_webhook_configuration(admission.WEBHOOK_CONFIGURATION)
+    with kubeapi.ignoring(404):
+        adm.delete_mutating_webhook_configuration(admission.WEBHOOK_CONFIGURATION)
+
+    def gone() -> bool:
+        for read in (adm.read_validating_webhook_configuration, adm.read_mutating_webhook_configuration):
+            try:
+                read(admission.WEBHOOK_CONFIGURATION)
+                return False
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+        return True
+
+    wait_for(gone, timeout=30, what="the webhook configurations removed")
