@@ -19,6 +19,7 @@ from kubernetes import client
 
 from accel_api import registry
 from accel_api import vocabulary as v
+from tests.support import webhooks
 from tests.support.cluster import ROOT, apply_manifests, wait_for
 from tests.support.jobs import create_job, end_pods, events_of, gpu_pool, job_doc, wait_phase
 
@@ -138,7 +139,12 @@ def test_operator_runs_under_its_least_privilege_role(
         "ACCEL_OPERATOR_METRICS_PORT": str(metrics_port),
         "ACCEL_OPERATOR_METRICS_ADDRESS": "127.0.0.1",
         "ACCEL_OPERATOR_LOG_FORMAT": "json",
+        # The admission webhooks too: their configurations, the policies and the namespaces' teams.
+        "ACCEL_OPERATOR_WEBHOOK_PORT": str(webhooks.free_port()),
+        "ACCEL_OPERATOR_WEBHOOK_HOST": "127.0.0.1",
+        "ACCEL_OPERATOR_WEBHOOK_ADDRESS": "127.0.0.1",
     }
+    core.patch_namespace(namespace, {"metadata": {"labels": {v.LABEL_NAMESPACE_TEAM: "research"}}})
     log = tmp_path / "operator.log"
     pool = f"{namespace}-rbac"
     with gpu_pool(api, pool, count=1):
@@ -160,9 +166,25 @@ def test_operator_runs_under_its_least_privilege_role(
                 metrics = resp.read().decode()
             assert "accel_operator_workloads_created_total 1.0" in metrics, metrics[:2000]
             assert "accel_operator_admission_latency_seconds_count 1.0" in metrics
+            # The webhooks registered themselves (create, patch) and judge with the indexes they
+            # keep under this role (namespaces, policies): another team's job is refused.
+            wait_for(lambda: webhooks.configured(api), timeout=60, what="the webhook configuration")
+
+            def refused() -> str | None:
+                try:
+                    create_job(api, job_doc(namespace, pool, name="other-team", team="serving"))
+                except client.ApiException as exc:
+                    return str(exc.body) if exc.status == 422 else None
+                client.CustomObjectsApi(api).delete_namespaced_custom_object(
+                    v.GROUP, v.VERSION, namespace, registry.JOB.plural, "other-team"
+                )
+                return None
+
+            assert "(rule namespace-team)" in wait_for(refused, timeout=30, what="the webhook's refusal")
         finally:
             proc.terminate()
             proc.wait(timeout=30)
+            webhooks.remove(api)
     text = log.read_text()
     records = [json.loads(line) for line in text.splitlines() if line.startswith("{")]
     assert any(r.get("logger") == "accel_operator.scheduler" and r.get("job") for r in records), text[-2000:]

@@ -138,7 +138,8 @@ def test_kubectl_apply_is_refused_with_the_policys_message(
     proc = _kubectl_apply(cluster, job_doc(namespace, f"s-{namespace}", name="theirs"), tmp_path)
     assert proc.returncode != 0
     assert (
-        f"spec.placement.pools[0]: team 'research' may not use pool 's-{namespace}' by policy '{pol}' (rule pool-access)"
+        f"spec.placement.pools[0]: team 'research' may not use pool 's-{namespace}' "
+        f"by policy '{pol}' (rule pool-access)"
     ) in proc.stderr, proc.stderr
 
     # Another namespace's team.
