@@ -9,7 +9,10 @@
 3. on a small pool of its own (one node, 8 H100s), runs three 8-GPU jobs that compete for the
    same node: one runs, two wait in queue order; each finished job (the demo ends its pods, as
    a training program would) lets the next one in;
-4. prints every job's phase, pool, devices and why, and the events of one of them.
+4. prints every job's phase, pool, devices and why, and the events of one of them;
+5. policy at admission: the operator serves its admission webhooks (on localhost, registered
+   with their CA bundle); ``kubectl apply`` of a spot job without checkpointing, and of a job
+   naming another namespace's team, are refused with the messages the user sees.
 
 The cluster is left running for exploration (``accel-cluster status``, ``accel-cluster down``).
 """
@@ -19,11 +22,13 @@ from __future__ import annotations
 import argparse
 import copy
 import os
+import socket
 import subprocess
 import sys
 import time
 from typing import Any
 
+import yaml
 from kubernetes import client
 
 from accel_api import load_documents, parse_resource, registry
@@ -34,6 +39,9 @@ from accel_localcluster.control_plane import REPO
 
 EXAMPLES = REPO / "examples"
 DEMO_NS = "demo"
+# The namespaces' teams (the label the platform team owns): a job may only name its namespace's.
+TEAMS = {"ml-research": "research", "ml-serving": "serving", DEMO_NS: "research"}
+WEBHOOK_CONFIGURATION = v.GROUP  # the operator's managed webhook configurations
 QUEUE_POOL = "demo-h100-queue"
 
 
@@ -101,6 +109,75 @@ def _queue_job(name: str, priority: int) -> dict[str, Any]:
     return doc
 
 
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _label_teams(core: client.CoreV1Api) -> None:
+    for ns, team in TEAMS.items():
+        kubeapi.ensure_namespace(core.api_client, ns)
+        core.patch_namespace(ns, {"metadata": {"labels": {v.LABEL_NAMESPACE_TEAM: team}}})
+
+
+def _webhook_ready(api: client.ApiClient) -> bool:
+    adm = client.AdmissionregistrationV1Api(api)
+    try:
+        hooks = adm.read_validating_webhook_configuration(WEBHOOK_CONFIGURATION).webhooks or []
+    except client.exceptions.ApiException:
+        return False
+    return bool(hooks) and all(h.client_config.ca_bundle for h in hooks)
+
+
+def _remove_webhooks(api: client.ApiClient) -> None:
+    """The webhook configurations outlive the operator on purpose (failurePolicy Ignore); the demo
+    removes them so that the cluster it leaves behind has no webhook pointing at a stopped process."""
+    adm = client.AdmissionregistrationV1Api(api)
+    with kubeapi.ignoring(404):
+        adm.delete_validating_webhook_configuration(WEBHOOK_CONFIGURATION)
+    with kubeapi.ignoring(404):
+        adm.delete_mutating_webhook_configuration(WEBHOOK_CONFIGURATION)
+
+
+def _refused(cluster: Any, custom: client.CustomObjectsApi, doc: dict[str, Any], timeout: float) -> str:
+    """``kubectl apply`` of ``doc``, printed as a user would see it; retried while the webhook's
+    indexes are still loading (a job let through then is deleted)."""
+    path = cluster.state / f"{doc['metadata']['name']}.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    kubectl = [str(cluster.bin / "kubectl"), "--kubeconfig", str(cluster.kubeconfig)]
+    end = time.monotonic() + timeout
+    while True:
+        proc = subprocess.run([*kubectl, "apply", "-f", str(path)], capture_output=True, text=True, check=False)
+        if proc.returncode != 0 or time.monotonic() > end:
+            break
+        with kubeapi.ignoring(404):
+            custom.delete_namespaced_custom_object(
+                v.GROUP, v.VERSION, doc["metadata"]["namespace"], registry.JOB.plural, doc["metadata"]["name"]
+            )
+        time.sleep(0.5)
+    print(f"$ kubectl apply -f {path.name}\n{(proc.stdout + proc.stderr).rstrip()}")
+    return proc.stderr
+
+
+def _policy_demo(cluster: Any, api: client.ApiClient, custom: client.CustomObjectsApi, timeout: float) -> None:
+    print("\n== 3. policy at admission (examples/20-policy.yaml; namespace ml-research is team research)")
+    _wait("the admission webhook registered", lambda: _webhook_ready(api), timeout)
+    base = next(d for d in load_documents((EXAMPLES / "02-multinode-spot-training.yaml").read_text()))
+    spot = copy.deepcopy(base)
+    spot["metadata"]["name"] = "spot-no-checkpoint"
+    spot["spec"].pop("checkpoint", None)
+    spot["spec"]["spot"] = {"policy": "prefer"}
+    print("-- a spot job without checkpointing:")
+    _refused(cluster, custom, spot, timeout)
+    other = copy.deepcopy(base)
+    other["metadata"]["name"] = "charged-to-serving"
+    other["spec"]["team"] = "serving"
+    print("\n-- a job in ml-research that names the serving team:")
+    _refused(cluster, custom, other, timeout)
+
+
 def _table(custom: client.CustomObjectsApi, keys: list[tuple[str, str]]) -> None:
     print(f"\n{'JOB':40} {'PHASE':13} {'ATT':>3} {'POOL':18} {'DEV':>4} {'COST $':>9}  WHY")
     for ns, name in keys:
@@ -126,6 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     api = kubeapi.api_client(cluster.kubeconfig)
     core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
     kubeapi.install_crds(api)
+    _label_teams(core)
 
     docs = [d for p in sorted(EXAMPLES.glob("*.yaml")) for d in load_documents(p.read_text(), source=p.name)]
     _clean(custom, {d["metadata"]["namespace"] for d in docs if d["kind"] == "AcceleratorJob"} | {DEMO_NS})
@@ -144,6 +222,12 @@ def main(argv: list[str] | None = None) -> int:
 
     env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig), "ACCEL_OPERATOR_LIVENESS_PORT": "0"}
     env.setdefault("ACCEL_OPERATOR_METRICS_PORT", "0")
+    # The admission webhooks, on localhost: the local API server runs on this machine.
+    env.update(
+        ACCEL_OPERATOR_WEBHOOK_PORT=str(_free_port()),
+        ACCEL_OPERATOR_WEBHOOK_HOST="127.0.0.1",
+        ACCEL_OPERATOR_WEBHOOK_ADDRESS="127.0.0.1",
+    )
     log_path = cluster.state / "logs" / "operator.log"
     with log_path.open("wb") as log:
         operator = subprocess.Popen([sys.executable, "-m", "accel_operator"], env=env, stdout=log, stderr=log)
@@ -207,11 +291,13 @@ def main(argv: list[str] | None = None) -> int:
                     args.timeout,
                 )
             _table(custom, qkeys)
+        _policy_demo(cluster, api, custom, args.timeout)
     finally:
         operator.terminate()
         operator.wait(timeout=30)
+        _remove_webhooks(api)
 
-    print(f"\n== 3. all jobs\n$ kubectl get acceleratorjobs -A   (KUBECONFIG={cluster.kubeconfig})")
+    print(f"\n== 4. all jobs\n$ kubectl get acceleratorjobs -A   (KUBECONFIG={cluster.kubeconfig})")
     kubectl = cluster.bin / "kubectl"
     subprocess.run([str(kubectl), "get", "acceleratorjobs", "-A"], env=env, check=False)
     print(f"\n$ kubectl get events -n {DEMO_NS} --field-selector involvedObject.name=later")
