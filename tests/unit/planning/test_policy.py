@@ -141,3 +141,44 @@ def test_tenant_values_are_clipped() -> None:
     job = _job(team="a" * 63)
     (v,) = policy.evaluate(job, "b" * 63, [])
     assert len(str(v)) < 600
+
+
+# --- restrict: what the planner may consider ------------------------------------------------------
+
+
+def _offers(*names: str) -> list[Any]:
+    from accel_operator.planning.candidates import PoolOffer
+
+    spec = AcceleratorPoolSpec.model_validate({"provider": "aws", "accelerator": "h100-80gb", "devicesPerNode": 8})
+    return [PoolOffer(name=n, spec=spec) for n in names]
+
+
+def test_restrict_keeps_only_the_granted_pools() -> None:
+    pols = [_policy(poolAccess=[{"teams": ["research"], "pools": ["a", "c"]}, {"teams": ["*"], "pools": ["d"]}])]
+    _, offers = policy.restrict(_job(placement={"minDevices": 8}), _offers("a", "b", "c", "d"), pols)
+    assert [o.name for o in offers] == ["a", "c", "d"]
+    # Two policies: a pool must be granted by both.
+    both = [*pols, _policy(poolAccess=[{"teams": ["research"], "pools": ["c"]}])]
+    assert [o.name for o in policy.restrict(_job(), _offers("a", "c", "d"), both)[1]] == ["c"]
+
+
+@pytest.mark.parametrize(
+    ("placement", "cap", "expected_max"),
+    [
+        ({"minDevices": 1}, 4, 4),  # unset: lowered to the cap
+        ({"minDevices": 1, "maxDevices": 16}, 4, 4),
+        ({"minDevices": 1, "maxDevices": 2}, 4, 2),  # already within it: unchanged
+        ({"minDevices": 8}, 4, None),  # above the cap: a max-devices refusal, left to evaluate
+        ({"minDevices": 1}, None, None),  # no cap
+    ],
+)
+def test_restrict_caps_max_devices(placement: dict[str, Any], cap: int | None, expected_max: int | None) -> None:
+    pols = [_policy(maxDevicesPerJob=cap)] if cap is not None else [_policy()]
+    job, _ = policy.restrict(_job(placement=placement), _offers("a"), pols)
+    assert job.placement.max_devices == expected_max
+    assert job.placement.min_devices == placement["minDevices"]
+
+
+def test_restrict_without_policies_changes_nothing() -> None:
+    job = _job()
+    assert policy.restrict(job, _offers("a", "b"), []) == (job, _offers("a", "b"))
