@@ -48,11 +48,13 @@ class World:
         if spend is not None:
             doc["status"] = {"spend": spend}
         self.policies[name] = [AcceleratorPolicy.model_validate(doc)]
+        self.scheduler.policies_changed()  # what handlers.policies does on the event
         return self
 
     def team(self, namespace: str, team: str | None) -> World:
         """The namespace's team label (None: unlabelled)."""
         self.teams[namespace] = [team]
+        self.scheduler.policies_changed()
         return self
 
     def pool(

@@ -37,10 +37,12 @@ def register(reg: kopf.OperatorRegistry, sched: Scheduler | None) -> None:
 
     @kopf.on.event(v.GROUP, v.VERSION, registry.POLICY.plural, registry=reg)
     def policy_changed(**_: Any) -> None:
+        sched.policies_changed()
         sched.pools_changed()  # re-plan everything: grants and caps change the candidates
 
     @kopf.on.event("", "v1", "namespaces", registry=reg)
     def namespace_changed(name: str, **_: Any) -> None:
+        sched.policies_changed()
         idx = sched.indices
         if idx is None:
             return

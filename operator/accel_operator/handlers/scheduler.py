@@ -109,6 +109,10 @@ class Scheduler:
     full_pass: bool = True  # decide every job (start, resync, a failed pass)
     capacity_pass: bool = False  # decide every waiting job (something freed or added devices)
     pools_version: int = 0
+    # The policies and namespaces' teams folded once per change (handlers.policies bumps it), with
+    # the evaluations of unchanged jobs memoised on the folded value.
+    policies_version: int = 0
+    folded_policies: tuple[int, policy_inputs.PolicyInputs] | None = None
     overlay: dict[JobKey, _Pending] = field(default_factory=dict)
     # Workloads this process created that the watch has not shown yet: (namespace, name) ->
     # (view, monotonic time of the create). Without them, every pass until the watch catches up
@@ -139,6 +143,14 @@ class Scheduler:
         self.ready = True
         self.full_pass = True
         self.wake.set()
+
+    def policies_changed(self) -> None:
+        self.policies_version += 1
+
+    def _policy_inputs(self, idx: Indices) -> policy_inputs.PolicyInputs:
+        if self.folded_policies is None or self.folded_policies[0] != self.policies_version:
+            self.folded_policies = (self.policies_version, policy_inputs.fold(idx.policies, idx.namespace_teams))
+        return self.folded_policies[1]
 
     def forget(self, key: JobKey) -> None:
         self.overlay.pop(key, None)
@@ -222,7 +234,7 @@ class Scheduler:
             pods_by_job=MappingProxyType({k: tuple(v) for k, v in pods_by_job.items()}),
             reservations=MappingProxyType(reservations),
             plans={},
-            policy=policy_inputs.fold(idx.policies, idx.namespace_teams),
+            policy=self._policy_inputs(idx),
         )
 
     def _plan(self, job: JobView, snap: Snapshot) -> Plan | None:

@@ -27,6 +27,7 @@ from accel_operator.reconcile.snapshot import HOLDING, JobView, Snapshot
 POLICY = "PolicyCompliant"  # the condition type
 SHOWN = 5  # violations spelled out in a message; the rest are counted
 MESSAGE_LIMIT = 1000
+MEMO_LIMIT = 50_000  # evaluations kept per folded policy inputs
 
 
 def violations(job: JobView, snapshot: Snapshot) -> list[policy.Violation]:
@@ -34,13 +35,19 @@ def violations(job: JobView, snapshot: Snapshot) -> list[policy.Violation]:
     inputs = snapshot.policy
     if job.spec is None or not inputs.binds(job.namespace):
         return []
-    return policy.evaluate(
-        job.spec,
-        inputs.team_of(job.namespace),
-        inputs.policies,
-        pools={name: p.spec for name, p in snapshot.pools.items()},
-        spent=inputs.spent,
-    )
+    key = (job.uid, job.generation, frozenset(snapshot.pools))
+    found = inputs.memo.get(key)
+    if found is None:
+        if len(inputs.memo) > MEMO_LIMIT:
+            inputs.memo.clear()
+        found = inputs.memo[key] = policy.evaluate(
+            job.spec,
+            inputs.team_of(job.namespace),
+            inputs.policies,
+            pools={name: p.spec for name, p in snapshot.pools.items()},
+            spent=inputs.spent,
+        )
+    return found
 
 
 def describe(found: list[policy.Violation]) -> str:

@@ -24,6 +24,11 @@ class PolicyInputs:
     policies: tuple[AcceleratorPolicy, ...] = ()
     namespace_teams: Mapping[str, str | None] = field(default_factory=lambda: MappingProxyType({}))
     spent: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))  # policy.spend_key -> USD
+    # Evaluations under these inputs, by (job uid, generation, pool names): a job is judged again
+    # only when it, the pools, the policies, the namespaces' teams or the spend changed.
+    memo: dict[tuple[str, int | None, frozenset[str]], list[policy.Violation]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
 
     def team_of(self, namespace: str) -> str | None:
         """The namespace's team label; None when unlabelled or not known."""

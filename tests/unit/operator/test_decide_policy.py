@@ -224,3 +224,15 @@ def test_the_planner_keeps_to_the_device_cap() -> None:
     assert any(c.devices > 2 for c in plan.candidates), "the larger placements were considered and refused"
     d = decide(snap.jobs[("ns", "a")], snap, T0)
     assert d.admitted is not None and d.admitted[1].devices <= 2
+
+
+def test_a_policy_change_is_seen_by_the_next_decision() -> None:
+    # The folded policies are kept between passes until a policy or namespace event.
+    w = World().pool("p")
+    job = w.job("a", "p", devices=8, **NO_CKPT)
+    assert decide(job, w.snapshot(), T0).phase is JobPhase.ADMITTED
+    w.policy("platform")
+    assert decide(job, w.snapshot(), T0).phase is JobPhase.UNSCHEDULABLE
+    w.team("ns", "serving")
+    cond = _cond(decide(job, w.snapshot(), T0), "PolicyCompliant")
+    assert cond is not None and "(rule namespace-team)" in cond[2]
