@@ -14,7 +14,8 @@
    with their CA bundle); ``kubectl apply`` of a spot job without checkpointing, and of a job
    naming another namespace's team, are refused with the messages the user sees.
 
-The cluster is left running for exploration (``accel-cluster status``, ``accel-cluster down``).
+The cluster is left running for exploration (``accel-cluster status``, ``accel-cluster down``),
+without the example policy and the webhook configurations (they would judge every later job).
 """
 
 from __future__ import annotations
@@ -296,6 +297,14 @@ def main(argv: list[str] | None = None) -> int:
         operator.terminate()
         operator.wait(timeout=30)
         _remove_webhooks(api)
+        # The example policy is cluster-wide: left behind, it would judge every later job on this
+        # cluster (the cluster tests' too). The demo's jobs, pools and nodes stay for exploration.
+        for doc in docs:
+            if doc["kind"] == "AcceleratorPolicy":
+                with kubeapi.ignoring(404):
+                    custom.delete_cluster_custom_object(
+                        v.GROUP, v.VERSION, registry.POLICY.plural, doc["metadata"]["name"]
+                    )
 
     print(f"\n== 4. all jobs\n$ kubectl get acceleratorjobs -A   (KUBECONFIG={cluster.kubeconfig})")
     kubectl = cluster.bin / "kubectl"
