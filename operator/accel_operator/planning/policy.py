@@ -165,7 +165,8 @@ def restrict(
     the cap; a ``minDevices`` above it is a ``max-devices`` refusal, left to :func:`evaluate`)."""
     if not policies:
         return job, list(offers)
-    allowed = [o for o in offers if pool_allowed(job.team, o.name, policies)]
+    grants = [g for pol in policies if (g := allowed_pools(job.team, pol.spec)) is not None and ANY not in g]
+    allowed = [o for o in offers if all(o.name in g for g in grants)]  # pool_allowed, each grant built once
     cap = device_cap(policies)
     place = job.placement
     if cap is None or cap < place.min_devices or (place.max_devices is not None and place.max_devices <= cap):
