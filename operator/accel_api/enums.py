@@ -123,6 +123,13 @@ class BudgetPeriod(StrEnum):
     MONTHLY = "monthly"
 
 
+class BudgetAction(StrEnum):
+    """What a job of a team whose budget is spent gets: it waits (queue) or is refused."""
+
+    QUEUE = "queue"
+    REFUSE = "refuse"
+
+
 class TaintEffect(StrEnum):
     NO_SCHEDULE = "NoSchedule"
     PREFER_NO_SCHEDULE = "PreferNoSchedule"

@@ -11,7 +11,7 @@ from pydantic import Field, field_validator
 
 from accel_api import bounds, errors, patterns, vocabulary
 from accel_api.base import ApiModel, Conditions, ObjectMeta
-from accel_api.enums import BudgetPeriod
+from accel_api.enums import BudgetAction, BudgetPeriod
 
 CheckpointScheme = Literal["s3", "pvc"]
 
@@ -36,6 +36,11 @@ class Budget(ApiModel):
     period: BudgetPeriod = BudgetPeriod.MONTHLY
     limit_usd: Usd = Field(description="USD per period, at most 1e9.")
     include_lost_work: bool = Field(default=True, description="Count preemption waste against the budget.")
+    on_exhausted: BudgetAction = Field(
+        default=BudgetAction.QUEUE,
+        description="When the team has spent the budget: queue (accept; the job waits for the next period "
+        "or a larger budget) or refuse (at admission, and the reconciler does not admit it).",
+    )
 
 
 class PoolAccess(ApiModel):

@@ -4,8 +4,8 @@ On CREATE and UPDATE it evaluates the job against every AcceleratorPolicy and it
 team label (``vocabulary.LABEL_NAMESPACE_TEAM``) with ``planning.policy.evaluate``, the same pure
 function the reconciler and ``accelctl validate --policy`` use, and refuses the request with one
 line per violation (``field.path: rule by policy 'p' (rule r); fix: ...``). A spec the models
-refuse is refused with the models' lines. Budget exhaustion (``queue`` violations) is not a
-reason to refuse: spend is the reconciler's to weigh, and the job waits.
+refuse is refused with the models' lines. Budget exhaustion refuses only where the budget says
+``onExhausted: refuse``; with ``queue`` (the default) the job is accepted and waits.
 
 failurePolicy: **Ignore**. The webhook is a fast, friendly first check, not the only one: rules
 inside one object are CEL in the CRDs (the API server enforces them with the webhook down) and the
@@ -54,6 +54,7 @@ from accel_api import vocabulary as v
 from accel_api.job import AcceleratorJob
 from accel_api.policy import AcceleratorPolicy
 from accel_operator.planning import policy
+from accel_operator.reconcile import policy_inputs
 from accel_operator.settings import OperatorSettings
 
 WEBHOOK_CONFIGURATION = v.GROUP  # the managed Validating/MutatingWebhookConfigurations' name
@@ -62,14 +63,18 @@ DEFAULT_PORT = 9443
 
 
 def review(body: Mapping[str, Any], namespace_team: str | None, policies: Iterable[AcceleratorPolicy]) -> list[str]:
-    """The reasons to refuse ``body`` (an AcceleratorJob), one line each; empty: allowed."""
+    """The reasons to refuse ``body`` (an AcceleratorJob), one line each; empty: allowed. The spend
+    is the policies' ``status.spend`` (the reconciler's seam too): only a budget that says
+    ``onExhausted: refuse`` refuses here; a queueing one lets the job in to wait."""
     if body.get("metadata", {}).get("deletionTimestamp"):
         return []
     try:
         job = AcceleratorJob.model_validate(dict(body))
     except ValidationError as exc:
         return errors.describe(exc, model=AcceleratorJob, limit=errors.MAX_PROBLEMS)
-    found = policy.refusals(policy.evaluate(job.spec, namespace_team, list(policies)))
+    objects = list(policies)
+    spent = policy_inputs.spend_from(objects)
+    found = policy.refusals(policy.evaluate(job.spec, namespace_team, objects, spent=spent))
     return errors.cap([str(x) for x in found])
 
 

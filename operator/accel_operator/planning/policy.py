@@ -19,15 +19,16 @@ Several policies combine: every rule of every policy applies, and each breach is
 - ``reserved-env``: no env name the policy reserves;
 - ``budget-exceeds-limit``: the job's ``maxCost`` alone is over its team's budget (refused);
 - ``budget-exhausted``: the team's spend this period (``spent``, keyed by :func:`spend_key`), plus the
-  job's ``maxCost`` when given, reaches the budget: ``queue=True``, the job waits for the next period
-  or a larger budget rather than failing.
+  job's ``maxCost`` when given, reaches the budget: with ``onExhausted: queue`` (the default)
+  ``queue=True``, the job waits for the next period or a larger budget rather than failing; with
+  ``refuse`` it is refused.
 """
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from accel_api import errors, vocabulary
-from accel_api.enums import BudgetPeriod, SpotPolicy
+from accel_api.enums import BudgetAction, BudgetPeriod, SpotPolicy
 from accel_api.job import AcceleratorJobSpec
 from accel_api.policy import AcceleratorPolicy, AcceleratorPolicySpec
 from accel_api.pool import AcceleratorPoolSpec
@@ -273,6 +274,7 @@ def _budgets(
         used = spent.get(spend_key(job.team, budget.period), 0.0)
         need = job.max_cost or 0.0
         if used >= limit or used + need > limit:
+            queue = budget.on_exhausted is BudgetAction.QUEUE
             out.append(
                 Violation(
                     "spec.team",
@@ -280,8 +282,10 @@ def _budgets(
                     name,
                     f"team {errors.clip(job.team)} has spent ${used:,.2f} of its {period} budget of ${limit:,.2f}"
                     + (f" (the job may cost ${need:,.2f})" if need else ""),
-                    f"wait for the next {period} period, or ask the platform team for a larger budget",
-                    queue=True,
+                    f"wait for the next {period} period, or ask the platform team for a larger budget"
+                    if queue
+                    else f"submit it again in the next {period} period, or ask the platform team for a larger budget",
+                    queue=queue,
                 )
             )
     return out

@@ -42,6 +42,25 @@ def test_budget_exhaustion_is_not_refused_here() -> None:
     assert admission.review(_job(), "research", [POLICY]) == []
 
 
+def test_a_refusing_budget_that_is_spent_refuses_here() -> None:
+    # The spend comes from the policy's status (the cost ledger's seam); only onExhausted: refuse refuses.
+    def pol(action: str) -> AcceleratorPolicy:
+        return AcceleratorPolicy.model_validate(
+            {
+                "metadata": {"name": "budget"},
+                "spec": {"budgets": [{"team": "research", "limitUsd": 100, "onExhausted": action}]},
+                "status": {"spend": [{"team": "research", "period": "monthly", "spentUsd": 100, "limitUsd": 100}]},
+            }
+        )
+
+    lines = admission.review(_job(maxCost=None), "research", [POLICY, pol("refuse")])
+    assert [line.split("(rule ")[1] for line in lines] == [
+        "budget-exhausted); fix: submit it again in the next "
+        "monthly period, or ask the platform team for a larger budget"
+    ]
+    assert admission.review(_job(maxCost=None), "research", [POLICY, pol("queue")]) == []
+
+
 def test_objects_being_deleted_are_never_refused() -> None:
     doc = _job(team="serving")
     doc["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"

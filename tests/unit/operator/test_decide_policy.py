@@ -148,6 +148,16 @@ def test_an_exhausted_budget_queues_the_job_without_blocking_its_pool() -> None:
     assert d.blocks is None and _kinds(d) == ["BudgetExhausted"]
 
 
+def test_an_exhausted_budget_that_says_refuse_refuses() -> None:
+    spend = [{"team": "research", "period": "monthly", "spentUsd": 1000, "limitUsd": 1000}]
+    budgets = [{"team": "research", "limitUsd": 1000, "onExhausted": "refuse"}]
+    w = World().pool("p").policy("platform", spend=spend, budgets=budgets)
+    d = decide(w.job("a", "p", devices=8), w.snapshot(), T0)
+    assert d.phase is JobPhase.UNSCHEDULABLE
+    cond = _cond(d, "PolicyCompliant")
+    assert cond is not None and cond[1] == "PolicyViolation" and "(rule budget-exhausted)" in cond[2]
+
+
 def test_spend_below_the_budget_admits() -> None:
     spend = [{"team": "research", "period": "monthly", "spentUsd": 10, "limitUsd": 1000}]
     w = World().pool("p").policy("platform", spend=spend, budgets=[{"team": "research", "limitUsd": 1000}])

@@ -122,6 +122,14 @@ def test_budget_exhaustion_queues_rather_than_refuses() -> None:
     assert policy.refusals(found) == []
 
 
+def test_a_budget_that_says_refuse_refuses() -> None:
+    pol = _policy(budgets=[{"team": "research", "limitUsd": 100, "onExhausted": "refuse"}])
+    found = policy.evaluate(_job(maxCost=None), None, [pol], spent={"research/monthly": 100})
+    assert [(v.rule, v.queue) for v in found] == [("budget-exhausted", False)]
+    assert policy.refusals(found) == found
+    assert "submit it again in the next monthly period" in str(found[0])
+
+
 def test_team_granted_no_existing_pool() -> None:
     pools = {
         "h100-spot": AcceleratorPoolSpec.model_validate(
