@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
+import logging
 import tempfile
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -60,6 +61,22 @@ from accel_operator.settings import OperatorSettings
 WEBHOOK_CONFIGURATION = v.GROUP  # the managed Validating/MutatingWebhookConfigurations' name
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 9443
+
+
+class RefusalsAreNotErrors(logging.Filter):
+    """kopf logs a webhook's refusal (our AdmissionError) as ERROR "Webhook 'policy' failed
+    permanently: ..."; a refused job is the tenant's mistake, not the operator's, so the record
+    is lowered to INFO (alerts on the operator's errors stay meaningful)."""
+
+    PREFIX = "Webhook 'policy' failed permanently: "
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno == logging.ERROR and isinstance(record.msg, str) and record.msg.startswith(self.PREFIX):
+            record.levelno, record.levelname = logging.INFO, logging.getLevelName(logging.INFO)
+        return True
+
+
+REFUSALS = RefusalsAreNotErrors()
 
 
 def review(body: Mapping[str, Any], namespace_team: str | None, policies: Iterable[AcceleratorPolicy]) -> list[str]:
@@ -178,6 +195,7 @@ def register(reg: kopf.OperatorRegistry, settings: OperatorSettings) -> None:
     ``handlers.policies.register``."""
 
     ours = settings
+    logging.getLogger("kopf.objects").addFilter(REFUSALS)  # once: the same filter is not added twice
 
     @kopf.on.startup(registry=reg)
     def serve(settings: kopf.OperatorSettings, **_: Any) -> None:

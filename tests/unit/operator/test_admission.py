@@ -143,3 +143,17 @@ def test_the_service_server_announces_a_service_reference() -> None:
     assert "url" not in config
     assert config["service"] == {"name": "accel-operator-webhook", "namespace": "accel-system", "port": 443, "path": ""}
     assert config["caBundle"]
+
+
+def test_a_refusal_is_not_logged_as_an_error() -> None:
+    import logging
+
+    def record(msg: str, level: int = logging.ERROR) -> logging.LogRecord:
+        rec = logging.LogRecord("kopf.objects", level, __file__, 1, msg, None, None)
+        assert admission.REFUSALS.filter(rec)
+        return rec
+
+    refused = record("Webhook 'policy' failed permanently: spec.team: must be 'research' ...")
+    assert (refused.levelno, refused.levelname) == (logging.INFO, "INFO")
+    other = record("Webhook 'team' failed with an exception. Will retry.")
+    assert (other.levelno, other.levelname) == (logging.ERROR, "ERROR")
