@@ -3,7 +3,6 @@ known attacks and Hypothesis-drawn mutations of the examples. Every run must end
 or 2, no traceback), print at most 20× its input (+4 KiB), no NaN/Infinity in JSON, and name a
 field path on every error line. ``bench/fuzz_cli.py`` runs the same checks on 10,000+ documents."""
 
-import time
 from pathlib import Path
 from typing import Any
 
@@ -30,9 +29,8 @@ def _check(tmp_path: Path, name: str, text: str) -> None:
 
 @pytest.mark.parametrize(("name", "text"), hostile.CORPUS, ids=[n for n, _ in hostile.CORPUS])
 def test_hostile_corpus(tmp_path: Path, name: str, text: str) -> None:
-    started = time.monotonic()
+    # How long each input takes is a figure of bench/fuzz_cli.py, not a timed assertion here.
     _check(tmp_path, name, text)
-    assert time.monotonic() - started < 10, f"{name} took too long"
 
 
 def test_corpus_cases_are_refused_with_the_expected_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
