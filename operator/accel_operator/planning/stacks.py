@@ -41,6 +41,8 @@ Models", section 4; Megatron-LM's ``docs/source/distrib_optimizer.md``):
 MaxText (``MaxText/configs/base.yml`` and ``layers/decoders.py``; JAX's
 ``jax.checkpoint_policies``):
 
+- Activations are sharded over the tensor-parallel chips along the hidden, MLP and head
+  dimensions (``logical_axis_rules``), so every term is divided by t.
 - Weights are fp32 (``weight_dtype: float32``), activations bf16 (``dtype: bfloat16``); Adam's
   moments fp32 and the gradients fp32: 16 bytes per parameter, sharded over the ``fsdp`` mesh
   axis (``sharding: fsdp|zero3`` here; MaxText's default mesh puts every device on it), with the
@@ -108,16 +110,18 @@ def activations(w: JobProfile, tp: int) -> Activations:
         head = 2.0 * a * h / sp
         transient = (3 if s.mlp is MlpKind.SWIGLU else 2) * a * i / tp
         return Activations(layer=keep, full_layer=full, head=head, backward_transient=transient)
-    # MaxText: tensor sharding splits heads and the MLP, not the residual stream.
-    full = fb.saved_shared + a * h + (fb.saved_split + (5.0 * s.heads * w.seq_len if eager else 0.0)) / tp
+    # MaxText: its logical axis rules (base.yml: activation_embed, activation_mlp and
+    # activation_heads on the ``tensor`` mesh axis) shard every activation over the
+    # tensor-parallel chips, the residual stream too, as sequence parallelism does.
+    full = (fb.saved_shared + a * h + fb.saved_split + (5.0 * s.heads * w.seq_len if eager else 0.0)) / tp
     if w.recompute is Recompute.FULL:
-        keep = a * h
+        keep = a * h / tp
     elif w.recompute is Recompute.SELECTIVE:
         mlp_in = (2 if s.mlp is MlpKind.SWIGLU else 1) * i
-        keep = a * h + a * (s.q_dim + 2 * s.kv_dim + h + mlp_in + h) / tp
+        keep = a * (h + s.q_dim + 2 * s.kv_dim + h + mlp_in + h) / tp
     else:
         keep = full
-    head = 2.0 * a * h
+    head = 2.0 * a * h / tp
     transient = (3 if s.mlp is MlpKind.SWIGLU else 2) * a * i / tp
     return Activations(layer=keep, full_layer=full, head=head, backward_transient=transient)
 
