@@ -8,6 +8,7 @@ Llama-shaped architecture of that size is inferred (and said so in ``notes``).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -250,6 +251,14 @@ class JobProfile:
     @property
     def fp8(self) -> bool:
         return self.precision is Precision.FP8
+
+    @property
+    def step_key(self) -> JobProfile:
+        """This job with the token count (and notes) left out: what memory and step-time estimates
+        depend on, so jobs that differ only in how long they train share them."""
+        if self.tokens == 0 and not self.notes:
+            return self
+        return dataclasses.replace(self, tokens=0, notes=())
 
     @property
     def training(self) -> bool:

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from accel_api.catalog import Accelerator
-from accel_api.enums import AcceleratorKind, Attention, Framework, Optimizer, Precision, Sharding
+from accel_api.enums import AcceleratorKind, Attention, Framework, Optimizer, Precision, Sharding, WorkloadMode
 from accel_operator.planning import blocks
 from accel_operator.planning.blocks import Gemm
 from accel_operator.planning.layout import Layout
@@ -417,7 +417,7 @@ def _training(w: JobProfile, accel: Accelerator, layout: Layout) -> ThroughputEs
     device = forward + backward + other + optimizer + dp_exposed + tp_comm + cp_comm + bubble + p2p
     step = _overlap(device, host)
     global_tokens = w.step_tokens * dp * ga
-    steps = max(1, -(-w.tokens // global_tokens))
+    steps = _steps(w, layout)
     tokens_per_second = global_tokens / step
     breakdown = (
         ("forward", forward),
@@ -482,8 +482,7 @@ def _inference(w: JobProfile, accel: Accelerator, layout: Layout) -> ThroughputE
     decode = _overlap(decode_device, decode_host)
     call = prefill + w.new_tokens * decode
     per_call = w.batch * w.new_tokens
-    calls = max(1, math.ceil(w.tokens / per_call))
-    calls_per_replica = max(1, math.ceil(calls / replicas))
+    calls_per_replica = _steps(w, layout)
     tokens_per_second = per_call * replicas / call
     flops_per_token = 2.0 * s.active_matmul_params
     mfu = flops_per_token * (w.batch * (w.prompt_len + w.new_tokens)) * replicas / call
@@ -501,6 +500,27 @@ def _inference(w: JobProfile, accel: Accelerator, layout: Layout) -> ThroughputE
         prefill_seconds=prefill,
         decode_step_seconds=decode,
     )
+
+
+def _steps(w: JobProfile, layout: Layout) -> int:
+    return steps_for(w, layout.data_parallel)
+
+
+def steps_for(w: JobProfile, data_parallel: int) -> int:
+    """Optimizer steps (training) or generate() calls per replica (inference) for the job's tokens
+    over ``data_parallel`` replicas: the only part of an estimate that depends on ``tokens``."""
+    if w.mode is WorkloadMode.TRAINING:
+        return max(1, -(-w.tokens // (w.micro_batch * w.seq_len * data_parallel * w.gradient_accumulation)))
+    calls = max(1, math.ceil(w.tokens / (w.batch * w.new_tokens)))
+    return max(1, math.ceil(calls / data_parallel))
+
+
+def for_tokens(step: ThroughputEstimate, job: JobProfile, data_parallel: int) -> ThroughputEstimate:
+    """``step`` (an estimate of ``job`` with any token count) for ``job``'s own tokens: the
+    planner caches step-level estimates across jobs that differ only in how long they train."""
+    n = steps_for(job, data_parallel)
+    # Positional: the fields after ``steps`` are kept (a hot path; _replace is several times slower).
+    return ThroughputEstimate(step[0], step[1], n * step[0], n, *step[4:])
 
 
 def estimate(job: JobProfile, accelerator: Accelerator, layout: Layout) -> ThroughputEstimate:

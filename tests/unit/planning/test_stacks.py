@@ -83,9 +83,7 @@ def test_remat_policies_order_memory_and_time(framework: str) -> None:
     def plan(recompute: str) -> tuple[float, float]:
         w = job().arch(LLAMA_8B).workload(framework=framework, recompute=recompute, sharding="fsdp").profile()
         layout = Layout(8, 1)
-        return memory.estimate(w, H100, layout).peak_allocated_bytes, throughput.estimate(
-            w, H100, layout
-        ).step_seconds
+        return memory.estimate(w, H100, layout).peak_allocated_bytes, throughput.estimate(w, H100, layout).step_seconds
 
     none, selective, full = plan("none"), plan("selective"), plan("full")
     assert none[0] > selective[0] > full[0]
