@@ -331,6 +331,12 @@ def from_spec(spec: AcceleratorJobSpec) -> JobProfile:
             f"(Llama-shaped: {shape.layers} layers, hidden {shape.hidden}); give model.architecture for exact figures"
         )
     w = spec.workload
+    if w.pipeline_parallel > 1 and shape.layers % w.pipeline_parallel:
+        fullest = -(-shape.layers // w.pipeline_parallel)
+        notes.append(
+            f"pipelineParallel {w.pipeline_parallel} does not divide {shape.layers} layers: planned as its "
+            f"fullest stage of {fullest} layers"
+        )
     if w.mode is WorkloadMode.TRAINING:
         assert w.tokens is not None
         tokens = w.tokens

@@ -174,3 +174,11 @@ def test_context_parallel_ring_over_the_network_is_exposed() -> None:
     w = job().arch(LLAMA_8B).workload(framework="megatron", contextParallel=16, seqLen=16384, microBatch=1).profile()
     t = throughput.estimate(w, H100, Layout(16, 2, 1, 1, 16))
     assert t.component("context-parallel communication (exposed)") > 0.0
+
+
+def test_an_uneven_pipeline_split_is_planned_as_its_fullest_stage_and_said() -> None:
+    w = job().arch(LLAMA_8B).workload(framework="megatron", pipelineParallel=3, gradientAccumulation=6).profile()
+    assert w.stage_layers == 11
+    assert any("pipelineParallel 3 does not divide 32 layers: planned as its fullest stage of 11" in n for n in w.notes)
+    even = job().arch(LLAMA_8B).workload(framework="megatron", pipelineParallel=4).profile()
+    assert not even.notes
