@@ -17,7 +17,7 @@ import math
 from collections.abc import Sequence
 
 from accel_api.catalog import Accelerator, Catalog
-from accel_api.enums import AcceleratorKind, CapacityType, Objective, Precision, Provider, SpotPolicy
+from accel_api.enums import AcceleratorKind, CapacityType, Framework, Objective, Precision, Provider, SpotPolicy
 from accel_api.job import AcceleratorJobSpec
 from accel_api.pool import AcceleratorPoolSpec
 from accel_operator.planning import candidates as cand
@@ -100,6 +100,8 @@ def _pool_problems(spec: AcceleratorJobSpec, offer: PoolOffer, accel: Accelerato
     if spec.spot.policy is SpotPolicy.PREFER and spot and spec.checkpoint is None:
         out.append("spot without spec.checkpoint: a preemption would restart the job from zero")
     precision = spec.workload.precision
+    if spec.workload.framework is Framework.MEGATRON and accel.kind is AcceleratorKind.TPU:
+        out.append(f"framework megatron runs on GPUs (CUDA); {accel.id} is a TPU (use maxtext)")
     if precision is Precision.FP8 and not accel.fp8_tensor_cores:
         out.append(f"precision fp8 needs FP8 tensor cores; {accel.id} has none (use amp-bf16)")
     if precision in (Precision.AMP_BF16, Precision.BF16, Precision.FP8) and not accel.bf16:

@@ -14,7 +14,7 @@ from accel_api.job import AcceleratorJobSpec, PlanStatus
 from accel_operator.cli import render
 from accel_operator.planning import candidates, explain, selection
 from accel_operator.reconcile.status import plan_status
-from tests.support.builders import LLAMA_8B, LLAMA_125M, job, pool
+from tests.support.builders import LLAMA_1B, LLAMA_8B, LLAMA_125M, job, pool
 
 CAT = catalog.default()
 
@@ -310,3 +310,13 @@ def test_a_pool_network_overrides_the_catalog_default() -> None:
     plan = selection.plan(spec, [slow, fast], catalog.default())
     speed = {c.pool: c.speed.tokens_per_second for c in plan.candidates if c.devices == 32 and c.speed}
     assert speed["fast"] > speed["slow"] * 1.02
+
+
+def test_megatron_on_a_tpu_pool_is_refused_with_a_reason() -> None:
+    spec = job().arch(LLAMA_1B).workload(framework="megatron").spec()
+    plan = selection.evaluate(spec, "tpu-v5p", 4, catalog.default())
+    assert not plan.schedulable
+    problem = "framework megatron runs on GPUs (CUDA); tpu-v5p is a TPU (use maxtext)"
+    assert any(problem in p for c in plan.candidates for p in c.source.problems)
+    maxtext = job().arch(LLAMA_1B).workload(framework="maxtext", sharding="fsdp").spec()
+    assert selection.evaluate(maxtext, "tpu-v5p", 4, catalog.default()).schedulable
