@@ -268,7 +268,12 @@ def _device_step(w: JobProfile, accel: Accelerator, tp: int) -> _DeviceStep:
     layer_bwd = g_bwd + attn_bwd + ew_bwd
     # Full recompute runs each layer's forward again; selective recompute (Megatron's core
     # attention, torchtitan's per-op policy) only the attention kernel.
-    recompute = layer_fwd if w.checkpointing else attn_fwd if w.selective else 0.0
+    recompute = 0.0
+    if w.checkpointing:
+        recompute = layer_fwd
+    elif w.selective:
+        # The core attention again: its products, and for eager attention the score ops.
+        recompute = attn_fwd + ew * blk.fwd_bytes_per_score * per_score * m / bw
 
     # Autocast casts every matrix to bf16 per forward; backward casts the bf16 weight gradients
     # to fp32 (the first accumulation into a None gradient takes the tensor without a copy).
