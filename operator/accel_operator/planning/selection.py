@@ -42,8 +42,17 @@ def device_counts(pool: AcceleratorPoolSpec) -> list[int]:
 
 
 @functools.lru_cache(maxsize=256)
-def _device_counts(per_node: int, max_nodes: int, topology: str | None) -> tuple[int, ...]:
-    return tuple(_counts(per_node, max_nodes, topology))
+def _device_counts(per_node: int, max_nodes: int, topology: str | None, model_parallel: int = 1) -> tuple[int, ...]:
+    counts = _counts(per_node, max_nodes, topology)
+    if model_parallel & (model_parallel - 1) and topology is None:
+        # A model-parallel group that is not a power of two (pipelineParallel 3, 5, 10 ...) never
+        # divides the powers of two above: offer whole groups on whole nodes as well, the least
+        # common multiple of the group and the node and its doublings.
+        unit = math.lcm(model_parallel, per_node)
+        while unit <= per_node * max_nodes:
+            counts.append(unit)
+            unit *= 2
+    return tuple(sorted(set(counts)))
 
 
 def _counts(per_node: int, max_nodes: int, topology: str | None) -> list[int]:
@@ -243,9 +252,11 @@ def plan(
     candidates: list[Candidate] = []
     memo: _Memo = {}
     steps = _step_memo(job.profile)
+    w = job.profile
+    model_parallel = w.tensor_parallel * w.pipeline_parallel * w.context_parallel
     for offer in pools:
         pool = offer.spec
-        counts = _device_counts(pool.devices_per_node, pool.max_nodes, pool.tpu_topology)
+        counts = _device_counts(pool.devices_per_node, pool.max_nodes, pool.tpu_topology, model_parallel)
         candidates += _candidates(_pool(job, offer, catalog), counts, memo, steps)
     return _decide(job, candidates, name)
 

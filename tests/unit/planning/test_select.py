@@ -320,3 +320,13 @@ def test_megatron_on_a_tpu_pool_is_refused_with_a_reason() -> None:
     assert any(problem in p for c in plan.candidates for p in c.source.problems)
     maxtext = job().arch(LLAMA_1B).workload(framework="maxtext", sharding="fsdp").spec()
     assert selection.evaluate(maxtext, "tpu-v5p", 4, catalog.default()).schedulable
+
+
+def test_a_model_parallel_group_that_is_not_a_power_of_two_is_offered_whole_nodes() -> None:
+    # tensorParallel 8 × pipelineParallel 3 = 24 GPUs per replica: 3, 6, 12 ... nodes of 8.
+    spec = job().arch(LLAMA_8B).workload(tensorParallel=8, pipelineParallel=4, gradientAccumulation=8).spec()
+    three = job().arch(LLAMA_8B).workload(tensorParallel=8, pipelineParallel=3, gradientAccumulation=8).spec()
+    pools = [pool("h100-od", "h100-80gb", max_nodes=16)]
+    counts = sorted({c.devices for c in selection.plan(three, pools, CAT).candidates if c.speed is not None})
+    assert counts == [24, 48, 96]
+    assert {c.devices for c in selection.plan(spec, pools, CAT).candidates if c.speed is not None} == {32, 64, 128}
