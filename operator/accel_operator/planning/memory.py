@@ -472,10 +472,12 @@ def _stack_peak(w: JobProfile, tp: int, dp: int) -> _Peak:
 def _training(w: JobProfile, accel: Accelerator, layout: Layout) -> MemoryEstimate:
     if w.framework in (Framework.MEGATRON, Framework.MAXTEXT):
         return _result(_stack_peak(w, layout.tensor_parallel, layout.data_parallel), accel)
+    # Context-parallel ranks hold the same weights: sharding spans data × context ranks.
+    shards = layout.data_parallel * w.context_parallel
     # Without sharding, the data-parallel degree matters only as "more than one" (DDP buckets).
-    dp = layout.data_parallel if w.sharding is not Sharding.NONE else min(2, layout.data_parallel)
+    dp = shards if w.sharding is not Sharding.NONE else min(2, shards)
     if w.framework is Framework.FSDP:
-        return _result(_fsdp_peak(w, layout.tensor_parallel, layout.data_parallel), accel)
+        return _result(_fsdp_peak(w, layout.tensor_parallel, shards), accel)
     return _result(_training_peak(w, layout.tensor_parallel, dp), accel)
 
 
