@@ -113,6 +113,8 @@ def spec_for(row: dict[str, Any]) -> AcceleratorJobSpec:
             "gradientCheckpointing": bool(row.get("grad_ckpt", False)),
             "tokens": 10**9,
         }
+        if row.get("recompute", "none") != "none":
+            wl["recompute"] = row["recompute"]
     else:
         wl |= {
             "mode": "inference",
@@ -180,6 +182,8 @@ def _label(row: dict[str, Any]) -> str:
         parts += [row.get("optimizer", "adamw"), f"b{row['micro_batch']}×{row['seq']}"]
         if row.get("grad_ckpt"):
             parts.append("ckpt")
+        if row.get("recompute", "none") != "none":
+            parts.append(row["recompute"])
     else:
         parts.append(f"b{row['batch']} p{row['prompt_len']}+{row['new_tokens']}")
     if row.get("attn", "sdpa") != "sdpa":

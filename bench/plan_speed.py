@@ -3,7 +3,7 @@
 Each iteration plans a job the planner has not seen (the token count changes, so nothing is
 served from a cache keyed by the job) across 50 pools: every catalog accelerator, on-demand and
 spot, with 1–16 nodes (270 pool × device-count candidates). Prints the median and p95 wall time
-of ``selection.plan`` (target < 5 ms), of a job planned again, and of ``plan`` followed by
+of ``selection.plan`` (target < 1.5 ms, the planner issue's), of a job planned again, and of ``plan`` followed by
 ``reconcile.status.plan_status`` (what the operator does, formatting every reason). Timings on a shared machine
 are noisy: compare medians.
 
@@ -24,7 +24,7 @@ from accel_api.pool import AcceleratorPoolSpec
 from accel_operator.planning import candidates, selection
 from accel_operator.reconcile.status import plan_status
 
-TARGET_SECONDS = 0.005
+TARGET_SECONDS = 0.0015
 
 
 def pools(cat: catalog.Catalog, count: int = 50) -> list[candidates.PoolOffer]:
@@ -112,7 +112,7 @@ def main(argv: Sequence[str]) -> int:
         status.append(time.perf_counter() - t0)
     print(
         f"{len(offers)} pools, {len(first.candidates)} candidates (pool × device count) per plan, "
-        f"{iterations} iterations; target < {TARGET_SECONDS * 1e3:.0f} ms"
+        f"{iterations} iterations; target < {TARGET_SECONDS * 1e3:.1f} ms"
     )
     print(_timed("plan(), a job not seen before:", cold))
     print(_timed("plan(), the same job again:", warm))

@@ -90,6 +90,7 @@ class Config:
     micro_batch: int = 8
     grad_ckpt: bool = False
     attn: str = "sdpa"  # sdpa | eager
+    recompute: str = "none"  # none | selective (Llama: the core attention checkpointed)
     batch: int = 0  # inference
     prompt_len: int = 0
     new_tokens: int = 0
@@ -126,6 +127,32 @@ CONFIGS: tuple[Config, ...] = (
     _llama("llama-125m-sgd", 768, 12, 12, 12, 2048, optimizer="sgd", seq=1024, micro_batch=8),
     _llama("llama-125m-fp32", 768, 12, 12, 12, 2048, precision="fp32", seq=1024, micro_batch=4),
     _llama("llama-125m-eager", 768, 12, 12, 12, 2048, attn="eager", seq=1024, micro_batch=8),
+    # Selective recompute (Megatron's core attention): the eager scores are rebuilt in backward.
+    _llama(
+        "llama-125m-eager-selective",
+        768,
+        12,
+        12,
+        12,
+        2048,
+        attn="eager",
+        seq=1024,
+        micro_batch=8,
+        recompute="selective",
+    ),
+    _llama("llama-350m-eager-s2048", 1024, 24, 16, 16, 2816, attn="eager", seq=2048, micro_batch=4),
+    _llama(
+        "llama-350m-eager-s2048-selective",
+        1024,
+        24,
+        16,
+        16,
+        2816,
+        attn="eager",
+        seq=2048,
+        micro_batch=4,
+        recompute="selective",
+    ),
     _llama("llama-70m-vocab128k", 512, 6, 8, 8, 1536, vocab=128256, seq=1024, micro_batch=8),
     _llama("llama-350m-bf16", 1024, 24, 16, 16, 2816, precision="bf16", seq=2048, micro_batch=8),
     _llama("llama-350m-b16x1024", 1024, 24, 16, 16, 2816, seq=1024, micro_batch=16),
@@ -249,7 +276,34 @@ def _profile_step(step: Any, torch: Any, wall_s: float) -> dict[str, Any]:
     }
 
 
+def _selective(c: Config, torch: Any) -> Any:
+    """Checkpoint Llama's core attention (QK^T, softmax, PV) as Megatron's selective recompute
+    does: returns a function that undoes the patch."""
+    llama = importlib.import_module("transformers.models.llama.modeling_llama")
+    original = llama.eager_attention_forward
+    checkpoint = importlib.import_module("torch.utils.checkpoint").checkpoint
+
+    def core_attention(module: Any, query: Any, key: Any, value: Any, attention_mask: Any, **kw: Any) -> Any:
+        return checkpoint(original, module, query, key, value, attention_mask, use_reentrant=False, **kw)
+
+    llama.eager_attention_forward = core_attention
+
+    def undo() -> None:
+        llama.eager_attention_forward = original
+
+    return undo
+
+
 def _train(c: Config, torch: Any, transformers: Any, profile: bool = False) -> dict[str, Any]:
+    undo = _selective(c, torch) if c.recompute == "selective" else None
+    try:
+        return _train_model(c, torch, transformers, profile)
+    finally:
+        if undo is not None:
+            undo()
+
+
+def _train_model(c: Config, torch: Any, transformers: Any, profile: bool = False) -> dict[str, Any]:
     torch.manual_seed(0)
     model = _build(c, torch, transformers)
     model.train()
@@ -261,6 +315,8 @@ def _train(c: Config, torch: Any, transformers: Any, profile: bool = False) -> d
         opt = torch.optim.SGD(model.parameters(), lr=1e-4, momentum=0.9)
     row = _common(c, model)
     row |= {"optimizer": c.optimizer, "seq": c.seq, "micro_batch": c.micro_batch, "grad_ckpt": c.grad_ckpt}
+    if c.recompute != "none":
+        row["recompute"] = c.recompute
     ids = torch.randint(0, c.vocab, (c.micro_batch, c.seq), device="cuda")
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()

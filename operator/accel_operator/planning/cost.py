@@ -10,7 +10,6 @@ Without a checkpoint a preemption restarts the job from zero: E[T] = (1/λ + R)(
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import NamedTuple
 
 from accel_api.catalog import Accelerator
@@ -23,8 +22,9 @@ HOUR = 3600.0
 DEFAULT_SPOT_PREEMPTIONS_PER_NODE_HOUR = 0.05
 
 
-@dataclass(frozen=True, slots=True)
-class Pricing:
+class Pricing(NamedTuple):
+    """Immutable; a NamedTuple because plan() builds one per pool."""
+
     on_demand_per_device_hour: float
     spot_per_device_hour: float
     from_pool: tuple[bool, bool]  # (on-demand, spot) stated by the pool, else the catalog's
@@ -79,32 +79,62 @@ def estimate(
     checkpoint_interval_seconds: float | None,
 ) -> CostEstimate:
     """Cost of running ``devices`` for ``duration_seconds`` of useful work."""
-    device_hours = devices * duration_seconds / HOUR
-    on_demand = device_hours * prices.on_demand_per_device_hour
-    spot = device_hours * prices.spot_per_device_hour
-    notes: list[str] = []
-    if capacity_type is CapacityType.ON_DEMAND:
-        return CostEstimate(on_demand, spot, on_demand, duration_seconds, 0.0, 0.0, capacity_type)
-    rate = preemption_rate_per_node_hour
-    if rate is None:
-        rate = DEFAULT_SPOT_PREEMPTIONS_PER_NODE_HOUR
-        notes.append(f"assumed {rate:g} preemptions per node-hour (the pool states none)")
-    lam = rate * nodes / HOUR  # preemptions per second for the whole job
-    if lam <= 0:
-        wall = duration_seconds
-    elif checkpoint_interval_seconds is not None:
-        lost_per_preemption = checkpoint_interval_seconds / 2 + restart_seconds
-        overhead = lam * lost_per_preemption
-        wall = duration_seconds / (1 - overhead) if overhead < 1 else math.inf
-    else:
-        # (1/λ + r)(e^{λT} − 1), written as T·(e^x − 1)/x + r(e^x − 1) with x = λT so that a
-        # tiny λ neither divides to infinity nor loses the T term to rounding.
-        x = lam * duration_seconds
-        if x >= 700:
-            wall = math.inf
+    pool = PoolCost(capacity_type, prices, preemption_rate_per_node_hour, restart_seconds, checkpoint_interval_seconds)
+    return pool.estimate(duration_seconds, devices, nodes)
+
+
+class PoolCost:
+    """The cost model with one pool's terms resolved once (the planner prices every device count
+    of a pool with it: a hot path)."""
+
+    __slots__ = ("_capacity", "_interval", "_notes", "_od", "_rate", "_restart", "_spot", "_spot_pool")
+
+    def __init__(
+        self,
+        capacity_type: CapacityType,
+        prices: Pricing,
+        preemption_rate_per_node_hour: float | None,
+        restart_seconds: float,
+        checkpoint_interval_seconds: float | None,
+    ) -> None:
+        self._capacity = capacity_type
+        self._spot_pool = capacity_type is not CapacityType.ON_DEMAND
+        self._od = prices.on_demand_per_device_hour / HOUR
+        self._spot = prices.spot_per_device_hour / HOUR
+        rate = preemption_rate_per_node_hour
+        notes: tuple[str, ...] = ()
+        if rate is None:
+            rate = DEFAULT_SPOT_PREEMPTIONS_PER_NODE_HOUR
+            notes = (f"assumed {rate:g} preemptions per node-hour (the pool states none)",)
+        self._rate = rate
+        self._notes = notes
+        self._restart = restart_seconds
+        self._interval = checkpoint_interval_seconds
+
+    def estimate(self, duration_seconds: float, devices: int, nodes: int) -> CostEstimate:
+        """Cost of running ``devices`` on ``nodes`` for ``duration_seconds`` of useful work."""
+        device_seconds = devices * duration_seconds
+        on_demand = device_seconds * self._od
+        spot = device_seconds * self._spot
+        if not self._spot_pool:
+            return CostEstimate(on_demand, spot, on_demand, duration_seconds, 0.0, 0.0, self._capacity)
+        rate = self._rate
+        lam = rate * nodes / HOUR  # preemptions per second for the whole job
+        if lam <= 0:
+            wall = duration_seconds
+        elif self._interval is not None:
+            lost_per_preemption = self._interval / 2 + self._restart
+            overhead = lam * lost_per_preemption
+            wall = duration_seconds / (1 - overhead) if overhead < 1 else math.inf
         else:
-            growth = math.expm1(x) / x if x > 1e-12 else 1.0
-            wall = duration_seconds * growth + restart_seconds * math.expm1(x)
-    preemptions = lam * wall if math.isfinite(wall) else math.inf
-    expected = devices * wall / HOUR * prices.spot_per_device_hour
-    return CostEstimate(on_demand, spot, expected, wall, preemptions, rate, capacity_type, tuple(notes))
+            # (1/λ + r)(e^{λT} − 1), written as T·(e^x − 1)/x + r(e^x − 1) with x = λT so that a
+            # tiny λ neither divides to infinity nor loses the T term to rounding.
+            x = lam * duration_seconds
+            if x >= 700:
+                wall = math.inf
+            else:
+                growth = math.expm1(x) / x if x > 1e-12 else 1.0
+                wall = duration_seconds * growth + self._restart * math.expm1(x)
+        preemptions = lam * wall if math.isfinite(wall) else math.inf
+        expected = devices * wall * self._spot
+        return CostEstimate(on_demand, spot, expected, wall, preemptions, rate, self._capacity, self._notes)

@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from accel_api.catalog import Accelerator
-from accel_api.enums import Framework, Optimizer, Sharding
-from accel_operator.planning import blocks
+from accel_api.enums import Framework, Optimizer, Recompute, Sharding
+from accel_operator.planning import blocks, stacks
 from accel_operator.planning.layout import Layout
 from accel_operator.planning.profile import JobProfile, Shape
 
@@ -152,7 +152,9 @@ class _Params:
 def _params(w: JobProfile, tp: int) -> _Params:
     s = w.shape
     layer = s.layer_matmul_params / tp + s.layer_bias_params / tp + 2 * s.norm_params
-    total = s.layers * layer + (s.embedding_params + s.head_params) / tp + s.norm_params
+    # A pipeline stage holds its layers; both ends (embedding, head) are counted on it (at most
+    # a stage's worth too many: the stacks' model in _stack_peak splits them).
+    total = w.stage_layers * layer + (s.embedding_params + s.head_params) / tp + s.norm_params
     return _Params(total=total, matmul=s.matmul_params / tp, layer=layer)
 
 
@@ -197,7 +199,7 @@ def _training_peak(w: JobProfile, tp: int, dp: int) -> _Peak:
     prm = _params(w, tp)
     blk = blocks.block(s, num, w.attention, w.dropout)
     hd = blocks.head(s, num)
-    tokens = w.step_tokens
+    tokens = w.device_tokens
     fully_sharded = w.sharding in (Sharding.ZERO3, Sharding.FSDP) and dp > 1
     shard_w = dp if fully_sharded else 1
     shard_g = dp if w.sharding in (Sharding.ZERO2, Sharding.ZERO3, Sharding.FSDP) else 1
@@ -228,15 +230,19 @@ def _training_peak(w: JobProfile, tp: int, dp: int) -> _Peak:
     recast = (head_matmul + layer_matmul) * num.compute if copies_all else 0.0
     copies_bwd = recast if w.checkpointing else copies_all
 
-    per_layer = blk.saved_shared + blk.saved_split / tp + blk.saved_per_score * w.seq_len / tp
+    # Selective recompute (Megatron's core attention): the s×s scores are rebuilt in backward.
+    per_score = 0.0 if w.selective else blk.saved_per_score * w.seq_len / tp
+    per_layer = blk.saved_shared + blk.saved_split / tp + per_score
     one_layer = per_layer * tokens
     rotary = 2.0 * s.head_dim * num.residual * tokens if s.positions == 0 else 0.0  # cos, sin
     embed_mask = s.hidden * tokens if w.dropout > 0 else 0.0
+    # Pipeline parallel: the first stage's layers, for each micro-batch in flight under 1F1B.
+    stage = w.stage_layers * w.in_flight
     if w.checkpointing:
-        tape = blk.checkpoint_input * tokens * s.layers
+        tape = blk.checkpoint_input * tokens * stage
         tape_bwd_layer = tape + one_layer  # one layer recomputed in backward
     else:
-        tape = one_layer * s.layers
+        tape = one_layer * stage
         tape_bwd_layer = tape
     tape += rotary + embed_mask
     tape_bwd_layer += rotary + embed_mask
@@ -323,29 +329,32 @@ def _fsdp_peak(w: JobProfile, tp: int, dp: int) -> _Peak:
     prm = _params(w, tp)
     blk = blocks.block(s, num, w.attention, w.dropout)
     hd = blocks.head(s, num, w.fused)
-    tokens = w.step_tokens
+    tokens = w.device_tokens
     gather = 2.0 if num.param == 4 else num.param  # bf16 gathered copies
     reduce = 4.0 if num.param == 4 else num.param  # reduce_dtype fp32 under the policy
     layer = prm.layer
-    root = prm.total - s.layers * layer
+    root = prm.total - w.stage_layers * layer
     weights = prm.total * num.param / dp
     states = _optimizer_state_bytes(s, w.optimizer, num.param) / tp / dp
     grads = prm.total * num.param / dp
     keep_gathered = w.sharding in (Sharding.ZERO1, Sharding.ZERO2) and dp > 1
-    layers_gathered = s.layers if keep_gathered else min(2, s.layers)
+    layers_gathered = w.stage_layers if keep_gathered else min(2, s.layers)
     gathered = (root + layers_gathered * layer) * gather
 
-    per_layer = blk.saved_shared + blk.saved_split / tp + blk.saved_per_score * w.seq_len / tp
+    per_score = 0.0 if w.selective else blk.saved_per_score * w.seq_len / tp
+    per_layer = blk.saved_shared + blk.saved_split / tp + per_score
     if w.fused:
         fb = blocks.fused(s, num)
-        per_layer = fb.saved_shared + fb.saved_split / tp
+        # Selective recompute rebuilds the attention's output statistics (fp32 logsumexp).
+        per_layer = fb.saved_shared + (fb.saved_split - (4.0 * s.heads if w.selective else 0.0)) / tp
     one_layer = per_layer * tokens
     rotary = 2.0 * s.head_dim * num.residual * tokens if s.positions == 0 else 0.0
+    stage = w.stage_layers * w.in_flight
     if w.checkpointing:
-        tape = blk.checkpoint_input * tokens * s.layers
+        tape = blk.checkpoint_input * tokens * stage
         tape_bwd_layer = tape + one_layer
     else:
-        tape = one_layer * s.layers
+        tape = one_layer * stage
         tape_bwd_layer = tape
     tape += rotary
     tape_bwd_layer += rotary
@@ -391,11 +400,84 @@ def _fsdp_peak(w: JobProfile, tp: int, dp: int) -> _Peak:
     return _peak(moments, stranded)
 
 
+@functools.lru_cache(maxsize=128)
+def _stack_peak(w: JobProfile, tp: int, dp: int) -> _Peak:
+    """Megatron-LM and MaxText (their terms and sources in ``stacks``), stage by stage.
+
+    With pipeline parallelism the first stage holds its layers, the embedding and the
+    activations of ``in_flight`` micro-batches (1F1B); the last stage its layers, the output
+    layer (a copy of the embedding when tied, as Megatron keeps) and one micro-batch with its
+    logits. Every stage is a moment set; the largest moment is the device's peak.
+    """
+    s, num = w.shape, w.numerics
+    act = stacks.activations(w, tp)
+    moments_fp32 = _optimizer_state_bytes(s, w.optimizer, 4) / s.params
+    st = stacks.states(w, moments_fp32)
+    shard = dp * w.context_parallel  # the distributed optimizer / fsdp axis spans dp × cp
+    tokens = w.device_tokens
+    prm = _params(w, tp)
+    layers = w.stage_layers
+    body = layers * prm.layer
+    emb = s.embedding_params / tp
+    if w.pipeline_parallel == 1:
+        stages = [("", body + emb + s.head_params / tp + s.norm_params, 1, True)]
+    else:
+        head_p = (s.vocab * s.hidden if s.tied else s.head_params) / tp + s.norm_params
+        stages = [("first stage", body + emb, w.in_flight, False), ("last stage", body + head_p, 1, True)]
+    fp8_cache = layers * s.layer_matmul_params / tp * stacks.FP8_WEIGHT_CACHE_BYTES if w.fp8 else 0.0
+    gathered = 2 * prm.layer * num.compute if st.weights_sharded and shard > 1 else 0.0
+    # Ring attention (context parallel): the K and V blocks in flight from the neighbour,
+    # double-buffered.
+    ring = 2 * 2 * s.kv_dim / tp * num.compute * tokens if w.context_parallel > 1 else 0.0
+    megatron = w.framework is Framework.MEGATRON
+    moments: list[tuple[str, dict[str, float]]] = []
+    persistent = 0.0
+    for label, n, in_flight, has_head in stages:
+        weights = n * (st.weights + st.weights_sharded / shard) + fp8_cache
+        grads = n * (st.grads + st.grads_sharded / shard)
+        states = n * st.optimizer / (shard if st.optimizer_sharded else 1)
+        base = {"weights": weights, "optimizer states": states}
+        if megatron:
+            base["gradients"] = grads  # the fp32 gradient buffer lives for the whole run
+        transient_grads = {} if megatron else {"gradients": grads}
+        tape = act.layer * layers * in_flight * tokens
+        recomputed = act.full_layer * tokens if w.recompute is not Recompute.NONE else 0.0
+        suffix = f" ({label})" if label else ""
+        if has_head:
+            head = act.head * tokens
+            logits = 4.0 * tokens * s.vocab / tp * stacks.STACK_LOGITS_UNITS
+            loss = base | {"gathered weights": gathered, "activations": tape + head, "logits": logits, "ring": ring}
+            moments.append(("loss backward" + suffix, loss))
+        moments.append(
+            (
+                "layer backward" + suffix,
+                base
+                | {
+                    "gathered weights": gathered,
+                    "activations": tape + recomputed,
+                    "backward scratch": act.backward_transient * tokens,
+                    "ring": ring,
+                },
+            )
+        )
+        moments.append(("optimizer step" + suffix, base | transient_grads))
+        persistent = max(persistent, weights + states + (grads if megatron else 0.0))
+    peak = max(sum(parts.values()) for _, parts in moments)
+    # XLA assigns buffers at compile time: nothing is stranded. Megatron runs on PyTorch's
+    # caching allocator.
+    stranded = TRAINING_STRANDED * max(0.0, peak - persistent) if megatron else 0.0
+    return _peak(moments, stranded)
+
+
 def _training(w: JobProfile, accel: Accelerator, layout: Layout) -> MemoryEstimate:
+    if w.framework in (Framework.MEGATRON, Framework.MAXTEXT):
+        return _result(_stack_peak(w, layout.tensor_parallel, layout.data_parallel), accel)
+    # Context-parallel ranks hold the same weights: sharding spans data × context ranks.
+    shards = layout.data_parallel * w.context_parallel
     # Without sharding, the data-parallel degree matters only as "more than one" (DDP buckets).
-    dp = layout.data_parallel if w.sharding is not Sharding.NONE else min(2, layout.data_parallel)
+    dp = shards if w.sharding is not Sharding.NONE else min(2, shards)
     if w.framework is Framework.FSDP:
-        return _result(_fsdp_peak(w, layout.tensor_parallel, layout.data_parallel), accel)
+        return _result(_fsdp_peak(w, layout.tensor_parallel, shards), accel)
     return _result(_training_peak(w, layout.tensor_parallel, dp), accel)
 
 

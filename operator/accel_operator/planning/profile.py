@@ -8,6 +8,7 @@ Llama-shaped architecture of that size is inferred (and said so in ``notes``).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -210,12 +211,54 @@ class JobProfile:
         """A fused-kernel training stack (LLM Foundry's MPT, torchtitan): ``framework: fsdp`` with
         ``attention: flash``. FlashAttention's own kernel saves only its output and the per-row
         logsumexp, norms and activations are single kernels on 16-bit tensors, and the loss is a
-        fused cross-entropy over 16-bit logits (see blocks.fused_saved and blocks.head)."""
+        fused cross-entropy over 16-bit logits (see blocks.fused_saved and blocks.head).
+        Megatron (Transformer Engine's fused attention) and MaxText (XLA's fused attention) are
+        fused stacks whatever ``attention`` says, unless it says ``eager``."""
+        if self.framework in (Framework.MEGATRON, Framework.MAXTEXT):
+            return self.attention is not Attention.EAGER
         return self.framework is Framework.FSDP and self.attention is Attention.FLASH
+
+    @property
+    def stage_layers(self) -> int:
+        """Layers on the fullest pipeline stage: ceil(layers / pipelineParallel). An uneven split
+        (Megatron's ``--decoder-first-pipeline-num-layers``, torchtitan's split points) is
+        planned as its fullest stage."""
+        return -(-self.shape.layers // self.pipeline_parallel)
+
+    @property
+    def in_flight(self) -> int:
+        """Micro-batches whose activations the first pipeline stage holds under 1F1B (Narayanan
+        et al. 2021, section 2.2.1: stage i of p keeps p − i forward passes alive; there are only
+        gradientAccumulation micro-batches per flush)."""
+        return min(self.pipeline_parallel, self.gradient_accumulation)
+
+    @property
+    def bubble(self) -> float:
+        """Idle fraction of a 1F1B pipeline step: (p − 1) / (m + p − 1), with m = the micro-batches
+        per flush = ``gradientAccumulation`` (Narayanan et al. 2021, section 2.2)."""
+        p = self.pipeline_parallel
+        return (p - 1) / (self.gradient_accumulation + p - 1)
+
+    @property
+    def selective(self) -> bool:
+        return self.recompute is Recompute.SELECTIVE
+
+    @property
+    def device_tokens(self) -> int:
+        """Tokens of one micro-batch on one device: context parallelism splits every sequence."""
+        return self.micro_batch * self.seq_len // self.context_parallel
 
     @property
     def fp8(self) -> bool:
         return self.precision is Precision.FP8
+
+    @property
+    def step_key(self) -> JobProfile:
+        """This job with the token count (and notes) left out: what memory and step-time estimates
+        depend on, so jobs that differ only in how long they train share them."""
+        if self.tokens == 0 and not self.notes:
+            return self
+        return dataclasses.replace(self, tokens=0, notes=())
 
     @property
     def training(self) -> bool:
@@ -288,6 +331,12 @@ def from_spec(spec: AcceleratorJobSpec) -> JobProfile:
             f"(Llama-shaped: {shape.layers} layers, hidden {shape.hidden}); give model.architecture for exact figures"
         )
     w = spec.workload
+    if w.pipeline_parallel > 1 and shape.layers % w.pipeline_parallel:
+        fullest = -(-shape.layers // w.pipeline_parallel)
+        notes.append(
+            f"pipelineParallel {w.pipeline_parallel} does not divide {shape.layers} layers: planned as its "
+            f"fullest stage of {fullest} layers"
+        )
     if w.mode is WorkloadMode.TRAINING:
         assert w.tokens is not None
         tokens = w.tokens
@@ -295,7 +344,9 @@ def from_spec(spec: AcceleratorJobSpec) -> JobProfile:
         tokens = w.tokens if w.tokens is not None else w.batch * w.new_tokens
     # Dropout is Hugging Face GPT-2's default; fused stacks (LLM Foundry's MPT configs: attn,
     # resid and emb pdrop 0) train without it.
-    fused = w.framework is Framework.FSDP and w.attention is Attention.FLASH
+    fused = (w.framework is Framework.FSDP and w.attention is Attention.FLASH) or (
+        w.framework in (Framework.MEGATRON, Framework.MAXTEXT) and w.attention is not Attention.EAGER
+    )
     gpt2_style = shape.mlp is MlpKind.GELU and not shape.rmsnorm and not fused
     return JobProfile(
         shape=shape,

@@ -12,11 +12,12 @@ reason for every pool; it never raises.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Sequence
 
 from accel_api.catalog import Accelerator, Catalog
-from accel_api.enums import AcceleratorKind, CapacityType, Objective, Precision, Provider, SpotPolicy
+from accel_api.enums import AcceleratorKind, CapacityType, Framework, Objective, Precision, Provider, SpotPolicy
 from accel_api.job import AcceleratorJobSpec
 from accel_api.pool import AcceleratorPoolSpec
 from accel_operator.planning import candidates as cand
@@ -37,9 +38,26 @@ def _topology_chips(topology: str | None) -> int | None:
 
 def device_counts(pool: AcceleratorPoolSpec) -> list[int]:
     """Device counts a pool offers: powers of two in a node, then whole nodes in powers of two."""
-    per_node, max_nodes = pool.devices_per_node, pool.max_nodes
+    return list(_device_counts(pool.devices_per_node, pool.max_nodes, pool.tpu_topology))
+
+
+@functools.lru_cache(maxsize=256)
+def _device_counts(per_node: int, max_nodes: int, topology: str | None, model_parallel: int = 1) -> tuple[int, ...]:
+    counts = _counts(per_node, max_nodes, topology)
+    if model_parallel & (model_parallel - 1) and topology is None:
+        # A model-parallel group that is not a power of two (pipelineParallel 3, 5, 10 ...) never
+        # divides the powers of two above: offer whole groups on whole nodes as well, the least
+        # common multiple of the group and the node and its doublings.
+        unit = math.lcm(model_parallel, per_node)
+        while unit <= per_node * max_nodes:
+            counts.append(unit)
+            unit *= 2
+    return tuple(sorted(set(counts)))
+
+
+def _counts(per_node: int, max_nodes: int, topology: str | None) -> list[int]:
     limit = per_node * max_nodes
-    chips = _topology_chips(pool.tpu_topology)
+    chips = _topology_chips(topology)
     if chips is not None:
         # A TPU slice is all-or-nothing: whole slices (multislice in powers of two).
         return [chips * 2**k for k in range(32) if chips * 2**k <= limit] or [chips]
@@ -91,6 +109,8 @@ def _pool_problems(spec: AcceleratorJobSpec, offer: PoolOffer, accel: Accelerato
     if spec.spot.policy is SpotPolicy.PREFER and spot and spec.checkpoint is None:
         out.append("spot without spec.checkpoint: a preemption would restart the job from zero")
     precision = spec.workload.precision
+    if spec.workload.framework is Framework.MEGATRON and accel.kind is AcceleratorKind.TPU:
+        out.append(f"framework megatron runs on GPUs (CUDA); {accel.id} is a TPU (use maxtext)")
     if precision is Precision.FP8 and not accel.fp8_tensor_cores:
         out.append(f"precision fp8 needs FP8 tensor cores; {accel.id} has none (use amp-bf16)")
     if precision in (Precision.AMP_BF16, Precision.BF16, Precision.FP8) and not accel.bf16:
@@ -113,11 +133,29 @@ def _pool(job: JobTerms, offer: PoolOffer, cat: Catalog) -> PoolTerms:
     return PoolTerms(job, offer, accel, _pool_problems(job.spec, offer, accel), cost.pricing(offer.spec, accel), rate)
 
 
-# Per plan() call: estimates of one accelerator and layout, shared by pools that offer both.
-_Memo = dict[tuple[str, float, int, int], tuple[memory.MemoryEstimate, throughput.ThroughputEstimate] | None]
+# Estimates of one accelerator and layout, shared by pools that offer both: per plan() call
+# (throughput for the job's own tokens), and across calls per job less its tokens (step level).
+_Estimates = tuple[memory.MemoryEstimate, throughput.ThroughputEstimate] | None
+_Memo = dict[tuple[str, float, int, int], _Estimates]
+_StepMemo = dict[tuple[str, float, int, int], tuple[memory.MemoryEstimate, throughput.ThroughputEstimate, int] | None]
+# Step-level estimates of the last jobs planned (memory and step time do not depend on the token
+# count, price or pool): a new job that differs only in ``tokens`` — every resubmission, every
+# re-plan after a preemption with the tokens left — reuses them. Bounded; cleared when full.
+_STEP_CACHE: dict[JobProfile, _StepMemo] = {}
+_STEP_CACHE_JOBS = 32
 
 
-def _candidates(src: PoolTerms, counts: Sequence[int], memo: _Memo) -> list[Candidate]:
+def _step_memo(w: JobProfile) -> _StepMemo:
+    key = w.step_key
+    found = _STEP_CACHE.get(key)
+    if found is None:
+        if len(_STEP_CACHE) >= _STEP_CACHE_JOBS:
+            _STEP_CACHE.clear()
+        found = _STEP_CACHE[key] = {}
+    return found
+
+
+def _candidates(src: PoolTerms, counts: Sequence[int], memo: _Memo, steps: _StepMemo) -> list[Candidate]:
     """One candidate per device count of one pool (a hot loop: locals hoisted on purpose)."""
     job, offer, accel, prices = src.job, src.offer, src.accel, src.prices
     pool = offer.spec
@@ -129,6 +167,7 @@ def _candidates(src: PoolTerms, counts: Sequence[int], memo: _Memo) -> list[Cand
     w, acc_id = job.profile, accel.id
     spot = capacity is CapacityType.SPOT
     free, free_nodes = offer.free_devices, offer.free_nodes
+    pricer = cost.PoolCost(capacity, prices, src.preemption_rate, pool.restart_seconds, job.checkpoint_interval)
     out: list[Candidate] = []
     for devices in counts:
         nodes = -(-devices // per_node)
@@ -143,10 +182,19 @@ def _candidates(src: PoolTerms, counts: Sequence[int], memo: _Memo) -> list[Cand
         if key in memo:
             found = memo[key]
         else:
-            layout = Layout.of(w, devices, nodes)
             found = None
-            if layout.problem(per_node) is None:
-                found = (memory.estimate(w, accel, layout), throughput.estimate(w, accel, layout))
+            if key in steps:
+                step = steps[key]
+            else:
+                step = None
+                layout = Layout.of(w, devices, nodes)
+                if layout.problem(per_node) is None:
+                    ws = w.step_key
+                    mem_est, speed_est = memory.estimate(ws, accel, layout), throughput.estimate(ws, accel, layout)
+                    step = (mem_est, speed_est, layout.data_parallel)
+                steps[key] = step
+            if step is not None:
+                found = (step[0], throughput.for_tokens(step[1], w, step[2]))
             memo[key] = found
         if found is None:
             out.append(Candidate(name, acc_id, devices, nodes, capacity, None, None, None, failed | cand.LAYOUT, src))
@@ -154,16 +202,7 @@ def _candidates(src: PoolTerms, counts: Sequence[int], memo: _Memo) -> list[Cand
         mem, speed = found
         if not mem.fits:
             failed |= cand.MEMORY
-        c = cost.estimate(
-            duration_seconds=speed.duration_seconds,
-            devices=devices,
-            nodes=nodes,
-            capacity_type=capacity,
-            prices=prices,
-            preemption_rate_per_node_hour=src.preemption_rate,
-            restart_seconds=pool.restart_seconds,
-            checkpoint_interval_seconds=job.checkpoint_interval,
-        )
+        c = pricer.estimate(speed.duration_seconds, devices, nodes)
         if job.deadline is not None and c.expected_seconds > job.deadline:
             failed |= cand.DEADLINE
         if job.max_cost is not None and c.expected_usd > job.max_cost:
@@ -212,8 +251,13 @@ def plan(
     job = _terms(spec, profile.from_spec(spec))
     candidates: list[Candidate] = []
     memo: _Memo = {}
+    steps = _step_memo(job.profile)
+    w = job.profile
+    model_parallel = w.tensor_parallel * w.pipeline_parallel * w.context_parallel
     for offer in pools:
-        candidates += _candidates(_pool(job, offer, catalog), device_counts(offer.spec), memo)
+        pool = offer.spec
+        counts = _device_counts(pool.devices_per_node, pool.max_nodes, pool.tpu_topology, model_parallel)
+        candidates += _candidates(_pool(job, offer, catalog), counts, memo, steps)
     return _decide(job, candidates, name)
 
 
@@ -240,7 +284,7 @@ def evaluate(
             max_nodes=max(1, -(-devices // per_node)),
         ),
     )
-    return _decide(job, _candidates(_pool(job, offer, catalog), [devices], {}), name)
+    return _decide(job, _candidates(_pool(job, offer, catalog), [devices], {}, {}), name)
 
 
 def _default_offer(accel: Accelerator, capacity: CapacityType) -> PoolOffer:

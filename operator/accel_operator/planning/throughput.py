@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from accel_api.catalog import Accelerator
-from accel_api.enums import AcceleratorKind, Attention, Framework, Optimizer, Precision, Sharding
+from accel_api.enums import AcceleratorKind, Attention, Framework, Optimizer, Precision, Sharding, WorkloadMode
 from accel_operator.planning import blocks
 from accel_operator.planning.blocks import Gemm
 from accel_operator.planning.layout import Layout
@@ -90,6 +90,10 @@ FP8_PEAK_RATIO = 2.0
 # PyTorch FlashAttention-2 figures the catalog was profiled with (0.5: median 12.2 %, worst
 # 27.4 %; 0.6: 9.8 %, 48.8 % before the collective refit).
 FUSED_ATTENTION_EFFICIENCY = 0.55
+# Megatron (Transformer Engine, Apex) fuses the chains of memory-bound ops a layer runs
+# (LayerNorm, bias + GeLU/SwiGLU, bias + dropout + residual add, rotary): each chain reads its
+# inputs and writes its outputs once, the same saving as XLA's fusion on TPU (TPU_FUSION).
+MEGATRON_FUSION = TPU_FUSION
 # Host ops per decode step outside the layers (sampling, logits processors, stopping criteria,
 # the cache's concatenations).
 GENERATE_OPS_PER_STEP = 40
@@ -208,17 +212,26 @@ class _DeviceStep:
     params: float  # parameters per device before ZeRO sharding
     flops_per_token: float
     tp_comm: float  # tensor-parallel all-reduces of activations, per step
+    cp_comm: float  # context parallel: exposed ring-attention K/V exchange, per micro-batch
+    p2p_bytes: float  # pipeline parallel: activation bytes a stage sends per micro-batch
 
 
 @functools.lru_cache(maxsize=128)
 def _device_step(w: JobProfile, accel: Accelerator, tp: int) -> _DeviceStep:
     s, num = w.shape, w.numerics
     a = num.compute
-    m = float(w.step_tokens)
+    # Context parallel: each device runs 1/cp of every sequence's tokens (queries); its attention
+    # still covers the whole sequence's keys (w.seq_len), load-balanced over the causal half.
+    m = float(w.device_tokens)
+    layers = w.stage_layers  # pipeline parallel: the fullest stage's layers
     blk = blocks.block(s, num, w.attention, w.dropout)
     hd = blocks.head(s, num, w.fused)
     bw = _bandwidth(accel)
     ew = _elementwise_scale(accel)
+    if w.framework is Framework.MAXTEXT:
+        ew = TPU_FUSION  # XLA fuses elementwise chains on GPU as on TPU
+    elif w.framework is Framework.MEGATRON:
+        ew = MEGATRON_FUSION
     eager = w.attention is Attention.EAGER
 
     g_fwd, g_bwd = _layer_gemms(blk.gemms, m, tp, 1 if w.fp8 else a, accel)
@@ -253,7 +266,14 @@ def _device_step(w: JobProfile, accel: Accelerator, tp: int) -> _DeviceStep:
 
     layer_fwd = g_fwd + attn_fwd + ew_fwd
     layer_bwd = g_bwd + attn_bwd + ew_bwd
-    recompute = layer_fwd if w.checkpointing else 0.0
+    # Full recompute runs each layer's forward again; selective recompute (Megatron's core
+    # attention, torchtitan's per-op policy) only the attention kernel.
+    recompute = 0.0
+    if w.checkpointing:
+        recompute = layer_fwd
+    elif w.selective:
+        # The core attention again: its products, and for eager attention the score ops.
+        recompute = attn_fwd + ew * blk.fwd_bytes_per_score * per_score * m / bw
 
     # Autocast casts every matrix to bf16 per forward; backward casts the bf16 weight gradients
     # to fp32 (the first accumulation into a None gradient takes the tensor without a copy).
@@ -263,28 +283,51 @@ def _device_step(w: JobProfile, accel: Accelerator, tp: int) -> _DeviceStep:
     loss_bytes = hd.loss_bytes_per_logit * m * s.vocab / tp
     other = ew * (casts + embedding + loss_bytes) / bw + (hd.loss_kernels + 10) * accel.kernel_seconds
 
-    params_dev = s.params / tp
+    params_dev = (s.params - (s.layers - layers) * s.layer_params) / tp
     per_param, kernels_per_tensor = _optimizer_bytes_per_param(w)
-    tensors = s.layers * (len(blk.gemms) + 2) + 3
+    tensors = layers * (len(blk.gemms) + 2) + 3
     optimizer_kernels = kernels_per_tensor * tensors + 10
     optimizer_fixed = optimizer_kernels * accel.kernel_seconds
     if w.precision is Precision.AMP_FP16:
         optimizer_fixed += 3 * 4.0 * params_dev / bw  # GradScaler: unscale and check the gradients
 
     passes = 1 + BACKWARD_KERNELS + (1 if w.checkpointing else 0)
-    kernels = s.layers * blk.fwd_kernels * passes + 3 * hd.loss_kernels + optimizer_kernels
+    kernels = layers * blk.fwd_kernels * passes + 3 * hd.loss_kernels + optimizer_kernels
     attn_width = s.q_dim
     flops_per_token = 6.0 * s.active_matmul_params + 6.0 * s.layers * w.seq_len * attn_width * (1 if eager else 0.5)
     if w.checkpointing:
         flops_per_token += 2.0 * s.layers * s.active_layer_matmul_params + 2.0 * s.layers * w.seq_len * attn_width * 0.5
-    # Tensor parallel: two activation all-reduces per layer forward, two backward, within a node.
+    elif w.selective:
+        flops_per_token += 2.0 * s.layers * w.seq_len * attn_width * 0.5  # the attention's forward again
+    # Tensor parallel: two activation all-reduces per layer forward, two backward, within a node
+    # (with sequence parallelism an all-gather and a reduce-scatter each: the same volume).
     tp_comm = 0.0
     if tp > 1:
         one = COLLECTIVE_LATENCY + 2 * (tp - 1) / tp * m * s.hidden * a / accel.intra_node_bytes_per_second
-        tp_comm = s.layers * 4 * one * (1.5 if w.checkpointing else 1.0)
+        tp_comm = layers * 4 * one * (1.5 if w.checkpointing else 1.0)
+    # Context parallel (ring attention, Liu et al. 2023; Megatron's CP): cp − 1 exchanges of the
+    # local K and V blocks per layer forward, and of K, V and their gradients backward, each
+    # hidden under that step's attention compute where it is shorter. The ring runs inside a
+    # node while tp × cp devices fit in one (the catalog's node size), else over the network.
+    cp = w.context_parallel
+    cp_comm = 0.0
+    if cp > 1:
+        link = (
+            accel.intra_node_bytes_per_second
+            if tp * cp <= accel.devices_per_node
+            else accel.inter_node_bytes_per_second
+        )
+        block_kv = 2.0 * s.kv_dim / tp * m * a
+        fwd_comm = (cp - 1) * (COLLECTIVE_LATENCY + block_kv / link)
+        bwd_comm = (cp - 1) * (COLLECTIVE_LATENCY + 2 * block_kv / link)
+        cp_comm = layers * (max(0.0, fwd_comm - attn_fwd) + max(0.0, bwd_comm - attn_bwd))
+    # Pipeline parallel: a stage sends its output activations forward and receives their
+    # gradient backward ([tokens × hidden] in the compute dtype; Megatron's scatter-gather
+    # optimisation sends 1/tp of it per tensor-parallel rank).
+    p2p_bytes = m * s.hidden * a / tp if w.pipeline_parallel > 1 else 0.0
     return _DeviceStep(
-        forward=s.layers * layer_fwd + head_fwd,
-        backward=s.layers * layer_bwd + head_bwd + s.layers * recompute,
+        forward=layers * layer_fwd + head_fwd,
+        backward=layers * layer_bwd + head_bwd + layers * recompute,
         other=other,
         optimizer_per_shard=per_param * params_dev / bw,
         optimizer_fixed=optimizer_fixed,
@@ -292,32 +335,41 @@ def _device_step(w: JobProfile, accel: Accelerator, tp: int) -> _DeviceStep:
         params=params_dev,
         flops_per_token=flops_per_token,
         tp_comm=tp_comm,
+        cp_comm=cp_comm,
+        p2p_bytes=p2p_bytes,
     )
 
 
 def _training(w: JobProfile, accel: Accelerator, layout: Layout) -> ThroughputEstimate:
     tp, dp = layout.tensor_parallel, layout.data_parallel
     dev = _device_step(w, accel, tp)
-    optimizer = dev.optimizer_per_shard / (dp if w.sharding is not Sharding.NONE else 1) + dev.optimizer_fixed
+    # Context-parallel ranks hold the same weights: gradients are reduced, and optimizer states
+    # sharded, over data × context parallel ranks.
+    dp_cp = dp * w.context_parallel
+    optimizer = dev.optimizer_per_shard / (dp_cp if w.sharding is not Sharding.NONE else 1) + dev.optimizer_fixed
     forward, backward = dev.forward, dev.backward
 
     # Data parallel: gradients (in the parameters' dtype) all-reduced, or reduce-scattered and
     # the updated shards all-gathered (ZeRO-1/2: the same volume); ZeRO-3/FSDP also all-gather
     # the compute-dtype weights for forward and backward.
-    dp_comm = _allreduce_seconds(dev.params * w.numerics.param, dp, layout, accel)
+    dp_comm = _allreduce_seconds(dev.params * w.numerics.param, dp_cp, layout, accel)
     hideable = OVERLAP * backward
-    if dp > 1 and w.sharding in (Sharding.ZERO3, Sharding.FSDP):
-        dp_comm += _allreduce_seconds(dev.params * w.numerics.compute, dp, layout, accel)  # 2 all-gathers
+    if dp_cp > 1 and w.sharding in (Sharding.ZERO3, Sharding.FSDP):
+        dp_comm += _allreduce_seconds(dev.params * w.numerics.compute, dp_cp, layout, accel)  # 2 all-gathers
         hideable = OVERLAP * (forward + backward)
     # The last bucket's reduction cannot overlap anything.
     dp_exposed = max(0.0, dp_comm - hideable) + dp_comm * UNHIDDEN_TAIL
 
-    host = dev.kernels * accel.host_seconds_per_op
+    # MaxText runs one compiled XLA program per step: no per-kernel host dispatch.
+    host = 0.0 if w.framework is Framework.MAXTEXT else dev.kernels * accel.host_seconds_per_op
     # Gradient accumulation: ``ga`` forward/backward passes per optimizer step. DDP and ZeRO-1
     # reduce gradients once per step (``no_sync``); ZeRO-2/3 and FSDP reduce-scatter (and
     # ZeRO-3/FSDP gather weights) in every microbatch.
     ga = w.gradient_accumulation
     comm_per_micro = w.framework is Framework.FSDP or w.sharding in (Sharding.ZERO2, Sharding.ZERO3, Sharding.FSDP)
+    if w.framework is Framework.MEGATRON:
+        # Megatron's distributed optimizer reduce-scatters the fp32 gradient buffer once per step.
+        comm_per_micro = w.sharding in (Sharding.ZERO3, Sharding.FSDP)
     per_step = 0.0
     if w.framework is Framework.FSDP:
         # FSDP2 under a bf16 MixedPrecisionPolicy: no autocast casts, but per layer and pass a
@@ -347,17 +399,30 @@ def _training(w: JobProfile, accel: Accelerator, layout: Layout) -> ThroughputEs
         per_step = fsdp_bytes / _bandwidth(accel) * (ga - 1)  # casts and copies per microbatch
         optimizer += fsdp_bytes / _bandwidth(accel)
         host += FSDP_HOST_OPS_PER_LAYER * gathers * w.shape.layers * accel.host_seconds_per_op
-    if ga > 1:
-        forward, backward, other, tp_comm = ga * forward, ga * backward, ga * dev.other, ga * dev.tp_comm
+    # Pipeline parallel (1F1B, Narayanan et al. 2021): the fullest stage runs its share of each
+    # of the ga micro-batches, and the pipeline fills and drains for p − 1 more slots: the step
+    # is (ga + p − 1) slots of one micro-batch's stage time, the bubble (p − 1)/(ga + p − 1) of
+    # it idle. Each slot also receives an activation and a gradient from the neighbouring stages.
+    pp = w.pipeline_parallel
+    slots = ga + pp - 1
+    p2p = 0.0
+    if pp > 1:
+        link = accel.inter_node_bytes_per_second if layout.nodes > 1 else accel.intra_node_bytes_per_second
+        p2p = slots * 2 * (COLLECTIVE_LATENCY + dev.p2p_bytes / link)
+    micro = forward + backward + dev.other + dev.tp_comm + dev.cp_comm
+    bubble = (pp - 1) * micro
+    if slots > 1:
+        forward, backward, other = ga * forward, ga * backward, ga * dev.other
+        tp_comm, cp_comm = ga * dev.tp_comm, ga * dev.cp_comm
         dp_exposed *= ga if comm_per_micro else 1
         optimizer += per_step
         host *= ga
     else:
-        other, tp_comm = dev.other, dev.tp_comm
-    device = forward + backward + other + optimizer + dp_exposed + tp_comm
+        other, tp_comm, cp_comm = dev.other, dev.tp_comm, dev.cp_comm
+    device = forward + backward + other + optimizer + dp_exposed + tp_comm + cp_comm + bubble + p2p
     step = _overlap(device, host)
     global_tokens = w.step_tokens * dp * ga
-    steps = max(1, -(-w.tokens // global_tokens))
+    steps = _steps(w, layout)
     tokens_per_second = global_tokens / step
     breakdown = (
         ("forward", forward),
@@ -366,6 +431,9 @@ def _training(w: JobProfile, accel: Accelerator, layout: Layout) -> ThroughputEs
         ("optimizer", optimizer),
         ("data-parallel communication (exposed)", dp_exposed),
         ("tensor-parallel communication", tp_comm),
+        ("context-parallel communication (exposed)", cp_comm),
+        ("pipeline bubble", bubble),
+        ("pipeline send/receive", p2p),
         ("host dispatch (not hidden)", step - device),
     )
     return ThroughputEstimate(
@@ -419,8 +487,7 @@ def _inference(w: JobProfile, accel: Accelerator, layout: Layout) -> ThroughputE
     decode = _overlap(decode_device, decode_host)
     call = prefill + w.new_tokens * decode
     per_call = w.batch * w.new_tokens
-    calls = max(1, math.ceil(w.tokens / per_call))
-    calls_per_replica = max(1, math.ceil(calls / replicas))
+    calls_per_replica = _steps(w, layout)
     tokens_per_second = per_call * replicas / call
     flops_per_token = 2.0 * s.active_matmul_params
     mfu = flops_per_token * (w.batch * (w.prompt_len + w.new_tokens)) * replicas / call
@@ -438,6 +505,27 @@ def _inference(w: JobProfile, accel: Accelerator, layout: Layout) -> ThroughputE
         prefill_seconds=prefill,
         decode_step_seconds=decode,
     )
+
+
+def _steps(w: JobProfile, layout: Layout) -> int:
+    return steps_for(w, layout.data_parallel)
+
+
+def steps_for(w: JobProfile, data_parallel: int) -> int:
+    """Optimizer steps (training) or generate() calls per replica (inference) for the job's tokens
+    over ``data_parallel`` replicas: the only part of an estimate that depends on ``tokens``."""
+    if w.mode is WorkloadMode.TRAINING:
+        return max(1, -(-w.tokens // (w.micro_batch * w.seq_len * data_parallel * w.gradient_accumulation)))
+    calls = max(1, math.ceil(w.tokens / (w.batch * w.new_tokens)))
+    return max(1, math.ceil(calls / data_parallel))
+
+
+def for_tokens(step: ThroughputEstimate, job: JobProfile, data_parallel: int) -> ThroughputEstimate:
+    """``step`` (an estimate of ``job`` with any token count) for ``job``'s own tokens: the
+    planner caches step-level estimates across jobs that differ only in how long they train."""
+    n = steps_for(job, data_parallel)
+    # Positional: the fields after ``steps`` are kept (a hot path; _replace is several times slower).
+    return ThroughputEstimate(step[0], step[1], n * step[0], n, *step[4:])
 
 
 def estimate(job: JobProfile, accelerator: Accelerator, layout: Layout) -> ThroughputEstimate:

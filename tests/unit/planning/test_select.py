@@ -14,7 +14,7 @@ from accel_api.job import AcceleratorJobSpec, PlanStatus
 from accel_operator.cli import render
 from accel_operator.planning import candidates, explain, selection
 from accel_operator.reconcile.status import plan_status
-from tests.support.builders import LLAMA_8B, LLAMA_125M, job, pool
+from tests.support.builders import LLAMA_1B, LLAMA_8B, LLAMA_125M, job, pool
 
 CAT = catalog.default()
 
@@ -310,3 +310,23 @@ def test_a_pool_network_overrides_the_catalog_default() -> None:
     plan = selection.plan(spec, [slow, fast], catalog.default())
     speed = {c.pool: c.speed.tokens_per_second for c in plan.candidates if c.devices == 32 and c.speed}
     assert speed["fast"] > speed["slow"] * 1.02
+
+
+def test_megatron_on_a_tpu_pool_is_refused_with_a_reason() -> None:
+    spec = job().arch(LLAMA_1B).workload(framework="megatron").spec()
+    plan = selection.evaluate(spec, "tpu-v5p", 4, catalog.default())
+    assert not plan.schedulable
+    problem = "framework megatron runs on GPUs (CUDA); tpu-v5p is a TPU (use maxtext)"
+    assert any(problem in p for c in plan.candidates for p in c.source.problems)
+    maxtext = job().arch(LLAMA_1B).workload(framework="maxtext", sharding="fsdp").spec()
+    assert selection.evaluate(maxtext, "tpu-v5p", 4, catalog.default()).schedulable
+
+
+def test_a_model_parallel_group_that_is_not_a_power_of_two_is_offered_whole_nodes() -> None:
+    # tensorParallel 8 × pipelineParallel 3 = 24 GPUs per replica: 3, 6, 12 ... nodes of 8.
+    spec = job().arch(LLAMA_8B).workload(tensorParallel=8, pipelineParallel=4, gradientAccumulation=8).spec()
+    three = job().arch(LLAMA_8B).workload(tensorParallel=8, pipelineParallel=3, gradientAccumulation=8).spec()
+    pools = [pool("h100-od", "h100-80gb", max_nodes=16)]
+    counts = sorted({c.devices for c in selection.plan(three, pools, CAT).candidates if c.speed is not None})
+    assert counts == [24, 48, 96]
+    assert {c.devices for c in selection.plan(spec, pools, CAT).candidates if c.speed is not None} == {32, 64, 128}
