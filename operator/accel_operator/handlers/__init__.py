@@ -1,4 +1,4 @@
-"""kopf wiring, one module per watched kind (pools, nodes, pods, workloads, jobs), all thin:
+"""kopf wiring, one module per watched kind (pools, nodes, pods, workloads, jobs, node reports), all thin:
 they keep kopf's indexes and mark what changed; :mod:`scheduler` observes, decides and applies.
 ``register`` declares everything into one registry."""
 
@@ -10,7 +10,7 @@ from typing import Any
 import kopf
 
 from accel_operator.context import OperatorContext
-from accel_operator.handlers import jobs, nodes, pods, pools, workloads
+from accel_operator.handlers import jobs, nodes, pods, pools, reports, workloads
 from accel_operator.handlers.scheduler import Indices, Scheduler
 
 
@@ -22,8 +22,9 @@ def register(reg: kopf.OperatorRegistry, ctx: OperatorContext) -> Scheduler:
         workloads=ctx.workloads,
         metrics=ctx.metrics,
         elector=ctx.elector,
+        reschedule=ctx.reschedule,
     )
-    for module in (pools, nodes, pods, workloads, jobs):
+    for module in (pools, nodes, pods, workloads, jobs, reports):
         module.register(reg, sched)
 
     @kopf.on.login(registry=reg)
@@ -48,6 +49,7 @@ def register(reg: kopf.OperatorRegistry, ctx: OperatorContext) -> Scheduler:
             pods=kwargs["pods"],
             workloads=kwargs["workloads"],
             jobs=kwargs["jobs"],
+            reports=kwargs["reports"],
         )
         memo.scheduler_task = asyncio.create_task(sched.run(), name="accel-scheduler")
 

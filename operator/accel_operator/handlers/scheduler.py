@@ -28,14 +28,17 @@ from typing import Any
 from accel_api import catalog as catalog_mod
 from accel_api.enums import JobPhase
 from accel_api.job import AcceleratorJobStatus
+from accel_api.vocabulary import ANNOTATION_CHECKPOINT_NOW
 from accel_operator.adapters.kube import workloads as wl_mod
 from accel_operator.adapters.kube.client import ClusterUnavailable
 from accel_operator.adapters.kube.jobs import JobGone, JobRef, JobWriter
 from accel_operator.adapters.kube.lease import AlwaysLeader, Elector
+from accel_operator.adapters.kube.reschedule import RescheduleClient
 from accel_operator.metrics import OperatorMetrics
 from accel_operator.planning import selection
 from accel_operator.planning.candidates import Plan, PoolOffer
 from accel_operator.reconcile import actions as act
+from accel_operator.reconcile import health
 from accel_operator.reconcile.decide import Decision, decide, parse_time
 from accel_operator.reconcile.snapshot import (
     HOLDING,
@@ -78,6 +81,7 @@ class Indices:
     pods: Mapping[Any, Any]
     workloads: Mapping[Any, Any]
     jobs: Mapping[Any, Any]
+    reports: Mapping[Any, Any] = field(default_factory=dict)  # AcceleratorNodeReports by node
 
 
 @dataclass
@@ -115,6 +119,9 @@ class Scheduler:
     plans: dict[tuple[str, int | None, int], Plan] = field(default_factory=dict)
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     in_flight: set[asyncio.Task[None]] = field(default_factory=set)
+    # Rescheduling on node reports: taints and checkpoint-now annotations (None: not applied).
+    reschedule: RescheduleClient | None = None
+    node_acting: dict[str, float] = field(default_factory=dict)  # node -> monotonic time of a taint write
 
     # --- marks (from kopf's event handlers) -----------------------------------------------------
 
@@ -139,6 +146,28 @@ class Scheduler:
 
     def forget(self, key: JobKey) -> None:
         self.overlay.pop(key, None)
+
+    def report_changed(self, node: str, *, health_changed: bool) -> None:
+        """A node report changed: decide again the jobs with pods there (and every waiting job
+        when a device's health changed, since that changes what is free)."""
+        if self.indices is not None:
+            for pod in self.indices.pods.get(node, ()):
+                if pod.job is not None:
+                    self.mark(pod.job)
+        if health_changed:
+            self.capacity_changed()
+
+    @property
+    def health_rules(self) -> health.Rules:
+        s = self.settings
+        return health.Rules(
+            stale_after=s.report_stale_seconds,
+            checkpoint_grace=s.checkpoint_grace_seconds,
+            idle_window=s.idle_window_seconds,
+            idle_percent=s.idle_utilization_percent,
+            hung_window=s.hung_window_seconds,
+            hung_percent=s.hung_utilization_percent,
+        )
 
     # --- observe ----------------------------------------------------------------------------
 
@@ -172,6 +201,9 @@ class Scheduler:
             if view is not None:
                 pools[name] = view
         nodes: list[NodeView] = [n for store in idx.nodes.values() if (n := _first(store)) is not None]
+        reports = {name: r for name, store in idx.reports.items() if (r := _first(store)) is not None}
+        if reports:
+            nodes = health.with_condemned(nodes, reports, now, self.settings.report_stale_seconds)
         used: dict[str, int] = {}
         pods_by_job: dict[JobKey, list[PodView]] = {}
         for key, store in idx.pods.items():
@@ -219,6 +251,8 @@ class Scheduler:
             pods_by_job=MappingProxyType({k: tuple(v) for k, v in pods_by_job.items()}),
             reservations=MappingProxyType(reservations),
             plans={},
+            reports=MappingProxyType(reports),
+            nodes=MappingProxyType({n.name: n for n in nodes}),
         )
 
     def _plan(self, job: JobView, snap: Snapshot) -> Plan | None:
@@ -299,6 +333,8 @@ class Scheduler:
             keys = dirty | {k for k, j in snap.jobs.items() if j.phase not in HOLDING and j.phase not in TERMINAL}
         else:
             keys = dirty
+        self._node_actions(snap)
+        rules = self.health_rules
         plans = dict(snap.plans)
         queue: dict[str, int] = {}
         phases: dict[str, int] = {}
@@ -315,6 +351,10 @@ class Scheduler:
                     plans[job.key] = plan
                     snap = _with_plans(snap, plans)
             decision = decide(job, snap, now, bind_timeout=self.settings.bind_timeout_seconds)
+            if job.phase is JobPhase.RUNNING:
+                decision, moved = health.amend(decision, job, snap, now, rules)
+                if moved is not None:
+                    self.metrics.moves.labels(moved.value).inc()
             if decision.admitted is not None:
                 pool, gang = decision.admitted
                 end = now + dt.timedelta(seconds=_seconds(decision))
@@ -332,6 +372,37 @@ class Scheduler:
         self.metrics.pass_seconds.observe(time.perf_counter() - t0)
 
     # --- apply ------------------------------------------------------------------------------
+
+    def _node_actions(self, snap: Snapshot) -> None:
+        """Taint (untaint) the nodes fresh reports condemn (clear); one write per node in flight."""
+        if self.reschedule is None or not snap.reports:
+            return
+        expired = time.monotonic() - CREATED_TTL_SECONDS
+        for action in health.node_actions(snap, self.health_rules):
+            if self.node_acting.get(action.node, -1.0) > expired:
+                continue  # written; the watch has not shown it yet
+            self.node_acting[action.node] = time.monotonic()
+            task = asyncio.create_task(self._node_act(action))
+            self.in_flight.add(task)
+            task.add_done_callback(self.in_flight.discard)
+
+    async def _node_act(self, action: act.NodeAction) -> None:
+        assert self.reschedule is not None
+        try:
+            if isinstance(action, act.TaintNode):
+                await _retrying(
+                    self.metrics, "taint_node", self.reschedule.taint, action.node, action.key, action.value
+                )
+                self.metrics.node_taints.labels("taint").inc()
+                log.warning("node %s tainted %s: %s", action.node, action.key, action.reason)
+            else:
+                await _retrying(self.metrics, "untaint_node", self.reschedule.untaint, action.node, action.key)
+                self.metrics.node_taints.labels("untaint").inc()
+                log.info("node %s untainted %s: %s", action.node, action.key, action.reason)
+        except Exception as exc:  # noqa: BLE001 - count it; the next pass decides again
+            self.metrics.reconcile_errors.labels(type(exc).__name__).inc()
+            log.warning("changing the taints of node %s failed (%s); it will be taken again", action.node, exc)
+            self.node_acting.pop(action.node, None)
 
     def _apply(self, job: JobView, decision: Decision, snap: Snapshot) -> None:
         current = job.status.model_dump(by_alias=True, mode="json", exclude_none=True)
@@ -420,6 +491,20 @@ class Scheduler:
                 self.metrics.workloads_created.inc()
                 since = parse_time(job.status.last_failure.time if job.status.last_failure else None) or job.created
                 self.metrics.admission_latency.observe((dt.datetime.now(dt.UTC) - since).total_seconds())
+        elif isinstance(action, act.RequestCheckpoint):
+            if self.reschedule is None:
+                return
+            for namespace, name in action.pods:
+                await _retrying(
+                    self.metrics,
+                    "annotate_pod",
+                    self.reschedule.annotate_pod,
+                    namespace,
+                    name,
+                    ANNOTATION_CHECKPOINT_NOW,
+                    action.token,
+                )
+            self.metrics.checkpoint_requests.labels(action.reason).inc()
         elif isinstance(action, act.DeleteWorkload):
             self.created.pop((job.namespace, action.name), None)
             await _retrying(self.metrics, "delete_workload", self.workloads.delete, job.namespace, action.name)

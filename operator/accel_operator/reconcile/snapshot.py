@@ -20,6 +20,7 @@ from accel_api.enums import JobPhase, PoolScaling
 from accel_api.job import AcceleratorJobSpec, AcceleratorJobStatus
 from accel_api.pool import AcceleratorPoolSpec
 from accel_operator.planning.candidates import Plan
+from accel_operator.reconcile.reports import ReportView
 
 JobKey = tuple[str, str]  # (namespace, name)
 
@@ -37,10 +38,19 @@ class NodeView:
     unschedulable: bool = False  # cordoned
     terminating: bool = False  # carries a termination taint (spot notice, Karpenter disruption)
     deleting: bool = False
+    health_taint: bool = False  # carries the operator's device-unhealthy taint
+    condemned: bool = False  # a fresh node report shows a failing device (reconcile/health.py)
 
     @property
     def usable(self) -> bool:
-        return self.ready and not self.unschedulable and not self.terminating and not self.deleting
+        return (
+            self.ready
+            and not self.unschedulable
+            and not self.terminating
+            and not self.deleting
+            and not self.health_taint
+            and not self.condemned
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,6 +273,9 @@ class Snapshot:
     reservations: Mapping[JobKey, Reservation]
     plans: Mapping[JobKey, Plan] = field(default_factory=lambda: MappingProxyType({}))
     blocked: Mapping[str, Blocked] = field(default_factory=lambda: MappingProxyType({}))
+    # What the node agents report (reconcile/health.py decides on them), and the nodes by name.
+    reports: Mapping[str, ReportView] = field(default_factory=lambda: MappingProxyType({}))
+    nodes: Mapping[str, NodeView] = field(default_factory=lambda: MappingProxyType({}))
 
     def with_admission(self, key: JobKey, pool: str, gang: Gang, expected_end: dt.datetime | None) -> Snapshot:
         cap = dict(self.capacity)
