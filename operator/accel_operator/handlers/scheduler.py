@@ -121,7 +121,8 @@ class Scheduler:
     in_flight: set[asyncio.Task[None]] = field(default_factory=set)
     # Rescheduling on node reports: taints and checkpoint-now annotations (None: not applied).
     reschedule: RescheduleClient | None = None
-    node_acting: dict[str, float] = field(default_factory=dict)  # node -> monotonic time of a taint write
+    # (node, taint | untaint) -> monotonic time of the write: not written again until the watch shows it.
+    node_acting: dict[tuple[str, str], float] = field(default_factory=dict)
 
     # --- marks (from kopf's event handlers) -----------------------------------------------------
 
@@ -379,9 +380,10 @@ class Scheduler:
             return
         expired = time.monotonic() - CREATED_TTL_SECONDS
         for action in health.node_actions(snap, self.health_rules):
-            if self.node_acting.get(action.node, -1.0) > expired:
+            key = (action.node, type(action).__name__)
+            if self.node_acting.get(key, -1.0) > expired:
                 continue  # written; the watch has not shown it yet
-            self.node_acting[action.node] = time.monotonic()
+            self.node_acting[key] = time.monotonic()
             task = asyncio.create_task(self._node_act(action))
             self.in_flight.add(task)
             task.add_done_callback(self.in_flight.discard)
@@ -402,7 +404,7 @@ class Scheduler:
         except Exception as exc:  # noqa: BLE001 - count it; the next pass decides again
             self.metrics.reconcile_errors.labels(type(exc).__name__).inc()
             log.warning("changing the taints of node %s failed (%s); it will be taken again", action.node, exc)
-            self.node_acting.pop(action.node, None)
+            self.node_acting.pop((action.node, type(action).__name__), None)
 
     def _apply(self, job: JobView, decision: Decision, snap: Snapshot) -> None:
         current = job.status.model_dump(by_alias=True, mode="json", exclude_none=True)
