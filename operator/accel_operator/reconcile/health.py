@@ -266,12 +266,7 @@ def amend(
             return _move(job, health, MoveReason.DEVICE_UNHEALTHY, why, from_checkpoint=False)
         if requested is None:
             health.update(moveRequestedTime=_ts(now), moveReason=why)
-            token = _ts(now)
-            events.append(
-                act.RequestCheckpoint(
-                    tuple((p.namespace, p.name) for p in pods), token, MoveReason.DEVICE_UNHEALTHY.value
-                )
-            )
+            # The event first: it is the record a person reads, even if the request fails.
             events.append(
                 act.RecordEvent(
                     "Warning",
@@ -279,6 +274,8 @@ def amend(
                     _clip(f"{why}: checkpoint requested; the job moves within {rules.checkpoint_grace:.0f}s"),
                 )
             )
+            pod_keys = tuple((p.namespace, p.name) for p in pods)
+            events.append(act.RequestCheckpoint(pod_keys, _ts(now), MoveReason.DEVICE_UNHEALTHY.value))
         else:
             checkpoint = job.status.last_checkpoint
             saved = parse_time(checkpoint.time if checkpoint is not None else None)

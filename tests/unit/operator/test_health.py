@@ -446,3 +446,71 @@ def test_the_scheduler_taints_the_node_and_annotates_the_pods() -> None:
     assert v.ANNOTATION_CHECKPOINT_NOW in fake.annotations[("ns", "a-a0-0")]
     assert sched.metrics.node_taints.labels("taint")._value.get() == 1
     assert sched.metrics.checkpoint_requests.labels("device-unhealthy")._value.get() == 1
+
+
+# --- the report as the operator reads it -------------------------------------------------------
+
+
+def _wire(**status: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": v.API_VERSION,
+        "kind": "AcceleratorNodeReport",
+        "metadata": {"name": "n1"},
+        "spec": {"nodeName": "n1"},
+        "status": {"heartbeatTime": "2026-11-26T12:00:00Z", **status},
+    }
+
+
+def test_a_report_becomes_a_view_of_what_decisions_read() -> None:
+    from accel_operator.adapters.kube.reports import report_view
+
+    body = _wire(
+        devices=[
+            {
+                "index": 0,
+                "healthy": False,
+                "problems": ["device lost", "b", "c", "d", "e"],
+                "utilizationGpuPercent": 3.5,
+                "memoryUsedBytes": 10,
+                "memoryTotalBytes": 100,
+                "allocatedPods": [{"namespace": "ns", "name": "p0"}],
+                "processes": [{"pid": 7, "pod": {"namespace": "ns", "name": "p1"}}, {"pid": 8}],
+            },
+            {"index": 1},
+        ]
+    )
+    view = report_view(body)
+    assert view is not None and view.node == "n1" and view.heartbeat == T0
+    d0, d1 = view.devices
+    assert (d0.healthy, d0.problems, d0.utilization, d0.memory_used, d0.memory_total) == (
+        False,
+        ("device lost", "b", "c", "d"),
+        3.5,
+        10,
+        100,
+    )
+    assert d0.pods == {("ns", "p0"), ("ns", "p1")} and d1.healthy and d1.utilization is None
+    assert view.sick == (d0,)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {**_wire(), "spec": {"nodeName": "other"}},  # not named after its node
+        {**_wire(), "spec": {}},
+        _wire(devices=[{"index": -1}]),  # does not validate
+        _wire(devices="many"),
+        _wire(heartbeatTime="x" * 10_000),
+    ],
+)
+def test_a_report_that_does_not_validate_is_no_report(body: dict[str, Any]) -> None:
+    from accel_operator.adapters.kube.reports import report_view
+
+    assert report_view(body) is None
+
+
+def test_a_report_without_heartbeat_is_never_fresh() -> None:
+    from accel_operator.adapters.kube.reports import report_view
+
+    view = report_view(_wire(heartbeatTime=None))
+    assert view is not None and view.heartbeat is None and not view.fresh(T0, 1e9)
