@@ -38,7 +38,7 @@ from accel_operator.metrics import OperatorMetrics
 from accel_operator.planning import selection
 from accel_operator.planning.candidates import Plan, PoolOffer
 from accel_operator.reconcile import actions as act
-from accel_operator.reconcile import health
+from accel_operator.reconcile import consolidate, health
 from accel_operator.reconcile.decide import Decision, decide, parse_time
 from accel_operator.reconcile.snapshot import (
     HOLDING,
@@ -254,6 +254,7 @@ class Scheduler:
             plans={},
             reports=MappingProxyType(reports),
             nodes=MappingProxyType({n.name: n for n in nodes}),
+            node_used=MappingProxyType(used),
         )
 
     def _plan(self, job: JobView, snap: Snapshot) -> Plan | None:
@@ -356,6 +357,8 @@ class Scheduler:
                 decision, moved = health.amend(decision, job, snap, now, rules)
                 if moved is not None:
                     self.metrics.moves.labels(moved.value).inc()
+            elif decision.phase is JobPhase.PENDING:
+                decision = consolidate.amend(decision, job, snap, now)
             if decision.admitted is not None:
                 pool, gang = decision.admitted
                 end = now + dt.timedelta(seconds=_seconds(decision))

@@ -276,6 +276,7 @@ class Snapshot:
     # What the node agents report (reconcile/health.py decides on them), and the nodes by name.
     reports: Mapping[str, ReportView] = field(default_factory=lambda: MappingProxyType({}))
     nodes: Mapping[str, NodeView] = field(default_factory=lambda: MappingProxyType({}))
+    node_used: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))  # devices pods hold
 
     def with_admission(self, key: JobKey, pool: str, gang: Gang, expected_end: dt.datetime | None) -> Snapshot:
         cap = dict(self.capacity)
