@@ -9,7 +9,9 @@
 3. on a small pool of its own (one node, 8 H100s), runs three 8-GPU jobs that compete for the
    same node: one runs, two wait in queue order; each finished job (the demo ends its pods, as
    a training program would) lets the next one in;
-4. prints every job's phase, pool, devices and why, and the events of one of them.
+4. on a pool of two nodes, a device fails under a running job: the operator taints the node, asks
+   the job to checkpoint and moves it to the other node (:mod:`demo_reschedule`);
+5. prints every job's phase, pool, devices and why, and the events of one of them.
 
 The cluster is left running for exploration (``accel-cluster status``, ``accel-cluster down``).
 """
@@ -29,7 +31,7 @@ from kubernetes import client
 from accel_api import load_documents, parse_resource, registry
 from accel_api import vocabulary as v
 from accel_api.pool import AcceleratorPool, AcceleratorPoolSpec
-from accel_localcluster import default_cluster, kubeapi, nodes
+from accel_localcluster import default_cluster, demo_reschedule, kubeapi, nodes
 from accel_localcluster.control_plane import REPO
 
 EXAMPLES = REPO / "examples"
@@ -129,6 +131,7 @@ def main(argv: list[str] | None = None) -> int:
 
     docs = [d for p in sorted(EXAMPLES.glob("*.yaml")) for d in load_documents(p.read_text(), source=p.name)]
     _clean(custom, {d["metadata"]["namespace"] for d in docs if d["kind"] == "AcceleratorJob"} | {DEMO_NS})
+    demo_reschedule.clean(api)
     for doc in docs:
         if doc["kind"] in ("AcceleratorPool", "AcceleratorPolicy"):
             kubeapi.apply(api, doc)
@@ -144,6 +147,7 @@ def main(argv: list[str] | None = None) -> int:
 
     env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig), "ACCEL_OPERATOR_LIVENESS_PORT": "0"}
     env.setdefault("ACCEL_OPERATOR_METRICS_PORT", "0")
+    env.setdefault("ACCEL_OPERATOR_CHECKPOINT_GRACE_SECONDS", "5")  # the rescheduling step's wait
     log_path = cluster.state / "logs" / "operator.log"
     with log_path.open("wb") as log:
         operator = subprocess.Popen([sys.executable, "-m", "accel_operator"], env=env, stdout=log, stderr=log)
@@ -207,11 +211,14 @@ def main(argv: list[str] | None = None) -> int:
                     args.timeout,
                 )
             _table(custom, qkeys)
+
+        print("\n== 3. a device fails under a running job: the job moves")
+        demo_reschedule.run(api, cluster.kubeconfig, DEMO_NS, _wait, args.timeout)
     finally:
         operator.terminate()
         operator.wait(timeout=30)
 
-    print(f"\n== 3. all jobs\n$ kubectl get acceleratorjobs -A   (KUBECONFIG={cluster.kubeconfig})")
+    print(f"\n== 4. all jobs\n$ kubectl get acceleratorjobs -A   (KUBECONFIG={cluster.kubeconfig})")
     kubectl = cluster.bin / "kubectl"
     subprocess.run([str(kubectl), "get", "acceleratorjobs", "-A"], env=env, check=False)
     print(f"\n$ kubectl get events -n {DEMO_NS} --field-selector involvedObject.name=later")

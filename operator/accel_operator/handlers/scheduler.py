@@ -510,6 +510,9 @@ class Scheduler:
                     action.token,
                 )
             self.metrics.checkpoint_requests.labels(action.reason).inc()
+            # The move is due after the grace: decide the job again then, not at the next resync.
+            grace = self.settings.checkpoint_grace_seconds + 0.5
+            asyncio.get_running_loop().call_later(grace, self.mark, job.key)
         elif isinstance(action, act.DeleteWorkload):
             self.created.pop((job.namespace, action.name), None)
             await _retrying(self.metrics, "delete_workload", self.workloads.delete, job.namespace, action.name)
