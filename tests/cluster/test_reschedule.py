@@ -126,7 +126,11 @@ def test_a_failing_device_taints_its_node_and_moves_the_job_under_least_privileg
             second = wait_for(lambda: _running_pods(core, namespace, "train", 1), timeout=60, what="attempt 1 running")
             assert [p.spec.node_name for p in second] == [healthy]
             wait_phase(api, namespace, "train", "Running", timeout=30)
-            events = events_of(core, namespace, "train")
+            events = wait_for(
+                lambda: (e := events_of(core, namespace, "train")) and "Moved" in {r for r, _ in e} and e,
+                timeout=30,
+                what="the Moved event",
+            )
             unhealthy = [m for r, m in events if r == "DeviceUnhealthy"]
             assert unhealthy and "device 3" in unhealthy[0] and "ECC" in unhealthy[0], events
             assert "checkpoint requested" in unhealthy[0]
@@ -181,9 +185,13 @@ def test_a_hung_two_node_job_is_detected_and_restarted(
                 what="the hung job restarted",
             )
             assert moved["attempt"] == 1 and "hung" in moved["moveReason"]
-            events = events_of(core, namespace, "gang")
-            restarted = [m for r, m in events if r == "Moved"]
-            assert restarted and all(n in restarted[0] for n in nodes), events
+            # The status is written first, the event after it.
+            restarted = wait_for(
+                lambda: [m for r, m in events_of(core, namespace, "gang") if r == "Moved"],
+                timeout=30,
+                what="the Moved event",
+            )
+            assert all(n in restarted[0] for n in nodes), restarted
             assert "from its latest checkpoint" in restarted[0]
             wait_for(
                 lambda: len(_running_pods(core, namespace, "gang", 1)) == 2,

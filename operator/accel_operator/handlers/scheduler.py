@@ -335,7 +335,8 @@ class Scheduler:
             keys = dirty | {k for k, j in snap.jobs.items() if j.phase not in HOLDING and j.phase not in TERMINAL}
         else:
             keys = dirty
-        self._node_actions(snap)
+        if full or capacity:  # a device's health changed (a capacity pass), or the resync
+            self._node_actions(snap)
         rules = self.health_rules
         plans = dict(snap.plans)
         queue: dict[str, int] = {}
