@@ -60,6 +60,9 @@ class Rules:
     # A hung collective keeps its memory (the model, optimizer state and NCCL buffers stay put);
     # a reservation that was never used does not. Below this share of each device: idle, not hung.
     hung_memory_fraction: float = 0.1
+    # A job moved this often is not moved again (a flapping agent, a job that hangs every time):
+    # it is flagged and left to its own timeouts.
+    max_moves: int = 5
 
 
 def _ts(t: dt.datetime) -> str:
@@ -151,7 +154,7 @@ def _holding_memory(devices: Sequence[DeviceReport], fraction: float) -> bool:
 
 
 def _had(job: JobView, type_: str, reason: str) -> bool:
-    return any(c.type == type_ and c.reason == reason and c.status == "True" for c in job.status.conditions)
+    return any(c.type == type_ and c.reason == reason for c in job.status.conditions)
 
 
 def right_size(job: JobView) -> dict[str, Any]:
@@ -241,6 +244,8 @@ def amend(
     conds = list(decision.conditions)
     events: list[act.Action] = []
     checkpointable = job.spec.checkpoint is not None
+    moves = int(health.get("moves") or 0)
+    limit = f"not moved: moved {moves} time(s) already (at most {rules.max_moves})"
 
     if f.stale:
         conds.append(
@@ -261,6 +266,11 @@ def amend(
     requested = parse_time(health.get("moveRequestedTime"))
     if f.sick:
         why = _clip("; ".join(f"node {node}: {d.describe()}" for node, d in f.sick))
+        if moves >= rules.max_moves:
+            conds.append(Cond(DEVICES, False, "DeviceUnhealthyMoveLimit", _clip(f"{why}; {limit}")))
+            if not _had(job, DEVICES, "DeviceUnhealthyMoveLimit"):
+                events.append(act.RecordEvent("Warning", "DeviceUnhealthy", _clip(f"{why}; {limit}")))
+            return _amended(decision, conds, events, before, health), None
         conds.append(Cond(DEVICES, False, "DeviceUnhealthy", why))
         if not checkpointable:
             return _move(job, health, MoveReason.DEVICE_UNHEALTHY, why, from_checkpoint=False)
@@ -311,11 +321,12 @@ def amend(
                 f"hung: all {len(f.devices)} device(s) at ≤{rules.hung_percent:g}% for {held:.0f}s on node(s) "
                 f"{', '.join(f.nodes)} while every pod runs (a collective that never completes)"
             )
-            if checkpointable:
+            if checkpointable and moves < rules.max_moves:
                 return _move(job, health, MoveReason.HUNG, why, from_checkpoint=True)
-            conds.append(Cond(HUNG, True, "Hung", _clip(f"{why}; not restarted: the job has no checkpoint")))
+            left = "not restarted: the job has no checkpoint" if not checkpointable else limit
+            conds.append(Cond(HUNG, True, "Hung", _clip(f"{why}; {left}")))
             if not _had(job, HUNG, "Hung"):
-                events.append(act.RecordEvent("Warning", "Hung", _clip(f"{why}; not restarted: no checkpoint")))
+                events.append(act.RecordEvent("Warning", "Hung", _clip(f"{why}; {left}")))
         else:
             conds.append(Cond(HUNG, False, "Stalling", f"every device quiet since {_ts(since)}"))
     elif multi:

@@ -198,6 +198,23 @@ def test_a_device_that_recovers_before_the_move_cancels_it() -> None:
     assert moved is None and d.status["health"]["moveRequestedTime"] is None
 
 
+def test_a_job_moved_too_often_is_flagged_and_left() -> None:
+    w = _world()
+    job = _one_node_job(w, health_status={"moves": RULES.max_moves})
+    w.report("p-0", pods=_mine("a-a0-0"), sick={3: ECC})
+    d, moved = _run(w, job)
+    assert moved is None and d.phase is JobPhase.RUNNING
+    assert _cond(d, "DevicesHealthy") == (False, "DeviceUnhealthyMoveLimit")
+    assert _events(d) == ["DeviceUnhealthy"] and not [a for a in d.actions if isinstance(a, act.RequestCheckpoint)]
+    assert "moved 5 time(s) already" in next(a.message for a in d.actions if isinstance(a, act.RecordEvent))
+    w2 = _world()
+    hung = _two_node_job(w2, health_status={"moves": RULES.max_moves, "hungSince": _ago(RULES.hung_window + 1)})
+    w2.report("p-0", util=0.0, pods=_mine("g-a0-0"))
+    w2.report("p-1", util=0.0, pods=_mine("g-a0-1"))
+    d2, moved2 = _run(w2, hung)
+    assert moved2 is None and _cond(d2, "Hung") == (True, "Hung") and _events(d2) == ["Hung"]
+
+
 # --- nodes: taints and capacity ----------------------------------------------------------------
 
 
