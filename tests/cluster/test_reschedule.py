@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from accel_agent import run_cluster_pass
 from accel_api import registry
@@ -71,6 +72,16 @@ def _running_pods(core: client.CoreV1Api, namespace: str, job: str, attempt: int
         for p in pods_of(core, namespace, job)
         if p.metadata.labels.get(v.LABEL_ATTEMPT) == str(attempt) and p.status.phase == "Running"
     ]
+
+
+def _annotations(core: client.CoreV1Api, namespace: str, name: str) -> dict[str, str]:
+    try:
+        pod = core.read_namespaced_pod(name, namespace)
+    except ApiException as exc:
+        if exc.status == 404:
+            return {}
+        raise
+    return dict(pod.metadata.annotations or {})
 
 
 def _health(api: client.ApiClient, namespace: str, job: str) -> dict[str, Any]:
@@ -266,8 +277,7 @@ def test_a_stale_report_does_nothing_until_it_is_fresh(
             assert node in next(c["message"] for c in st["conditions"] if c["type"] == "NodeReports")
             assert st["phase"] == "Running" and st.get("attempt", 0) == 0 and not st.get("health")
             assert v.TAINT_DEVICE_UNHEALTHY not in _taints(core, node)
-            fresh_pod = core.read_namespaced_pod(pod.metadata.name, namespace)
-            assert v.ANNOTATION_CHECKPOINT_NOW not in (fresh_pod.metadata.annotations or {})
+            assert v.ANNOTATION_CHECKPOINT_NOW not in _annotations(core, namespace, pod.metadata.name)
             assert not [r for r, _ in events_of(core, namespace, "quiet") if r in ("DeviceUnhealthy", "Moved")]
 
             # The same report with a fresh heartbeat condemns the node: the test can fail.
@@ -275,11 +285,9 @@ def test_a_stale_report_does_nothing_until_it_is_fresh(
             wait_for(
                 lambda: v.TAINT_DEVICE_UNHEALTHY in _taints(core, node), timeout=30, what="the node tainted when fresh"
             )
+            # Seen before the grace (3 s) ends the attempt and its pod goes.
             wait_for(
-                lambda: (
-                    v.ANNOTATION_CHECKPOINT_NOW
-                    in (core.read_namespaced_pod(pod.metadata.name, namespace).metadata.annotations or {})
-                ),
+                lambda: v.ANNOTATION_CHECKPOINT_NOW in _annotations(core, namespace, pod.metadata.name),
                 timeout=30,
                 what="the checkpoint-now request on the pod",
             )
