@@ -499,6 +499,28 @@ class CostStatus(ApiModel):
     device_seconds: Annotated[float, Field(ge=0, le=bounds.STATUS_SECONDS_MAX)] = 0.0
 
 
+class RightSize(ApiModel):
+    """What an idle reservation could run on instead (from the plan's alternatives, or fewer devices)."""
+
+    accelerator: bounds.ShortText | None = None
+    devices: Annotated[int, Field(ge=0, le=bounds.DEVICES)] | None = None
+    reason: bounds.Message | None = None
+
+
+class HealthStatus(ApiModel):
+    """What the operator read from the node agents' reports about this job's devices. The markers
+    (idle since, hung since, a move requested) live here so they survive an operator restart."""
+
+    idle_since: bounds.Time | None = None
+    hung_since: bounds.Time | None = None
+    move_requested_time: bounds.Time | None = Field(
+        default=None, description="When a checkpoint-now was asked before moving the job off a sick device."
+    )
+    move_reason: bounds.Message | None = None
+    right_size: RightSize | None = None
+    moves: bounds.Count = 0
+
+
 class AttemptFailure(ApiModel):
     """How an attempt ended when it did not succeed: a failure of the program or a preemption."""
 
@@ -524,6 +546,7 @@ class AcceleratorJobStatus(ApiModel):
     preemptions: bounds.Count = 0
     last_checkpoint: CheckpointStatus | None = None
     cost: CostStatus | None = None
+    health: HealthStatus | None = None
     start_time: bounds.Time | None = None
     completion_time: bounds.Time | None = None
     observed_generation: bounds.Generation | None = None

@@ -57,6 +57,11 @@ LABEL_GKE_PREEMPTIBLE: Final = "cloud.google.com/gke-preemptible"  # "true"
 LABEL_ZONE: Final = "topology.kubernetes.io/zone"
 LABEL_INSTANCE_TYPE: Final = "node.kubernetes.io/instance-type"
 
+# --- rescheduling on node reports ------------------------------------------------------------
+# NoSchedule taint the operator puts on a node whose fresh AcceleratorNodeReport shows a failing
+# device (value: the device index), and takes off when a fresh report shows every device healthy.
+TAINT_DEVICE_UNHEALTHY: Final = f"{GROUP}/device-unhealthy"
+
 # --- termination signals ------------------------------------------------------------------
 TAINT_NTH_SPOT_ITN: Final = "aws-node-termination-handler/spot-itn"
 TAINT_NTH_REBALANCE: Final = "aws-node-termination-handler/rebalance-recommendation"

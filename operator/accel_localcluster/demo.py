@@ -9,10 +9,12 @@
 3. on a small pool of its own (one node, 8 H100s), runs three 8-GPU jobs that compete for the
    same node: one runs, two wait in queue order; each finished job (the demo ends its pods, as
    a training program would) lets the next one in;
-4. prints every job's phase, pool, devices and why, and the events of one of them;
-5. policy at admission: the operator serves its admission webhooks (on localhost, registered
+4. policy at admission: the operator serves its admission webhooks (on localhost, registered
    with their CA bundle); ``kubectl apply`` of a spot job without checkpointing, and of a job
-   naming another namespace's team, are refused with the messages the user sees.
+   naming another namespace's team, are refused with the messages the user sees;
+5. on a pool of two nodes, a device fails under a running job: the operator taints the node, asks
+   the job to checkpoint and moves it to the other node (:mod:`demo_reschedule`);
+6. prints every job's phase, pool, devices and why, and the events of one of them.
 
 The cluster is left running for exploration (``accel-cluster status``, ``accel-cluster down``),
 without the example policy and the webhook configurations (they would judge every later job).
@@ -35,7 +37,7 @@ from kubernetes import client
 from accel_api import load_documents, parse_resource, registry
 from accel_api import vocabulary as v
 from accel_api.pool import AcceleratorPool, AcceleratorPoolSpec
-from accel_localcluster import default_cluster, kubeapi, nodes
+from accel_localcluster import default_cluster, demo_reschedule, kubeapi, nodes
 from accel_localcluster.control_plane import REPO
 
 EXAMPLES = REPO / "examples"
@@ -208,6 +210,7 @@ def main(argv: list[str] | None = None) -> int:
 
     docs = [d for p in sorted(EXAMPLES.glob("*.yaml")) for d in load_documents(p.read_text(), source=p.name)]
     _clean(custom, {d["metadata"]["namespace"] for d in docs if d["kind"] == "AcceleratorJob"} | {DEMO_NS})
+    demo_reschedule.clean(api)
     for doc in docs:
         if doc["kind"] in ("AcceleratorPool", "AcceleratorPolicy"):
             kubeapi.apply(api, doc)
@@ -229,6 +232,7 @@ def main(argv: list[str] | None = None) -> int:
         ACCEL_OPERATOR_WEBHOOK_HOST="127.0.0.1",
         ACCEL_OPERATOR_WEBHOOK_ADDRESS="127.0.0.1",
     )
+    env.setdefault("ACCEL_OPERATOR_CHECKPOINT_GRACE_SECONDS", "5")  # the rescheduling step's wait
     log_path = cluster.state / "logs" / "operator.log"
     with log_path.open("wb") as log:
         operator = subprocess.Popen([sys.executable, "-m", "accel_operator"], env=env, stdout=log, stderr=log)
@@ -293,6 +297,9 @@ def main(argv: list[str] | None = None) -> int:
                 )
             _table(custom, qkeys)
         _policy_demo(cluster, api, custom, args.timeout)
+
+        print("\n== 3. a device fails under a running job: the job moves")
+        demo_reschedule.run(api, cluster.kubeconfig, DEMO_NS, _wait, args.timeout)
     finally:
         operator.terminate()
         operator.wait(timeout=30)

@@ -22,6 +22,7 @@ from accel_operator import handlers, logs
 from accel_operator.adapters.kube.client import api_client
 from accel_operator.adapters.kube.jobs import KubeJobWriter
 from accel_operator.adapters.kube.lease import AlwaysLeader, Elector, LeaseElector
+from accel_operator.adapters.kube.reschedule import KubeRescheduleClient
 from accel_operator.adapters.kube.workloads import KubeWorkloadClient
 from accel_operator.context import OperatorContext
 from accel_operator.metrics import OperatorMetrics
@@ -43,6 +44,7 @@ def build_context(settings: OperatorSettings) -> OperatorContext:
         writer=KubeJobWriter(api),
         workloads=KubeWorkloadClient(api),
         elector=elector,
+        reschedule=KubeRescheduleClient(api),
     )
 
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from accel_api.catalog import Catalog
 from accel_operator.adapters.kube.jobs import JobWriter
 from accel_operator.adapters.kube.lease import Elector
+from accel_operator.adapters.kube.reschedule import RescheduleClient
 from accel_operator.adapters.kube.workloads import WorkloadClient
 from accel_operator.metrics import OperatorMetrics
 from accel_operator.settings import OperatorSettings
@@ -24,3 +25,4 @@ class OperatorContext:
     writer: JobWriter
     workloads: WorkloadClient
     elector: Elector
+    reschedule: RescheduleClient  # node taints and checkpoint-now annotations (reconcile/health.py)

@@ -46,5 +46,23 @@ class OperatorMetrics:
         self.workloads_created = Counter(
             "accel_operator_workloads_created_total", "batch Jobs created (one per attempt).", registry=r
         )
+        self.moves = Counter(
+            "accel_operator_moves_total",
+            "Running attempts ended to start the job again elsewhere, by reason (device-unhealthy, hung).",
+            ["reason"],
+            registry=r,
+        )
+        self.node_taints = Counter(
+            "accel_operator_node_taints_total",
+            "Device-unhealthy taints put on (taint) or taken off (untaint) nodes.",
+            ["action"],
+            registry=r,
+        )
+        self.checkpoint_requests = Counter(
+            "accel_operator_checkpoint_requests_total",
+            "Checkpoint-now requests sent to running jobs, by reason.",
+            ["reason"],
+            registry=r,
+        )
         for phase in JobPhase:
             self.jobs.labels(phase.value)

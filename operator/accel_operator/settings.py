@@ -62,3 +62,29 @@ class OperatorSettings(BaseSettings):
         description="tls.crt, tls.key and ca.crt for the webhook (a Secret shared by every replica); "
         "unset or empty: a self-signed certificate per process.",
     )
+    # Rescheduling on what the node agents report (reconcile/health.py).
+    report_stale_seconds: float = Field(
+        default=900.0,
+        gt=0,
+        le=86_400,
+        description="A node report whose heartbeat is older than this is stale: nothing is decided on it "
+        "(the agent writes at least every 300 s).",
+    )
+    checkpoint_grace_seconds: float = Field(
+        default=120.0,
+        ge=0,
+        le=3600,
+        description="After a checkpoint-now request for a job on a failing device, how long to wait for the "
+        "checkpoint before the attempt is ended and the job moved.",
+    )
+    idle_window_seconds: float = Field(
+        default=1800.0, gt=0, le=7 * 86_400, description="Devices near 0% this long: an idle reservation."
+    )
+    idle_utilization_percent: float = Field(default=5.0, ge=0, le=100, description="'Near 0%' for idleness.")
+    hung_window_seconds: float = Field(
+        default=600.0,
+        gt=0,
+        le=7 * 86_400,
+        description="Every device of a multi-device job at ~0% this long while its pods run: a hung job.",
+    )
+    hung_utilization_percent: float = Field(default=1.0, ge=0, le=100, description="'~0%' for a hung job.")

@@ -14,6 +14,7 @@ from accel_operator.adapters.kube.jobs import FakeJobWriter
 from accel_operator.adapters.kube.workloads import FakeWorkloadClient
 from accel_operator.handlers.scheduler import Indices, Scheduler
 from accel_operator.metrics import OperatorMetrics
+from accel_operator.reconcile.reports import DeviceReport, ReportView
 from accel_operator.reconcile.snapshot import JobView, NodeView, PodView, PoolView, Snapshot, WorkloadView
 from accel_operator.settings import OperatorSettings
 from tests.support.jobs import job_doc
@@ -110,6 +111,38 @@ class World:
         self.pods.setdefault(("ns", job), []).append(pod)
         if node:
             self.pods.setdefault(node, []).append(pod)
+
+    def report(
+        self,
+        node: str,
+        *,
+        age: float = 10.0,
+        util: float = 90.0,
+        memory: float = 0.75,
+        sick: dict[int, str] | None = None,
+        pods: dict[int, tuple[str, ...]] | None = None,
+        devices: int = 8,
+        now: dt.datetime = T0,
+    ) -> None:
+        """``node``'s report, written ``age`` seconds before ``now``: every device at ``util``%,
+        ``memory`` of 80 GiB used, ``sick`` devices unhealthy with that problem, ``pods`` by device
+        (pod names in "ns")."""
+        sick, pods = sick or {}, pods or {}
+        devs = tuple(
+            DeviceReport(
+                index=i,
+                healthy=i not in sick,
+                problems=(sick[i],) if i in sick else (),
+                utilization=util,
+                memory_used=int(memory * 80 * 2**30),
+                memory_total=80 * 2**30,
+                pods=frozenset(("ns", p) for p in pods.get(i, ())),
+            )
+            for i in range(devices)
+        )
+        assert self.scheduler.indices is not None
+        reports: Any = self.scheduler.indices.reports
+        reports[node] = [ReportView(node, now - dt.timedelta(seconds=age), devs)]
 
     def workload(self, job: str, attempt: int, **kw: Any) -> None:
         name = f"{job}-a{attempt}"

@@ -1,6 +1,7 @@
-"""kopf wiring, one module per watched kind (pools, nodes, pods, workloads, jobs, policies and
-namespaces), all thin: they keep kopf's indexes and mark what changed; :mod:`scheduler` observes,
-decides and applies; :mod:`admission` serves the webhooks (when ``settings.webhook_port`` is set).
+"""kopf wiring, one module per watched kind (pools, nodes, pods, workloads, jobs, policies,
+namespaces and node reports), all thin: they keep kopf's indexes and mark what changed;
+:mod:`scheduler` observes, decides and applies; :mod:`admission` serves the webhooks (when
+``settings.webhook_port`` is set).
 ``register`` declares everything into one registry."""
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from typing import Any
 import kopf
 
 from accel_operator.context import OperatorContext
-from accel_operator.handlers import admission, jobs, nodes, pods, policies, pools, workloads
+from accel_operator.handlers import admission, jobs, nodes, pods, policies, pools, reports, workloads
 from accel_operator.handlers.scheduler import Indices, Scheduler
 
 
@@ -23,8 +24,9 @@ def register(reg: kopf.OperatorRegistry, ctx: OperatorContext) -> Scheduler:
         workloads=ctx.workloads,
         metrics=ctx.metrics,
         elector=ctx.elector,
+        reschedule=ctx.reschedule,
     )
-    for module in (pools, nodes, pods, workloads, jobs):
+    for module in (pools, nodes, pods, workloads, jobs, reports):
         module.register(reg, sched)
     policies.register(reg, sched)
     if ctx.settings.webhook_port:
@@ -54,6 +56,7 @@ def register(reg: kopf.OperatorRegistry, ctx: OperatorContext) -> Scheduler:
             jobs=kwargs["jobs"],
             policies=kwargs["policies"],
             namespace_teams=kwargs["namespace_teams"],
+            reports=kwargs["reports"],
         )
         memo.scheduler_task = asyncio.create_task(sched.run(), name="accel-scheduler")
 

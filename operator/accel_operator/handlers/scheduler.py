@@ -28,15 +28,17 @@ from typing import Any
 from accel_api import catalog as catalog_mod
 from accel_api.enums import JobPhase
 from accel_api.job import AcceleratorJobStatus
+from accel_api.vocabulary import ANNOTATION_CHECKPOINT_NOW
 from accel_operator.adapters.kube import workloads as wl_mod
 from accel_operator.adapters.kube.client import ClusterUnavailable
 from accel_operator.adapters.kube.jobs import JobGone, JobRef, JobWriter
 from accel_operator.adapters.kube.lease import AlwaysLeader, Elector
+from accel_operator.adapters.kube.reschedule import RescheduleClient
 from accel_operator.metrics import OperatorMetrics
 from accel_operator.planning import policy, selection
 from accel_operator.planning.candidates import Plan, PoolOffer
 from accel_operator.reconcile import actions as act
-from accel_operator.reconcile import policy_inputs
+from accel_operator.reconcile import consolidate, health, policy_inputs
 from accel_operator.reconcile.decide import Decision, decide, parse_time
 from accel_operator.reconcile.snapshot import (
     HOLDING,
@@ -81,6 +83,7 @@ class Indices:
     jobs: Mapping[Any, Any]
     policies: Mapping[Any, Any] = field(default_factory=dict)
     namespace_teams: Mapping[Any, Any] = field(default_factory=dict)
+    reports: Mapping[Any, Any] = field(default_factory=dict)  # AcceleratorNodeReports by node
 
 
 @dataclass
@@ -122,6 +125,10 @@ class Scheduler:
     plans: dict[tuple[str, int | None, int], Plan] = field(default_factory=dict)
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     in_flight: set[asyncio.Task[None]] = field(default_factory=set)
+    # Rescheduling on node reports: taints and checkpoint-now annotations (None: not applied).
+    reschedule: RescheduleClient | None = None
+    # (node, taint | untaint) -> monotonic time of the write: not written again until the watch shows it.
+    node_acting: dict[tuple[str, str], float] = field(default_factory=dict)
 
     # --- marks (from kopf's event handlers) -----------------------------------------------------
 
@@ -155,6 +162,28 @@ class Scheduler:
     def forget(self, key: JobKey) -> None:
         self.overlay.pop(key, None)
 
+    def report_changed(self, node: str, *, health_changed: bool) -> None:
+        """A node report changed: decide again the jobs with pods there (and every waiting job
+        when a device's health changed, since that changes what is free)."""
+        if self.indices is not None:
+            for pod in self.indices.pods.get(node, ()):
+                if pod.job is not None:
+                    self.mark(pod.job)
+        if health_changed:
+            self.capacity_changed()
+
+    @property
+    def health_rules(self) -> health.Rules:
+        s = self.settings
+        return health.Rules(
+            stale_after=s.report_stale_seconds,
+            checkpoint_grace=s.checkpoint_grace_seconds,
+            idle_window=s.idle_window_seconds,
+            idle_percent=s.idle_utilization_percent,
+            hung_window=s.hung_window_seconds,
+            hung_percent=s.hung_utilization_percent,
+        )
+
     # --- observe ----------------------------------------------------------------------------
 
     def _job_view(self, raw: JobView) -> JobView:
@@ -187,6 +216,9 @@ class Scheduler:
             if view is not None:
                 pools[name] = view
         nodes: list[NodeView] = [n for store in idx.nodes.values() if (n := _first(store)) is not None]
+        reports = {name: r for name, store in idx.reports.items() if (r := _first(store)) is not None}
+        if reports:
+            nodes = health.with_condemned(nodes, reports, now, self.settings.report_stale_seconds)
         used: dict[str, int] = {}
         pods_by_job: dict[JobKey, list[PodView]] = {}
         for key, store in idx.pods.items():
@@ -235,6 +267,9 @@ class Scheduler:
             reservations=MappingProxyType(reservations),
             plans={},
             policy=self._policy_inputs(idx),
+            reports=MappingProxyType(reports),
+            nodes=MappingProxyType({n.name: n for n in nodes}),
+            node_used=MappingProxyType(used),
         )
 
     def _plan(self, job: JobView, snap: Snapshot) -> Plan | None:
@@ -316,6 +351,9 @@ class Scheduler:
             keys = dirty | {k for k, j in snap.jobs.items() if j.phase not in HOLDING and j.phase not in TERMINAL}
         else:
             keys = dirty
+        if full or capacity:  # a device's health changed (a capacity pass), or the resync
+            self._node_actions(snap)
+        rules = self.health_rules
         plans = dict(snap.plans)
         queue: dict[str, int] = {}
         phases: dict[str, int] = {}
@@ -332,6 +370,12 @@ class Scheduler:
                     plans[job.key] = plan
                     snap = _with_plans(snap, plans)
             decision = decide(job, snap, now, bind_timeout=self.settings.bind_timeout_seconds)
+            if job.phase is JobPhase.RUNNING:
+                decision, moved = health.amend(decision, job, snap, now, rules)
+                if moved is not None:
+                    self.metrics.moves.labels(moved.value).inc()
+            elif decision.phase is JobPhase.PENDING:
+                decision = consolidate.amend(decision, job, snap, now)
             if decision.admitted is not None:
                 pool, gang = decision.admitted
                 end = now + dt.timedelta(seconds=_seconds(decision))
@@ -349,6 +393,38 @@ class Scheduler:
         self.metrics.pass_seconds.observe(time.perf_counter() - t0)
 
     # --- apply ------------------------------------------------------------------------------
+
+    def _node_actions(self, snap: Snapshot) -> None:
+        """Taint (untaint) the nodes fresh reports condemn (clear); one write per node in flight."""
+        if self.reschedule is None or not snap.reports:
+            return
+        expired = time.monotonic() - CREATED_TTL_SECONDS
+        for action in health.node_actions(snap, self.health_rules):
+            key = (action.node, type(action).__name__)
+            if self.node_acting.get(key, -1.0) > expired:
+                continue  # written; the watch has not shown it yet
+            self.node_acting[key] = time.monotonic()
+            task = asyncio.create_task(self._node_act(action))
+            self.in_flight.add(task)
+            task.add_done_callback(self.in_flight.discard)
+
+    async def _node_act(self, action: act.NodeAction) -> None:
+        assert self.reschedule is not None
+        try:
+            if isinstance(action, act.TaintNode):
+                await _retrying(
+                    self.metrics, "taint_node", self.reschedule.taint, action.node, action.key, action.value
+                )
+                self.metrics.node_taints.labels("taint").inc()
+                log.warning("node %s tainted %s: %s", action.node, action.key, action.reason)
+            else:
+                await _retrying(self.metrics, "untaint_node", self.reschedule.untaint, action.node, action.key)
+                self.metrics.node_taints.labels("untaint").inc()
+                log.info("node %s untainted %s: %s", action.node, action.key, action.reason)
+        except Exception as exc:  # noqa: BLE001 - count it; the next pass decides again
+            self.metrics.reconcile_errors.labels(type(exc).__name__).inc()
+            log.warning("changing the taints of node %s failed (%s); it will be taken again", action.node, exc)
+            self.node_acting.pop((action.node, type(action).__name__), None)
 
     def _apply(self, job: JobView, decision: Decision, snap: Snapshot) -> None:
         current = job.status.model_dump(by_alias=True, mode="json", exclude_none=True)
@@ -437,6 +513,23 @@ class Scheduler:
                 self.metrics.workloads_created.inc()
                 since = parse_time(job.status.last_failure.time if job.status.last_failure else None) or job.created
                 self.metrics.admission_latency.observe((dt.datetime.now(dt.UTC) - since).total_seconds())
+        elif isinstance(action, act.RequestCheckpoint):
+            if self.reschedule is None:
+                return
+            for namespace, name in action.pods:
+                await _retrying(
+                    self.metrics,
+                    "annotate_pod",
+                    self.reschedule.annotate_pod,
+                    namespace,
+                    name,
+                    ANNOTATION_CHECKPOINT_NOW,
+                    action.token,
+                )
+            self.metrics.checkpoint_requests.labels(action.reason).inc()
+            # The move is due after the grace: decide the job again then, not at the next resync.
+            grace = self.settings.checkpoint_grace_seconds + 0.5
+            asyncio.get_running_loop().call_later(grace, self.mark, job.key)
         elif isinstance(action, act.DeleteWorkload):
             self.created.pop((job.namespace, action.name), None)
             await _retrying(self.metrics, "delete_workload", self.workloads.delete, job.namespace, action.name)

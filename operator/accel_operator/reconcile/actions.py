@@ -34,4 +34,31 @@ class RecordEvent:
     message: str
 
 
-Action = CreateWorkload | DeleteWorkload | RecordEvent
+@dataclass(frozen=True, slots=True)
+class RequestCheckpoint:
+    """Ask a running attempt to checkpoint now: the checkpoint-now annotation on its pods."""
+
+    pods: tuple[tuple[str, str], ...]  # (namespace, name)
+    token: str  # the annotation's value (the request's time): a job acts once per new value
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class TaintNode:
+    """Keep new work off a node (NoSchedule): a device there is failing."""
+
+    node: str
+    key: str
+    value: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class UntaintNode:
+    node: str
+    key: str
+    reason: str
+
+
+Action = CreateWorkload | DeleteWorkload | RecordEvent | RequestCheckpoint
+NodeAction = TaintNode | UntaintNode

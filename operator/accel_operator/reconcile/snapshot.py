@@ -21,6 +21,7 @@ from accel_api.job import AcceleratorJobSpec, AcceleratorJobStatus
 from accel_api.pool import AcceleratorPoolSpec
 from accel_operator.planning.candidates import Plan
 from accel_operator.reconcile.policy_inputs import PolicyInputs
+from accel_operator.reconcile.reports import ReportView
 
 JobKey = tuple[str, str]  # (namespace, name)
 
@@ -38,10 +39,19 @@ class NodeView:
     unschedulable: bool = False  # cordoned
     terminating: bool = False  # carries a termination taint (spot notice, Karpenter disruption)
     deleting: bool = False
+    health_taint: bool = False  # carries the operator's device-unhealthy taint
+    condemned: bool = False  # a fresh node report shows a failing device (reconcile/health.py)
 
     @property
     def usable(self) -> bool:
-        return self.ready and not self.unschedulable and not self.terminating and not self.deleting
+        return (
+            self.ready
+            and not self.unschedulable
+            and not self.terminating
+            and not self.deleting
+            and not self.health_taint
+            and not self.condemned
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -265,6 +275,10 @@ class Snapshot:
     plans: Mapping[JobKey, Plan] = field(default_factory=lambda: MappingProxyType({}))
     blocked: Mapping[str, Blocked] = field(default_factory=lambda: MappingProxyType({}))
     policy: PolicyInputs = field(default_factory=PolicyInputs)  # policies, namespace teams, spend
+    # What the node agents report (reconcile/health.py decides on them), and the nodes by name.
+    reports: Mapping[str, ReportView] = field(default_factory=lambda: MappingProxyType({}))
+    nodes: Mapping[str, NodeView] = field(default_factory=lambda: MappingProxyType({}))
+    node_used: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))  # devices pods hold
 
     def with_admission(self, key: JobKey, pool: str, gang: Gang, expected_end: dt.datetime | None) -> Snapshot:
         cap = dict(self.capacity)

@@ -59,6 +59,7 @@ def node_view(body: Mapping[str, Any]) -> NodeView | None:
         unschedulable=bool(spec.get("unschedulable")),
         terminating=bool(taints & v.TERMINATION_TAINTS),
         deleting=meta.get("deletionTimestamp") is not None,
+        health_taint=v.TAINT_DEVICE_UNHEALTHY in taints,
     )
 
 

@@ -1,0 +1,161 @@
+"""The demo's rescheduling step: a device fails under a running job, and the job moves.
+
+On a pool of its own (two KWOK nodes, 8 H100s each) an 8-GPU job with a checkpoint runs; a node
+agent per node (``python -m accel_agent --backend simulated``, processes of their own: the dev
+tooling does not import the agent) reports every second; then the job's node gets a simulated
+uncorrectable ECC error on device 3, and its agent reports it. The operator taints the node, asks the job to
+checkpoint now, and after the grace (the demo sets ``ACCEL_OPERATOR_CHECKPOINT_GRACE_SECONDS``)
+ends the attempt and runs the job again on the healthy node.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client
+
+from accel_api import load_documents, registry
+from accel_api import vocabulary as v
+from accel_api.pool import AcceleratorPoolSpec
+from accel_localcluster import kubeapi, nodes
+from accel_localcluster.control_plane import REPO
+
+POOL = "demo-h100-sick"
+JOB = "fragile"
+
+
+def clean(api: client.ApiClient) -> None:
+    """Remove what an earlier run left: the pool, its nodes and their reports."""
+    core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+    with kubeapi.ignoring(404):
+        custom.delete_cluster_custom_object(v.GROUP, v.VERSION, registry.POOL.plural, POOL)
+    for node in core.list_node(label_selector=f"{v.LABEL_POOL}={POOL}").items:
+        with kubeapi.ignoring(404):
+            custom.delete_cluster_custom_object(v.GROUP, v.VERSION, registry.NODE_REPORT.plural, node.metadata.name)
+        with kubeapi.ignoring(404):
+            core.delete_node(node.metadata.name)
+
+
+def _agents(kubeconfig: Path, names: list[str]) -> list[subprocess.Popen[bytes]]:
+    """One node agent per node, as the DaemonSet runs it, sampling every second."""
+    env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
+    cmd = [sys.executable, "-m", "accel_agent", "--backend", "simulated", "--interval", "1", "--port", "0"]
+    return [
+        subprocess.Popen(
+            [*cmd, "--bind-address", "127.0.0.1", "--log-level", "WARNING", "--node-name", n],
+            env=env,
+            stdout=subprocess.DEVNULL,
+        )
+        for n in names
+    ]
+
+
+def _reported(custom: client.CustomObjectsApi, node: str, healthy: bool) -> bool:
+    try:
+        obj = custom.get_cluster_custom_object(v.GROUP, v.VERSION, registry.NODE_REPORT.plural, node)
+    except client.exceptions.ApiException:
+        return False
+    return bool((obj.get("status") or {}).get("healthy") is healthy)
+
+
+def _job(namespace: str) -> dict[str, Any]:
+    """examples/01 (a 1.1B fine-tune) on all 8 GPUs of one node of the pool, with a checkpoint."""
+    doc = copy.deepcopy(next(iter(load_documents((REPO / "examples" / "01-finetune-single-gpu.yaml").read_text()))))
+    doc["metadata"] = {"name": JOB, "namespace": namespace}
+    doc["spec"]["placement"] = {"pools": [POOL], "minDevices": 8, "maxDevices": 8}
+    doc["spec"]["checkpoint"] = {"uri": "s3://checkpoints/fragile", "intervalMinutes": 10}
+    return dict(doc)
+
+
+def _status(custom: client.CustomObjectsApi, namespace: str) -> dict[str, Any]:
+    obj = custom.get_namespaced_custom_object(v.GROUP, v.VERSION, namespace, registry.JOB.plural, JOB)
+    st: dict[str, Any] = obj.get("status") or {}
+    return st
+
+
+def _pod_node(core: client.CoreV1Api, namespace: str, attempt: int) -> str | None:
+    for p in core.list_namespaced_pod(namespace, label_selector=f"{v.LABEL_JOB}={JOB}").items:
+        if p.metadata.labels.get(v.LABEL_ATTEMPT) == str(attempt) and p.status.phase == "Running":
+            return str(p.spec.node_name)
+    return None
+
+
+def run(
+    api: client.ApiClient,
+    kubeconfig: Path,
+    namespace: str,
+    wait: Callable[[str, Callable[[], Any], float], bool],
+    timeout: float,
+) -> None:
+    core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+    pool = {
+        "apiVersion": v.API_VERSION,
+        "kind": "AcceleratorPool",
+        "metadata": {"name": POOL},
+        "spec": {
+            "provider": "aws",
+            "accelerator": "h100-80gb",
+            "devicesPerNode": 8,
+            "maxNodes": 2,
+            "tolerations": [{"key": v.TAINT_GPU, "operator": "Exists", "effect": "NoSchedule"}],
+        },
+    }
+    kubeapi.apply(api, pool)
+    made = nodes.ensure_nodes(core, nodes.node_manifests(POOL, AcceleratorPoolSpec.model_validate(pool["spec"]), 2))
+    print(f"pool {POOL}: 8x h100-80gb on two simulated nodes {', '.join(made)}")
+    kubeapi.ensure_namespace(api, namespace)
+    kubeapi.apply(api, _job(namespace))
+    if not wait(f"{JOB} running", lambda: _pod_node(core, namespace, 0), timeout):
+        return
+    sick = _pod_node(core, namespace, 0)
+    assert sick is not None
+    agents = _agents(kubeconfig, made)
+    try:
+        _moved(custom, core, namespace, sick=sick, wait=wait, timeout=timeout)
+    finally:
+        for agent in agents:
+            agent.terminate()
+            agent.wait(timeout=30)
+
+
+def _moved(
+    custom: client.CustomObjectsApi,
+    core: client.CoreV1Api,
+    namespace: str,
+    *,
+    sick: str,
+    wait: Callable[[str, Callable[[], Any], float], bool],
+    timeout: float,
+) -> None:
+    wait("the agent's first report", lambda: _reported(custom, sick, True), timeout)
+    print(f"{JOB} runs on {sick}; the node agents report every device healthy")
+    core.patch_node(sick, {"metadata": {"annotations": {v.ANNOTATION_SIM_FAULTS: "3=ecc"}}})
+    wait("the agent reporting the fault", lambda: _reported(custom, sick, False), timeout)
+    t0 = time.monotonic()
+    print(f"\n-- device 3 of {sick} gets an uncorrectable ECC error; the agent reports it")
+    wait(
+        "the job moved",
+        lambda: (
+            (_status(custom, namespace).get("health") or {}).get("moves") == 1
+            and _pod_node(core, namespace, 1) is not None
+        ),
+        timeout,
+    )
+    st = _status(custom, namespace)
+    taints = {t.key: t.value for t in core.read_node(sick).spec.taints or []}
+    print(f"node {sick} taints: {taints}")
+    print(
+        f"{JOB}: phase {st.get('phase')}, attempt {st.get('attempt')}, now on {_pod_node(core, namespace, 1)} "
+        f"({time.monotonic() - t0:.1f}s after the report)"
+    )
+    print(f"why: {(st.get('health') or {}).get('moveReason')}")
+    for e in core.list_namespaced_event(namespace).items:
+        if e.involved_object and e.involved_object.name == JOB and e.reason in ("DeviceUnhealthy", "Moved"):
+            print(f"  event {e.reason}: {e.message}")

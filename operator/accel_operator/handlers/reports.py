@@ -1,0 +1,40 @@
+"""AcceleratorNodeReports (written by the node agents): indexed by node; a change other than the
+heartbeat wakes the jobs on that node, and a change of device health wakes admission too."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import kopf
+
+from accel_api import registry
+from accel_api import vocabulary as v
+from accel_operator.adapters.kube import reports
+from accel_operator.handlers.scheduler import Scheduler
+from accel_operator.reconcile.reports import ReportView
+
+
+def _sick(view: ReportView | None) -> tuple[int, ...]:
+    return tuple(d.index for d in view.sick) if view is not None else ()
+
+
+def register(reg: kopf.OperatorRegistry, sched: Scheduler) -> None:
+    seen: dict[str, ReportView] = {}
+
+    @kopf.index(v.GROUP, v.VERSION, registry.NODE_REPORT.plural, id="reports", registry=reg)
+    def node_reports(body: kopf.Body, **_: Any) -> dict[str, Any]:
+        view = reports.report_view(body)
+        return {view.node: view} if view is not None else {}
+
+    @kopf.on.event(v.GROUP, v.VERSION, registry.NODE_REPORT.plural, registry=reg)
+    def report_changed(body: kopf.Body, name: str, type: str | None, **_: Any) -> None:
+        view = None if type == "DELETED" else reports.report_view(body)
+        before = seen.pop(name, None)
+        if view is not None:
+            seen[name] = view
+        # A heartbeat alone changes nothing a decision reads now (staleness is seen on the resync).
+        if before is not None and view is not None and replace(before, heartbeat=None) == replace(view, heartbeat=None):
+            return
+        node = view.node if view is not None else (before.node if before is not None else name)
+        sched.report_changed(node, health_changed=_sick(before) != _sick(view))

@@ -1,0 +1,295 @@
+"""Rescheduling on what the node agents report, against the real API server with KWOK nodes: a
+device going bad taints its node and moves the job (under the operator's least-privilege role), a
+hung two-node job is restarted, and a stale report does nothing until it is fresh again. The
+agent's simulated backend writes the reports (``run_cluster_pass``), except where a test needs a
+report the agent would never write (an old heartbeat)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import socket
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from accel_agent import run_cluster_pass
+from accel_api import registry
+from accel_api import vocabulary as v
+from accel_localcluster import Cluster, kubeapi
+from accel_operator.settings import OperatorSettings
+from tests.support.cluster import unexpected_errors, wait_for
+from tests.support.jobs import create_job, events_of, gpu_pool, job_doc, pods_of, status, wait_phase
+from tests.support.operator import running_operator, token_kubeconfig
+
+CHECKPOINT = {"uri": "s3://checkpoints/reschedule", "intervalMinutes": 10}
+
+
+def _settings(namespace: str) -> OperatorSettings:
+    return OperatorSettings(
+        namespaces=[namespace],
+        liveness_port=0,
+        metrics_port=0,
+        resync_seconds=2.0,
+        bind_timeout_seconds=20.0,
+        checkpoint_grace_seconds=3.0,
+        hung_window_seconds=4.0,
+        report_stale_seconds=120.0,
+    )
+
+
+@pytest.fixture
+def rescheduler(cluster: Cluster, crds: list[str], namespace: str) -> Iterator[Any]:
+    """The operator in-process with short rescheduling windows; fails on unexpected log errors."""
+    with running_operator(_settings(namespace)) as runner:
+        yield runner
+    assert runner.exception is None, runner.exception
+    errors = unexpected_errors(runner.output, [])
+    assert not errors, "the operator logged errors the test did not expect:\n" + "\n".join(errors)
+
+
+def _drop_reports(api: client.ApiClient, nodes: list[str]) -> None:
+    custom = client.CustomObjectsApi(api)
+    for n in nodes:
+        with kubeapi.ignoring(404):
+            custom.delete_cluster_custom_object(v.GROUP, v.VERSION, registry.NODE_REPORT.plural, n)
+
+
+def _taints(core: client.CoreV1Api, node: str) -> dict[str, str]:
+    return {t.key: t.value or "" for t in core.read_node(node).spec.taints or []}
+
+
+def _running_pods(core: client.CoreV1Api, namespace: str, job: str, attempt: int) -> list[Any]:
+    return [
+        p
+        for p in pods_of(core, namespace, job)
+        if p.metadata.labels.get(v.LABEL_ATTEMPT) == str(attempt) and p.status.phase == "Running"
+    ]
+
+
+def _annotations(core: client.CoreV1Api, namespace: str, name: str) -> dict[str, str]:
+    try:
+        pod = core.read_namespaced_pod(name, namespace)
+    except ApiException as exc:
+        if exc.status == 404:
+            return {}
+        raise
+    return dict(pod.metadata.annotations or {})
+
+
+def _health(api: client.ApiClient, namespace: str, job: str) -> dict[str, Any]:
+    st = status(api, namespace, job)
+    h: dict[str, Any] = st.get("health") or {}
+    return {**h, "attempt": st.get("attempt", 0), "phase": st.get("phase")}
+
+
+def test_a_failing_device_taints_its_node_and_moves_the_job_under_least_privilege(
+    api: client.ApiClient, core: client.CoreV1Api, namespace: str, crds: list[str], tmp_path: Path
+) -> None:
+    kubeconfig = token_kubeconfig(api, core, tmp_path)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        metrics_port = s.getsockname()[1]
+    env = {
+        **os.environ,
+        "KUBECONFIG": str(kubeconfig),
+        "ACCEL_OPERATOR_LIVENESS_PORT": "0",
+        "ACCEL_OPERATOR_RESYNC_SECONDS": "2",
+        "ACCEL_OPERATOR_CHECKPOINT_GRACE_SECONDS": "3",
+        "ACCEL_OPERATOR_METRICS_PORT": str(metrics_port),
+        "ACCEL_OPERATOR_METRICS_ADDRESS": "127.0.0.1",
+    }
+    log = tmp_path / "operator.log"
+    pool = f"{namespace}-sick"
+    with gpu_pool(api, pool, count=2) as nodes:
+        with log.open("wb") as out:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "accel_operator"], env=env, stdout=out, stderr=subprocess.STDOUT
+            )
+        try:
+            create_job(api, job_doc(namespace, pool, devices=8, name="train", checkpoint=CHECKPOINT))
+            wait_phase(api, namespace, "train", "Running", timeout=90)
+            first = wait_for(lambda: _running_pods(core, namespace, "train", 0), timeout=30, what="attempt 0 running")
+            sick = first[0].spec.node_name
+            healthy = next(n for n in nodes if n != sick)
+            assert run_cluster_pass(api, node_name=sick).written
+            core.patch_node(sick, {"metadata": {"annotations": {v.ANNOTATION_SIM_FAULTS: "3=ecc"}}})
+            assert run_cluster_pass(api, node_name=sick).written
+
+            wait_for(
+                lambda: _taints(core, sick).get(v.TAINT_DEVICE_UNHEALTHY) == "3",
+                timeout=30,
+                what="the device-unhealthy taint on the sick node",
+            )
+            moved = wait_for(
+                lambda: (h := _health(api, namespace, "train")).get("moves") == 1 and h,
+                timeout=60,
+                what="the job moved",
+            )
+            assert moved["attempt"] == 1
+            second = wait_for(lambda: _running_pods(core, namespace, "train", 1), timeout=60, what="attempt 1 running")
+            assert [p.spec.node_name for p in second] == [healthy]
+            wait_phase(api, namespace, "train", "Running", timeout=30)
+            events = wait_for(
+                lambda: (e := events_of(core, namespace, "train")) and "Moved" in {r for r, _ in e} and e,
+                timeout=30,
+                what="the Moved event",
+            )
+            unhealthy = [m for r, m in events if r == "DeviceUnhealthy"]
+            assert unhealthy and "device 3" in unhealthy[0] and "ECC" in unhealthy[0], events
+            assert "checkpoint requested" in unhealthy[0]
+            assert any(r == "Moved" and "from its latest checkpoint" in m for r, m in events), events
+            assert _taints(core, healthy).get(v.TAINT_DEVICE_UNHEALTHY) is None
+            with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as resp:
+                metrics = resp.read().decode()
+            assert 'accel_operator_moves_total{reason="device-unhealthy"} 1.0' in metrics
+            assert 'accel_operator_node_taints_total{action="taint"} 1.0' in metrics
+            assert 'accel_operator_checkpoint_requests_total{reason="device-unhealthy"} 1.0' in metrics
+
+            # The device heals: a fresh healthy report takes the taint off.
+            core.patch_node(sick, {"metadata": {"annotations": {v.ANNOTATION_SIM_FAULTS: None}}})
+            assert run_cluster_pass(api, node_name=sick).written
+            wait_for(
+                lambda: v.TAINT_DEVICE_UNHEALTHY not in _taints(core, sick),
+                timeout=30,
+                what="the taint taken off the healed node",
+            )
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+            _drop_reports(api, nodes)
+    text = log.read_text()
+    assert "is forbidden: User" not in text, text[-3000:]
+    assert "Traceback" not in text, text[-3000:]
+
+
+def test_a_hung_two_node_job_is_detected_and_restarted(
+    api: client.ApiClient, core: client.CoreV1Api, namespace: str, rescheduler: Any
+) -> None:
+    pool = f"{namespace}-hung"
+    with gpu_pool(api, pool, count=2) as nodes:
+        try:
+            create_job(api, job_doc(namespace, pool, devices=16, name="gang", checkpoint=CHECKPOINT))
+            wait_phase(api, namespace, "gang", "Running", timeout=90)
+            pods = wait_for(
+                lambda: len(p := _running_pods(core, namespace, "gang", 0)) == 2 and p,
+                timeout=30,
+                what="both pods of attempt 0 running",
+            )
+            # Both ranks stop computing at once but keep their memory: a stalled collective.
+            for p in pods:
+                core.patch_namespaced_pod(
+                    p.metadata.name, namespace, {"metadata": {"annotations": {v.ANNOTATION_SIM_UTILIZATION: "0"}}}
+                )
+            for n in nodes:
+                assert run_cluster_pass(api, node_name=n).written
+            moved = wait_for(
+                lambda: (h := _health(api, namespace, "gang")).get("moves") == 1 and h,
+                timeout=60,
+                what="the hung job restarted",
+            )
+            assert moved["attempt"] == 1 and "hung" in moved["moveReason"]
+            # The status is written first, the event after it.
+            restarted = wait_for(
+                lambda: [m for r, m in events_of(core, namespace, "gang") if r == "Moved"],
+                timeout=30,
+                what="the Moved event",
+            )
+            assert all(n in restarted[0] for n in nodes), restarted
+            assert "from its latest checkpoint" in restarted[0]
+            wait_for(
+                lambda: len(_running_pods(core, namespace, "gang", 1)) == 2,
+                timeout=60,
+                what="both pods of attempt 1 running",
+            )
+            assert not any(v.TAINT_DEVICE_UNHEALTHY in _taints(core, n) for n in nodes)
+        finally:
+            _drop_reports(api, nodes)
+
+
+def _write_report(api: client.ApiClient, node: str, pod: str, namespace: str, heartbeat: dt.datetime) -> None:
+    custom = client.CustomObjectsApi(api)
+    with kubeapi.ignoring(409):
+        custom.create_cluster_custom_object(
+            v.GROUP,
+            v.VERSION,
+            registry.NODE_REPORT.plural,
+            {
+                "apiVersion": v.API_VERSION,
+                "kind": "AcceleratorNodeReport",
+                "metadata": {"name": node},
+                "spec": {"nodeName": node},
+            },
+        )
+    devices = [
+        {
+            "index": i,
+            "healthy": i != 3,
+            "problems": ["uncorrectable ECC errors since the driver loaded: 1"] if i == 3 else [],
+            "utilizationGpuPercent": 0.0,
+            "allocatedPods": [{"namespace": namespace, "name": pod}],
+        }
+        for i in range(8)
+    ]
+    custom.patch_cluster_custom_object_status(
+        v.GROUP,
+        v.VERSION,
+        registry.NODE_REPORT.plural,
+        node,
+        {
+            "status": {
+                "backend": "simulated",
+                "healthy": False,
+                "devices": devices,
+                "heartbeatTime": heartbeat.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            }
+        },
+    )
+
+
+def test_a_stale_report_does_nothing_until_it_is_fresh(
+    api: client.ApiClient, core: client.CoreV1Api, namespace: str, rescheduler: Any
+) -> None:
+    pool = f"{namespace}-stale"
+    with gpu_pool(api, pool, count=1) as nodes:
+        try:
+            create_job(api, job_doc(namespace, pool, devices=8, name="quiet", checkpoint=CHECKPOINT))
+            wait_phase(api, namespace, "quiet", "Running", timeout=90)
+            pod = wait_for(lambda: _running_pods(core, namespace, "quiet", 0), timeout=30, what="a running pod")[0]
+            node = pod.spec.node_name
+            an_hour_ago = dt.datetime.now(dt.UTC) - dt.timedelta(hours=1)
+            _write_report(api, node, pod.metadata.name, namespace, an_hour_ago)
+
+            def stale() -> dict[str, Any] | None:
+                st = status(api, namespace, "quiet")
+                conds = {c["type"]: c for c in st.get("conditions", [])}
+                c = conds.get("NodeReports")
+                return st if c and c["status"] == "False" and c["reason"] == "ReportStale" else None
+
+            st = wait_for(stale, timeout=30, what="the job saying its node's report is stale")
+            assert node in next(c["message"] for c in st["conditions"] if c["type"] == "NodeReports")
+            assert st["phase"] == "Running" and st.get("attempt", 0) == 0 and not st.get("health")
+            assert v.TAINT_DEVICE_UNHEALTHY not in _taints(core, node)
+            assert v.ANNOTATION_CHECKPOINT_NOW not in _annotations(core, namespace, pod.metadata.name)
+            assert not [r for r, _ in events_of(core, namespace, "quiet") if r in ("DeviceUnhealthy", "Moved")]
+
+            # The same report with a fresh heartbeat condemns the node: the test can fail.
+            _write_report(api, node, pod.metadata.name, namespace, dt.datetime.now(dt.UTC))
+            wait_for(
+                lambda: v.TAINT_DEVICE_UNHEALTHY in _taints(core, node), timeout=30, what="the node tainted when fresh"
+            )
+            # Seen before the grace (3 s) ends the attempt and its pod goes.
+            wait_for(
+                lambda: v.ANNOTATION_CHECKPOINT_NOW in _annotations(core, namespace, pod.metadata.name),
+                timeout=30,
+                what="the checkpoint-now request on the pod",
+            )
+        finally:
+            _drop_reports(api, nodes)

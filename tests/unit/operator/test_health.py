@@ -1,0 +1,533 @@
+"""reconcile/health.py: what the node reports make of a running job and of the nodes, as tables of
+small worlds (the scheduler's own ``observe`` folds the reports into the snapshot)."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+from typing import Any
+
+import pytest
+
+from accel_api import vocabulary as v
+from accel_api.enums import JobPhase
+from accel_operator.adapters.kube.reschedule import FakeRescheduleClient
+from accel_operator.reconcile import actions as act
+from accel_operator.reconcile import health
+from accel_operator.reconcile.decide import Decision, decide
+from accel_operator.reconcile.snapshot import JobView, NodeView
+from tests.support.reconcile import T0, World
+
+RULES = health.Rules()
+CHECKPOINT = {"uri": "s3://ckpt/a", "intervalMinutes": 10}
+ECC = "uncorrectable ECC errors since the driver loaded: 2"
+
+
+def _ts(t: dt.datetime) -> str:
+    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _ago(seconds: float) -> str:
+    return _ts(T0 - dt.timedelta(seconds=seconds))
+
+
+def _running(name: str, *, devices: int = 8, nodes: int = 1, **extra: Any) -> dict[str, Any]:
+    return {
+        "phase": "Running",
+        "attempt": 0,
+        "workload": f"{name}-a0",
+        "admittedTime": _ago(3600),
+        "startTime": _ago(3600),
+        "plan": {
+            "pool": "p",
+            "accelerator": "h100-80gb",
+            "devices": devices,
+            "nodes": nodes,
+            "durationSeconds": 36000,
+            "costUsd": 100.0,
+        },
+        **extra,
+    }
+
+
+def _world(*, nodes: int = 2) -> World:
+    return World().pool("p", nodes=nodes)
+
+
+def _one_node_job(
+    w: World, *, checkpoint: bool = True, health_status: dict[str, Any] | None = None, **status: Any
+) -> JobView:
+    extra = {"health": health_status} if health_status else {}
+    spec: dict[str, Any] = {"checkpoint": CHECKPOINT} if checkpoint else {}
+    job = w.job("a", "p", devices=8, status={**_running("a"), **extra, **status}, **spec)
+    w.workload("a", 0, active=1)
+    w.pod("a", 0, 0, node="p-0")
+    return job
+
+
+def _two_node_job(w: World, *, checkpoint: bool = True, health_status: dict[str, Any] | None = None) -> JobView:
+    extra = {"health": health_status} if health_status else {}
+    spec: dict[str, Any] = {"checkpoint": CHECKPOINT} if checkpoint else {}
+    job = w.job("g", "p", devices=16, status={**_running("g", devices=16, nodes=2), **extra}, **spec)
+    w.workload("g", 0, active=2)
+    w.pod("g", 0, 0, node="p-0")
+    w.pod("g", 0, 1, node="p-1")
+    return job
+
+
+def _mine(pod: str) -> dict[int, tuple[str, ...]]:
+    return dict.fromkeys(range(8), (pod,))
+
+
+def _run(w: World, job: JobView, now: dt.datetime = T0) -> tuple[Decision, health.MoveReason | None]:
+    snap = w.snapshot(now)
+    return health.amend(decide(job, snap, now), job, snap, now, RULES)
+
+
+def _cond(d: Decision, type_: str) -> tuple[bool, str] | None:
+    c = next((c for c in d.conditions if c.type == type_), None)
+    return None if c is None else (c.ok, c.reason)
+
+
+def _events(d: Decision) -> list[str]:
+    return [a.reason for a in d.actions if isinstance(a, act.RecordEvent)]
+
+
+# --- (a) a failing device ----------------------------------------------------------------------
+
+
+def test_a_busy_healthy_job_gets_conditions_and_nothing_else() -> None:
+    w = _world()
+    job = _one_node_job(w)
+    w.report("p-0", pods=_mine("a-a0-0"))
+    d, moved = _run(w, job)
+    assert moved is None and d.phase is JobPhase.RUNNING
+    assert _cond(d, "NodeReports") == (True, "Fresh")
+    assert _cond(d, "DevicesHealthy") == (True, "Healthy")
+    assert _cond(d, "Idle") == (False, "Busy")
+    assert d.actions == () and "health" not in d.status
+
+
+def test_a_failing_device_asks_for_a_checkpoint_first_naming_the_device_and_error() -> None:
+    w = _world()
+    job = _one_node_job(w)
+    w.report("p-0", pods=_mine("a-a0-0"), sick={3: ECC})
+    d, moved = _run(w, job)
+    assert moved is None and d.phase is JobPhase.RUNNING
+    assert _cond(d, "DevicesHealthy") == (False, "DeviceUnhealthy")
+    assert [a for a in d.actions if isinstance(a, act.RequestCheckpoint)] == [
+        act.RequestCheckpoint((("ns", "a-a0-0"),), _ts(T0), "device-unhealthy")
+    ]
+    assert _events(d) == ["DeviceUnhealthy"]
+    message = next(a.message for a in d.actions if isinstance(a, act.RecordEvent))
+    assert "node p-0: device 3 (uncorrectable ECC" in message
+    assert d.status["health"]["moveRequestedTime"] == _ts(T0)
+
+
+@pytest.mark.parametrize(
+    ("requested_ago", "checkpoint_ago", "moves"),
+    [
+        (30, None, False),  # within the grace, no checkpoint yet: wait
+        (30, 60, False),  # the latest checkpoint is older than the request: wait
+        (30, 10, True),  # checkpointed after the request: move now
+        (RULES.checkpoint_grace + 1, None, True),  # grace over: move anyway
+    ],
+)
+def test_the_move_waits_for_the_checkpoint_or_the_grace(
+    requested_ago: float, checkpoint_ago: float | None, moves: bool
+) -> None:
+    w = _world()
+    extra: dict[str, Any] = {}
+    if checkpoint_ago is not None:
+        extra["lastCheckpoint"] = {"uri": "s3://ckpt/a/step-9", "time": _ago(checkpoint_ago)}
+    job = _one_node_job(w, health_status={"moveRequestedTime": _ago(requested_ago), "moveReason": "x"}, **extra)
+    w.report("p-0", pods=_mine("a-a0-0"), sick={3: ECC})
+    d, moved = _run(w, job)
+    if not moves:
+        assert moved is None and d.phase is JobPhase.RUNNING and d.actions == ()
+        return
+    assert moved is health.MoveReason.DEVICE_UNHEALTHY
+    assert d.phase is JobPhase.PENDING
+    assert _cond(d, "Admitted") == (False, "Moved")
+    assert d.status["attempt"] == 1 and d.status["workload"] is None
+    assert d.status["health"]["moves"] == 1 and d.status["health"]["moveRequestedTime"] is None
+    assert [a for a in d.actions if isinstance(a, act.DeleteWorkload)] == [
+        act.DeleteWorkload("a-a0", "moved: device-unhealthy")
+    ]
+    assert "from its latest checkpoint" in d.reason and "device 3" in d.reason
+
+
+def test_a_job_without_checkpoint_on_a_failing_device_moves_at_once_from_the_start() -> None:
+    w = _world()
+    job = _one_node_job(w, checkpoint=False)
+    w.report("p-0", pods=_mine("a-a0-0"), sick={0: "fallen off the bus"})
+    d, moved = _run(w, job)
+    assert moved is health.MoveReason.DEVICE_UNHEALTHY
+    assert not [a for a in d.actions if isinstance(a, act.RequestCheckpoint)]
+    assert "from the start" in d.reason
+
+
+@pytest.mark.parametrize("age", [RULES.stale_after + 1, None])
+def test_a_stale_or_missing_report_decides_nothing_and_says_so(age: float | None) -> None:
+    w = _world()
+    job = _one_node_job(w)
+    if age is not None:
+        w.report("p-0", pods=_mine("a-a0-0"), sick={3: ECC}, util=0.0, age=age)
+    d, moved = _run(w, job)
+    assert moved is None and d.phase is JobPhase.RUNNING and d.actions == ()
+    assert _cond(d, "NodeReports") == (False, "ReportStale")
+    assert _cond(d, "DevicesHealthy") is None and _cond(d, "Idle") is None
+    snap = w.snapshot()
+    assert health.node_actions(snap, RULES) == ()
+    assert snap.capacity["p"].usable_nodes == 2
+
+
+def test_a_requested_move_goes_ahead_when_the_report_goes_stale_after_the_grace() -> None:
+    w = _world()
+    job = _one_node_job(w, health_status={"moveRequestedTime": _ago(200), "moveReason": "node p-0: device 3"})
+    w.report("p-0", pods=_mine("a-a0-0"), sick={3: ECC}, age=RULES.stale_after + 1)
+    d, moved = _run(w, job)
+    assert moved is health.MoveReason.DEVICE_UNHEALTHY and "node p-0: device 3" in d.reason
+
+
+def test_a_device_that_recovers_before_the_move_cancels_it() -> None:
+    w = _world()
+    job = _one_node_job(w, health_status={"moveRequestedTime": _ago(30), "moveReason": "x"})
+    w.report("p-0", pods=_mine("a-a0-0"))
+    d, moved = _run(w, job)
+    assert moved is None and d.status["health"]["moveRequestedTime"] is None
+
+
+def test_a_job_moved_too_often_is_flagged_and_left() -> None:
+    w = _world()
+    job = _one_node_job(w, health_status={"moves": RULES.max_moves})
+    w.report("p-0", pods=_mine("a-a0-0"), sick={3: ECC})
+    d, moved = _run(w, job)
+    assert moved is None and d.phase is JobPhase.RUNNING
+    assert _cond(d, "DevicesHealthy") == (False, "DeviceUnhealthyMoveLimit")
+    assert _events(d) == ["DeviceUnhealthy"] and not [a for a in d.actions if isinstance(a, act.RequestCheckpoint)]
+    assert "moved 5 time(s) already" in next(a.message for a in d.actions if isinstance(a, act.RecordEvent))
+    w2 = _world()
+    hung = _two_node_job(w2, health_status={"moves": RULES.max_moves, "hungSince": _ago(RULES.hung_window + 1)})
+    w2.report("p-0", util=0.0, pods=_mine("g-a0-0"))
+    w2.report("p-1", util=0.0, pods=_mine("g-a0-1"))
+    d2, moved2 = _run(w2, hung)
+    assert moved2 is None and _cond(d2, "Hung") == (True, "Hung") and _events(d2) == ["Hung"]
+
+
+# --- nodes: taints and capacity ----------------------------------------------------------------
+
+
+def _nodes(w: World, tainted: set[str]) -> None:
+    for name, store in w.nodes.items():
+        n: NodeView = store[0]
+        from dataclasses import replace
+
+        store[0] = replace(n, health_taint=name in tainted)
+
+
+@pytest.mark.parametrize(
+    ("sick", "age", "tainted", "expected"),
+    [
+        ({3: ECC}, 10.0, set(), [act.TaintNode("p-0", v.TAINT_DEVICE_UNHEALTHY, "3", f"device 3 ({ECC})")]),
+        (
+            {1: "x", 3: "y"},
+            10.0,
+            set(),
+            [act.TaintNode("p-0", v.TAINT_DEVICE_UNHEALTHY, "1-3", "device 1 (x); device 3 (y)")],
+        ),
+        ({3: ECC}, 10.0, {"p-0"}, []),  # already tainted
+        ({3: ECC}, RULES.stale_after + 1, set(), []),  # stale: never condemned
+        ({}, 10.0, {"p-0"}, [act.UntaintNode("p-0", v.TAINT_DEVICE_UNHEALTHY, "every device is healthy again")]),
+        ({}, RULES.stale_after + 1, {"p-0"}, []),  # stale: the taint stays until a fresh report
+        ({}, 10.0, set(), []),
+    ],
+)
+def test_node_actions(sick: dict[int, str], age: float, tainted: set[str], expected: list[act.NodeAction]) -> None:
+    w = _world()
+    _nodes(w, tainted)
+    w.report("p-0", sick=sick, age=age)
+    assert list(health.node_actions(w.snapshot(), RULES)) == expected
+
+
+def test_a_condemned_or_tainted_node_is_not_usable_capacity() -> None:
+    w = _world()
+    w.report("p-0", sick={3: ECC})
+    cap = w.snapshot().capacity["p"]
+    assert cap.usable_nodes == 1 and cap.free_devices == 8
+    w2 = _world()
+    _nodes(w2, {"p-1"})
+    assert w2.snapshot().capacity["p"].usable_nodes == 1
+
+
+def test_the_moved_job_is_admitted_again_on_the_healthy_node() -> None:
+    w = _world()
+    w.report("p-0", sick={3: ECC})
+    job = w.job("a", "p", devices=8, status={"phase": "Pending", "attempt": 1}, checkpoint=CHECKPOINT)
+    d = decide(job, w.snapshot(), T0)
+    assert d.phase is JobPhase.ADMITTED and d.status["attempt"] == 1
+    w2 = _world(nodes=1)
+    w2.report("p-0", sick={3: ECC})
+    job2 = w2.job("a", "p", devices=8, status={"phase": "Pending", "attempt": 1}, checkpoint=CHECKPOINT)
+    assert decide(job2, w2.snapshot(), T0).phase is JobPhase.PENDING  # the only node is condemned
+
+
+# --- (c) a hung distributed job ----------------------------------------------------------------
+
+
+def test_a_quiet_two_node_job_starts_the_hung_window() -> None:
+    w = _world()
+    job = _two_node_job(w)
+    w.report("p-0", util=0.0, pods=_mine("g-a0-0"))
+    w.report("p-1", util=0.0, pods=_mine("g-a0-1"))
+    d, moved = _run(w, job)
+    assert moved is None and _cond(d, "Hung") == (False, "Stalling")
+    assert d.status["health"]["hungSince"] == _ts(T0) and d.actions == ()
+
+
+def test_a_hung_two_node_job_is_restarted_from_its_checkpoint_naming_the_nodes() -> None:
+    w = _world()
+    job = _two_node_job(w, health_status={"hungSince": _ago(RULES.hung_window + 1)})
+    w.report("p-0", util=0.0, pods=_mine("g-a0-0"))
+    w.report("p-1", util=0.0, pods=_mine("g-a0-1"))
+    d, moved = _run(w, job)
+    assert moved is health.MoveReason.HUNG and d.phase is JobPhase.PENDING
+    assert "p-0, p-1" in d.reason and "hung" in d.reason and "from its latest checkpoint" in d.reason
+    assert act.DeleteWorkload("g-a0", "moved: hung") in d.actions
+
+
+def test_a_hung_job_without_checkpoint_is_flagged_once() -> None:
+    w = _world()
+    job = _two_node_job(w, checkpoint=False, health_status={"hungSince": _ago(RULES.hung_window + 1)})
+    w.report("p-0", util=0.0, pods=_mine("g-a0-0"))
+    w.report("p-1", util=0.0, pods=_mine("g-a0-1"))
+    d, moved = _run(w, job)
+    assert moved is None and _cond(d, "Hung") == (True, "Hung") and _events(d) == ["Hung"]
+    flagged = w.job(
+        "g",
+        "p",
+        devices=16,
+        status={
+            **_running("g", devices=16, nodes=2),
+            "health": {"hungSince": _ago(RULES.hung_window + 1)},
+            "conditions": [{"type": "Hung", "status": "True", "reason": "Hung"}],
+        },
+    )
+    d2, _ = _run(w, flagged)
+    assert _events(d2) == []
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["one device busy", "a pod not running", "a node not mapped"],
+)
+def test_not_hung(case: str) -> None:
+    w = _world()
+    job = w.job(
+        "g", "p", devices=16, status={**_running("g", devices=16, nodes=2), "health": {"hungSince": _ago(9999)}}
+    )
+    w.workload("g", 0, active=2)
+    w.pod("g", 0, 0, node="p-0")
+    w.pod("g", 0, 1, node="p-1", phase="Pending" if case == "a pod not running" else "Running")
+    w.report("p-0", util=0.0, pods=_mine("g-a0-0"))
+    busy = {1: ("g-a0-1",)} if case == "one device busy" else {}
+    p1 = {} if case == "a node not mapped" else _mine("g-a0-1")
+    w.report("p-1", util=0.0, pods=p1)
+    if busy:
+        snap_reports: Any = w.scheduler.indices.reports  # type: ignore[union-attr]
+        r = snap_reports["p-1"][0]
+        from dataclasses import replace
+
+        devs = tuple(replace(d, utilization=80.0) if d.index == 1 else d for d in r.devices)
+        snap_reports["p-1"] = [replace(r, devices=devs)]
+    d, moved = _run(w, job)
+    assert moved is None
+    if case == "a node not mapped":
+        assert "health" not in d.status  # nothing judged: markers kept
+    else:
+        assert d.status["health"]["hungSince"] is None
+
+
+# --- (b) an idle reservation -------------------------------------------------------------------
+
+
+def test_an_idle_job_starts_the_window_then_is_flagged_with_a_suggestion() -> None:
+    w = _world()
+    job = _one_node_job(w)
+    w.report("p-0", util=0.0, memory=0.01, pods=_mine("a-a0-0"))
+    d, _ = _run(w, job)
+    assert _cond(d, "Idle") == (False, "Quiet") and d.status["health"]["idleSince"] == _ts(T0)
+    later = T0 + dt.timedelta(seconds=RULES.idle_window)
+    w2 = _world()
+    job2 = _one_node_job(w2, health_status={"idleSince": _ts(T0)})
+    w2.report("p-0", util=0.0, memory=0.01, pods=_mine("a-a0-0"), now=later)
+    d2, moved = _run(w2, job2, later)
+    assert moved is None and d2.phase is JobPhase.RUNNING
+    assert _cond(d2, "Idle") == (True, "IdleReservation") and _events(d2) == ["IdleReservation"]
+    assert d2.status["health"]["rightSize"] == {
+        "accelerator": "h100-80gb",
+        "devices": 4,
+        "reason": "8 × h100-80gb sat idle: try 4 (check the memory fit with accelctl plan)",
+    }
+    assert d2.status["health"]["idleSince"] == _ts(T0)  # the marker holds
+
+
+@pytest.mark.parametrize(
+    ("memory", "mode", "hung", "idle"),
+    [
+        (0.75, "training", True, False),  # quiet but holding its memory: a stuck collective
+        (0.01, "training", False, True),  # quiet and empty: a reservation nobody uses
+        (0.75, "inference", False, True),  # a server waiting for requests is not hung
+    ],
+)
+def test_hung_or_idle(memory: float, mode: str, hung: bool, idle: bool) -> None:
+    w = _world()
+    st = {**_running("a"), "health": {"hungSince": _ago(99_999), "idleSince": _ago(99_999)}}
+    job = w.job("a", "p", devices=8, status=st, checkpoint=CHECKPOINT)
+    if mode == "inference":
+        assert job.spec is not None
+        from dataclasses import replace
+
+        job = replace(
+            job, spec=job.spec.model_copy(update={"workload": job.spec.workload.model_copy(update={"mode": mode})})
+        )
+    w.workload("a", 0, active=1)
+    w.pod("a", 0, 0, node="p-0")
+    w.report("p-0", util=0.0, memory=memory, pods=_mine("a-a0-0"))
+    d, moved = _run(w, job)
+    assert (moved is health.MoveReason.HUNG) is hung
+    assert (_cond(d, "Idle") == (True, "IdleReservation")) is idle
+
+
+def test_a_busy_job_clears_the_idle_marker() -> None:
+    w = _world()
+    job = _one_node_job(w, health_status={"idleSince": _ago(5000), "rightSize": {"devices": 4}})
+    w.report("p-0", util=50.0, pods=_mine("a-a0-0"))
+    d, _ = _run(w, job)
+    assert _cond(d, "Idle") == (False, "Busy")
+    assert d.status["health"]["idleSince"] is None and d.status["health"]["rightSize"] is None
+
+
+def _planned(devices: int, alternatives: list[dict[str, Any]]) -> JobView:
+    w = _world()
+    st = _running("a", devices=devices)
+    st["plan"]["alternatives"] = alternatives
+    return w.job("a", "p", devices=devices, status=st)
+
+
+@pytest.mark.parametrize(
+    ("devices", "alternatives", "expected"),
+    [
+        (
+            8,
+            [
+                {"pool": "q", "accelerator": "l4", "devices": 8, "costUsd": 40.0, "reason": "r"},
+                {"pool": "r", "accelerator": "h100-80gb", "devices": 2, "costUsd": 30.0, "reason": "r"},
+                {"pool": "s", "accelerator": "h100-80gb", "devices": 8, "costUsd": 10.0, "reason": "same shape"},
+                {"pool": "t", "accelerator": "a100-40gb", "devices": 4, "costUsd": 500.0, "reason": "dearer"},
+            ],
+            ("h100-80gb", 2),
+        ),
+        (8, [], ("h100-80gb", 4)),
+        (1, [], ("h100-80gb", 1)),
+    ],
+)
+def test_right_size(devices: int, alternatives: list[dict[str, Any]], expected: tuple[str, int]) -> None:
+    s = health.right_size(_planned(devices, alternatives))
+    assert (s["accelerator"], s["devices"]) == expected and s["reason"]
+
+
+# --- applied by the scheduler ------------------------------------------------------------------
+
+
+def test_the_scheduler_taints_the_node_and_annotates_the_pods() -> None:
+    w = _world()
+    _one_node_job(w)
+    w.report("p-0", pods=_mine("a-a0-0"), sick={3: ECC})
+    fake = FakeRescheduleClient()
+    sched = w.scheduler
+    sched.reschedule = fake
+    sched.ready = True
+
+    async def one_pass() -> None:
+        await sched.step()
+        while sched.in_flight:
+            await asyncio.gather(*list(sched.in_flight))
+
+    # The world's reports are written at T0; the scheduler reads the clock: make them fresh now.
+    now = dt.datetime.now(dt.UTC)
+    w.report("p-0", pods=_mine("a-a0-0"), sick={3: ECC}, now=now)
+    asyncio.run(one_pass())
+    assert fake.taints == {"p-0": {v.TAINT_DEVICE_UNHEALTHY: "3"}}
+    assert list(fake.annotations) == [("ns", "a-a0-0")]
+    assert v.ANNOTATION_CHECKPOINT_NOW in fake.annotations[("ns", "a-a0-0")]
+    assert sched.metrics.node_taints.labels("taint")._value.get() == 1
+    assert sched.metrics.checkpoint_requests.labels("device-unhealthy")._value.get() == 1
+
+
+# --- the report as the operator reads it -------------------------------------------------------
+
+
+def _wire(**status: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": v.API_VERSION,
+        "kind": "AcceleratorNodeReport",
+        "metadata": {"name": "n1"},
+        "spec": {"nodeName": "n1"},
+        "status": {"heartbeatTime": "2026-11-26T12:00:00Z", **status},
+    }
+
+
+def test_a_report_becomes_a_view_of_what_decisions_read() -> None:
+    from accel_operator.adapters.kube.reports import report_view
+
+    body = _wire(
+        devices=[
+            {
+                "index": 0,
+                "healthy": False,
+                "problems": ["device lost", "b", "c", "d", "e"],
+                "utilizationGpuPercent": 3.5,
+                "memoryUsedBytes": 10,
+                "memoryTotalBytes": 100,
+                "allocatedPods": [{"namespace": "ns", "name": "p0"}],
+                "processes": [{"pid": 7, "pod": {"namespace": "ns", "name": "p1"}}, {"pid": 8}],
+            },
+            {"index": 1},
+        ]
+    )
+    view = report_view(body)
+    assert view is not None and view.node == "n1" and view.heartbeat == T0
+    d0, d1 = view.devices
+    assert (d0.healthy, d0.problems, d0.utilization, d0.memory_used, d0.memory_total) == (
+        False,
+        ("device lost", "b", "c", "d"),
+        3.5,
+        10,
+        100,
+    )
+    assert d0.pods == {("ns", "p0"), ("ns", "p1")} and d1.healthy and d1.utilization is None
+    assert view.sick == (d0,)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {**_wire(), "spec": {"nodeName": "other"}},  # not named after its node
+        {**_wire(), "spec": {}},
+        _wire(devices=[{"index": -1}]),  # does not validate
+        _wire(devices="many"),
+        _wire(heartbeatTime="x" * 10_000),
+    ],
+)
+def test_a_report_that_does_not_validate_is_no_report(body: dict[str, Any]) -> None:
+    from accel_operator.adapters.kube.reports import report_view
+
+    assert report_view(body) is None
+
+
+def test_a_report_without_heartbeat_is_never_fresh() -> None:
+    from accel_operator.adapters.kube.reports import report_view
+
+    view = report_view(_wire(heartbeatTime=None))
+    assert view is not None and view.heartbeat is None and not view.fresh(T0, 1e9)
