@@ -46,5 +46,16 @@ class OperatorMetrics:
         self.workloads_created = Counter(
             "accel_operator_workloads_created_total", "batch Jobs created (one per attempt).", registry=r
         )
+        self.early_warnings = Counter(
+            "accel_operator_early_warnings_total",
+            "Early warnings of a node's end acted on, by source (reconcile.early_warning.WarningSource values).",
+            ["source"],
+            registry=r,
+        )
+        self.checkpoint_requests = Counter(
+            "accel_operator_checkpoint_requests_total",
+            "Pods asked to checkpoint now (the checkpoint-now annotation set to a new token).",
+            registry=r,
+        )
         for phase in JobPhase:
             self.jobs.labels(phase.value)

@@ -1,6 +1,7 @@
 """kopf wiring, one module per watched kind (pools, nodes, pods, workloads, jobs), all thin:
-they keep kopf's indexes and mark what changed; :mod:`scheduler` observes, decides and applies.
-``register`` declares everything into one registry."""
+they keep kopf's indexes and mark what changed; :mod:`scheduler` observes, decides and applies;
+:mod:`signals` acts on the clouds' early warnings. ``register`` declares everything into one
+registry."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 import kopf
 
 from accel_operator.context import OperatorContext
-from accel_operator.handlers import jobs, nodes, pods, pools, workloads
+from accel_operator.handlers import jobs, nodes, pods, pools, signals, workloads
 from accel_operator.handlers.scheduler import Indices, Scheduler
 
 
@@ -22,6 +23,15 @@ def register(reg: kopf.OperatorRegistry, ctx: OperatorContext) -> Scheduler:
         workloads=ctx.workloads,
         metrics=ctx.metrics,
         elector=ctx.elector,
+    )
+    early_warnings = signals.Signals(
+        sched=sched,
+        signals=ctx.signals,
+        writer=ctx.writer,
+        metrics=ctx.metrics,
+        settings=ctx.settings,
+        interruptions=ctx.interruptions,
+        tpu=ctx.tpu,
     )
     for module in (pools, nodes, pods, workloads, jobs):
         module.register(reg, sched)
@@ -50,11 +60,13 @@ def register(reg: kopf.OperatorRegistry, ctx: OperatorContext) -> Scheduler:
             jobs=kwargs["jobs"],
         )
         memo.scheduler_task = asyncio.create_task(sched.run(), name="accel-scheduler")
+        memo.signal_tasks = early_warnings.start()
 
     @kopf.on.cleanup(registry=reg)
     async def stop(memo: kopf.Memo, **_: Any) -> None:
         task = memo.get("scheduler_task")
         if task is not None:
             task.cancel()
+        await signals.stop(memo.get("signal_tasks") or ())
 
     return sched

@@ -115,6 +115,8 @@ class Scheduler:
     plans: dict[tuple[str, int | None, int], Plan] = field(default_factory=dict)
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     in_flight: set[asyncio.Task[None]] = field(default_factory=set)
+    # Nodes a cloud API reports preempted (handlers.signals, TPU VMs): into every snapshot.
+    preempted_nodes: set[str] = field(default_factory=set)
 
     # --- marks (from kopf's event handlers) -----------------------------------------------------
 
@@ -219,6 +221,7 @@ class Scheduler:
             pods_by_job=MappingProxyType({k: tuple(v) for k, v in pods_by_job.items()}),
             reservations=MappingProxyType(reservations),
             plans={},
+            preempted_nodes=frozenset(self.preempted_nodes),
         )
 
     def _plan(self, job: JobView, snap: Snapshot) -> Plan | None:

@@ -37,6 +37,9 @@ class NodeView:
     unschedulable: bool = False  # cordoned
     terminating: bool = False  # carries a termination taint (spot notice, Karpenter disruption)
     deleting: bool = False
+    uid: str = ""  # one incarnation of the node: a node re-created under the same name is another
+    provider_id: str = ""  # spec.providerID: aws:///<zone>/<instance-id>, gce://<project>/<zone>/<name>
+    termination_taints: frozenset[str] = frozenset()  # which of vocabulary.TERMINATION_TAINTS it carries
 
     @property
     def usable(self) -> bool:
@@ -55,6 +58,7 @@ class PodView:
     exit_code: int | None = None  # the main container's, once it terminated
     reason: str | None = None  # status.reason (NodeShutdown, Terminated, Evicted ...)
     disrupted: bool = False  # condition DisruptionTarget=True
+    checkpoint_now: str | None = None  # the pod's vocabulary.ANNOTATION_CHECKPOINT_NOW (the last request)
 
     @property
     def ended(self) -> bool:
@@ -263,6 +267,9 @@ class Snapshot:
     reservations: Mapping[JobKey, Reservation]
     plans: Mapping[JobKey, Plan] = field(default_factory=lambda: MappingProxyType({}))
     blocked: Mapping[str, Blocked] = field(default_factory=lambda: MappingProxyType({}))
+    # Nodes a cloud API reports as preempted (TPU VMs outside GKE: state PREEMPTED): an attempt
+    # whose pods ended there was preempted, whatever their exit codes say.
+    preempted_nodes: frozenset[str] = frozenset()
 
     def with_admission(self, key: JobKey, pool: str, gang: Gang, expected_end: dt.datetime | None) -> Snapshot:
         cap = dict(self.capacity)
