@@ -19,7 +19,7 @@ from kubernetes import client
 
 from accel_api import registry
 from accel_api import vocabulary as v
-from tests.support.cluster import ROOT, apply_manifests, wait_for
+from tests.support.cluster import ROOT, token_kubeconfig, wait_for
 from tests.support.jobs import create_job, end_pods, events_of, gpu_pool, job_doc, wait_phase
 
 EXAMPLES = ROOT / "examples"
@@ -106,27 +106,12 @@ def test_invalid_spec_is_reported_on_the_object(
     )
 
 
-def _token_kubeconfig(api: client.ApiClient, core: client.CoreV1Api, tmp: Path) -> Path:
-    """Install manifests/operator/rbac.yaml and return a kubeconfig with the ServiceAccount's token."""
-    apply_manifests(api, [ROOT / "manifests" / "operator" / "rbac.yaml"])
-    token = core.create_namespaced_service_account_token(
-        "accel-operator",
-        "accel-system",
-        client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=3600)),
-    ).status.token
-    admin = yaml.safe_load(Path(os.environ["KUBECONFIG"]).read_text())
-    admin["users"] = [{"name": "accel-admin", "user": {"token": token}}]
-    path = tmp / "operator-kubeconfig"
-    path.write_text(yaml.safe_dump(admin))
-    return path
-
-
 def test_operator_runs_under_its_least_privilege_role(
     api: client.ApiClient, core: client.CoreV1Api, namespace: str, tmp_path: Path
 ) -> None:
     """The whole lifecycle (watch, admit, create the workload, post events, see it succeed) with
     the ServiceAccount token of manifests/operator/rbac.yaml: a missing verb fails here."""
-    kubeconfig = _token_kubeconfig(api, core, tmp_path)
+    kubeconfig = token_kubeconfig(api, core, tmp_path)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         metrics_port = s.getsockname()[1]

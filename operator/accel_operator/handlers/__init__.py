@@ -35,6 +35,7 @@ def register(reg: kopf.OperatorRegistry, ctx: OperatorContext) -> Scheduler:
     )
     for module in (pools, nodes, pods, workloads, jobs):
         module.register(reg, sched)
+    early_warnings.register(reg)
 
     @kopf.on.login(registry=reg)
     def login(**kwargs: Any) -> kopf.ConnectionInfo | None:

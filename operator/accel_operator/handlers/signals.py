@@ -13,9 +13,11 @@ node and a checkpoint-now request to the jobs on it (the pure part is
   nodes; one reported PREEMPTED is tainted, goes into the scheduler's ``preempted_nodes`` (so
   ``decide`` counts the attempt as a preemption) and its jobs are woken.
 
-Every task acts only while this replica leads (the same Lease as the scheduler), and waits
-until kopf's indexes were filled once (the scheduler's ``ready``, or a grace period after start
-for a cluster with nothing to index), so a notice is never judged against an empty index.
+Every task acts only while this replica leads (the same Lease as the scheduler), and only once
+kopf's indexes were filled: kopf calls no handler before every index holds its initial listing,
+so the first call of any of ours (a node event here, or a mark of the scheduler) says so. Until
+then a notice stays on the queue rather than being judged against an empty index (and deleted
+as "no node of ours").
 """
 
 from __future__ import annotations
@@ -23,10 +25,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Final
+
+import kopf
 
 from accel_operator.adapters.aws.errors import CloudUnavailable
 from accel_operator.adapters.aws.interruptions import (
@@ -52,9 +55,6 @@ SOURCES: Final = {
     InterruptionKind.REBALANCE: ew.WarningSource.AWS_REBALANCE,
     InterruptionKind.STATE_CHANGE: ew.WarningSource.AWS_STATE_CHANGE,
 }
-# Before kopf's first event the indexes may still be filling; a cluster with nothing to index
-# sends none, so after this long the tasks go ahead anyway.
-START_GRACE_SECONDS: Final = 10.0
 SCAN_SECONDS: Final = 1.0
 RETRY_SECONDS: Final = 5.0
 
@@ -81,14 +81,14 @@ class Signals:
     interruptions: InterruptionQueue | None = None
     tpu: TpuNodes | None = None
     handled: set[str] = field(default_factory=set)  # GKE and TPU tokens acted on by this process
-    started: float = field(default_factory=time.monotonic)
+    indexed: bool = False  # kopf called a handler of ours: its indexes hold the initial listing
 
     # --- what the indexes say ---------------------------------------------------------------
 
     def _active(self) -> bool:
         if self.sched.indices is None or not self.sched.elector.leading():
             return False
-        return self.sched.ready or time.monotonic() - self.started >= START_GRACE_SECONDS
+        return self.indexed or self.sched.ready
 
     def nodes(self) -> dict[str, NodeView]:
         idx = self.sched.indices
@@ -252,6 +252,11 @@ class Signals:
             await asyncio.sleep(self.settings.tpu_poll_seconds)
 
     # --- start and stop ---------------------------------------------------------------------
+
+    def register(self, reg: kopf.OperatorRegistry) -> None:
+        @kopf.on.event("", "v1", "nodes", registry=reg)
+        def indexes_filled(**_: Any) -> None:
+            self.indexed = True
 
     def start(self) -> list[asyncio.Task[None]]:
         tasks = [asyncio.create_task(self.run_gke(), name="accel-signals-gke")]
