@@ -9,7 +9,10 @@
 3. on a small pool of its own (one node, 8 H100s), runs three 8-GPU jobs that compete for the
    same node: one runs, two wait in queue order; each finished job (the demo ends its pods, as
    a training program would) lets the next one in;
-4. prints every job's phase, pool, devices and why, and the events of one of them.
+4. a spot interruption warning on EventBridge's SQS queue (moto, :mod:`demo_signals`) for the
+   node of a running spot job: the operator taints the node, asks the job's pod to checkpoint
+   now and deletes the message, before the node goes; then the node goes (a preemption);
+5. prints every job's phase, pool, devices and why, and the events of one of them.
 
 The cluster is left running for exploration (``accel-cluster status``, ``accel-cluster down``).
 """
@@ -29,7 +32,7 @@ from kubernetes import client
 from accel_api import load_documents, parse_resource, registry
 from accel_api import vocabulary as v
 from accel_api.pool import AcceleratorPool, AcceleratorPoolSpec
-from accel_localcluster import default_cluster, kubeapi, nodes
+from accel_localcluster import default_cluster, demo_signals, kubeapi, nodes
 from accel_localcluster.control_plane import REPO
 
 EXAMPLES = REPO / "examples"
@@ -90,6 +93,7 @@ def _clean(custom: client.CustomObjectsApi, namespaces: set[str]) -> None:
     for node in core.list_node(label_selector=f"{v.LABEL_POOL}={QUEUE_POOL}").items:
         with kubeapi.ignoring(404):
             core.delete_node(node.metadata.name)
+    demo_signals.clean(custom.api_client)
 
 
 def _queue_job(name: str, priority: int) -> dict[str, Any]:
@@ -144,6 +148,9 @@ def main(argv: list[str] | None = None) -> int:
 
     env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig), "ACCEL_OPERATOR_LIVENESS_PORT": "0"}
     env.setdefault("ACCEL_OPERATOR_METRICS_PORT", "0")
+    sqs = demo_signals.start_queue()  # EventBridge's interruption queue, simulated (None without moto)
+    if sqs is not None:
+        env.update(sqs.operator_env())
     log_path = cluster.state / "logs" / "operator.log"
     with log_path.open("wb") as log:
         operator = subprocess.Popen([sys.executable, "-m", "accel_operator"], env=env, stdout=log, stderr=log)
@@ -207,11 +214,21 @@ def main(argv: list[str] | None = None) -> int:
                     args.timeout,
                 )
             _table(custom, qkeys)
+
+        print("\n== 3. a spot interruption warning: checkpoint now, before the node goes")
+        if sqs is None:
+            print("(skipped: moto is not installed; it comes with the workspace's dev extra)")
+        else:
+            demo_signals.run(api, sqs, _queue_job(demo_signals.JOB, 0), DEMO_NS, args.timeout)
+            keys.append((DEMO_NS, demo_signals.JOB))
+            _table(custom, [(DEMO_NS, demo_signals.JOB)])
     finally:
         operator.terminate()
         operator.wait(timeout=30)
+        if sqs is not None:
+            sqs.stop()
 
-    print(f"\n== 3. all jobs\n$ kubectl get acceleratorjobs -A   (KUBECONFIG={cluster.kubeconfig})")
+    print(f"\n== 4. all jobs\n$ kubectl get acceleratorjobs -A   (KUBECONFIG={cluster.kubeconfig})")
     kubectl = cluster.bin / "kubectl"
     subprocess.run([str(kubectl), "get", "acceleratorjobs", "-A"], env=env, check=False)
     print(f"\n$ kubectl get events -n {DEMO_NS} --field-selector involvedObject.name=later")

@@ -81,7 +81,7 @@ def _queue_empty(sqs: Any, url: str) -> bool:
     attrs = sqs.get_queue_attributes(
         QueueUrl=url, AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
     )["Attributes"]
-    return attrs["ApproximateNumberOfMessages"] == "0" and attrs["ApproximateNumberOfMessagesNotVisible"] == "0"
+    return bool(attrs["ApproximateNumberOfMessages"] == "0" and attrs["ApproximateNumberOfMessagesNotVisible"] == "0")
 
 
 def _reasons(core: client.CoreV1Api, namespace: str, job: str, reason: str) -> int:
@@ -248,7 +248,12 @@ def test_a_tpu_vm_reported_preempted_makes_the_attempt_a_preemption(
 ) -> None:
     pool = f"{namespace}-tpu"
     settings = _settings(namespace, tpu_pools=[pool], tpu_endpoint=tpu.endpoint, tpu_poll_seconds=1)
-    spec = {"accelerator": "tpu-v5p", "provider": "gcp", "zone": "us-central2-b", "tolerations": TPU_TOLERATION}
+    spec: dict[str, Any] = {
+        "accelerator": "tpu-v5p",
+        "provider": "gcp",
+        "zone": "us-central2-b",
+        "tolerations": TPU_TOLERATION,
+    }
     with gpu_pool(api, pool, count=1, devices_per_node=4, **spec) as [node], _operator(settings):
         tpu.nodes[("accel-local", "us-central2-b")] = {node: "READY", "someone-elses": "PREEMPTED"}
         create_job(api, job_doc(namespace, pool, devices=4, name="train", maxRetries=0))
