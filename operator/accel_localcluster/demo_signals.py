@@ -139,6 +139,7 @@ def run(api: client.ApiClient, queue: LocalQueue, job: dict[str, Any], namespace
     job["metadata"] = {"name": JOB, "namespace": namespace}
     job["spec"]["placement"] = {"pools": [POOL], "minDevices": 8, "maxDevices": 8}
     job["spec"]["spot"] = {"policy": "require"}
+    job["spec"]["checkpoint"] = {"uri": f"s3://demo-checkpoints/{JOB}", "intervalMinutes": 30}
     kubeapi.apply(api, job)
 
     def phase() -> str:

@@ -17,6 +17,7 @@ from accel_localcluster.preempt import spot_interruption_event
 from accel_operator.adapters.aws.errors import CloudUnavailable
 from accel_operator.adapters.aws.interruptions import FakeInterruptionQueue
 from accel_operator.adapters.gcp.tpu import FakeTpuNodes, TpuUnavailable
+from accel_operator.adapters.kube import views
 from accel_operator.adapters.kube.client import ClusterUnavailable
 from accel_operator.adapters.kube.jobs import FakeJobWriter
 from accel_operator.adapters.kube.signals import FakeSignalWriter
@@ -125,6 +126,49 @@ def test_tpu_preempted_nodes() -> None:
     b = replace(NODE, name="b", provider_id="gce://p/z/tpu-b")
     states = {ew.TpuHost("p", "z", "tpu-a"): "PREEMPTED", ew.TpuHost("p", "z", "tpu-b"): "READY"}
     assert [w.node for w in ew.tpu_preempted([a, b], states)] == ["a"]
+
+
+# --- what the views carry for it -------------------------------------------------------------------
+
+
+def test_the_node_view_carries_its_incarnation_provider_id_and_termination_taints() -> None:
+    node = {
+        "metadata": {"name": "n1", "uid": "u1"},
+        "spec": {
+            "providerID": "aws:///us-east-1a/i-0abc",
+            "taints": [
+                {"key": v.TAINT_GPU, "effect": "NoSchedule"},
+                {"key": v.TAINT_ACCEL_INTERRUPTION, "value": "aws-spot-interruption", "effect": "NoSchedule"},
+            ],
+        },
+        "status": {"allocatable": {v.RESOURCE_NVIDIA_GPU: "8"}, "conditions": [{"type": "Ready", "status": "True"}]},
+    }
+    view = views.node_view(node)
+    assert view is not None
+    assert (view.uid, view.provider_id) == ("u1", "aws:///us-east-1a/i-0abc")
+    assert view.termination_taints == {v.TAINT_ACCEL_INTERRUPTION}
+    assert view.terminating and not view.usable  # our taint: nothing new is admitted there
+    node["spec"]["providerID"] = "x" * 100_000  # type: ignore[index]
+    hostile = views.node_view(node)
+    assert hostile is not None and len(hostile.provider_id) <= 256
+
+
+def test_the_pod_view_carries_the_last_request_clipped() -> None:
+    pod = {
+        "metadata": {
+            "name": "a-a0-0",
+            "namespace": "ns",
+            "labels": {v.LABEL_MANAGED_BY: v.MANAGED_BY_VALUE, v.LABEL_JOB: "a", v.LABEL_ATTEMPT: "0"},
+            "annotations": {v.ANNOTATION_CHECKPOINT_NOW: "tok"},
+        },
+        "spec": {"nodeName": "n1"},
+        "status": {"phase": "Running"},
+    }
+    view = views.pod_view(pod)
+    assert view is not None and view.checkpoint_now == "tok"
+    pod["metadata"]["annotations"] = {v.ANNOTATION_CHECKPOINT_NOW: "y" * 100_000}  # type: ignore[index]
+    clipped = views.pod_view(pod)
+    assert clipped is not None and clipped.checkpoint_now is not None and len(clipped.checkpoint_now) == 256
 
 
 # --- the wiring, with fakes -------------------------------------------------------------------------
