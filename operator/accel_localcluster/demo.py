@@ -219,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
         if sqs is None:
             print("(skipped: moto is not installed; it comes with the workspace's dev extra)")
         else:
-            demo_signals.run(api, sqs, _queue_job(demo_signals.JOB, 0), DEMO_NS, args.timeout)
+            demo_signals.run(api, sqs, DEMO_NS, args.timeout)
             keys.append((DEMO_NS, demo_signals.JOB))
             _table(custom, [(DEMO_NS, demo_signals.JOB)])
     finally:

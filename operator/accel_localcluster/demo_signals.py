@@ -12,6 +12,7 @@ moto is in the workspace's dev extra; without it the step is skipped with a note
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import socket
@@ -24,10 +25,11 @@ from typing import Any
 
 from kubernetes import client
 
-from accel_api import registry
+from accel_api import load_documents, registry
 from accel_api import vocabulary as v
 from accel_api.pool import AcceleratorPoolSpec
 from accel_localcluster import kubeapi, nodes, preempt
+from accel_localcluster.control_plane import REPO
 
 POOL = "demo-h100-spot-warned"
 JOB = "warned"
@@ -122,8 +124,18 @@ def _wait(what: str, check: Callable[[], Any], timeout: float) -> Any:
     return None
 
 
-def run(api: client.ApiClient, queue: LocalQueue, job: dict[str, Any], namespace: str, timeout: float) -> None:
-    """``job``: an AcceleratorJob document; it is pinned to this step's one-node spot pool."""
+def warned_job(name: str, namespace: str, pool: str) -> dict[str, Any]:
+    """examples/01 (a 1.1B fine-tune) on 8 spot GPUs of ``pool``, checkpointing (spot requires it)."""
+    doc = copy.deepcopy(next(iter(load_documents((REPO / "examples" / "01-finetune-single-gpu.yaml").read_text()))))
+    doc["metadata"] = {"name": name, "namespace": namespace}
+    doc["spec"]["placement"] = {"pools": [pool], "minDevices": 8, "maxDevices": 8}
+    doc["spec"]["spot"] = {"policy": "require"}
+    doc["spec"]["checkpoint"] = {"uri": f"s3://demo-checkpoints/{name}", "intervalMinutes": 30}
+    return doc
+
+
+def run(api: client.ApiClient, queue: LocalQueue, namespace: str, timeout: float) -> None:
+    """A spot job on this step's one-node pool, the warning for its node, what the operator did."""
     core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
     spec = {
         "provider": "aws",
@@ -136,11 +148,7 @@ def run(api: client.ApiClient, queue: LocalQueue, job: dict[str, Any], namespace
     pool = {"apiVersion": v.API_VERSION, "kind": "AcceleratorPool", "metadata": {"name": POOL}, "spec": spec}
     kubeapi.apply(api, pool)
     [node] = nodes.ensure_nodes(core, nodes.node_manifests(POOL, AcceleratorPoolSpec.model_validate(spec), 1))
-    job["metadata"] = {"name": JOB, "namespace": namespace}
-    job["spec"]["placement"] = {"pools": [POOL], "minDevices": 8, "maxDevices": 8}
-    job["spec"]["spot"] = {"policy": "require"}
-    job["spec"]["checkpoint"] = {"uri": f"s3://demo-checkpoints/{JOB}", "intervalMinutes": 30}
-    kubeapi.apply(api, job)
+    kubeapi.apply(api, warned_job(JOB, namespace, POOL))
 
     def phase() -> str:
         obj = custom.get_namespaced_custom_object(v.GROUP, v.VERSION, namespace, registry.JOB.plural, JOB)
@@ -168,6 +176,9 @@ def run(api: client.ApiClient, queue: LocalQueue, job: dict[str, Any], namespace
     for pod, token in requests.items():
         print(f"  pod {pod} annotation {v.ANNOTATION_CHECKPOINT_NOW}={token}")
         print(f"    (the job reads it in {v.POD_ANNOTATIONS_FILE}, projected by a downward-API volume)")
+    for e in core.list_namespaced_event(namespace, field_selector=f"involvedObject.name={JOB}").items:
+        if e.reason == "CheckpointRequested":
+            print(f"  event on {namespace}/{JOB}: {e.type} {e.reason}: {e.message}")
     _wait("the message deleted", lambda: queue.waiting() == 0, timeout)
     print(f"  the message was deleted from the queue after acting ({queue.waiting()} left)")
     print(f"-- two minutes later AWS takes the instance: {node} drained and gone")

@@ -140,8 +140,8 @@ class Signals:
         instances = nodes_by_instance((n.name, n.provider_id) for n in self.nodes().values())
         node = instances.get(interruption.instance_id)
         if node is None:
-            log.info(
-                "%s for %s: no accelerator node of ours runs on that instance; message deleted",
+            log.info(  # %r: the id is from the queue (bounded by the parser, but any characters)
+                "%s for %r: no accelerator node of ours runs on that instance; message deleted",
                 interruption.kind.value,
                 interruption.instance_id,
             )
@@ -158,14 +158,22 @@ class Signals:
         assert self.interruptions is not None
         queue = self.interruptions
         notices = await asyncio.to_thread(queue.receive, 10, self.settings.sqs_wait_seconds)
-        done = 0
-        for notice in notices:
+
+        async def one(notice: Interruption) -> bool:
             if not self._active():
-                break  # lost the lease mid-batch: the rest come back to whoever leads
-            if await self.handle(notice):
-                await asyncio.to_thread(queue.ack, notice)
-                done += 1
-        return done
+                return False  # lost the lease mid-batch: it comes back to whoever leads
+            if not await self.handle(notice):
+                return False
+            await asyncio.to_thread(queue.ack, notice)
+            return True
+
+        # A batch's notices concurrently (a zone reclaimed at once is many nodes, each a few API
+        # calls); two for one node are safe: the taint is patched on the resourceVersion it read.
+        results = await asyncio.gather(*(one(n) for n in notices), return_exceptions=True)
+        for r in results:
+            if isinstance(r, BaseException):
+                raise r
+        return sum(1 for r in results if r is True)
 
     async def run_sqs(self, stop: asyncio.Event | None = None) -> None:
         while stop is None or not stop.is_set():
