@@ -23,7 +23,6 @@ as "no node of ours").
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -217,6 +216,10 @@ class Signals:
                 await self.gke_once()
             except ClusterUnavailable as exc:
                 log.warning("a GKE termination warning was not acted on yet (%s); trying again", exc)
+            except Exception:  # a bug must not end the early warnings for good
+                self.metrics.reconcile_errors.labels("gke-warnings").inc()
+                log.exception("scanning for GKE termination taints failed; trying again")
+                await asyncio.sleep(RETRY_SECONDS)
 
     # --- TPU VMs outside GKE: the TPU API ---------------------------------------------------
 
@@ -257,6 +260,9 @@ class Signals:
                     log.warning("the TPU API did not answer (%s); trying again", exc)
                 except ClusterUnavailable as exc:
                     log.warning("a TPU preemption was not acted on yet (%s); trying again", exc)
+                except Exception:  # a bug must not end the early warnings for good
+                    self.metrics.reconcile_errors.labels("tpu-warnings").inc()
+                    log.exception("polling the TPU API failed; trying again")
             await asyncio.sleep(self.settings.tpu_poll_seconds)
 
     # --- start and stop ---------------------------------------------------------------------
@@ -276,8 +282,7 @@ class Signals:
 
 
 async def stop(tasks: Iterable[asyncio.Task[None]]) -> None:
-    for task in tasks:
+    pending = list(tasks)
+    for task in pending:
         task.cancel()
-    for task in tasks:
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+    await asyncio.gather(*pending, return_exceptions=True)
