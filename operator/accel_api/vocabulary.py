@@ -72,6 +72,10 @@ TAINT_KARPENTER_DISRUPTION_OLD: Final = "karpenter.sh/disruption"
 TAINT_GKE_IMPENDING_TERMINATION: Final = "cloud.google.com/impending-node-termination"
 TAINT_UNREACHABLE: Final = "node.kubernetes.io/unreachable"
 TAINT_NOT_READY: Final = "node.kubernetes.io/not-ready"
+# The operator's own taint (NoSchedule) on a node a cloud announced it will reclaim: an EC2
+# interruption notice from the SQS queue, or a TPU VM the TPU API reports PREEMPTED. Nothing new
+# lands there; the value names the notice (an early_warning.WarningSource value).
+TAINT_ACCEL_INTERRUPTION: Final = f"{GROUP}/interruption"
 TERMINATION_TAINTS: Final = frozenset(
     {
         TAINT_NTH_SPOT_ITN,
@@ -81,6 +85,7 @@ TERMINATION_TAINTS: Final = frozenset(
         TAINT_KARPENTER_DISRUPTED,
         TAINT_KARPENTER_DISRUPTION_OLD,
         TAINT_GKE_IMPENDING_TERMINATION,
+        TAINT_ACCEL_INTERRUPTION,
     }
 )
 CONDITION_DISRUPTION_TARGET: Final = "DisruptionTarget"

@@ -14,7 +14,10 @@
    naming another namespace's team, are refused with the messages the user sees;
 5. on a pool of two nodes, a device fails under a running job: the operator taints the node, asks
    the job to checkpoint and moves it to the other node (:mod:`demo_reschedule`);
-6. prints every job's phase, pool, devices and why, and the events of one of them.
+6. a spot interruption warning on EventBridge's SQS queue (moto, :mod:`demo_signals`) for the
+   node of a running spot job: the operator taints the node, asks the job's pod to checkpoint
+   now and deletes the message, before the node goes; then the node goes (a preemption);
+7. prints every job's phase, pool, devices and why, and the events of one of them.
 
 The cluster is left running for exploration (``accel-cluster status``, ``accel-cluster down``),
 without the example policy and the webhook configurations (they would judge every later job).
@@ -37,7 +40,7 @@ from kubernetes import client
 from accel_api import load_documents, parse_resource, registry
 from accel_api import vocabulary as v
 from accel_api.pool import AcceleratorPool, AcceleratorPoolSpec
-from accel_localcluster import default_cluster, demo_reschedule, kubeapi, nodes
+from accel_localcluster import default_cluster, demo_reschedule, demo_signals, kubeapi, nodes
 from accel_localcluster.control_plane import REPO
 
 EXAMPLES = REPO / "examples"
@@ -101,6 +104,7 @@ def _clean(custom: client.CustomObjectsApi, namespaces: set[str]) -> None:
     for node in core.list_node(label_selector=f"{v.LABEL_POOL}={QUEUE_POOL}").items:
         with kubeapi.ignoring(404):
             core.delete_node(node.metadata.name)
+    demo_signals.clean(custom.api_client)
 
 
 def _queue_job(name: str, priority: int) -> dict[str, Any]:
@@ -164,8 +168,17 @@ def _refused(cluster: Any, custom: client.CustomObjectsApi, doc: dict[str, Any],
     return proc.stderr
 
 
+_SECTIONS = [0]
+
+
+def _section(title: str) -> None:
+    """Print the next numbered heading of the demo's output."""
+    _SECTIONS[0] += 1
+    print(f"\n== {_SECTIONS[0]}. {title}")
+
+
 def _policy_demo(cluster: Any, api: client.ApiClient, custom: client.CustomObjectsApi, timeout: float) -> None:
-    print("\n== 3. policy at admission (examples/20-policy.yaml; namespace ml-research is team research)")
+    _section("policy at admission (examples/20-policy.yaml; namespace ml-research is team research)")
     _wait("the admission webhook registered", lambda: _webhook_ready(api), timeout)
     base = next(d for d in load_documents((EXAMPLES / "02-multinode-spot-training.yaml").read_text()))
     spot = copy.deepcopy(base)
@@ -233,12 +246,15 @@ def main(argv: list[str] | None = None) -> int:
         ACCEL_OPERATOR_WEBHOOK_ADDRESS="127.0.0.1",
     )
     env.setdefault("ACCEL_OPERATOR_CHECKPOINT_GRACE_SECONDS", "5")  # the rescheduling step's wait
+    sqs = demo_signals.start_queue()  # EventBridge's interruption queue, simulated (None without moto)
+    if sqs is not None:
+        env.update(sqs.operator_env())
     log_path = cluster.state / "logs" / "operator.log"
     with log_path.open("wb") as log:
         operator = subprocess.Popen([sys.executable, "-m", "accel_operator"], env=env, stdout=log, stderr=log)
     keys: list[tuple[str, str]] = []
     try:
-        print(f"\n== 1. the example jobs (operator log: {log_path})")
+        _section(f"the example jobs (operator log: {log_path})")
         for doc in docs:
             if doc["kind"] != "AcceleratorJob":
                 continue
@@ -253,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         _table(custom, keys)
 
-        print(f"\n== 2. three 8-GPU jobs compete for the one node of {QUEUE_POOL}")
+        _section(f"three 8-GPU jobs compete for the one node of {QUEUE_POOL}")
         queue_pool = {
             "apiVersion": v.API_VERSION,
             "kind": "AcceleratorPool",
@@ -298,11 +314,21 @@ def main(argv: list[str] | None = None) -> int:
             _table(custom, qkeys)
         _policy_demo(cluster, api, custom, args.timeout)
 
-        print("\n== 3. a device fails under a running job: the job moves")
+        _section("a device fails under a running job: the job moves")
         demo_reschedule.run(api, cluster.kubeconfig, DEMO_NS, _wait, args.timeout)
+
+        _section("a spot interruption warning: checkpoint now, before the node goes")
+        if sqs is None:
+            print("(skipped: moto is not installed; it comes with the workspace's dev extra)")
+        else:
+            demo_signals.run(api, sqs, DEMO_NS, args.timeout)
+            keys.append((DEMO_NS, demo_signals.JOB))
+            _table(custom, [(DEMO_NS, demo_signals.JOB)])
     finally:
         operator.terminate()
         operator.wait(timeout=30)
+        if sqs is not None:
+            sqs.stop()
         _remove_webhooks(api)
         # The example policy is cluster-wide: left behind, it would judge every later job on this
         # cluster (the cluster tests' too). The demo's jobs, pools and nodes stay for exploration.
@@ -313,7 +339,7 @@ def main(argv: list[str] | None = None) -> int:
                         v.GROUP, v.VERSION, registry.POLICY.plural, doc["metadata"]["name"]
                     )
 
-    print(f"\n== 4. all jobs\n$ kubectl get acceleratorjobs -A   (KUBECONFIG={cluster.kubeconfig})")
+    _section(f"all jobs\n$ kubectl get acceleratorjobs -A   (KUBECONFIG={cluster.kubeconfig})")
     kubectl = cluster.bin / "kubectl"
     subprocess.run([str(kubectl), "get", "acceleratorjobs", "-A"], env=env, check=False)
     print(f"\n$ kubectl get events -n {DEMO_NS} --field-selector involvedObject.name=later")

@@ -19,10 +19,13 @@ from prometheus_client import start_http_server
 
 from accel_api import catalog as catalog_mod
 from accel_operator import handlers, logs
+from accel_operator.adapters.aws.interruptions import SqsInterruptionQueue
+from accel_operator.adapters.gcp.tpu import GoogleTpuNodes
 from accel_operator.adapters.kube.client import api_client
 from accel_operator.adapters.kube.jobs import KubeJobWriter
 from accel_operator.adapters.kube.lease import AlwaysLeader, Elector, LeaseElector
 from accel_operator.adapters.kube.reschedule import KubeRescheduleClient
+from accel_operator.adapters.kube.signals import KubeSignalWriter
 from accel_operator.adapters.kube.workloads import KubeWorkloadClient
 from accel_operator.context import OperatorContext
 from accel_operator.metrics import OperatorMetrics
@@ -45,6 +48,15 @@ def build_context(settings: OperatorSettings) -> OperatorContext:
         workloads=KubeWorkloadClient(api),
         elector=elector,
         reschedule=KubeRescheduleClient(api),
+        signals=KubeSignalWriter(api),
+        interruptions=SqsInterruptionQueue.from_environment(
+            settings.sqs_queue_url, settings.sqs_region, settings.aws_endpoint_url
+        )
+        if settings.sqs_queue_url
+        else None,
+        tpu=(GoogleTpuNodes.at(settings.tpu_endpoint) if settings.tpu_endpoint else GoogleTpuNodes.from_environment())
+        if settings.tpu_pools
+        else None,
     )
 
 

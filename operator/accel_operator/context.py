@@ -6,12 +6,15 @@ environment or builds a client of its own.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from accel_api.catalog import Catalog
+from accel_operator.adapters.aws.interruptions import InterruptionQueue
+from accel_operator.adapters.gcp.tpu import TpuNodes
 from accel_operator.adapters.kube.jobs import JobWriter
 from accel_operator.adapters.kube.lease import Elector
 from accel_operator.adapters.kube.reschedule import RescheduleClient
+from accel_operator.adapters.kube.signals import FakeSignalWriter, SignalWriter
 from accel_operator.adapters.kube.workloads import WorkloadClient
 from accel_operator.metrics import OperatorMetrics
 from accel_operator.settings import OperatorSettings
@@ -26,3 +29,7 @@ class OperatorContext:
     workloads: WorkloadClient
     elector: Elector
     reschedule: RescheduleClient  # node taints and checkpoint-now annotations (reconcile/health.py)
+    # Early warnings (handlers.signals): the node/pod writer, and the clouds' sources when configured.
+    signals: SignalWriter = field(default_factory=FakeSignalWriter)
+    interruptions: InterruptionQueue | None = None
+    tpu: TpuNodes | None = None

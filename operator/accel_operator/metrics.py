@@ -58,9 +58,16 @@ class OperatorMetrics:
             ["action"],
             registry=r,
         )
+        self.early_warnings = Counter(
+            "accel_operator_early_warnings_total",
+            "Early warnings of a node's end acted on, by source (reconcile.early_warning.WarningSource values).",
+            ["source"],
+            registry=r,
+        )
         self.checkpoint_requests = Counter(
             "accel_operator_checkpoint_requests_total",
-            "Checkpoint-now requests sent to running jobs, by reason.",
+            "Checkpoint-now requests sent to running jobs' pods (the annotation set to a new token), by reason: "
+            "device-unhealthy (node reports), early-warning (a cloud's notice).",
             ["reason"],
             registry=r,
         )

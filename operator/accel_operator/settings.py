@@ -1,7 +1,7 @@
 """The operator's settings: one class, read once from ACCEL_OPERATOR_* variables, passed in."""
 
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -88,3 +88,25 @@ class OperatorSettings(BaseSettings):
         description="Every device of a multi-device job at ~0% this long while its pods run: a hung job.",
     )
     hung_utilization_percent: float = Field(default=1.0, ge=0, le=100, description="'~0%' for a hung job.")
+    # Early warnings (each off while unset): README, "Early warnings".
+    sqs_queue_url: str = Field(
+        default="",
+        max_length=1024,
+        description="The SQS queue EventBridge fills with EC2 spot interruption, rebalance and state-change "
+        "events (the node termination handler's queue mode); empty: not read.",
+    )
+    sqs_region: str = Field(default="", max_length=32, description="The queue's region; empty: boto3's default.")
+    aws_endpoint_url: str = Field(
+        default="", max_length=1024, description="An AWS endpoint other than the real one (moto in tests)."
+    )
+    sqs_wait_seconds: int = Field(default=20, ge=0, le=20, description="SQS long poll per receive.")
+    tpu_pools: list[Annotated[str, Field(max_length=253)]] = Field(
+        default_factory=list,
+        max_length=256,
+        description="AcceleratorPools of TPU VMs outside GKE (nodes with providerID gce://<project>/<zone>/<name>) "
+        "whose state the TPU API is polled for; empty: not polled.",
+    )
+    tpu_endpoint: str = Field(
+        default="", max_length=1024, description="A TPU API endpoint other than Google's (a stand-in in tests)."
+    )
+    tpu_poll_seconds: float = Field(default=10.0, ge=1, le=3600, description="How often the TPU API is asked.")

@@ -20,9 +20,8 @@ from kubernetes import client
 from accel_api import registry
 from accel_api import vocabulary as v
 from tests.support import webhooks
-from tests.support.cluster import ROOT, wait_for
+from tests.support.cluster import ROOT, token_kubeconfig, wait_for
 from tests.support.jobs import create_job, end_pods, events_of, gpu_pool, job_doc, wait_phase
-from tests.support.operator import token_kubeconfig
 
 EXAMPLES = ROOT / "examples"
 

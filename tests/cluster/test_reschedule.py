@@ -25,9 +25,9 @@ from accel_api import registry
 from accel_api import vocabulary as v
 from accel_localcluster import Cluster, kubeapi
 from accel_operator.settings import OperatorSettings
-from tests.support.cluster import unexpected_errors, wait_for
+from tests.support.cluster import token_kubeconfig, unexpected_errors, wait_for
 from tests.support.jobs import create_job, events_of, gpu_pool, job_doc, pods_of, status, wait_phase
-from tests.support.operator import running_operator, token_kubeconfig
+from tests.support.operator import running_operator
 
 CHECKPOINT = {"uri": "s3://checkpoints/reschedule", "intervalMinutes": 10}
 

@@ -6,6 +6,7 @@ what is here is the test-side part: waiting that fails the test, and reading the
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from collections.abc import Callable
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes import client
 
 from accel_localcluster import kubeapi
@@ -56,3 +58,19 @@ def apply_manifests(api: client.ApiClient, paths: list[Path], namespace: str = "
 
 def install_crds(api: client.ApiClient) -> list[str]:
     return kubeapi.install_crds(api, ROOT / "crds")
+
+
+def token_kubeconfig(api: client.ApiClient, core: client.CoreV1Api, tmp: Path) -> Path:
+    """Install manifests/operator/rbac.yaml and return a kubeconfig with the ServiceAccount's
+    token: an operator started with it has exactly the role the manifests ship."""
+    apply_manifests(api, [ROOT / "manifests" / "operator" / "rbac.yaml"])
+    token = core.create_namespaced_service_account_token(
+        "accel-operator",
+        "accel-system",
+        client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=3600)),
+    ).status.token
+    admin = yaml.safe_load(Path(os.environ["KUBECONFIG"]).read_text())
+    admin["users"] = [{"name": "accel-admin", "user": {"token": token}}]
+    path = tmp / "operator-kubeconfig"
+    path.write_text(yaml.safe_dump(admin))
+    return path

@@ -6,18 +6,12 @@ from __future__ import annotations
 import asyncio
 import io
 import logging
-import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
-
-import yaml
-from kubernetes import client
 
 from accel_operator import app
 from accel_operator.settings import OperatorSettings
-from tests.support.cluster import ROOT, apply_manifests
 
 
 class RunningOperator:
@@ -63,18 +57,3 @@ def running_operator(settings: OperatorSettings, *, timeout: float = 60) -> Iter
         running.thread.join(timeout)
         root.removeHandler(handler)
         root.setLevel(previous_level)
-
-
-def token_kubeconfig(api: client.ApiClient, core: client.CoreV1Api, tmp: Path) -> Path:
-    """Install manifests/operator/rbac.yaml and return a kubeconfig with the ServiceAccount's token."""
-    apply_manifests(api, [ROOT / "manifests" / "operator" / "rbac.yaml"])
-    token = core.create_namespaced_service_account_token(
-        "accel-operator",
-        "accel-system",
-        client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=3600)),
-    ).status.token
-    admin = yaml.safe_load(Path(os.environ["KUBECONFIG"]).read_text())
-    admin["users"] = [{"name": "accel-admin", "user": {"token": token}}]
-    path = tmp / "operator-kubeconfig"
-    path.write_text(yaml.safe_dump(admin))
-    return path

@@ -1,7 +1,7 @@
 """kopf wiring, one module per watched kind (pools, nodes, pods, workloads, jobs, policies,
 namespaces and node reports), all thin: they keep kopf's indexes and mark what changed;
 :mod:`scheduler` observes, decides and applies; :mod:`admission` serves the webhooks (when
-``settings.webhook_port`` is set).
+``settings.webhook_port`` is set); :mod:`signals` acts on the clouds' early warnings.
 ``register`` declares everything into one registry."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 import kopf
 
 from accel_operator.context import OperatorContext
-from accel_operator.handlers import admission, jobs, nodes, pods, policies, pools, reports, workloads
+from accel_operator.handlers import admission, jobs, nodes, pods, policies, pools, reports, signals, workloads
 from accel_operator.handlers.scheduler import Indices, Scheduler
 
 
@@ -31,6 +31,16 @@ def register(reg: kopf.OperatorRegistry, ctx: OperatorContext) -> Scheduler:
     policies.register(reg, sched)
     if ctx.settings.webhook_port:
         admission.register(reg, ctx.settings)
+    early_warnings = signals.Signals(
+        sched=sched,
+        signals=ctx.signals,
+        writer=ctx.writer,
+        metrics=ctx.metrics,
+        settings=ctx.settings,
+        interruptions=ctx.interruptions,
+        tpu=ctx.tpu,
+    )
+    early_warnings.register(reg)
 
     @kopf.on.login(registry=reg)
     def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
@@ -59,11 +69,13 @@ def register(reg: kopf.OperatorRegistry, ctx: OperatorContext) -> Scheduler:
             reports=kwargs["reports"],
         )
         memo.scheduler_task = asyncio.create_task(sched.run(), name="accel-scheduler")
+        memo.signal_tasks = early_warnings.start()
 
     @kopf.on.cleanup(registry=reg)
     async def stop(memo: kopf.Memo, **_: Any) -> None:
         task = memo.get("scheduler_task")
         if task is not None:
             task.cancel()
+        await signals.stop(memo.get("signal_tasks") or ())
 
     return sched

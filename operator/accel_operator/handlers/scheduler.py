@@ -129,6 +129,8 @@ class Scheduler:
     reschedule: RescheduleClient | None = None
     # (node, taint | untaint) -> monotonic time of the write: not written again until the watch shows it.
     node_acting: dict[tuple[str, str], float] = field(default_factory=dict)
+    # Nodes a cloud API reports preempted (handlers.signals, TPU VMs): into every snapshot.
+    preempted_nodes: set[str] = field(default_factory=set)
 
     # --- marks (from kopf's event handlers) -----------------------------------------------------
 
@@ -270,6 +272,7 @@ class Scheduler:
             reports=MappingProxyType(reports),
             nodes=MappingProxyType({n.name: n for n in nodes}),
             node_used=MappingProxyType(used),
+            preempted_nodes=frozenset(self.preempted_nodes),
         )
 
     def _plan(self, job: JobView, snap: Snapshot) -> Plan | None:

@@ -280,8 +280,13 @@ def _attempt_pods(snapshot: Snapshot, job: JobView) -> list[PodView]:
     return [p for p in snapshot.pods_by_job.get(job.key, ()) if p.attempt == job.status.attempt]
 
 
-def _failure(job: JobView, wl: WorkloadView, pods: Sequence[PodView], now: dt.datetime) -> AttemptFailure:
+def _failure(
+    job: JobView, wl: WorkloadView, pods: Sequence[PodView], now: dt.datetime, preempted_nodes: frozenset[str]
+) -> AttemptFailure:
     preempted = DISRUPTION_RULE in (wl.failure_message or "") or any(p.disrupted for p in pods)
+    # A pod on a node the cloud API reports preempted (TPU VM outside GKE) ends as the VM died:
+    # whatever its exit code, that is a preemption.
+    preempted = preempted or any(p.node in preempted_nodes for p in pods if p.node)
     failed = [p for p in pods if p.phase == "Failed"]
     culprit = next((p for p in failed if p.exit_code not in (None, 0)), failed[0] if failed else None)
     return AttemptFailure(
@@ -386,7 +391,7 @@ def _holding(job: JobView, snapshot: Snapshot, now: dt.datetime, bind_timeout: f
             reason=message,
         )
     if wl.failed_condition:
-        return _after_failure(job, _failure(job, wl, pods, now), now)
+        return _after_failure(job, _failure(job, wl, pods, now, snapshot.preempted_nodes), now)
     bound = sum(1 for p in pods if p.node and not p.ended)
     if st.phase is JobPhase.ADMITTED:
         if bound >= nodes:

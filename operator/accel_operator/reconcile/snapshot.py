@@ -41,6 +41,9 @@ class NodeView:
     deleting: bool = False
     health_taint: bool = False  # carries the operator's device-unhealthy taint
     condemned: bool = False  # a fresh node report shows a failing device (reconcile/health.py)
+    uid: str = ""  # one incarnation of the node: a node re-created under the same name is another
+    provider_id: str = ""  # spec.providerID: aws:///<zone>/<instance-id>, gce://<project>/<zone>/<name>
+    termination_taints: frozenset[str] = frozenset()  # which of vocabulary.TERMINATION_TAINTS it carries
 
     @property
     def usable(self) -> bool:
@@ -66,6 +69,7 @@ class PodView:
     exit_code: int | None = None  # the main container's, once it terminated
     reason: str | None = None  # status.reason (NodeShutdown, Terminated, Evicted ...)
     disrupted: bool = False  # condition DisruptionTarget=True
+    checkpoint_now: str | None = None  # the pod's vocabulary.ANNOTATION_CHECKPOINT_NOW (the last request)
 
     @property
     def ended(self) -> bool:
@@ -279,6 +283,9 @@ class Snapshot:
     reports: Mapping[str, ReportView] = field(default_factory=lambda: MappingProxyType({}))
     nodes: Mapping[str, NodeView] = field(default_factory=lambda: MappingProxyType({}))
     node_used: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))  # devices pods hold
+    # Nodes a cloud API reports as preempted (TPU VMs outside GKE: state PREEMPTED): an attempt
+    # whose pods ended there was preempted, whatever their exit codes say.
+    preempted_nodes: frozenset[str] = frozenset()
 
     def with_admission(self, key: JobKey, pool: str, gang: Gang, expected_end: dt.datetime | None) -> Snapshot:
         cap = dict(self.capacity)

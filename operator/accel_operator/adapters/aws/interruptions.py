@@ -129,9 +129,12 @@ class SqsInterruptionQueue:
         self._url = queue_url
 
     @classmethod
-    def from_environment(cls, queue_url: str, region: str | None = None) -> SqsInterruptionQueue:
-        """A client from the default credential chain (IRSA / Pod Identity in a cluster)."""
-        return cls(boto3.client("sqs", region_name=region), queue_url)
+    def from_environment(
+        cls, queue_url: str, region: str | None = None, endpoint_url: str | None = None
+    ) -> SqsInterruptionQueue:
+        """A client from the default credential chain (IRSA / Pod Identity in a cluster);
+        ``endpoint_url``: another endpoint than AWS's (moto in tests)."""
+        return cls(boto3.client("sqs", region_name=region or None, endpoint_url=endpoint_url or None), queue_url)
 
     def receive(self, max_messages: int = MAX_BATCH, wait_seconds: int = MAX_WAIT_SECONDS) -> list[Interruption]:
         try:

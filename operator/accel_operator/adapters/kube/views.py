@@ -42,6 +42,13 @@ def _time(text: Any) -> dt.datetime:
         return dt.datetime.now(dt.UTC)
 
 
+# Longer values are not cloud provider ids (the longest real ones are about 100 characters).
+_PROVIDER_ID_LENGTH = 256
+# A checkpoint-now request the operator wrote is at most early_warning.TOKEN_LENGTH; anyone's
+# longer value is clipped (it is only compared, never echoed whole).
+_CHECKPOINT_NOW_LENGTH = 256
+
+
 def node_view(body: Mapping[str, Any]) -> NodeView | None:
     status = body.get("status") or {}
     alloc = status.get("allocatable") or {}
@@ -50,6 +57,7 @@ def node_view(body: Mapping[str, Any]) -> NodeView | None:
         return None
     meta, spec = _meta(body), body.get("spec") or {}
     taints = {t.get("key") for t in spec.get("taints") or [] if isinstance(t, Mapping)}
+    termination = frozenset(k for k in taints if isinstance(k, str) and k in v.TERMINATION_TAINTS)
     ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
     return NodeView(
         name=str(meta.get("name")),
@@ -57,9 +65,12 @@ def node_view(body: Mapping[str, Any]) -> NodeView | None:
         devices=devices,
         ready=ready,
         unschedulable=bool(spec.get("unschedulable")),
-        terminating=bool(taints & v.TERMINATION_TAINTS),
+        terminating=bool(termination),
         deleting=meta.get("deletionTimestamp") is not None,
         health_taint=v.TAINT_DEVICE_UNHEALTHY in taints,
+        uid=str(meta.get("uid") or "")[:64],
+        provider_id=str(spec.get("providerID") or "")[:_PROVIDER_ID_LENGTH],
+        termination_taints=termination,
     )
 
 
@@ -93,6 +104,7 @@ def pod_view(body: Mapping[str, Any]) -> PodView | None:
         for c in status.get("conditions") or []
     )
     attempt = labels.get(v.LABEL_ATTEMPT)
+    request = (meta.get("annotations") or {}).get(v.ANNOTATION_CHECKPOINT_NOW)
     return PodView(
         namespace=namespace,
         name=str(meta.get("name")),
@@ -104,6 +116,7 @@ def pod_view(body: Mapping[str, Any]) -> PodView | None:
         exit_code=exit_code,
         reason=status.get("reason"),
         disrupted=disrupted,
+        checkpoint_now=str(request)[:_CHECKPOINT_NOW_LENGTH] if request else None,
     )
 
 
