@@ -6,12 +6,14 @@ environment or builds a client of its own.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from accel_api.catalog import Catalog
+from accel_operator.adapters.kube.costs import CostWriter, FakeCostWriter
 from accel_operator.adapters.kube.jobs import JobWriter
 from accel_operator.adapters.kube.lease import Elector
 from accel_operator.adapters.kube.workloads import WorkloadClient
+from accel_operator.adapters.pricebook import PriceBook
 from accel_operator.metrics import OperatorMetrics
 from accel_operator.settings import OperatorSettings
 
@@ -24,3 +26,5 @@ class OperatorContext:
     writer: JobWriter
     workloads: WorkloadClient
     elector: Elector
+    costs: CostWriter = field(default_factory=FakeCostWriter)
+    prices: PriceBook = field(default_factory=PriceBook)

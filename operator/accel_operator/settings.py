@@ -43,3 +43,14 @@ class OperatorSettings(BaseSettings):
     )
     lease_namespace: str = Field(default="accel-system", max_length=63)
     lease_seconds: float = Field(default=15.0, ge=3, le=300, description="How long a leader's Lease holds.")
+    cost_interval_seconds: float = Field(
+        default=30.0, gt=0, le=3600, description="How often the cost ledger accrues (leader only)."
+    )
+    aws_region: str = Field(
+        default="", max_length=32, description="Live EC2 spot prices for `price.source: live` pools; empty: off."
+    )
+    gcp_project: str = Field(
+        default="", max_length=64, description="TPU types per zone for `price.source: live` TPU pools; empty: off."
+    )
+    tpu_endpoint: str = Field(default="", max_length=256, description="The TPU API endpoint; empty: Google's.")
+    price_ttl_seconds: float = Field(default=300.0, gt=0, le=86_400, description="How long a live price is kept.")

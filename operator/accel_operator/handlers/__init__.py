@@ -10,7 +10,7 @@ from typing import Any
 import kopf
 
 from accel_operator.context import OperatorContext
-from accel_operator.handlers import jobs, nodes, pods, pools, workloads
+from accel_operator.handlers import cost, jobs, nodes, pods, pools, workloads
 from accel_operator.handlers.scheduler import Indices, Scheduler
 
 
@@ -25,6 +25,7 @@ def register(reg: kopf.OperatorRegistry, ctx: OperatorContext) -> Scheduler:
     )
     for module in (pools, nodes, pods, workloads, jobs):
         module.register(reg, sched)
+    cost.register(reg, sched, ctx)
 
     @kopf.on.login(registry=reg)
     def login(**kwargs: Any) -> kopf.ConnectionInfo | None:

@@ -98,8 +98,7 @@ def _ivs(a: AttemptCost) -> list[_Iv]:
 
 def _wire(ivs: list[_Iv]) -> list[CostInterval]:
     return [
-        CostInterval(start=fmt(i.start), end=fmt(i.end), usd_per_device_hour=i.price, idle_fraction=i.idle)
-        for i in ivs
+        CostInterval(start=fmt(i.start), end=fmt(i.end), usd_per_device_hour=i.price, idle_fraction=i.idle) for i in ivs
     ]
 
 
@@ -193,9 +192,7 @@ def close(cost: CostStatus | None, ended: AttemptEnd) -> CostStatus:
     entry = _find(cost, ended.attempt)
     if entry is None or entry.end is not None:
         return with_totals(cost)
-    ivs = [
-        _Iv(i.start, min(i.end, ended.end), i.price, i.idle) for i in _ivs(entry) if i.start < ended.end
-    ]
+    ivs = [_Iv(i.start, min(i.end, ended.end), i.price, i.idle) for i in _ivs(entry) if i.start < ended.end]
     lost = 0.0
     if ended.preempted and ivs:
         held = sum(i.seconds for i in ivs) * entry.devices
@@ -263,7 +260,7 @@ def _fold(cost: CostStatus) -> CostStatus:
     while len(attempts) > COST_ATTEMPTS:
         old = next((a for a in attempts if a.end is not None), attempts[0])
         attempts.remove(old)
-        folded = _add(folded, _attempt_totals(old))
+        folded = add(folded, _attempt_totals(old))
     return cost.model_copy(update={"attempts": attempts, "folded": folded})
 
 
@@ -316,14 +313,14 @@ def segments(entry: AttemptCost) -> Iterator[Segment]:
             yield Segment(iv.start, cut, entry.devices, iv.price, od, iv.idle, False)
 
 
-def _add(a: CostTotals, b: CostTotals) -> CostTotals:
+def add(a: CostTotals, b: CostTotals) -> CostTotals:
     return CostTotals(**{k: getattr(a, k) + getattr(b, k) for k in CostTotals.model_fields})
 
 
 def _attempt_totals(entry: AttemptCost) -> CostTotals:
     out = CostTotals()
     for seg in segments(entry):
-        out = _add(out, seg.totals())
+        out = add(out, seg.totals())
     return out
 
 
@@ -332,7 +329,7 @@ def totals(cost: CostStatus | None) -> CostTotals:
         return CostTotals()
     out = cost.folded or CostTotals()
     for entry in cost.attempts:
-        out = _add(out, _attempt_totals(entry))
+        out = add(out, _attempt_totals(entry))
     return out
 
 
@@ -342,7 +339,7 @@ def window(cost: CostStatus | None, start: dt.datetime, end: dt.datetime) -> Cos
     for entry in cost.attempts if cost is not None else ():
         for seg in segments(entry):
             if seg.end > start and seg.start < end:
-                out = _add(out, seg.totals(start, end))
+                out = add(out, seg.totals(start, end))
     return out
 
 
@@ -359,7 +356,7 @@ def days(cost: CostStatus | None) -> dict[dt.date, CostTotals]:
                     break
                 piece = seg.totals(lo, hi)
                 if piece.device_seconds > 0 or piece.spent_usd > 0:
-                    out[day] = _add(out.get(day, CostTotals()), piece)
+                    out[day] = add(out.get(day, CostTotals()), piece)
                 day += dt.timedelta(days=1)
     return out
 

@@ -18,7 +18,9 @@ T0 = dt.datetime(2026, 3, 31, 22, 0, tzinfo=dt.UTC)
 CENT = 0.005
 
 
-def _obs(attempt: int, start: float, end: float, price: float, *, devices: int = 8, idle: float = 0.0):
+def _obs(
+    attempt: int, start: float, end: float, price: float, *, devices: int = 8, idle: float = 0.0
+) -> ledger.Observation:
     return ledger.Observation(
         attempt=attempt,
         pool="p",
@@ -60,7 +62,9 @@ def _hand(parts: list[tuple[int, float, float]], devices: int = 8) -> tuple[floa
 
 @settings(max_examples=200, deadline=None)
 @given(parts=pieces, data=st.data())
-def test_replayed_and_reordered_observations_count_once(parts, data):
+def test_replayed_and_reordered_observations_count_once(
+    parts: list[tuple[int, float, float]], data: st.DataObject
+) -> None:
     observations = _timeline(parts)
     replays = data.draw(st.lists(st.sampled_from(observations), max_size=10))
     order = data.draw(st.permutations(observations + replays))
@@ -78,7 +82,7 @@ def test_replayed_and_reordered_observations_count_once(parts, data):
 
 @settings(max_examples=100, deadline=None)
 @given(parts=pieces, cut=st.integers(min_value=0, max_value=11))
-def test_a_restart_reads_the_watermark_and_goes_on(parts, cut):
+def test_a_restart_reads_the_watermark_and_goes_on(parts: list[tuple[int, float, float]], cut: int) -> None:
     observations = _timeline(parts)
     cut = min(cut, len(observations))
     cost: CostStatus | None = None
@@ -94,7 +98,7 @@ def test_a_restart_reads_the_watermark_and_goes_on(parts, cut):
 
 @settings(max_examples=100, deadline=None)
 @given(seconds=st.integers(min_value=10, max_value=100_000), steps=st.integers(min_value=1, max_value=200))
-def test_accruing_up_to_now_in_steps_equals_one_observation(seconds, steps):
+def test_accruing_up_to_now_in_steps_equals_one_observation(seconds: int, steps: int) -> None:
     """How the operator accrues: [admitted, now] at every tick; only the new part counts."""
     cost: CostStatus | None = None
     for k in range(1, steps + 1):
@@ -110,7 +114,7 @@ def test_accruing_up_to_now_in_steps_equals_one_observation(seconds, steps):
     checkpoint=st.integers(min_value=-100, max_value=50_000),
     overshoot=st.integers(min_value=0, max_value=300),
 )
-def test_preemption_loses_the_work_since_the_checkpoint(run, checkpoint, overshoot):
+def test_preemption_loses_the_work_since_the_checkpoint(run: int, checkpoint: int, overshoot: int) -> None:
     # The accountant may have accrued a little past the end before it learnt of the preemption.
     cost = ledger.record(None, _obs(0, 0, run + overshoot, 4.0))
     end = ledger.AttemptEnd(
@@ -125,7 +129,7 @@ def test_preemption_loses_the_work_since_the_checkpoint(run, checkpoint, oversho
     assert again.model_dump() == cost.model_dump()
 
 
-def test_reported_lost_device_seconds_win_over_the_checkpoint_and_are_priced_at_the_tail():
+def test_reported_lost_device_seconds_win_over_the_checkpoint_and_are_priced_at_the_tail() -> None:
     cost = ledger.record(None, _obs(0, 0, 3600, 2.0, devices=2))
     cost = ledger.record(cost, _obs(0, 3600, 7200, 6.0, devices=2))
     cost = ledger.close(
@@ -138,10 +142,11 @@ def test_reported_lost_device_seconds_win_over_the_checkpoint_and_are_priced_at_
 
 @settings(max_examples=100, deadline=None)
 @given(parts=pieces)
-def test_days_and_windows_sum_to_the_totals(parts):
-    cost = None
+def test_days_and_windows_sum_to_the_totals(parts: list[tuple[int, float, float]]) -> None:
+    cost: CostStatus | None = None
     for obs in _timeline(parts):
         cost = ledger.record(cost, obs)
+    assert cost is not None
     by_day = ledger.days(cost)
     assert sum(t.spent_usd for t in by_day.values()) == pytest.approx(cost.spent_usd)
     month = ledger.period_start("monthly", T0 + dt.timedelta(days=1))  # 1 April: T0 is 31 March, 22:00
@@ -151,7 +156,7 @@ def test_days_and_windows_sum_to_the_totals(parts):
     assert before.device_seconds <= 2 * 3600 * 8
 
 
-def test_merge_keeps_what_either_ledger_knows():
+def test_merge_keeps_what_either_ledger_knows() -> None:
     a = ledger.record(None, _obs(0, 0, 100, 1.0))
     b = ledger.close(ledger.record(a, _obs(1, 200, 400, 2.0)), ledger.AttemptEnd(1, T0 + dt.timedelta(seconds=300)))
     merged = ledger.merge(a, b)
@@ -160,15 +165,17 @@ def test_merge_keeps_what_either_ledger_knows():
     assert ledger.merge(b, a).spent_usd == pytest.approx(merged.spent_usd)
 
 
-def test_status_stays_bounded_and_keeps_the_money():
-    cost = None
+def test_status_stays_bounded_and_keeps_the_money() -> None:
+    cost: CostStatus | None = None
     for k in range(40):  # 40 separate pieces of one attempt, each at its own price
         cost = ledger.record(cost, _obs(0, 100 * k, 100 * k + 50, 1.0 + k))
     assert cost is not None
     assert len(cost.attempts[0].intervals) <= 32
     assert cost.spent_usd == pytest.approx(sum(8 * 50 / 3600 * (1.0 + k) for k in range(40)))
     for k in range(40):  # 40 attempts
-        cost = ledger.close(ledger.record(cost, _obs(k + 1, 0, 10, 1.0)), ledger.AttemptEnd(k + 1, T0 + dt.timedelta(seconds=10)))
+        cost = ledger.close(
+            ledger.record(cost, _obs(k + 1, 0, 10, 1.0)), ledger.AttemptEnd(k + 1, T0 + dt.timedelta(seconds=10))
+        )
     assert len(cost.attempts) <= 32
     assert cost.folded is not None
     assert cost.spent_usd == pytest.approx(sum(8 * 50 / 3600 * (1.0 + k) for k in range(40)) + 40 * 8 * 10 / 3600)
@@ -183,5 +190,5 @@ def test_status_stays_bounded_and_keeps_the_money():
         ("monthly", "2026-03-04T10:00:00Z", "2026-03-01T00:00:00Z"),
     ],
 )
-def test_period_start(period, now, start):
+def test_period_start(period: str, now: str, start: str) -> None:
     assert ledger.period_start(period, ledger.parse(now)) == ledger.parse(start)
