@@ -70,3 +70,38 @@ class FakeCostWriter:
 
 
 _: CostWriter = FakeCostWriter()
+
+
+# --- reading what the ledger wrote (accelctl cost report) -----------------------------------------
+
+PAGE = 500  # objects per LIST page
+
+
+def _list(fetch: Any) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = []
+    token: str | None = None
+    while True:
+        try:
+            page = fetch(limit=PAGE, _continue=token) if token else fetch(limit=PAGE)
+        except ApiException as exc:
+            raise ClusterUnavailable(f"{exc.status} {exc.reason}") from exc
+        except urllib3.exceptions.HTTPError as exc:
+            raise ClusterUnavailable(str(exc)) from exc
+        items.extend(page.get("items") or [])
+        token = (page.get("metadata") or {}).get("continue")
+        if not token:
+            return items
+
+
+def list_jobs(api: client.ApiClient, namespace: str | None = None) -> list[dict[str, Any]]:
+    """Every AcceleratorJob (in ``namespace``, else in all), paged."""
+    custom = client.CustomObjectsApi(api)
+    plural = registry.JOB.plural
+    if namespace:
+        return _list(lambda **kw: custom.list_namespaced_custom_object(v.GROUP, v.VERSION, namespace, plural, **kw))
+    return _list(lambda **kw: custom.list_cluster_custom_object(v.GROUP, v.VERSION, plural, **kw))
+
+
+def list_policies(api: client.ApiClient) -> list[dict[str, Any]]:
+    custom = client.CustomObjectsApi(api)
+    return _list(lambda **kw: custom.list_cluster_custom_object(v.GROUP, v.VERSION, registry.POLICY.plural, **kw))
