@@ -499,8 +499,8 @@ _Fraction = Annotated[float, Field(ge=0, le=1)]
 _PerHour = Annotated[float, Field(ge=0, le=bounds.PRICE_MAX)]
 # The ledger keeps at most this many attempts and intervals per attempt; older ones are folded
 # into ``CostStatus.folded`` (totals kept, their days dropped), so status stays small.
-COST_ATTEMPTS = 32
-COST_INTERVALS = 32
+COST_ATTEMPTS = 16
+COST_INTERVALS = 16
 
 
 class CostInterval(ApiModel):

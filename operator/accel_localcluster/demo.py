@@ -9,7 +9,9 @@
 3. on a small pool of its own (one node, 8 H100s), runs three 8-GPU jobs that compete for the
    same node: one runs, two wait in queue order; each finished job (the demo ends its pods, as
    a training program would) lets the next one in;
-4. prints every job's phase, pool, devices and why, and the events of one of them.
+4. prints every job's phase, pool, devices and why, and the events of one of them;
+5. ends with the per-team cost table from the jobs' ledgers (``accelctl cost report``) and
+   writes the HTML cost report next to the cluster's state.
 
 The cluster is left running for exploration (``accel-cluster status``, ``accel-cluster down``).
 """
@@ -22,6 +24,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from kubernetes import client
@@ -35,6 +38,9 @@ from accel_localcluster.control_plane import REPO
 EXAMPLES = REPO / "examples"
 DEMO_NS = "demo"
 QUEUE_POOL = "demo-h100-queue"
+
+
+COST_INTERVAL = 2.0  # seconds between the operator's cost accrual ticks in the demo
 
 
 def _get(custom: client.CustomObjectsApi, ns: str, name: str) -> dict[str, Any]:
@@ -144,6 +150,7 @@ def main(argv: list[str] | None = None) -> int:
 
     env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig), "ACCEL_OPERATOR_LIVENESS_PORT": "0"}
     env.setdefault("ACCEL_OPERATOR_METRICS_PORT", "0")
+    env.setdefault("ACCEL_OPERATOR_COST_INTERVAL_SECONDS", str(COST_INTERVAL))
     log_path = cluster.state / "logs" / "operator.log"
     with log_path.open("wb") as log:
         operator = subprocess.Popen([sys.executable, "-m", "accel_operator"], env=env, stdout=log, stderr=log)
@@ -207,6 +214,7 @@ def main(argv: list[str] | None = None) -> int:
                     args.timeout,
                 )
             _table(custom, qkeys)
+        time.sleep(2 * COST_INTERVAL + 1)  # the ledger's last ticks: finished attempts closed
     finally:
         operator.terminate()
         operator.wait(timeout=30)
@@ -220,8 +228,20 @@ def main(argv: list[str] | None = None) -> int:
         env=env,
         check=False,
     )
+    _cost_report(cluster.state, env)
     print("\nThe cluster is still running: `accel-cluster status`, `accel-cluster down`.")
     return 0
+
+
+def _cost_report(state: Path, env: dict[str, str]) -> None:
+    """The per-team cost table and the HTML report, from the jobs' ledgers (``accelctl cost``)."""
+    accelctl = [sys.executable, "-m", "accel_operator.cli.main", "cost", "report"]
+    print("\n== 4. what it cost, per team (the jobs' ledgers: devices × seconds × the pool's price)")
+    print("$ accelctl cost report --by team --since 30d")
+    subprocess.run([*accelctl, "--by", "team", "--since", "30d"], env=env, check=False)
+    html = state / "cost-report.html"
+    subprocess.run([*accelctl, "--by", "team", "-o", "html", "--out", str(html)], env=env, check=False)
+    print(f"The HTML report (charts, no network needed): {html}")
 
 
 if __name__ == "__main__":

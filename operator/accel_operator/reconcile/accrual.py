@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from accel_api.enums import CapacityType, FailureKind, JobPhase
-from accel_api.job import CostStatus, CostTotals, OverBudget
+from accel_api.job import CostStatus, OverBudget
 from accel_api.nodereport import Device
 from accel_api.policy import AcceleratorPolicySpec, TeamSpend
 from accel_operator.reconcile import ledger
@@ -166,7 +166,7 @@ def team_spend(policy: AcceleratorPolicySpec, ledgers: Iterable[Ledger], now: dt
     out = []
     for budget in policy.budgets:
         start = ledger.period_start(budget.period.value, now)
-        total = CostTotals()
+        total = ledger.Figures()
         jobs = 0
         for cost in by_team.get(budget.team, ()):
             part = ledger.window(cost, start, now)
@@ -208,16 +208,16 @@ def over_budget(
     return OverBudget(policy=policy, period=s.period, spent_usd=s.spent_usd, limit_usd=s.limit_usd, since=since)
 
 
-def by_pool(cost: CostStatus) -> dict[tuple[str, CapacityType], CostTotals]:
+def by_pool(cost: CostStatus) -> dict[tuple[str, CapacityType], ledger.Figures]:
     """The job's figures per (pool, capacity type), for the metrics; folded attempts under ``""``."""
-    out: dict[tuple[str, CapacityType], CostTotals] = {}
+    out: dict[tuple[str, CapacityType], ledger.Figures] = {}
     for entry in cost.attempts:
-        t = CostTotals()
+        t = ledger.Figures()
         for seg in ledger.segments(entry):
             t = ledger.add(t, seg.totals())
         key = (entry.pool, entry.capacity_type)
-        out[key] = ledger.add(out.get(key, CostTotals()), t)
+        out[key] = ledger.add(out.get(key, ledger.Figures()), t)
     if cost.folded is not None:
         key = ("", CapacityType.ON_DEMAND)
-        out[key] = ledger.add(out.get(key, CostTotals()), cost.folded)
+        out[key] = ledger.add(out.get(key, ledger.Figures()), ledger.Figures.of(cost.folded))
     return out

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from accel_api.job import CostStatus, CostTotals
+from accel_api.job import CostStatus
 from accel_operator.reconcile import ledger
 
 
@@ -29,7 +29,7 @@ class JobCost:
 @dataclass
 class Row:
     key: str
-    totals: CostTotals = field(default_factory=CostTotals)
+    totals: ledger.Figures = field(default_factory=ledger.Figures)
     forecast_usd: float = 0.0
     jobs: set[str] = field(default_factory=set)
 
@@ -71,9 +71,9 @@ def rows(jobs: Iterable[JobCost], by: By, start: dt.datetime, end: dt.datetime) 
     out: dict[str, Row] = {}
     for job in jobs:
         ident = f"{job.namespace}/{job.name}"
-        parts: list[tuple[str, CostTotals]] = []
+        parts: list[tuple[str, ledger.Figures]] = []
         for entry in job.cost.attempts:
-            t = CostTotals()
+            t = ledger.Figures()
             for seg in ledger.segments(entry):
                 if seg.end > start and seg.start < end:
                     t = ledger.add(t, seg.totals(start, end))
@@ -91,14 +91,14 @@ def rows(jobs: Iterable[JobCost], by: By, start: dt.datetime, end: dt.datetime) 
     return sorted(out.values(), key=lambda r: (-r.totals.spent_usd, r.key))
 
 
-def daily(jobs: Iterable[JobCost], start: dt.datetime, end: dt.datetime) -> dict[str, dict[dt.date, CostTotals]]:
+def daily(jobs: Iterable[JobCost], start: dt.datetime, end: dt.datetime) -> dict[str, dict[dt.date, ledger.Figures]]:
     """Per team, the figures of each UTC day in [start, end)."""
-    out: dict[str, dict[dt.date, CostTotals]] = {}
+    out: dict[str, dict[dt.date, ledger.Figures]] = {}
     for job in jobs:
         team = out.setdefault(job.team, {})
         for day, t in ledger.days(job.cost).items():
             lo = dt.datetime.combine(day, dt.time(), dt.UTC)
             if lo + dt.timedelta(days=1) <= start or lo >= end:
                 continue
-            team[day] = ledger.add(team.get(day, CostTotals()), t)
+            team[day] = ledger.add(team.get(day, ledger.Figures()), t)
     return out

@@ -160,7 +160,10 @@ def _replace(cost: CostStatus, entry: AttemptCost) -> CostStatus:
 def record(cost: CostStatus | None, obs: Observation) -> CostStatus:
     """``cost`` with ``obs`` accrued: only the time no interval of that attempt covers yet, and
     nothing after the attempt's end."""
-    cost = cost or CostStatus()
+    return with_totals(_record(cost or CostStatus(), obs))
+
+
+def _record(cost: CostStatus, obs: Observation) -> CostStatus:
     entry = _find(cost, obs.attempt)
     if entry is None:
         if any(a.attempt > obs.attempt for a in cost.attempts) and len(cost.attempts) >= COST_ATTEMPTS:
@@ -174,15 +177,15 @@ def record(cost: CostStatus | None, obs: Observation) -> CostStatus:
         )
     end = obs.end if entry.end is None else min(obs.end, parse(entry.end))
     if end <= obs.start:
-        return with_totals(_replace(cost, entry))
+        return _replace(cost, entry)
     ivs = _ivs(entry)
     price = min(max(obs.usd_per_device_hour, 0.0), 1000.0)
     idle = min(max(obs.idle_fraction, 0.0), 1.0)
     new = [_Iv(s, e, price, idle) for s, e in _uncovered(obs.start, end, ivs)]
     if not new:
-        return with_totals(_replace(cost, entry))
+        return _replace(cost, entry)
     entry = entry.model_copy(update={"intervals": _wire(_bounded(_merge_touching(ivs + new)))})
-    return with_totals(_replace(cost, entry))
+    return _replace(cost, entry)
 
 
 def close(cost: CostStatus | None, ended: AttemptEnd) -> CostStatus:
@@ -215,12 +218,12 @@ def close(cost: CostStatus | None, ended: AttemptEnd) -> CostStatus:
 
 def merge(a: CostStatus | None, b: CostStatus | None) -> CostStatus:
     """Both ledgers' knowledge in one (e.g. what this process wrote and what the watch shows)."""
-    out = a or CostStatus()
-    if b is None:
-        return with_totals(out)
+    if a is None or b is None or a == b:
+        return with_totals(a or b or CostStatus())
+    out = a
     for entry in b.attempts:
         for iv in _ivs(entry):
-            out = record(
+            out = _record(
                 out,
                 Observation(
                     entry.attempt,
@@ -256,15 +259,46 @@ def _fold(cost: CostStatus) -> CostStatus:
     if len(cost.attempts) <= COST_ATTEMPTS:
         return cost
     attempts = list(cost.attempts)
-    folded = cost.folded or CostTotals()
+    folded = Figures.of(cost.folded)
     while len(attempts) > COST_ATTEMPTS:
         old = next((a for a in attempts if a.end is not None), attempts[0])
         attempts.remove(old)
-        folded = add(folded, _attempt_totals(old))
-    return cost.model_copy(update={"attempts": attempts, "folded": folded})
+        folded = folded + _attempt_totals(old)
+    return cost.model_copy(update={"attempts": attempts, "folded": folded.wire()})
 
 
 # --- figures ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Figures:
+    """The seven figures as plain floats (sums run over every segment: no validation per add)."""
+
+    spent_usd: float = 0.0
+    lost_to_preemption_usd: float = 0.0
+    idle_usd: float = 0.0
+    on_demand_usd: float = 0.0
+    device_seconds: float = 0.0
+    lost_device_seconds: float = 0.0
+    idle_device_seconds: float = 0.0
+
+    def __add__(self, o: Figures) -> Figures:
+        return Figures(
+            self.spent_usd + o.spent_usd,
+            self.lost_to_preemption_usd + o.lost_to_preemption_usd,
+            self.idle_usd + o.idle_usd,
+            self.on_demand_usd + o.on_demand_usd,
+            self.device_seconds + o.device_seconds,
+            self.lost_device_seconds + o.lost_device_seconds,
+            self.idle_device_seconds + o.idle_device_seconds,
+        )
+
+    @classmethod
+    def of(cls, t: CostTotals | None) -> Figures:
+        return cls() if t is None else cls(**t.model_dump())
+
+    def wire(self) -> CostTotals:
+        return CostTotals(**{f: getattr(self, f) for f in self.__slots__})
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,13 +313,13 @@ class Segment:
     idle: float
     lost: bool
 
-    def totals(self, start: dt.datetime | None = None, end: dt.datetime | None = None) -> CostTotals:
+    def totals(self, start: dt.datetime | None = None, end: dt.datetime | None = None) -> Figures:
         s = self.start if start is None else max(self.start, start)
         e = self.end if end is None else min(self.end, end)
         seconds = max(0.0, (e - s).total_seconds())
         ds = seconds * self.devices
         usd = ds / HOUR * self.price
-        return CostTotals(
+        return Figures(
             spent_usd=usd,
             lost_to_preemption_usd=usd if self.lost else 0.0,
             idle_usd=usd * self.idle,
@@ -313,29 +347,29 @@ def segments(entry: AttemptCost) -> Iterator[Segment]:
             yield Segment(iv.start, cut, entry.devices, iv.price, od, iv.idle, False)
 
 
-def add(a: CostTotals, b: CostTotals) -> CostTotals:
-    return CostTotals(**{k: getattr(a, k) + getattr(b, k) for k in CostTotals.model_fields})
+def add(a: Figures, b: Figures) -> Figures:
+    return a + b
 
 
-def _attempt_totals(entry: AttemptCost) -> CostTotals:
-    out = CostTotals()
+def _attempt_totals(entry: AttemptCost) -> Figures:
+    out = Figures()
     for seg in segments(entry):
         out = add(out, seg.totals())
     return out
 
 
-def totals(cost: CostStatus | None) -> CostTotals:
+def totals(cost: CostStatus | None) -> Figures:
     if cost is None:
-        return CostTotals()
-    out = cost.folded or CostTotals()
+        return Figures()
+    out = Figures.of(cost.folded)
     for entry in cost.attempts:
         out = add(out, _attempt_totals(entry))
     return out
 
 
-def window(cost: CostStatus | None, start: dt.datetime, end: dt.datetime) -> CostTotals:
+def window(cost: CostStatus | None, start: dt.datetime, end: dt.datetime) -> Figures:
     """The figures of the time in [start, end) (folded attempts are not in any window)."""
-    out = CostTotals()
+    out = Figures()
     for entry in cost.attempts if cost is not None else ():
         for seg in segments(entry):
             if seg.end > start and seg.start < end:
@@ -343,9 +377,9 @@ def window(cost: CostStatus | None, start: dt.datetime, end: dt.datetime) -> Cos
     return out
 
 
-def days(cost: CostStatus | None) -> dict[dt.date, CostTotals]:
+def days(cost: CostStatus | None) -> dict[dt.date, Figures]:
     """The figures per UTC day."""
-    out: dict[dt.date, CostTotals] = {}
+    out: dict[dt.date, Figures] = {}
     for entry in cost.attempts if cost is not None else ():
         for seg in segments(entry):
             day = seg.start.date()
@@ -356,7 +390,7 @@ def days(cost: CostStatus | None) -> dict[dt.date, CostTotals]:
                     break
                 piece = seg.totals(lo, hi)
                 if piece.device_seconds > 0 or piece.spent_usd > 0:
-                    out[day] = add(out.get(day, CostTotals()), piece)
+                    out[day] = out.get(day, Figures()) + piece
                 day += dt.timedelta(days=1)
     return out
 
@@ -364,7 +398,8 @@ def days(cost: CostStatus | None) -> dict[dt.date, CostTotals]:
 def with_totals(cost: CostStatus) -> CostStatus:
     """``cost`` with its top-level figures derived from its attempts."""
     t = totals(cost)
-    return cost.model_copy(update=t.model_dump())
+    # Rounded to a millionth: exact enough for any sum of cents, short in `kubectl get`.
+    return cost.model_copy(update={f: round(getattr(t, f), 6) for f in Figures.__slots__})
 
 
 def period_start(period: str, now: dt.datetime) -> dt.datetime:

@@ -34,7 +34,7 @@ def _exported() -> set[str]:
 
 def _exprs() -> list[str]:
     doc = json.loads(DASHBOARD.read_text())
-    out = []
+    out: list[str] = []
     for panel in doc["panels"]:
         for inner in [panel, *panel.get("panels", [])]:
             out.extend(t["expr"] for t in inner.get("targets", []))

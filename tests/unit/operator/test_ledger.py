@@ -11,11 +11,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from accel_api.enums import CapacityType
-from accel_api.job import CostStatus
+from accel_api.job import COST_ATTEMPTS, COST_INTERVALS, CostStatus
 from accel_operator.reconcile import ledger
 
 T0 = dt.datetime(2026, 3, 31, 22, 0, tzinfo=dt.UTC)
 CENT = 0.005
+
+
+def approx(x: float) -> object:
+    """Status figures are rounded to a millionth of a dollar (or device-second)."""
+    return pytest.approx(x, abs=2e-6)
 
 
 def _obs(
@@ -73,10 +78,10 @@ def test_replayed_and_reordered_observations_count_once(
         cost = ledger.record(cost, obs)
     spent, idle, ds = _hand(parts)
     assert cost is not None
-    assert cost.spent_usd == pytest.approx(spent, abs=1e-6)
-    assert cost.idle_usd == pytest.approx(idle, abs=1e-6)
-    assert cost.device_seconds == pytest.approx(ds)
-    assert cost.on_demand_usd == pytest.approx(ds / 3600 * 10.0)
+    assert cost.spent_usd == approx(spent)
+    assert cost.idle_usd == approx(idle)
+    assert cost.device_seconds == approx(ds)
+    assert cost.on_demand_usd == approx(ds / 3600 * 10.0)
     assert len(cost.attempts[0].intervals) <= len(parts)
 
 
@@ -93,7 +98,7 @@ def test_a_restart_reads_the_watermark_and_goes_on(parts: list[tuple[int, float,
     cost = CostStatus.model_validate(wire)
     for obs in observations:  # it does not know which it already counted: it replays all
         cost = ledger.record(cost, obs)
-    assert cost.spent_usd == pytest.approx(_hand(parts)[0], abs=1e-6)
+    assert cost.spent_usd == approx(_hand(parts)[0])
 
 
 @settings(max_examples=100, deadline=None)
@@ -104,7 +109,7 @@ def test_accruing_up_to_now_in_steps_equals_one_observation(seconds: int, steps:
     for k in range(1, steps + 1):
         cost = ledger.record(cost, _obs(0, 0, seconds * k / steps, 3.0))
     assert cost is not None
-    assert cost.spent_usd == pytest.approx(8 * seconds / 3600 * 3.0)
+    assert cost.spent_usd == approx(8 * seconds / 3600 * 3.0)
     assert len(cost.attempts[0].intervals) == 1
 
 
@@ -123,9 +128,9 @@ def test_preemption_loses_the_work_since_the_checkpoint(run: int, checkpoint: in
     cost = ledger.close(cost, end)
     again = ledger.close(ledger.record(cost, _obs(0, 0, run + 999, 4.0)), end)  # replay: changes nothing
     lost_seconds = min(run, max(0, run - max(0, checkpoint)))
-    assert cost.spent_usd == pytest.approx(8 * run / 3600 * 4.0)
-    assert cost.lost_device_seconds == pytest.approx(8 * lost_seconds)
-    assert cost.lost_to_preemption_usd == pytest.approx(8 * lost_seconds / 3600 * 4.0)
+    assert cost.spent_usd == approx(8 * run / 3600 * 4.0)
+    assert cost.lost_device_seconds == approx(8 * lost_seconds)
+    assert cost.lost_to_preemption_usd == approx(8 * lost_seconds / 3600 * 4.0)
     assert again.model_dump() == cost.model_dump()
 
 
@@ -136,8 +141,8 @@ def test_reported_lost_device_seconds_win_over_the_checkpoint_and_are_priced_at_
         cost, ledger.AttemptEnd(0, T0 + dt.timedelta(hours=2), preempted=True, reported_lost_device_seconds=9000)
     )
     # 9000 device-seconds over 2 devices: the last 4500 s, 3600 s at $6 and 900 s at $2.
-    assert cost.lost_to_preemption_usd == pytest.approx(2 * (3600 * 6 + 900 * 2) / 3600)
-    assert cost.spent_usd == pytest.approx(2 * (2 + 6))
+    assert cost.lost_to_preemption_usd == approx(2 * (3600 * 6 + 900 * 2) / 3600)
+    assert cost.spent_usd == approx(2 * (2 + 6))
 
 
 @settings(max_examples=100, deadline=None)
@@ -148,11 +153,11 @@ def test_days_and_windows_sum_to_the_totals(parts: list[tuple[int, float, float]
         cost = ledger.record(cost, obs)
     assert cost is not None
     by_day = ledger.days(cost)
-    assert sum(t.spent_usd for t in by_day.values()) == pytest.approx(cost.spent_usd)
+    assert sum(t.spent_usd for t in by_day.values()) == approx(cost.spent_usd)
     month = ledger.period_start("monthly", T0 + dt.timedelta(days=1))  # 1 April: T0 is 31 March, 22:00
     before = ledger.window(cost, T0 - dt.timedelta(days=1), month)
     after = ledger.window(cost, month, T0 + dt.timedelta(days=30))
-    assert before.spent_usd + after.spent_usd == pytest.approx(cost.spent_usd)
+    assert before.spent_usd + after.spent_usd == approx(cost.spent_usd)
     assert before.device_seconds <= 2 * 3600 * 8
 
 
@@ -160,9 +165,9 @@ def test_merge_keeps_what_either_ledger_knows() -> None:
     a = ledger.record(None, _obs(0, 0, 100, 1.0))
     b = ledger.close(ledger.record(a, _obs(1, 200, 400, 2.0)), ledger.AttemptEnd(1, T0 + dt.timedelta(seconds=300)))
     merged = ledger.merge(a, b)
-    assert merged.spent_usd == pytest.approx(8 * (100 * 1.0 + 100 * 2.0) / 3600)
+    assert merged.spent_usd == approx(8 * (100 * 1.0 + 100 * 2.0) / 3600)
     assert ledger.merge(merged, b).model_dump() == merged.model_dump()
-    assert ledger.merge(b, a).spent_usd == pytest.approx(merged.spent_usd)
+    assert ledger.merge(b, a).spent_usd == approx(merged.spent_usd)
 
 
 def test_status_stays_bounded_and_keeps_the_money() -> None:
@@ -170,15 +175,15 @@ def test_status_stays_bounded_and_keeps_the_money() -> None:
     for k in range(40):  # 40 separate pieces of one attempt, each at its own price
         cost = ledger.record(cost, _obs(0, 100 * k, 100 * k + 50, 1.0 + k))
     assert cost is not None
-    assert len(cost.attempts[0].intervals) <= 32
-    assert cost.spent_usd == pytest.approx(sum(8 * 50 / 3600 * (1.0 + k) for k in range(40)))
+    assert len(cost.attempts[0].intervals) <= COST_INTERVALS
+    assert cost.spent_usd == approx(sum(8 * 50 / 3600 * (1.0 + k) for k in range(40)))
     for k in range(40):  # 40 attempts
         cost = ledger.close(
             ledger.record(cost, _obs(k + 1, 0, 10, 1.0)), ledger.AttemptEnd(k + 1, T0 + dt.timedelta(seconds=10))
         )
-    assert len(cost.attempts) <= 32
+    assert len(cost.attempts) <= COST_ATTEMPTS
     assert cost.folded is not None
-    assert cost.spent_usd == pytest.approx(sum(8 * 50 / 3600 * (1.0 + k) for k in range(40)) + 40 * 8 * 10 / 3600)
+    assert cost.spent_usd == approx(sum(8 * 50 / 3600 * (1.0 + k) for k in range(40)) + 40 * 8 * 10 / 3600)
     CostStatus.model_validate(cost.model_dump(by_alias=True, mode="json"))
 
 
