@@ -34,7 +34,7 @@ from accel_operator.context import OperatorContext
 from accel_operator.handlers.scheduler import Scheduler
 from accel_operator.metrics import CostKey, OperatorMetrics
 from accel_operator.reconcile import accrual, ledger
-from accel_operator.reconcile.snapshot import HOLDING, JobKey, Snapshot
+from accel_operator.reconcile.snapshot import HOLDING, TERMINAL, JobKey, JobView, Snapshot
 
 log = logging.getLogger("accel_operator.cost")
 
@@ -45,6 +45,12 @@ def _wire(cost: CostStatus) -> dict[str, Any]:
     for key in ("forecastUsd", "folded", "overBudget"):
         out.setdefault(key, None)
     return out
+
+
+def _settled(job: JobView) -> bool:
+    """A finished job whose ledger has closed every attempt: nothing more will accrue."""
+    cost = job.status.cost
+    return job.phase in TERMINAL and cost is not None and all(a.end is not None for a in cost.attempts)
 
 
 def _same(a: CostStatus | None, b: CostStatus) -> bool:
@@ -103,41 +109,54 @@ class Accountant:
             quotes[pool_name] = self.prices.quote(pool.spec, accel) if pool is not None and accel is not None else None
         return quotes[pool_name]
 
-    async def step(self, now: dt.datetime) -> None:
-        t0 = time.perf_counter()
-        snap = self.scheduler.observe(now)
+    def _compute(
+        self, snap: Snapshot, now: dt.datetime
+    ) -> tuple[
+        dict[JobKey, CostStatus],
+        dict[str, list[TeamSpend]],
+        list[tuple[JobKey, CostStatus, OverBudget | None]],
+        dict[str, Quote | None],
+    ]:
+        """The CPU (and live price) part of a step, run in a thread so the event loop stays free."""
         reports = self._reports()
         quotes: dict[str, Quote | None] = {}
         ledgers: dict[JobKey, CostStatus] = {}
         for key, job in snap.jobs.items():
-            if job.spec is None or (job.status.cost is None and job.status.admitted_time is None):
+            st = job.status
+            if job.spec is None or (st.cost is None and st.admitted_time is None):
                 continue
-            plan = job.status.plan
+            if _settled(job) and (self.known.get(job.uid) in (None, st.cost)):
+                ledgers[key] = st.cost  # type: ignore[assignment]  # _settled: not None
+                continue
+            plan = st.plan
             quote = self._quote(snap, plan.pool, quotes) if plan is not None and plan.pool else None
             price = accrual.Price(quote.usd_per_device_hour, quote.on_demand_usd_per_device_hour) if quote else None
             pods = snap.pods_by_job.get(key, ())
             idle = accrual.idle_fraction(job, pods, reports, plan.devices or 0) if plan is not None else 0.0
             ledgers[key] = accrual.accrue(job, self.known.get(job.uid), price, idle, now)
         # Team spending per policy, from every job's ledger.
-        policies = self._policies()
         teams = [
             accrual.Ledger(job.spec.team, ledgers[key])
             for key, job in snap.jobs.items()
             if key in ledgers and job.spec is not None
         ]
-        spends: dict[str, list[TeamSpend]] = {
-            name: accrual.team_spend(spec, teams, now) for name, spec in sorted(policies.items())
-        }
+        spends = {name: accrual.team_spend(spec, teams, now) for name, spec in sorted(self._policies().items())}
         writes: list[tuple[JobKey, CostStatus, OverBudget | None]] = []
         for key, accrued in list(ledgers.items()):
             job = snap.jobs[key]
             assert job.spec is not None
             before = job.status.cost.over_budget if job.status.cost is not None else None
             over = accrual.over_budget(job.spec.team, spends, before, now) if job.phase in HOLDING else None
-            cost = accrued.model_copy(update={"over_budget": over})
+            cost = accrued if accrued.over_budget == over else accrued.model_copy(update={"over_budget": over})
             ledgers[key] = cost
             if not _same(job.status.cost, cost) and not _same(self.known.get(job.uid), cost):
                 writes.append((key, cost, before))
+        return ledgers, spends, writes, quotes
+
+    async def step(self, now: dt.datetime) -> None:
+        t0 = time.perf_counter()
+        snap = self.scheduler.observe(now)
+        ledgers, spends, writes, quotes = await asyncio.to_thread(self._compute, snap, now)
         await asyncio.gather(*(self._write_job(snap, key, cost, before) for key, cost, before in writes))
         for name, items in spends.items():
             wire = [s.model_dump(by_alias=True, mode="json", exclude_none=True) for s in items]
