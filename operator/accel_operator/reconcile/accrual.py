@@ -76,7 +76,7 @@ def accrue(job: JobView, known: CostStatus | None, price: Price | None, idle: fl
             end, preempted = _time(failure.time), failure.kind is FailureKind.PREEMPTION
         else:
             end, preempted = None, False
-        cost = _close(cost, entry.attempt, end, preempted, job)
+        cost = _close(cost, entry.attempt, end, preempted, job, reported=_reported_lost(job, entry.attempt))
     plan = st.plan
     admitted = _time(st.admitted_time)
     held = plan is not None and plan.pool and plan.devices and admitted is not None
@@ -104,11 +104,24 @@ def accrue(job: JobView, known: CostStatus | None, price: Price | None, idle: fl
     if st.phase in TERMINAL:
         end = _time(st.completion_time)
         preempted = failure is not None and failure.attempt == st.attempt and failure.kind is FailureKind.PREEMPTION
-        cost = _close(cost, st.attempt, end, preempted and st.phase is JobPhase.FAILED, job)
+        lost = _reported_lost(job, st.attempt)
+        cost = _close(cost, st.attempt, end, preempted and st.phase is JobPhase.FAILED, job, reported=lost)
     return ledger.with_totals(cost.model_copy(update={"updated": ledger.fmt(now)}))
 
 
-def _close(cost: CostStatus, attempt: int, end: dt.datetime | None, preempted: bool, job: JobView) -> CostStatus:
+def _reported_lost(job: JobView, attempt: int) -> float | None:
+    """The lost device-seconds the scheduler recorded for a preempted ``attempt`` (from its last
+    complete checkpoint, the spot-resume work's ``lastFailure.lostDeviceSeconds``), if any."""
+    failure = job.status.last_failure
+    if failure is None or failure.attempt != attempt:
+        return None
+    value = getattr(failure, "lost_device_seconds", None)  # a field the spot-resume work adds
+    return float(value) if isinstance(value, int | float) else None
+
+
+def _close(
+    cost: CostStatus, attempt: int, end: dt.datetime | None, preempted: bool, job: JobView, *, reported: float | None
+) -> CostStatus:
     entry = next((a for a in cost.attempts if a.attempt == attempt), None)
     if entry is None or entry.end is not None:
         return cost
@@ -142,7 +155,7 @@ def _close(cost: CostStatus, attempt: int, end: dt.datetime | None, preempted: b
             end,
             preempted=preempted,
             checkpoint=_time(checkpoint.time) if checkpoint is not None else None,
-            reported_lost_device_seconds=None,
+            reported_lost_device_seconds=reported,
         ),
     )
 
