@@ -151,6 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig), "ACCEL_OPERATOR_LIVENESS_PORT": "0"}
     env.setdefault("ACCEL_OPERATOR_METRICS_PORT", "0")
     env.setdefault("ACCEL_OPERATOR_COST_INTERVAL_SECONDS", str(COST_INTERVAL))
+    env.setdefault("ACCEL_OPERATOR_COST_WRITE_SECONDS", str(COST_INTERVAL))
     log_path = cluster.state / "logs" / "operator.log"
     with log_path.open("wb") as log:
         operator = subprocess.Popen([sys.executable, "-m", "accel_operator"], env=env, stdout=log, stderr=log)

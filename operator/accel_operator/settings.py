@@ -46,6 +46,13 @@ class OperatorSettings(BaseSettings):
     cost_interval_seconds: float = Field(
         default=30.0, gt=0, le=3600, description="How often the cost ledger accrues (leader only)."
     )
+    cost_write_seconds: float = Field(
+        default=60.0,
+        ge=0,
+        le=3600,
+        description="A running job's status.cost is written at most this often (at once when an attempt starts "
+        "or ends or a budget is crossed); team spending and metrics follow every accrual.",
+    )
     aws_region: str = Field(
         default="", max_length=32, description="Live EC2 spot prices for `price.source: live` pools; empty: off."
     )

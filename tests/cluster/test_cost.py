@@ -46,6 +46,7 @@ def _operator_settings(namespace: str) -> OperatorSettings:
         resync_seconds=3.0,
         bind_timeout_seconds=8.0,
         cost_interval_seconds=1.0,
+        cost_write_seconds=1.0,
     )
 
 

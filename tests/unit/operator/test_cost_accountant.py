@@ -62,6 +62,7 @@ def _accountant(world: World, writer: FakeJobWriter, costs: FakeCostWriter, **kw
         interval=1.0,
         policies={"budgets": [policy]},
         reports=kw.pop("reports", {}),
+        **kw,
     )
 
 
@@ -147,3 +148,23 @@ def test_a_failing_live_price_falls_back_with_a_condition_and_a_metric() -> None
     assert acc.metrics.registry.get_sample_value("accel_cost_price_fallbacks_total", {"pool": "spot"}) == 1
     asyncio.run(acc.step(T0 + 2 * HOUR))
     assert costs.calls.count(("pool", "spot")) == 1  # the condition is written on a change only
+
+
+def test_a_running_job_is_written_at_most_every_write_interval_but_its_end_at_once() -> None:
+    world, writer, costs = _world(), FakeJobWriter(), FakeCostWriter()
+    acc = _accountant(world, writer, costs, write_every=3600.0)
+    asyncio.run(acc.step(T0 + HOUR / 2))  # the first sight of a job: written
+    _show(world, writer)
+    revision = writer.revision
+    asyncio.run(acc.step(T0 + HOUR))  # only more of the same attempt (under budget): not written yet ...
+    assert writer.revision == revision
+    assert _spent(acc) == pytest.approx(7.2)  # ... but the counters and the team's spending follow
+    assert costs.policies["budgets"]["spend"][0]["spentUsd"] == pytest.approx(7.2)
+    (view,) = world.jobs[("ns", "a")]
+    done = {"phase": "Succeeded", "completionTime": "2026-11-26T14:30:00Z"}
+    status = {**view.status.model_dump(by_alias=True, mode="json", exclude_none=True), **done}
+    world.jobs[("ns", "a")] = [dataclasses.replace(view, status=AcceleratorJobStatus.model_validate(status))]
+    asyncio.run(acc.step(T0 + 3 * HOUR))  # the attempt ended: written at once, up to its end
+    cost = writer.statuses[("ns", "a")]["cost"]
+    assert cost["attempts"][0]["end"] == "2026-11-26T14:30:00Z"
+    assert cost["spentUsd"] == pytest.approx(2.5 * 7.2)
