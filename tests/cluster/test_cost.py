@@ -98,6 +98,14 @@ def test_a_preempted_and_resumed_job_costs_what_the_timestamps_say_across_a_rest
                 time.sleep(2)
                 over = status(api, namespace, "costly")["cost"].get("overBudget")
                 assert over is not None and over["policy"] == policy, over
+                condition = wait_for(
+                    lambda: next(
+                        (c for c in status(api, namespace, "costly")["conditions"] if c["type"] == "OverBudget"), None
+                    ),
+                    timeout=15,
+                    what="the OverBudget condition on the running job",
+                )
+                assert condition["status"] == "True" and "keeps running" in condition["message"], condition
             logs.append(first.output)
             # The operator is down while the second attempt runs: when it is back, its ledger must
             # neither lose these seconds nor the first attempt (whose admission time status no
@@ -149,5 +157,6 @@ def test_a_preempted_and_resumed_job_costs_what_the_timestamps_say_across_a_rest
     assert "OverBudget" in reasons, reasons
     assert final["phase"] == "Succeeded"
     assert "overBudget" not in final["cost"]  # no longer running: no longer flagged
+    assert all(c["type"] != "OverBudget" for c in final["conditions"])
     for text in logs:
         assert not unexpected_errors(text, []), unexpected_errors(text, [])
