@@ -175,3 +175,14 @@ def test_html_report_renders_in_headless_chromium_with_no_console_error(
         assert chart is not None, f"chart{k} missing"
         assert "main-svg" in chart.group(1), f"chart{k} did not render"
     assert "research" in dom and "$312.00" in dom
+
+
+def test_no_cluster_is_an_error_not_a_traceback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing"))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    assert cli.main(["cost", "report"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: cannot reach the cluster"), err
+    assert "Traceback" not in err
