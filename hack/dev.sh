@@ -39,6 +39,25 @@ setup_cluster() {
   echo "control plane binaries ready in $((SECONDS - t0))s" >&2
 }
 
+# The HTML cost report's test opens it in Debian's chromium (headless). Installed only when missing,
+# only for the test command, and only where apt-get can run (root, or passwordless sudo); else the
+# test skips and says why.
+setup_browser() {
+  command -v chromium >/dev/null && return 0
+  local sudo=""
+  if [[ $(id -u) != 0 ]]; then
+    command -v sudo >/dev/null && sudo -n true 2>/dev/null && sudo="sudo -n" || {
+      echo "chromium is missing and apt-get cannot run here: the HTML report test will skip" >&2
+      return 0
+    }
+  fi
+  command -v apt-get >/dev/null || { echo "no apt-get: the HTML report test will skip" >&2; return 0; }
+  log "chromium (headless browser for the HTML cost report test)"
+  $sudo apt-get update -q >/dev/null || true
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends chromium >/dev/null ||
+    echo "apt-get could not install chromium: the HTML report test will skip" >&2
+}
+
 run_checks() {
   log "ruff"
   "$venv/bin/ruff" check operator agent tests bench
@@ -63,7 +82,7 @@ cmd=${1:-test}
 shift || true
 case "$cmd" in
   setup) setup_python; setup_cluster ;;
-  test) setup_python; setup_cluster; run_checks; run_tests "$@" ;;
+  test) setup_python; setup_cluster; setup_browser; run_checks; run_tests "$@" ;;
   demo) setup_python; setup_cluster; exec "$py" -m accel_localcluster.demo "$@" ;;
   *) echo "usage: bash hack/dev.sh [setup|test|demo]" >&2; exit 2 ;;
 esac

@@ -15,6 +15,7 @@ from accel_api.base import ApiModel, CelRule, Conditions, ObjectMeta
 from accel_api.enums import (
     AcceleratorKind,
     Attention,
+    BudgetPeriod,
     CapacityType,
     FailureKind,
     Framework,
@@ -493,10 +494,83 @@ class CheckpointStatus(ApiModel):
 _Usd = Annotated[float, Field(ge=0, le=bounds.STATUS_USD_MAX)]
 
 
-class CostStatus(ApiModel):
+_Seconds = Annotated[float, Field(ge=0, le=bounds.STATUS_SECONDS_MAX)]
+_Fraction = Annotated[float, Field(ge=0, le=1)]
+_PerHour = Annotated[float, Field(ge=0, le=bounds.PRICE_MAX)]
+# The ledger keeps at most this many attempts and intervals per attempt; older ones are folded
+# into ``CostStatus.folded`` (totals kept, their days dropped), so status stays small.
+COST_ATTEMPTS = 16
+COST_INTERVALS = 16
+
+
+class CostInterval(ApiModel):
+    """Devices held from ``start`` to ``end`` at one price, with the share of them that node
+    reports showed idle. The ledger's unit: replaying one adds nothing."""
+
+    start: bounds.Time
+    end: bounds.Time
+    usd_per_device_hour: _PerHour
+    idle_fraction: _Fraction = 0.0
+
+
+class AttemptCost(ApiModel):
+    """What one attempt cost; its intervals are the watermark a restarted operator starts from."""
+
+    attempt: bounds.Count
+    pool: bounds.ObjectName
+    capacity_type: CapacityType = CapacityType.ON_DEMAND
+    devices: Annotated[int, Field(ge=0, le=bounds.DEVICES)]
+    on_demand_usd_per_device_hour: _PerHour = 0.0
+    intervals: Annotated[
+        list[CostInterval],
+        BeforeValidator(bounds.keep_last(COST_INTERVALS)),
+        Field(max_length=COST_INTERVALS),
+    ] = Field(default_factory=list)
+    end: bounds.Time | None = Field(default=None, description="When the attempt ended; nothing accrues after it.")
+    preempted: bool = False
+    lost_device_seconds: _Seconds = 0.0
+
+
+class CostTotals(ApiModel):
     spent_usd: _Usd = 0.0
     lost_to_preemption_usd: _Usd = 0.0
-    device_seconds: Annotated[float, Field(ge=0, le=bounds.STATUS_SECONDS_MAX)] = 0.0
+    idle_usd: _Usd = 0.0
+    on_demand_usd: _Usd = 0.0
+    device_seconds: _Seconds = 0.0
+    lost_device_seconds: _Seconds = 0.0
+    idle_device_seconds: _Seconds = 0.0
+
+
+class OverBudget(ApiModel):
+    policy: bounds.ObjectName
+    period: BudgetPeriod
+    spent_usd: _Usd
+    limit_usd: _Usd
+    since: bounds.Time
+
+
+class CostStatus(ApiModel):
+    """The job's ledger: totals derived from ``attempts`` (each attempt's intervals), so a write
+    replayed after a restart neither loses nor double-counts. ``lostToPreemptionUsd`` and
+    ``idleUsd`` are parts of ``spentUsd``; ``onDemandUsd`` is what the same device-seconds would
+    have cost on demand (spot savings); ``forecastUsd`` is the planner's estimate beside it."""
+
+    spent_usd: _Usd = 0.0
+    lost_to_preemption_usd: _Usd = 0.0
+    idle_usd: _Usd = 0.0
+    on_demand_usd: _Usd = 0.0
+    forecast_usd: bounds.StatusUsd = None
+    device_seconds: _Seconds = 0.0
+    lost_device_seconds: _Seconds = 0.0
+    idle_device_seconds: _Seconds = 0.0
+    attempts: Annotated[
+        list[AttemptCost],
+        BeforeValidator(bounds.keep_last(COST_ATTEMPTS)),
+        Field(max_length=COST_ATTEMPTS),
+    ] = Field(default_factory=list)
+    folded: CostTotals | None = Field(default=None, description="Attempts dropped from the list, summed.")
+    over_budget: OverBudget | None = None
+    updated: bounds.Time | None = None
 
 
 class RightSize(ApiModel):

@@ -79,11 +79,23 @@ class AcceleratorPolicySpec(ApiModel):
         return names
 
 
+_StatusUsd = Annotated[float, Field(ge=0, le=bounds.STATUS_USD_MAX)]
+
+
 class TeamSpend(ApiModel):
+    """A team's spending in the current budget period, summed by the operator's ledger from the
+    jobs' status. ``spentUsd`` is what counts against the budget (without lost work when the
+    budget says ``includeLostWork: false``); lost and idle are parts of it, shown apart."""
+
     team: str = Field(max_length=bounds.DNS_LABEL_LENGTH)
     period: BudgetPeriod
-    spent_usd: Annotated[float, Field(ge=0, le=bounds.STATUS_USD_MAX)]
-    limit_usd: Annotated[float, Field(ge=0, le=bounds.STATUS_USD_MAX)]
+    spent_usd: _StatusUsd
+    limit_usd: _StatusUsd
+    lost_to_preemption_usd: _StatusUsd = 0.0
+    idle_usd: _StatusUsd = 0.0
+    period_start: bounds.Time | None = None
+    used_fraction: Annotated[float, Field(ge=0, le=bounds.STATUS_USD_MAX)] | None = None
+    jobs: bounds.Count = 0
 
 
 class AcceleratorPolicyStatus(ApiModel):

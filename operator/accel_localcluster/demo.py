@@ -17,7 +17,9 @@
 6. a spot interruption warning on EventBridge's SQS queue (moto, :mod:`demo_signals`) for the
    node of a running spot job: the operator taints the node, asks the job's pod to checkpoint
    now and deletes the message, before the node goes; then the node goes (a preemption);
-7. prints every job's phase, pool, devices and why, and the events of one of them.
+7. prints every job's phase, pool, devices and why, and the events of one of them;
+8. ends with the per-team cost table from the jobs' ledgers (``accelctl cost report``) and
+   writes the HTML cost report next to the cluster's state.
 
 The cluster is left running for exploration (``accel-cluster status``, ``accel-cluster down``),
 without the example policy and the webhook configurations (they would judge every later job).
@@ -32,6 +34,7 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -49,6 +52,9 @@ DEMO_NS = "demo"
 TEAMS = {"ml-research": "research", "ml-serving": "serving", DEMO_NS: "research"}
 WEBHOOK_CONFIGURATION = v.GROUP  # the operator's managed webhook configurations
 QUEUE_POOL = "demo-h100-queue"
+
+
+COST_INTERVAL = 2.0  # seconds between the operator's cost accrual ticks in the demo
 
 
 def _get(custom: client.CustomObjectsApi, ns: str, name: str) -> dict[str, Any]:
@@ -249,6 +255,8 @@ def main(argv: list[str] | None = None) -> int:
     sqs = demo_signals.start_queue()  # EventBridge's interruption queue, simulated (None without moto)
     if sqs is not None:
         env.update(sqs.operator_env())
+    env.setdefault("ACCEL_OPERATOR_COST_INTERVAL_SECONDS", str(COST_INTERVAL))
+    env.setdefault("ACCEL_OPERATOR_COST_WRITE_SECONDS", str(COST_INTERVAL))
     log_path = cluster.state / "logs" / "operator.log"
     with log_path.open("wb") as log:
         operator = subprocess.Popen([sys.executable, "-m", "accel_operator"], env=env, stdout=log, stderr=log)
@@ -324,6 +332,7 @@ def main(argv: list[str] | None = None) -> int:
             demo_signals.run(api, sqs, DEMO_NS, args.timeout)
             keys.append((DEMO_NS, demo_signals.JOB))
             _table(custom, [(DEMO_NS, demo_signals.JOB)])
+        time.sleep(2 * COST_INTERVAL + 1)  # the ledger's last ticks: finished attempts closed
     finally:
         operator.terminate()
         operator.wait(timeout=30)
@@ -348,8 +357,20 @@ def main(argv: list[str] | None = None) -> int:
         env=env,
         check=False,
     )
+    _cost_report(cluster.state, env)
     print("\nThe cluster is still running: `accel-cluster status`, `accel-cluster down`.")
     return 0
+
+
+def _cost_report(state: Path, env: dict[str, str]) -> None:
+    """The per-team cost table and the HTML report, from the jobs' ledgers (``accelctl cost``)."""
+    accelctl = [sys.executable, "-m", "accel_operator.cli.main", "cost", "report"]
+    _section("what it cost, per team (the jobs' ledgers: devices × seconds × the pool's price)")
+    print("$ accelctl cost report --by team --since 30d")
+    subprocess.run([*accelctl, "--by", "team", "--since", "30d"], env=env, check=False)
+    html = state / "cost-report.html"
+    subprocess.run([*accelctl, "--by", "team", "-o", "html", "--out", str(html)], env=env, check=False)
+    print(f"The HTML report (charts, no network needed): {html}")
 
 
 if __name__ == "__main__":

@@ -22,11 +22,13 @@ from accel_operator import handlers, logs
 from accel_operator.adapters.aws.interruptions import SqsInterruptionQueue
 from accel_operator.adapters.gcp.tpu import GoogleTpuNodes
 from accel_operator.adapters.kube.client import api_client
+from accel_operator.adapters.kube.costs import KubeCostWriter
 from accel_operator.adapters.kube.jobs import KubeJobWriter
 from accel_operator.adapters.kube.lease import AlwaysLeader, Elector, LeaseElector
 from accel_operator.adapters.kube.reschedule import KubeRescheduleClient
 from accel_operator.adapters.kube.signals import KubeSignalWriter
 from accel_operator.adapters.kube.workloads import KubeWorkloadClient
+from accel_operator.adapters.pricebook import PriceBook
 from accel_operator.context import OperatorContext
 from accel_operator.metrics import OperatorMetrics
 from accel_operator.settings import OperatorSettings
@@ -57,7 +59,25 @@ def build_context(settings: OperatorSettings) -> OperatorContext:
         tpu=(GoogleTpuNodes.at(settings.tpu_endpoint) if settings.tpu_endpoint else GoogleTpuNodes.from_environment())
         if settings.tpu_pools
         else None,
+        costs=KubeCostWriter(api),
+        prices=price_book(settings),
     )
+
+
+def price_book(settings: OperatorSettings) -> PriceBook:
+    """Live price sources where the settings name them; the cloud SDKs are imported only then."""
+    book = PriceBook(gcp_project=settings.gcp_project)
+    if settings.aws_region:
+        from accel_operator.adapters.aws.prices import CachedSpotPrices, Ec2SpotPrices
+
+        book.spot = CachedSpotPrices(Ec2SpotPrices.in_region(settings.aws_region), settings.price_ttl_seconds)
+    if settings.gcp_project:
+        from accel_operator.adapters.gcp.tpu import GoogleTpuNodes
+
+        book.tpu = (
+            GoogleTpuNodes.at(settings.tpu_endpoint) if settings.tpu_endpoint else GoogleTpuNodes.from_environment()
+        )
+    return book
 
 
 async def run(

@@ -11,11 +11,13 @@ from dataclasses import dataclass, field
 from accel_api.catalog import Catalog
 from accel_operator.adapters.aws.interruptions import InterruptionQueue
 from accel_operator.adapters.gcp.tpu import TpuNodes
+from accel_operator.adapters.kube.costs import CostWriter, FakeCostWriter
 from accel_operator.adapters.kube.jobs import JobWriter
 from accel_operator.adapters.kube.lease import Elector
 from accel_operator.adapters.kube.reschedule import RescheduleClient
 from accel_operator.adapters.kube.signals import FakeSignalWriter, SignalWriter
 from accel_operator.adapters.kube.workloads import WorkloadClient
+from accel_operator.adapters.pricebook import PriceBook
 from accel_operator.metrics import OperatorMetrics
 from accel_operator.settings import OperatorSettings
 
@@ -33,3 +35,5 @@ class OperatorContext:
     signals: SignalWriter = field(default_factory=FakeSignalWriter)
     interruptions: InterruptionQueue | None = None
     tpu: TpuNodes | None = None
+    costs: CostWriter = field(default_factory=FakeCostWriter)
+    prices: PriceBook = field(default_factory=PriceBook)

@@ -6,7 +6,11 @@ Names follow ``accel_<subsystem>_<name>_<unit>``; label values come from enums o
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.registry import Collector
 
 from accel_api.enums import JobPhase
 
@@ -73,3 +77,59 @@ class OperatorMetrics:
         )
         for phase in JobPhase:
             self.jobs.labels(phase.value)
+        # Cost: counters derived from the jobs' ledgers in status (see CostCounters), so a restart
+        # or a change of leader neither loses nor doubles a dollar.
+        self.cost = CostCounters()
+        r.register(self.cost)
+        self.budget_used = Gauge(
+            "accel_cost_budget_used_ratio",
+            "A team's spending in the current budget period over its limit, per policy and period.",
+            ["policy", "team", "period"],
+            registry=r,
+        )
+        self.price_fallbacks = Counter(
+            "accel_cost_price_fallbacks_total",
+            "Accrual ticks that priced a pool from its static price because its live source failed.",
+            ["pool"],
+            registry=r,
+        )
+        self.price_live = Gauge(
+            "accel_cost_price_live",
+            "1 when the pool's price comes from its live source now, 0 when it fell back to the static price.",
+            ["pool"],
+            registry=r,
+        )
+        self.accrual_seconds = Histogram(
+            "accel_cost_accrual_seconds",
+            "One accrual step: every job's ledger, every policy's team spending.",
+            buckets=(0.001, 0.01, 0.05, 0.1, 0.5, 1, 5),
+            registry=r,
+        )
+
+
+CostKey = tuple[str, str, str]  # (team, pool, capacity type)
+
+
+class CostCounters(Collector):
+    """``accel_cost_usd_total``, ``accel_cost_lost_to_preemption_usd_total`` and
+    ``accel_cost_idle_usd_total`` by team, pool and capacity type: the sums of the jobs' ledgers,
+    set by the accrual step. A counter's value is the ledger's, not increments this process
+    added, so it never counts a dollar twice; deleting a job lowers it (a counter reset)."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, dict[CostKey, float]] = {"spent": {}, "lost": {}, "idle": {}}
+
+    def set(self, spent: Mapping[CostKey, float], lost: Mapping[CostKey, float], idle: Mapping[CostKey, float]) -> None:
+        self.values = {"spent": dict(spent), "lost": dict(lost), "idle": dict(idle)}
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        names = {
+            "spent": ("accel_cost_usd", "USD spent on accelerators, from the jobs' ledgers."),
+            "lost": ("accel_cost_lost_to_preemption_usd", "USD of work that preemption threw away (done again)."),
+            "idle": ("accel_cost_idle_usd", "USD of allocated devices that node reports showed idle."),
+        }
+        for key, (name, doc) in names.items():
+            family = CounterMetricFamily(name, doc, labels=["team", "pool", "capacity_type"])
+            for labels, value in sorted(self.values[key].items()):
+                family.add_metric(list(labels), value)
+            yield family

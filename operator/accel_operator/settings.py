@@ -110,3 +110,20 @@ class OperatorSettings(BaseSettings):
         default="", max_length=1024, description="A TPU API endpoint other than Google's (a stand-in in tests)."
     )
     tpu_poll_seconds: float = Field(default=10.0, ge=1, le=3600, description="How often the TPU API is asked.")
+    cost_interval_seconds: float = Field(
+        default=30.0, gt=0, le=3600, description="How often the cost ledger accrues (leader only)."
+    )
+    cost_write_seconds: float = Field(
+        default=60.0,
+        ge=0,
+        le=3600,
+        description="A running job's status.cost is written at most this often (at once when an attempt starts "
+        "or ends or a budget is crossed); team spending and metrics follow every accrual.",
+    )
+    aws_region: str = Field(
+        default="", max_length=32, description="Live EC2 spot prices for `price.source: live` pools; empty: off."
+    )
+    gcp_project: str = Field(
+        default="", max_length=64, description="TPU types per zone for `price.source: live` TPU pools; empty: off."
+    )
+    price_ttl_seconds: float = Field(default=300.0, gt=0, le=86_400, description="How long a live price is kept.")

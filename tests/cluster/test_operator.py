@@ -19,6 +19,7 @@ from kubernetes import client
 
 from accel_api import registry
 from accel_api import vocabulary as v
+from accel_localcluster import kubeapi
 from tests.support import webhooks
 from tests.support.cluster import ROOT, token_kubeconfig, wait_for
 from tests.support.jobs import create_job, end_pods, events_of, gpu_pool, job_doc, wait_phase
@@ -107,6 +108,12 @@ def test_invalid_spec_is_reported_on_the_object(
     )
 
 
+def _spend(custom: client.CustomObjectsApi, policy: str) -> dict[str, Any]:
+    obj = custom.get_cluster_custom_object(v.GROUP, v.VERSION, registry.POLICY.plural, policy)
+    spend: list[dict[str, Any]] = (obj.get("status") or {}).get("spend") or [{}]
+    return spend[0]
+
+
 def test_operator_runs_under_its_least_privilege_role(
     api: client.ApiClient, core: client.CoreV1Api, namespace: str, tmp_path: Path
 ) -> None:
@@ -128,17 +135,26 @@ def test_operator_runs_under_its_least_privilege_role(
         "ACCEL_OPERATOR_WEBHOOK_PORT": str(webhooks.free_port()),
         "ACCEL_OPERATOR_WEBHOOK_HOST": "127.0.0.1",
         "ACCEL_OPERATOR_WEBHOOK_ADDRESS": "127.0.0.1",
+        "ACCEL_OPERATOR_COST_INTERVAL_SECONDS": "1",
     }
-    core.patch_namespace(namespace, {"metadata": {"labels": {v.LABEL_NAMESPACE_TEAM: "research"}}})
+    core.patch_namespace(namespace, {"metadata": {"labels": {v.LABEL_NAMESPACE_TEAM: f"{namespace}-team"}}})
     log = tmp_path / "operator.log"
     pool = f"{namespace}-rbac"
+    custom = client.CustomObjectsApi(api)
+    policy: dict[str, Any] = {
+        "apiVersion": v.API_VERSION,
+        "kind": "AcceleratorPolicy",
+        "metadata": {"name": f"{namespace}-rbac"},
+        "spec": {"budgets": [{"team": f"{namespace}-team", "limitUsd": 1000}]},
+    }
+    custom.create_cluster_custom_object(v.GROUP, v.VERSION, registry.POLICY.plural, policy)
     with gpu_pool(api, pool, count=1):
         with log.open("wb") as out:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "accel_operator"], env=env, stdout=out, stderr=subprocess.STDOUT
             )
         try:
-            create_job(api, job_doc(namespace, pool, devices=2, name="rbac"))
+            create_job(api, job_doc(namespace, pool, devices=2, name="rbac", team=f"{namespace}-team"))
             wait_phase(api, namespace, "rbac", "Running", timeout=90)
             end_pods(core, namespace, "rbac", 0)
             wait_phase(api, namespace, "rbac", "Succeeded", timeout=60)
@@ -166,10 +182,21 @@ def test_operator_runs_under_its_least_privilege_role(
                 return None
 
             assert "(rule namespace-team)" in wait_for(refused, timeout=30, what="the webhook's refusal")
+            # The cost ledger under the same role: the job's cost, the policy's spending.
+            wait_for(
+                lambda: _spend(custom, policy["metadata"]["name"]).get("jobs") == 1,
+                timeout=30,
+                what="the team's spending in the policy status",
+            )
+            assert (_status(api, namespace, "rbac") or {})["cost"]["spentUsd"] > 0
         finally:
             proc.terminate()
             proc.wait(timeout=30)
             webhooks.remove(api)
+            with kubeapi.ignoring(404):
+                custom.delete_cluster_custom_object(
+                    v.GROUP, v.VERSION, registry.POLICY.plural, policy["metadata"]["name"]
+                )
     text = log.read_text()
     records = [json.loads(line) for line in text.splitlines() if line.startswith("{")]
     assert any(r.get("logger") == "accel_operator.scheduler" and r.get("job") for r in records), text[-2000:]

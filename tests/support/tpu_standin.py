@@ -1,5 +1,6 @@
 """A local stand-in for the slice of the Cloud TPU v2 REST API the GCP adapter reads:
-``GET /v2/projects/{project}/locations/{zone}/nodes`` (paged by ``pageSize``/``pageToken``)."""
+``GET /v2/projects/{project}/locations/{zone}/nodes`` and ``.../acceleratorTypes`` (both paged by
+``pageSize``/``pageToken``)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from urllib.parse import parse_qs, urlparse
 class TpuStandin:
     endpoint: str = ""
     nodes: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)  # (project, zone) -> name: state
+    accelerator_types: dict[tuple[str, str], list[str]] = field(default_factory=dict)  # (project, zone) -> types
     page_size: int = 2  # small, so the client's paging is exercised
     requests: list[str] = field(default_factory=list)
     fail_with: int | None = None  # answer every request with this HTTP status
@@ -47,13 +49,25 @@ def _handler(standin: TpuStandin) -> type[BaseHTTPRequestHandler]:
                 or parts[0] != "v2"
                 or parts[1] != "projects"
                 or parts[3] != "locations"
-                or parts[5] != "nodes"
+                or parts[5] not in ("nodes", "acceleratorTypes")
             ):
                 self._send(404, {"error": {"code": 404, "message": f"no route {url.path}", "status": "NOT_FOUND"}})
                 return
             project, zone = parts[2], parts[4]
-            names = sorted(standin.nodes.get((project, zone), {}).items())
             start = int(parse_qs(url.query).get("pageToken", ["0"])[0] or 0)
+            if parts[5] == "acceleratorTypes":
+                types = sorted(standin.accelerator_types.get((project, zone), []))
+                listed: dict[str, Any] = {
+                    "acceleratorTypes": [
+                        {"name": f"projects/{project}/locations/{zone}/acceleratorTypes/{t}", "type": t}
+                        for t in types[start : start + standin.page_size]
+                    ]
+                }
+                if start + standin.page_size < len(types):
+                    listed["nextPageToken"] = str(start + standin.page_size)
+                self._send(200, listed)
+                return
+            names = sorted(standin.nodes.get((project, zone), {}).items())
             page = names[start : start + standin.page_size]
             body: dict[str, Any] = {
                 "nodes": [

@@ -25,9 +25,9 @@ class Subcommand(Protocol):
 
 
 def _subcommands() -> list[Subcommand]:
-    from accel_operator.cli import crds, plan, validate
+    from accel_operator.cli import cost, crds, plan, validate
 
-    return [validate, crds, plan]
+    return [validate, crds, plan, cost]
 
 
 def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Callable[[argparse.Namespace], int]]]:

@@ -12,7 +12,18 @@ from typing import Any
 import kopf
 
 from accel_operator.context import OperatorContext
-from accel_operator.handlers import admission, jobs, nodes, pods, policies, pools, reports, signals, workloads
+from accel_operator.handlers import (
+    admission,
+    cost,
+    jobs,
+    nodes,
+    pods,
+    policies,
+    pools,
+    reports,
+    signals,
+    workloads,
+)
 from accel_operator.handlers.scheduler import Indices, Scheduler
 
 
@@ -41,6 +52,7 @@ def register(reg: kopf.OperatorRegistry, ctx: OperatorContext) -> Scheduler:
         tpu=ctx.tpu,
     )
     early_warnings.register(reg)
+    cost.register(reg, sched, ctx)
 
     @kopf.on.login(registry=reg)
     def login(**kwargs: Any) -> kopf.ConnectionInfo | None:

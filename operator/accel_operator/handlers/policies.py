@@ -35,10 +35,24 @@ def register(reg: kopf.OperatorRegistry, sched: Scheduler | None) -> None:
     if sched is None:
         return  # the webhook alone (tests/support/webhook_main.py)
 
+    generations: dict[str, Any] = {}
+
     @kopf.on.event(v.GROUP, v.VERSION, registry.POLICY.plural, registry=reg)
-    def policy_changed(**_: Any) -> None:
+    def policy_changed(name: str, event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
         sched.policies_changed()
-        sched.pools_changed()  # re-plan everything: grants and caps change the candidates
+        generation = None if event.get("type") == "DELETED" else body.get("metadata", {}).get("generation")
+        if generations.get(name, -1) != generation:
+            # The rules changed (or the policy came or went): re-plan everything, since grants and
+            # caps change the candidates.
+            if generation is None:
+                generations.pop(name, None)
+            else:
+                generations[name] = generation
+            sched.pools_changed()
+        else:
+            # Only the status (the ledger's spending, every accrual tick): waiting jobs are decided
+            # again against the budgets, without re-planning every job.
+            sched.capacity_changed()
 
     @kopf.on.event("", "v1", "namespaces", registry=reg)
     def namespace_changed(name: str, **_: Any) -> None:

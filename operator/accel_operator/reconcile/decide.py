@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from accel_api.enums import FailureKind, JobPhase
@@ -447,5 +447,21 @@ def decide(job: JobView, snapshot: Snapshot, now: dt.datetime, *, bind_timeout: 
     from accel_operator.reconcile import policy_gate
 
     if phase in HOLDING:
-        return policy_gate.holding(job, snapshot, _holding(job, snapshot, now, bind_timeout))
+        return _over_budget(job, policy_gate.holding(job, snapshot, _holding(job, snapshot, now, bind_timeout)))
     return policy_gate.waiting(job, snapshot) or _waiting(job, snapshot, now)
+
+
+OVER_BUDGET = "OverBudget"
+
+
+def _over_budget(job: JobView, decision: Decision) -> Decision:
+    """A running job whose team is over a budget (the cost ledger says so in ``status.cost``)
+    carries the condition; it is never stopped for it."""
+    over = job.status.cost.over_budget if job.status.cost is not None else None
+    if over is None or decision.phase not in HOLDING:
+        return decision
+    message = (
+        f"team {job.spec.team if job.spec else '?'} is over its {over.period.value} budget in policy {over.policy}: "
+        f"${over.spent_usd:,.2f} of ${over.limit_usd:,.2f}; the job keeps running"
+    )
+    return replace(decision, conditions=(*decision.conditions, Cond(OVER_BUDGET, True, "BudgetExceeded", message)))

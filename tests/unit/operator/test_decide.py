@@ -248,3 +248,27 @@ def test_capacity_counts_other_pods_and_admitted_reservations() -> None:
     w.job("held", "p", devices=4, status=_admitted("held", "p", devices=4))
     cap = w.snapshot().capacity["p"]
     assert (cap.allocated, cap.reserved, cap.free_devices) == (2, 4, 2)
+
+
+# --- budgets ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("over", [True, False])
+def test_a_running_job_over_budget_carries_the_condition_and_keeps_running(over: bool) -> None:
+    w = World().pool("p", nodes=1)
+    cost: dict[str, Any] = {"spentUsd": 12.0}
+    if over:
+        cost["overBudget"] = {
+            "policy": "budgets",
+            "period": "monthly",
+            "spentUsd": 12.0,
+            "limitUsd": 10.0,
+            "since": "2026-11-26T12:00:00Z",
+        }
+    job = w.job("a", "p", status={**_running("a", "p"), "cost": cost})
+    w.workload("a", 0, active=1)
+    w.pod("a", 0, 0, node="p-0")
+    d = decide(job, w.snapshot(), LATER)
+    assert d.phase is JobPhase.RUNNING
+    assert not d.actions  # nothing is deleted or stopped
+    assert _cond(d, "OverBudget") == ((True, "BudgetExceeded") if over else None)

@@ -28,6 +28,13 @@ class TpuNodes(Protocol):
     def states(self, project: str, zone: str) -> dict[str, str]: ...  # node name -> state name
 
 
+class TpuTypes(Protocol):
+    """The accelerator types a zone offers (``v5litepod-8``, ``v5p-16``, ...): where a TPU pool
+    can get capacity at all. Prices come from the catalog (the TPU API carries none)."""
+
+    def accelerator_types(self, project: str, zone: str) -> frozenset[str]: ...
+
+
 class GoogleTpuNodes:
     def __init__(self, client: Any) -> None:
         self._client = client  # a tpu_v2.TpuClient
@@ -59,10 +66,21 @@ class GoogleTpuNodes:
         except api_exceptions.GoogleAPIError as exc:
             raise TpuUnavailable(f"TPU nodes in {parent}: {exc}") from exc
 
+    def accelerator_types(self, project: str, zone: str) -> frozenset[str]:
+        parent = f"projects/{project}/locations/{zone}"
+        try:
+            return frozenset(
+                str(t.type_ or str(t.name).rsplit("/", 1)[-1])[:64]
+                for t in self._client.list_accelerator_types(parent=parent)
+            )
+        except api_exceptions.GoogleAPIError as exc:
+            raise TpuUnavailable(f"TPU accelerator types in {parent}: {exc}") from exc
+
 
 @dataclass
 class FakeTpuNodes:
     nodes: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)
+    types: dict[tuple[str, str], frozenset[str]] = field(default_factory=dict)
     calls: list[tuple[str, str]] = field(default_factory=list)
     fail_next: Exception | None = None
 
@@ -73,5 +91,13 @@ class FakeTpuNodes:
             raise exc
         return dict(self.nodes.get((project, zone), {}))
 
+    def accelerator_types(self, project: str, zone: str) -> frozenset[str]:
+        self.calls.append((project, zone))
+        if self.fail_next is not None:
+            exc, self.fail_next = self.fail_next, None
+            raise exc
+        return self.types.get((project, zone), frozenset())
+
 
 _: TpuNodes = FakeTpuNodes()
+_types: TpuTypes = FakeTpuNodes()

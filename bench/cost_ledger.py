@@ -1,0 +1,82 @@
+"""The cost ledger's price in time and status size: prints figures, asserts nothing.
+
+  python bench/cost_ledger.py [--jobs 5000]
+
+1. one accrual tick for --jobs running jobs (the pure ``accrual.accrue`` per job, as the
+   operator's step calls it, each job with a ledger of 3 attempts already);
+2. the largest ``status.cost`` the bounds allow (16 attempts × 16 intervals), as JSON bytes;
+3. ``accelctl cost report`` row building over --jobs ledgers (by team).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime as dt
+import json
+import time
+
+from accel_api.enums import CapacityType
+from accel_api.job import AcceleratorJobSpec, AcceleratorJobStatus, CostStatus
+from accel_operator.reconcile import accrual, costreport, ledger
+from accel_operator.reconcile.snapshot import JobView
+
+T0 = dt.datetime(2026, 11, 1, tzinfo=dt.UTC)
+SPEC = {
+    "team": "research",
+    "image": "trainer:1",
+    "model": {"parameters": 1.0e9},
+    "workload": {"mode": "training", "tokens": 1.0e9},
+}
+
+
+def _ledger(attempts: int, intervals: int) -> CostStatus:
+    cost: CostStatus | None = None
+    for a in range(attempts):
+        base = T0 + dt.timedelta(hours=a)
+        for k in range(intervals):
+            s = base + dt.timedelta(seconds=60 * k)
+            obs = ledger.Observation(a, "pool", CapacityType.SPOT, 8, s, s + dt.timedelta(seconds=30), 2.0 + k, 6.88)
+            cost = ledger.record(cost, obs)
+        cost = ledger.close(cost, ledger.AttemptEnd(a, base + dt.timedelta(seconds=60 * intervals), preempted=True))
+    assert cost is not None
+    return cost
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--jobs", type=int, default=5000)
+    args = parser.parse_args()
+    spec = AcceleratorJobSpec.model_validate(SPEC)
+    prior = _ledger(3, 4)
+    status = AcceleratorJobStatus.model_validate(
+        {
+            "phase": "Running",
+            "attempt": 3,
+            "admittedTime": "2026-11-01T05:00:00Z",
+            "plan": {"pool": "pool", "devices": 8, "nodes": 1, "capacityType": "spot", "costUsd": 100.0},
+            "cost": prior.model_dump(by_alias=True, mode="json"),
+        }
+    )
+    job = JobView("ns", "j", "uid", T0, 1, spec, (), status)
+    price = accrual.Price(2.5, 6.88)
+    jobs = [dataclasses.replace(job, name=f"j{i}", uid=f"u{i}") for i in range(args.jobs)]
+    now = T0 + dt.timedelta(hours=6)
+    t0 = time.perf_counter()
+    out = [accrual.accrue(j, None, price, 0.0, now) for j in jobs]
+    tick = time.perf_counter() - t0
+    per_job = 1e3 * tick / args.jobs
+    print(f"accrual tick, {args.jobs} running jobs (3 closed attempts each): {tick:.2f} s ({per_job:.2f} ms/job)")
+
+    big = _ledger(20, 40)
+    size = len(json.dumps(big.model_dump(by_alias=True, mode="json", exclude_none=True)))
+    print(f"largest status.cost (16 attempts x 16 intervals): {size / 1024:.0f} KiB as JSON")
+
+    costs = [costreport.JobCost("ns", f"j{i}", f"team{i % 20}", c) for i, c in enumerate(out)]
+    t0 = time.perf_counter()
+    rows = costreport.rows(costs, costreport.By.TEAM, T0, now)
+    print(f"report rows by team over {args.jobs} ledgers: {time.perf_counter() - t0:.2f} s ({len(rows)} rows)")
+
+
+if __name__ == "__main__":
+    main()

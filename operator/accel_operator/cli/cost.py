@@ -1,0 +1,165 @@
+"""``accelctl cost report``: what teams, jobs or pools spent, read from the cluster (the jobs'
+ledgers in ``status.cost``, the policies' budgets in ``status.spend``).
+
+``-o table|csv|json`` print rows (spent, lost to preemption, idle, the on-demand equivalent, spot
+savings, the planner's forecast, device-hours, jobs); ``-o html`` writes one self-contained file
+with charts (see :mod:`accel_operator.cli.costhtml`). ``--from-file`` reads a List of
+AcceleratorJobs (and AcceleratorPolicies) from YAML instead of the cluster.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime as dt
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from accel_api import durations, loader
+from accel_api.job import CostStatus
+from accel_api.policy import AcceleratorPolicyStatus
+from accel_operator.cli.errors import UsageError
+from accel_operator.reconcile import costreport
+from accel_operator.reconcile.costreport import By, JobCost
+
+NAME = "cost"
+HELP = "Cost per team, job or pool from the jobs' ledgers: accelctl cost report --by team --since 30d -o table."
+MAX_SINCE_SECONDS = 366 * 86400.0
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="cost_command", required=True, metavar="ACTION")
+    report = sub.add_parser("report", help="spent, lost to preemption, idle, spot savings, forecast vs actual")
+    report.add_argument("--by", choices=[b.value for b in By], default=By.TEAM.value)
+    report.add_argument("--since", default="30d", help="the window, ending now: e.g. 24h, 7d, 30d (at most 366d)")
+    report.add_argument("-o", "--output", choices=("table", "csv", "json", "html"), default="table")
+    report.add_argument("--out", metavar="FILE", help="html: where to write (default cost-report.html)")
+    report.add_argument("-n", "--namespace", help="only this namespace's jobs (default: all)")
+    report.add_argument("--from-file", metavar="FILE", help="read jobs and policies from YAML, not the cluster")
+
+
+def _objects(args: argparse.Namespace) -> list[dict[str, Any]]:
+    if args.from_file:
+        docs = loader.load_documents(Path(args.from_file).read_text(encoding="utf-8"), source=args.from_file)
+        out: list[dict[str, Any]] = []
+        for doc in docs:
+            if isinstance(doc, dict) and doc.get("kind") == "List":
+                out.extend(i for i in doc.get("items") or [] if isinstance(i, dict))
+            elif isinstance(doc, dict):
+                out.append(doc)
+        return out
+    from accel_operator.adapters.kube import costs
+    from accel_operator.adapters.kube.client import ClusterUnavailable, api_client
+
+    try:
+        api = api_client()
+        return costs.list_jobs(api, args.namespace) + costs.list_policies(api)
+    except ClusterUnavailable as exc:
+        raise UsageError(f"cannot read the cluster: {exc}") from exc
+    except Exception as exc:  # no kubeconfig, refused connection: say so, no traceback
+        raise UsageError(f"cannot reach the cluster: {str(exc)[:300]}") from exc
+
+
+def job_costs(objects: list[dict[str, Any]], namespace: str | None = None) -> list[JobCost]:
+    """The ledgers of the AcceleratorJobs among ``objects``; one that does not validate is skipped."""
+    out = []
+    for obj in objects:
+        if obj.get("kind") != "AcceleratorJob":
+            continue
+        meta = obj.get("metadata") or {}
+        if namespace and meta.get("namespace") != namespace:
+            continue
+        raw = (obj.get("status") or {}).get("cost")
+        team = (obj.get("spec") or {}).get("team")
+        if not isinstance(raw, dict) or not isinstance(team, str):
+            continue
+        try:
+            cost = CostStatus.model_validate(raw)
+        except ValidationError:
+            continue
+        out.append(JobCost(str(meta.get("namespace", ""))[:63], str(meta.get("name", ""))[:253], team[:63], cost))
+    return out
+
+
+def budgets(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for obj in objects:
+        if obj.get("kind") != "AcceleratorPolicy":
+            continue
+        try:
+            status = AcceleratorPolicyStatus.model_validate(obj.get("status") or {})
+        except ValidationError:
+            continue
+        name = str((obj.get("metadata") or {}).get("name", ""))[:253]
+        out.extend({"policy": name, **s.model_dump(by_alias=True, mode="json")} for s in status.spend)
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        seconds = durations.parse_seconds(args.since)
+    except ValueError as exc:
+        raise UsageError(f"--since: {exc}") from exc
+    if not 0 < seconds <= MAX_SINCE_SECONDS:
+        raise UsageError(f"--since: must be more than 0s and at most 366d (got {args.since[:40]!r})")
+    now = dt.datetime.now(dt.UTC)
+    start = now - dt.timedelta(seconds=seconds)
+    objects = _objects(args)
+    jobs = job_costs(objects, args.namespace)
+    by = By(args.by)
+    rows = costreport.rows(jobs, by, start, now)
+    if args.output == "html":
+        from accel_operator.cli import costhtml
+
+        out = Path(args.out or "cost-report.html")
+        out.write_text(costhtml.render(jobs, rows, by, (start, now), budgets(objects)), encoding="utf-8")
+        print(f"wrote {out} ({out.stat().st_size // 1024} KiB; open it in a browser, it needs no network)")
+        return 0
+    table = [r.as_dict() for r in rows]
+    if args.output == "json":
+        json.dump(
+            {
+                "by": by.value,
+                "since": start.isoformat(),
+                "until": now.isoformat(),
+                "rows": table,
+                "budgets": budgets(objects),
+            },
+            sys.stdout,
+            indent=2,
+        )
+        print()
+    elif args.output == "csv":
+        writer = csv.DictWriter(sys.stdout, fieldnames=costreport.COLUMNS, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(table)
+    else:
+        print(render_table(table, by))
+    return 0
+
+
+def render_table(table: list[dict[str, Any]], by: By) -> str:
+    heads = [by.value.upper(), "SPENT", "LOST(PREEMPT)", "IDLE", "ON-DEMAND", "SPOT SAVED", "FORECAST", "DEV-H", "JOBS"]
+    lines = [
+        [
+            str(r["key"]),
+            *(f"${r[k]:,.2f}" for k in costreport.COLUMNS[1:7]),
+            f"{r['deviceHours']:,.2f}",
+            str(r["jobs"]),
+        ]
+        for r in table
+    ]
+    if table:
+        total = ["TOTAL", *(f"${sum(float(r[k]) for r in table):,.2f}" for k in costreport.COLUMNS[1:7])]
+        total += [f"{sum(float(r['deviceHours']) for r in table):,.2f}", str(sum(int(r["jobs"]) for r in table))]
+        lines.append(total)
+    widths = [max(len(h), *(len(row[i]) for row in lines)) if lines else len(h) for i, h in enumerate(heads)]
+    fmt = "  ".join(f"{{:<{w}}}" if i == 0 else f"{{:>{w}}}" for i, w in enumerate(widths))
+    out = [fmt.format(*heads), *(fmt.format(*row) for row in lines)]
+    if not table:
+        out.append("(no spending in this window)")
+    return "\n".join(out)

@@ -1,0 +1,308 @@
+"""The cost accrual step, wired: every ``cost_interval_seconds`` (leader only) it observes the
+scheduler's snapshot, the policies and the node reports (kopf indexes), prices each pool
+(``adapters.pricebook``), calls the pure ``reconcile.accrual`` for every job and writes what
+changed: each job's ``status.cost``, each policy's ``status.spend``, a pool's ``PriceLive``
+condition, an ``OverBudget`` event on a running job whose team is at its limit (it is never
+stopped), and the cost metrics, derived from the ledgers so a restart counts nothing twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import kopf
+from pydantic import ValidationError
+
+from accel_api import catalog as catalog_mod
+from accel_api import registry
+from accel_api import vocabulary as v
+from accel_api.job import CostStatus, OverBudget
+from accel_api.nodereport import AcceleratorNodeReportStatus, Device
+from accel_api.policy import AcceleratorPolicySpec, TeamSpend
+from accel_operator.adapters.kube.client import ClusterUnavailable
+from accel_operator.adapters.kube.costs import CostWriter
+from accel_operator.adapters.kube.jobs import JobGone, JobRef, JobWriter
+from accel_operator.adapters.pricebook import PriceBook, Quote
+from accel_operator.context import OperatorContext
+from accel_operator.handlers.scheduler import Scheduler
+from accel_operator.metrics import CostKey, OperatorMetrics
+from accel_operator.reconcile import accrual, ledger
+from accel_operator.reconcile.snapshot import HOLDING, TERMINAL, JobKey, JobView, Snapshot
+
+log = logging.getLogger("accel_operator.cost")
+
+
+def _wire(cost: CostStatus) -> dict[str, Any]:
+    """The merge patch of ``status.cost``: optional keys the ledger dropped are nulled."""
+    out: dict[str, Any] = cost.model_dump(by_alias=True, mode="json", exclude_none=True)
+    for key in ("forecastUsd", "folded", "overBudget"):
+        out.setdefault(key, None)
+    return out
+
+
+def _settled(job: JobView) -> bool:
+    """A finished job whose ledger has closed every attempt: nothing more will accrue."""
+    cost = job.status.cost
+    return job.phase in TERMINAL and cost is not None and all(a.end is not None for a in cost.attempts)
+
+
+def _shape(cost: CostStatus | None) -> tuple[object, ...]:
+    """What must reach status at once: the attempts, whether each ended, the budget crossed."""
+    if cost is None:
+        return ()
+    policy = cost.over_budget.policy if cost.over_budget is not None else None
+    return (policy, cost.forecast_usd, *((a.attempt, a.end, a.preempted) for a in cost.attempts))
+
+
+def _same(a: CostStatus | None, b: CostStatus) -> bool:
+    if a is None:
+        return False
+    return a.model_dump(exclude={"updated"}) == b.model_dump(exclude={"updated"})
+
+
+@dataclass
+class Accountant:
+    scheduler: Scheduler
+    writer: JobWriter
+    costs: CostWriter
+    metrics: OperatorMetrics
+    prices: PriceBook
+    catalog: catalog_mod.Catalog
+    interval: float
+    # A running job's ledger changes every tick; its status is written at most this often unless
+    # its shape changes (an attempt starts or ends, a budget is crossed): the current attempt is
+    # recomputed from its admission at every tick, so a restart loses nothing by it.
+    write_every: float = 0.0
+    policies: Mapping[Any, Any] | None = None
+    reports: Mapping[Any, Any] | None = None
+    known: dict[str, CostStatus] = field(default_factory=dict)  # job uid -> what this process wrote
+    written_at: dict[str, float] = field(default_factory=dict)  # job uid -> monotonic time of that write
+    live: dict[str, bool] = field(default_factory=dict)  # pool -> PriceLive as last written
+
+    async def run(self, stop: asyncio.Event | None = None) -> None:
+        pause = self.interval
+        while stop is None or not stop.is_set():
+            await asyncio.sleep(pause)
+            sched = self.scheduler
+            if not sched.ready or sched.indices is None or not sched.elector.leading():
+                continue
+            t0 = time.monotonic()
+            try:
+                await self.step(dt.datetime.now(dt.UTC))
+            except Exception:  # one bad step must not stop accounting for good
+                self.metrics.reconcile_errors.labels("cost").inc()
+                log.exception("cost accrual step failed; retrying on the next tick")
+            # Accounting never takes more than a fifth of the process's time from scheduling.
+            pause = max(self.interval, 4 * (time.monotonic() - t0))
+
+    def _policies(self) -> dict[str, AcceleratorPolicySpec]:
+        out: dict[str, AcceleratorPolicySpec] = {}
+        for name, store in (self.policies or {}).items():
+            for spec in store:
+                if spec is not None:
+                    out[name] = spec
+                break
+        return out
+
+    def _reports(self) -> dict[str, tuple[Device, ...]]:
+        out: dict[str, tuple[Device, ...]] = {}
+        for node, store in (self.reports or {}).items():
+            for devices in store:
+                out[node] = devices
+                break
+        return out
+
+    def _quote(self, snap: Snapshot, pool_name: str, quotes: dict[str, Quote | None]) -> Quote | None:
+        if pool_name not in quotes:
+            pool = snap.pools.get(pool_name)
+            accel = self.catalog.get(pool.spec.accelerator) if pool is not None else None
+            quotes[pool_name] = self.prices.quote(pool.spec, accel) if pool is not None and accel is not None else None
+        return quotes[pool_name]
+
+    def _compute(
+        self, snap: Snapshot, now: dt.datetime
+    ) -> tuple[
+        dict[JobKey, CostStatus],
+        dict[str, list[TeamSpend]],
+        list[tuple[JobKey, CostStatus, OverBudget | None]],
+        dict[str, Quote | None],
+    ]:
+        """The CPU (and live price) part of a step, run in a thread so the event loop stays free."""
+        reports = self._reports()
+        quotes: dict[str, Quote | None] = {}
+        ledgers: dict[JobKey, CostStatus] = {}
+        for key, job in snap.jobs.items():
+            st = job.status
+            if job.spec is None or (st.cost is None and st.admitted_time is None):
+                continue
+            if _settled(job) and (self.known.get(job.uid) in (None, st.cost)):
+                ledgers[key] = st.cost  # type: ignore[assignment]  # _settled: not None
+                continue
+            plan = st.plan
+            quote = self._quote(snap, plan.pool, quotes) if plan is not None and plan.pool else None
+            price = accrual.Price(quote.usd_per_device_hour, quote.on_demand_usd_per_device_hour) if quote else None
+            pods = snap.pods_by_job.get(key, ())
+            idle = accrual.idle_fraction(job, pods, reports, plan.devices or 0) if plan is not None else 0.0
+            ledgers[key] = accrual.accrue(job, self.known.get(job.uid), price, idle, now)
+        # Team spending per policy, from every job's ledger.
+        teams = [
+            accrual.Ledger(job.spec.team, ledgers[key])
+            for key, job in snap.jobs.items()
+            if key in ledgers and job.spec is not None
+        ]
+        spends = {name: accrual.team_spend(spec, teams, now) for name, spec in sorted(self._policies().items())}
+        writes: list[tuple[JobKey, CostStatus, OverBudget | None]] = []
+        for key, accrued in list(ledgers.items()):
+            job = snap.jobs[key]
+            assert job.spec is not None
+            before = job.status.cost.over_budget if job.status.cost is not None else None
+            over = accrual.over_budget(job.spec.team, spends, before, now) if job.phase in HOLDING else None
+            cost = accrued if accrued.over_budget == over else accrued.model_copy(update={"over_budget": over})
+            ledgers[key] = cost
+            if _same(job.status.cost, cost) or _same(self.known.get(job.uid), cost):
+                continue
+            last = self.written_at.get(job.uid)
+            due = last is None or time.monotonic() - last >= self.write_every
+            if due or _shape(job.status.cost) != _shape(cost) or _shape(self.known.get(job.uid)) != _shape(cost):
+                writes.append((key, cost, before))
+        return ledgers, spends, writes, quotes
+
+    async def step(self, now: dt.datetime) -> None:
+        t0 = time.perf_counter()
+        snap = self.scheduler.observe(now)
+        ledgers, spends, writes, quotes = await asyncio.to_thread(self._compute, snap, now)
+        await asyncio.gather(*(self._write_job(snap, key, cost, before) for key, cost, before in writes))
+        for name, items in spends.items():
+            wire = [s.model_dump(by_alias=True, mode="json", exclude_none=True) for s in items]
+            try:
+                await asyncio.to_thread(self.costs.patch_policy_status, name, {"spend": wire})
+            except ClusterUnavailable as exc:
+                log.info("spend of policy %s not written: %s", name, exc)
+            for s in items:
+                self.metrics.budget_used.labels(name, s.team, s.period.value).set(s.used_fraction or 0.0)
+        await self._pool_conditions(snap, quotes, now)
+        self._counters(snap, ledgers)
+        self.metrics.accrual_seconds.observe(time.perf_counter() - t0)
+
+    async def _write_job(self, snap: Snapshot, key: JobKey, cost: CostStatus, before: OverBudget | None) -> None:
+        job = snap.jobs[key]
+        ref = JobRef(job.namespace, job.name, job.uid)
+        try:
+            await asyncio.to_thread(self.writer.patch_status, ref, {"cost": _wire(cost)})
+            self.known[job.uid] = cost
+            self.written_at[job.uid] = time.monotonic()
+            over = cost.over_budget
+            if over is not None and (before is None or before.policy != over.policy):
+                message = (
+                    f"team {job.spec.team if job.spec else '?'} is over its {over.period.value} budget in policy "
+                    f"{over.policy}: ${over.spent_usd:,.2f} of ${over.limit_usd:,.2f}; the job keeps running"
+                )
+                await asyncio.to_thread(self.writer.event, ref, "Warning", "OverBudget", message)
+        except JobGone:
+            self.known.pop(job.uid, None)
+            self.written_at.pop(job.uid, None)
+        except ClusterUnavailable as exc:
+            log.info("cost of %s/%s not written: %s", job.namespace, job.name, exc)
+        if len(self.known) > 4 * max(1, len(snap.jobs)) + 1000:
+            uids = {j.uid for j in snap.jobs.values()}
+            self.known = {u: c for u, c in self.known.items() if u in uids}
+            self.written_at = {u: t for u, t in self.written_at.items() if u in uids}
+
+    async def _pool_conditions(self, snap: Snapshot, quotes: Mapping[str, Quote | None], now: dt.datetime) -> None:
+        for name, quote in sorted(quotes.items()):
+            pool = snap.pools.get(name)
+            if quote is None or pool is None or pool.spec.price.source.value != "live":
+                continue
+            live = quote.fallback is None
+            self.metrics.price_live.labels(name).set(1 if live else 0)
+            if not live:
+                self.metrics.price_fallbacks.labels(name).inc()
+            if self.live.get(name) == live:
+                continue
+            condition = {
+                "type": "PriceLive",
+                "status": "True" if live else "False",
+                "reason": "LivePrice" if live else "FellBackToStaticPrice",
+                "message": (quote.fallback or f"priced from the {quote.source} source")[:1000],
+                "lastTransitionTime": ledger.fmt(now.replace(microsecond=0)),
+            }
+            try:
+                await asyncio.to_thread(self.costs.patch_pool_status, name, {"conditions": [condition]})
+                self.live[name] = live
+            except ClusterUnavailable as exc:
+                log.info("price condition of pool %s not written: %s", name, exc)
+
+    def _counters(self, snap: Snapshot, ledgers: Mapping[JobKey, CostStatus]) -> None:
+        spent: dict[CostKey, float] = {}
+        lost: dict[CostKey, float] = {}
+        idle: dict[CostKey, float] = {}
+        for key, cost in ledgers.items():
+            job = snap.jobs[key]
+            team = job.spec.team if job.spec is not None else ""
+            for (pool, capacity), t in accrual.by_pool(cost).items():
+                k = (team, pool, capacity.value)
+                spent[k] = spent.get(k, 0.0) + t.spent_usd
+                lost[k] = lost.get(k, 0.0) + t.lost_to_preemption_usd
+                idle[k] = idle.get(k, 0.0) + t.idle_usd
+        self.metrics.cost.set(spent, lost, idle)
+
+
+def _policy_spec(body: Mapping[str, Any]) -> AcceleratorPolicySpec | None:
+    try:
+        return AcceleratorPolicySpec.model_validate(body.get("spec") or {})
+    except ValidationError:
+        return None  # refused by the webhook and the CRD; counted by no budget here
+
+
+def _report_devices(body: Mapping[str, Any]) -> tuple[str, tuple[Device, ...]] | None:
+    node = (body.get("spec") or {}).get("nodeName") or body.get("metadata", {}).get("name")
+    try:
+        status = AcceleratorNodeReportStatus.model_validate(body.get("status") or {})
+    except ValidationError:
+        return None
+    return (str(node), tuple(status.devices)) if node else None
+
+
+def register(reg: kopf.OperatorRegistry, sched: Scheduler, ctx: OperatorContext) -> Accountant:
+    accountant = Accountant(
+        scheduler=sched,
+        writer=ctx.writer,
+        costs=ctx.costs,
+        metrics=ctx.metrics,
+        prices=ctx.prices,
+        catalog=ctx.catalog,
+        interval=ctx.settings.cost_interval_seconds,
+        write_every=ctx.settings.cost_write_seconds,
+    )
+
+    @kopf.index(v.GROUP, v.VERSION, registry.POLICY.plural, id="cost_policies", registry=reg)
+    def cost_policies(body: kopf.Body, name: str, **_: Any) -> dict[str, Any]:
+        return {name: _policy_spec(body)}
+
+    @kopf.index(v.GROUP, v.VERSION, registry.NODE_REPORT.plural, id="cost_reports", registry=reg)
+    def cost_reports(body: kopf.Body, **_: Any) -> dict[str, Any]:
+        found = _report_devices(body)
+        return {found[0]: found[1]} if found is not None else {}
+
+    @kopf.on.startup(registry=reg)
+    async def start_accounting(memo: kopf.Memo, **kwargs: Any) -> None:
+        accountant.policies = kwargs["cost_policies"]
+        accountant.reports = kwargs["cost_reports"]
+        memo.cost_task = asyncio.create_task(accountant.run(), name="accel-cost")
+
+    @kopf.on.cleanup(registry=reg)
+    async def stop_accounting(memo: kopf.Memo, **_: Any) -> None:
+        task = memo.get("cost_task")
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    return accountant

@@ -1,0 +1,236 @@
+"""One accrual step, pure: from a job's status (its attempts, admission, failure and completion
+times), the price in force and what node reports show, the job's next ``status.cost``; from every
+job's ledger, each policy's team spending in the current budget period and which running jobs
+are over budget. The handler (``handlers.cost``) observes, calls these and writes.
+
+An attempt accrues from its admission (its devices are held from then) to its end: the
+preemption or failure time the scheduler recorded, the completion time, or now while it runs.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from accel_api.enums import CapacityType, FailureKind, JobPhase
+from accel_api.job import CostStatus, OverBudget
+from accel_api.nodereport import Device
+from accel_api.policy import AcceleratorPolicySpec, TeamSpend
+from accel_operator.reconcile import ledger
+from accel_operator.reconcile.snapshot import HOLDING, TERMINAL, JobView, PodView
+
+# A device at or under this utilization (percent) over a node report's sample is idle.
+IDLE_PERCENT = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class Price:
+    usd_per_device_hour: float
+    on_demand_usd_per_device_hour: float
+
+
+def _time(text: str | None) -> dt.datetime | None:
+    if not text:
+        return None
+    try:
+        return ledger.parse(text)
+    except ValueError:
+        return None
+
+
+def idle_fraction(
+    job: JobView, pods: Sequence[PodView], reports: Mapping[str, Sequence[Device]], devices: int
+) -> float:
+    """The share of the job's devices that their nodes' reports show at ~0% utilization: a device
+    counts when the report maps it to one of the job's pods of the current attempt."""
+    if devices <= 0:
+        return 0.0
+    mine = {(p.namespace, p.name) for p in pods if p.attempt == job.status.attempt and p.node and not p.ended}
+    idle = 0
+    for node in {p.node for p in pods if p.node}:
+        for dev in reports.get(node, ()):
+            held = any((r.namespace, r.name) in mine for r in dev.allocated_pods) or any(
+                pr.pod is not None and (pr.pod.namespace, pr.pod.name) in mine for pr in dev.processes
+            )
+            util = dev.utilization_gpu_percent
+            if held and util is not None and util <= IDLE_PERCENT:
+                idle += 1
+    return min(1.0, idle / devices)
+
+
+def accrue(job: JobView, known: CostStatus | None, price: Price | None, idle: float, now: dt.datetime) -> CostStatus:
+    """The job's ledger after this step. ``known``: what this process wrote last (the watch may
+    not show it yet); ``price``: the price in force for the job's pool now (None: the pool is
+    gone, nothing new accrues)."""
+    st = job.status
+    cost = ledger.merge(known, st.cost)
+    if cost.forecast_usd is None and st.plan is not None and st.plan.cost_usd is not None:
+        cost = cost.model_copy(update={"forecast_usd": st.plan.cost_usd})
+    failure = st.last_failure
+    # Attempts before the current one have ended.
+    for entry in list(cost.attempts):
+        if entry.end is not None or entry.attempt >= st.attempt:
+            continue  # the current attempt ends below, if the job has finished
+        if failure is not None and failure.attempt == entry.attempt:
+            end, preempted = _time(failure.time), failure.kind is FailureKind.PREEMPTION
+        else:
+            end, preempted = None, False
+        cost = _close(cost, entry.attempt, end, preempted, job, reported=_reported_lost(job, entry.attempt))
+    plan = st.plan
+    admitted = _time(st.admitted_time)
+    held = plan is not None and plan.pool and plan.devices and admitted is not None
+    if held and price is not None and plan is not None and plan.pool and plan.devices and admitted is not None:
+        until: dt.datetime | None = None
+        if st.phase in HOLDING:
+            until = now
+        elif st.phase in TERMINAL:
+            until = _time(st.completion_time)
+        if until is not None and until > admitted:
+            cost = ledger.record(
+                cost,
+                ledger.Observation(
+                    attempt=st.attempt,
+                    pool=plan.pool,
+                    capacity_type=plan.capacity_type or CapacityType.ON_DEMAND,
+                    devices=plan.devices,
+                    start=admitted,
+                    end=min(until, now),
+                    usd_per_device_hour=price.usd_per_device_hour,
+                    on_demand_usd_per_device_hour=price.on_demand_usd_per_device_hour,
+                    idle_fraction=idle,
+                ),
+            )
+    if st.phase in TERMINAL:
+        end = _time(st.completion_time)
+        preempted = failure is not None and failure.attempt == st.attempt and failure.kind is FailureKind.PREEMPTION
+        lost = _reported_lost(job, st.attempt)
+        cost = _close(cost, st.attempt, end, preempted and st.phase is JobPhase.FAILED, job, reported=lost)
+    return ledger.with_totals(cost.model_copy(update={"updated": ledger.fmt(now)}))
+
+
+def _reported_lost(job: JobView, attempt: int) -> float | None:
+    """The lost device-seconds the scheduler recorded for a preempted ``attempt`` (from its last
+    complete checkpoint, the spot-resume work's ``lastFailure.lostDeviceSeconds``), if any."""
+    failure = job.status.last_failure
+    if failure is None or failure.attempt != attempt:
+        return None
+    value = getattr(failure, "lost_device_seconds", None)  # a field the spot-resume work adds
+    return float(value) if isinstance(value, int | float) else None
+
+
+def _close(
+    cost: CostStatus, attempt: int, end: dt.datetime | None, preempted: bool, job: JobView, *, reported: float | None
+) -> CostStatus:
+    entry = next((a for a in cost.attempts if a.attempt == attempt), None)
+    if entry is None or entry.end is not None:
+        return cost
+    ivs = entry.intervals
+    if end is None:  # ended without a recorded time (a released gang): at what was accrued
+        end = ledger.parse(ivs[-1].end) if ivs else None
+        if end is None:
+            return cost
+    elif ivs and ledger.parse(ivs[-1].end) < end:
+        # The tail between the last tick and the end, at the attempt's last price.
+        last = ivs[-1]
+        cost = ledger.record(
+            cost,
+            ledger.Observation(
+                attempt,
+                entry.pool,
+                entry.capacity_type,
+                entry.devices,
+                ledger.parse(ivs[0].start),
+                end,
+                last.usd_per_device_hour,
+                entry.on_demand_usd_per_device_hour,
+                last.idle_fraction,
+            ),
+        )
+    checkpoint = job.status.last_checkpoint
+    return ledger.close(
+        cost,
+        ledger.AttemptEnd(
+            attempt,
+            end,
+            preempted=preempted,
+            checkpoint=_time(checkpoint.time) if checkpoint is not None else None,
+            reported_lost_device_seconds=reported,
+        ),
+    )
+
+
+# --- teams and budgets ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Ledger:
+    """One job's ledger as the team sums read it."""
+
+    team: str
+    cost: CostStatus
+
+
+def team_spend(policy: AcceleratorPolicySpec, ledgers: Iterable[Ledger], now: dt.datetime) -> list[TeamSpend]:
+    """Each budget's team spending in its current period."""
+    by_team: dict[str, list[CostStatus]] = {}
+    for item in ledgers:
+        by_team.setdefault(item.team, []).append(item.cost)
+    out = []
+    for budget in policy.budgets:
+        start = ledger.period_start(budget.period.value, now)
+        total = ledger.Figures()
+        jobs = 0
+        for cost in by_team.get(budget.team, ()):
+            part = ledger.window(cost, start, now)
+            if part.device_seconds > 0 or part.spent_usd > 0:
+                jobs += 1
+            total = ledger.add(total, part)
+        spent = total.spent_usd if budget.include_lost_work else total.spent_usd - total.lost_to_preemption_usd
+        out.append(
+            TeamSpend(
+                team=budget.team,
+                period=budget.period,
+                spent_usd=round(max(0.0, spent), 6),
+                limit_usd=budget.limit_usd,
+                lost_to_preemption_usd=round(total.lost_to_preemption_usd, 6),
+                idle_usd=round(total.idle_usd, 6),
+                period_start=ledger.fmt(start),
+                used_fraction=round(max(0.0, spent) / budget.limit_usd, 6),
+                jobs=jobs,
+            )
+        )
+    return out
+
+
+def over_budget(
+    team: str, spends: Mapping[str, Sequence[TeamSpend]], current: OverBudget | None, now: dt.datetime
+) -> OverBudget | None:
+    """The budget a running job of ``team`` is over (the most used), keeping ``since``."""
+    worst: tuple[float, str, TeamSpend] | None = None
+    for policy, items in sorted(spends.items()):
+        for s in items:
+            if s.team == team and s.spent_usd >= s.limit_usd:
+                used = s.spent_usd / s.limit_usd if s.limit_usd else float("inf")
+                if worst is None or used > worst[0]:
+                    worst = (used, policy, s)
+    if worst is None:
+        return None
+    _, policy, s = worst
+    since = current.since if current is not None and current.policy == policy else ledger.fmt(now)
+    return OverBudget(policy=policy, period=s.period, spent_usd=s.spent_usd, limit_usd=s.limit_usd, since=since)
+
+
+def by_pool(cost: CostStatus) -> dict[tuple[str, CapacityType], ledger.Figures]:
+    """The job's figures per (pool, capacity type), for the metrics; folded attempts under ``""``."""
+    out: dict[tuple[str, CapacityType], ledger.Figures] = {}
+    for entry in cost.attempts:
+        t = ledger.Figures()
+        for seg in ledger.segments(entry):
+            t = ledger.add(t, seg.totals())
+        key = (entry.pool, entry.capacity_type)
+        out[key] = ledger.add(out.get(key, ledger.Figures()), t)
+    if cost.folded is not None:
+        key = ("", CapacityType.ON_DEMAND)
+        out[key] = ledger.add(out.get(key, ledger.Figures()), ledger.Figures.of(cost.folded))
+    return out

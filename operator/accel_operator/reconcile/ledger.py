@@ -1,0 +1,412 @@
+"""The cost ledger: what a job really cost, from what really ran. Pure arithmetic, no I/O.
+
+Unit of account: an *interval* of one attempt — ``devices`` held from ``start`` to ``end`` at the
+price in force then, with the share of the devices that node reports showed idle. A job's
+``status.cost`` keeps each attempt's intervals (its watermark); every total is derived from them.
+Recording an observation adds only the part of its time that no interval of that attempt covers
+yet, so replayed, overlapping or reordered observations never count twice, and an operator that
+restarts reads the watermark from status and goes on: nothing lost, nothing doubled.
+
+Three figures per job (and, summed, per team): *spent* (everything), *lost to preemption* (the
+tail of a preempted attempt that the resume does again: the device-seconds the attempt reports,
+else the time since its last checkpoint) and *idle* (devices that node reports showed at ~0%).
+Lost and idle are parts of spent. *On demand* is what the same device-seconds would have cost
+on demand, so spot savings are ``onDemand - spent``.
+
+Bounds: at most ``COST_INTERVALS`` intervals per attempt (the two closest neighbours merge,
+keeping their cost; a gap between them then counts as covered) and ``COST_ATTEMPTS`` attempts
+(the oldest ended ones fold into ``folded`` totals).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from accel_api.enums import CapacityType
+from accel_api.job import (
+    COST_ATTEMPTS,
+    COST_INTERVALS,
+    AttemptCost,
+    CostInterval,
+    CostStatus,
+    CostTotals,
+)
+
+HOUR = 3600.0
+
+
+def fmt(t: dt.datetime) -> str:
+    """A ledger timestamp: RFC 3339 in UTC, microseconds kept (intervals must telescope)."""
+    t = t.astimezone(dt.UTC)
+    if t.microsecond:
+        return t.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse(text: str) -> dt.datetime:
+    t = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    return t if t.tzinfo else t.replace(tzinfo=dt.UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """``devices`` of one attempt held from ``start`` to ``end`` at ``usd_per_device_hour``."""
+
+    attempt: int
+    pool: str
+    capacity_type: CapacityType
+    devices: int
+    start: dt.datetime
+    end: dt.datetime
+    usd_per_device_hour: float
+    on_demand_usd_per_device_hour: float
+    idle_fraction: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptEnd:
+    """An attempt ended at ``end``; when preempted, the work since ``checkpoint`` (or the
+    device-seconds the attempt reports lost) is done again by the next attempt."""
+
+    attempt: int
+    end: dt.datetime
+    preempted: bool = False
+    checkpoint: dt.datetime | None = None
+    reported_lost_device_seconds: float | None = None
+
+
+# --- intervals ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Iv:
+    start: dt.datetime
+    end: dt.datetime
+    price: float
+    idle: float
+
+    @property
+    def seconds(self) -> float:
+        return (self.end - self.start).total_seconds()
+
+
+def _ivs(a: AttemptCost) -> list[_Iv]:
+    return [_Iv(parse(i.start), parse(i.end), i.usd_per_device_hour, i.idle_fraction) for i in a.intervals]
+
+
+def _wire(ivs: list[_Iv]) -> list[CostInterval]:
+    return [
+        CostInterval(start=fmt(i.start), end=fmt(i.end), usd_per_device_hour=i.price, idle_fraction=i.idle) for i in ivs
+    ]
+
+
+def _uncovered(start: dt.datetime, end: dt.datetime, ivs: list[_Iv]) -> Iterator[tuple[dt.datetime, dt.datetime]]:
+    """The parts of [start, end) that no interval covers (``ivs`` sorted, disjoint)."""
+    cursor = start
+    for iv in ivs:
+        if iv.end <= cursor:
+            continue
+        if iv.start >= end:
+            break
+        if iv.start > cursor:
+            yield cursor, iv.start
+        cursor = max(cursor, iv.end)
+        if cursor >= end:
+            return
+    if cursor < end:
+        yield cursor, end
+
+
+def _merge_touching(ivs: list[_Iv]) -> list[_Iv]:
+    out: list[_Iv] = []
+    for iv in sorted(ivs, key=lambda i: i.start):
+        last = out[-1] if out else None
+        if last is not None and last.end == iv.start and last.price == iv.price and last.idle == iv.idle:
+            out[-1] = _Iv(last.start, iv.end, last.price, last.idle)
+        else:
+            out.append(iv)
+    return out
+
+
+def _bounded(ivs: list[_Iv]) -> list[_Iv]:
+    """At most COST_INTERVALS: merge the closest neighbours, keeping their cost and idle cost."""
+    while len(ivs) > COST_INTERVALS:
+        k = min(range(len(ivs) - 1), key=lambda j: ((ivs[j + 1].start - ivs[j].end), j))
+        a, b = ivs[k], ivs[k + 1]
+        span = (b.end - a.start).total_seconds()
+        cost = a.price * a.seconds + b.price * b.seconds
+        idle_cost = a.price * a.seconds * a.idle + b.price * b.seconds * b.idle
+        idle_time = a.seconds * a.idle + b.seconds * b.idle
+        idle = idle_cost / cost if cost > 0 else (idle_time / span if span > 0 else 0.0)
+        ivs[k : k + 2] = [_Iv(a.start, b.end, cost / span if span > 0 else 0.0, min(1.0, idle))]
+    return ivs
+
+
+# --- recording ------------------------------------------------------------------------------------
+
+
+def _find(cost: CostStatus, attempt: int) -> AttemptCost | None:
+    return next((a for a in cost.attempts if a.attempt == attempt), None)
+
+
+def _replace(cost: CostStatus, entry: AttemptCost) -> CostStatus:
+    others = [a for a in cost.attempts if a.attempt != entry.attempt]
+    attempts = sorted([*others, entry], key=lambda a: a.attempt)
+    return _fold(cost.model_copy(update={"attempts": attempts}))
+
+
+def record(cost: CostStatus | None, obs: Observation) -> CostStatus:
+    """``cost`` with ``obs`` accrued: only the time no interval of that attempt covers yet, and
+    nothing after the attempt's end."""
+    return with_totals(_record(cost or CostStatus(), obs))
+
+
+def _record(cost: CostStatus, obs: Observation) -> CostStatus:
+    entry = _find(cost, obs.attempt)
+    if entry is None:
+        if any(a.attempt > obs.attempt for a in cost.attempts) and len(cost.attempts) >= COST_ATTEMPTS:
+            return cost  # an attempt old enough to have been folded already
+        entry = AttemptCost(
+            attempt=obs.attempt,
+            pool=obs.pool,
+            capacity_type=obs.capacity_type,
+            devices=obs.devices,
+            on_demand_usd_per_device_hour=obs.on_demand_usd_per_device_hour,
+        )
+    end = obs.end if entry.end is None else min(obs.end, parse(entry.end))
+    if end <= obs.start:
+        return _replace(cost, entry)
+    ivs = _ivs(entry)
+    price = min(max(obs.usd_per_device_hour, 0.0), 1000.0)
+    idle = min(max(obs.idle_fraction, 0.0), 1.0)
+    new = [_Iv(s, e, price, idle) for s, e in _uncovered(obs.start, end, ivs)]
+    if not new:
+        return _replace(cost, entry)
+    entry = entry.model_copy(update={"intervals": _wire(_bounded(_merge_touching(ivs + new)))})
+    return _replace(cost, entry)
+
+
+def close(cost: CostStatus | None, ended: AttemptEnd) -> CostStatus:
+    """``cost`` with an attempt ended: nothing accrues after ``ended.end``; a preempted attempt's
+    lost device-seconds are fixed. Idempotent; a later close of the same attempt keeps the first."""
+    cost = cost or CostStatus()
+    entry = _find(cost, ended.attempt)
+    if entry is None or entry.end is not None:
+        return with_totals(cost)
+    ivs = [_Iv(i.start, min(i.end, ended.end), i.price, i.idle) for i in _ivs(entry) if i.start < ended.end]
+    lost = 0.0
+    if ended.preempted and ivs:
+        held = sum(i.seconds for i in ivs) * entry.devices
+        if ended.reported_lost_device_seconds is not None:
+            lost = ended.reported_lost_device_seconds
+        else:
+            since = max(ivs[0].start, ended.checkpoint) if ended.checkpoint is not None else ivs[0].start
+            lost = max(0.0, (ended.end - since).total_seconds()) * entry.devices
+        lost = min(max(lost, 0.0), held)
+    entry = entry.model_copy(
+        update={
+            "intervals": _wire(ivs),
+            "end": fmt(ended.end),
+            "preempted": ended.preempted,
+            "lost_device_seconds": lost,
+        }
+    )
+    return with_totals(_replace(cost, entry))
+
+
+def merge(a: CostStatus | None, b: CostStatus | None) -> CostStatus:
+    """Both ledgers' knowledge in one (e.g. what this process wrote and what the watch shows)."""
+    if a is None or b is None or a == b:
+        return with_totals(a or b or CostStatus())
+    out = a
+    for entry in b.attempts:
+        for iv in _ivs(entry):
+            out = _record(
+                out,
+                Observation(
+                    entry.attempt,
+                    entry.pool,
+                    entry.capacity_type,
+                    entry.devices,
+                    iv.start,
+                    iv.end,
+                    iv.price,
+                    entry.on_demand_usd_per_device_hour,
+                    iv.idle,
+                ),
+            )
+        if entry.end is not None:
+            out = _close_as(out, entry)
+    if out.forecast_usd is None and b.forecast_usd is not None:
+        out = out.model_copy(update={"forecast_usd": b.forecast_usd})
+    return with_totals(out)
+
+
+def _close_as(cost: CostStatus, entry: AttemptCost) -> CostStatus:
+    assert entry.end is not None
+    mine = _find(cost, entry.attempt)
+    if mine is None or mine.end is not None:
+        return cost
+    return close(
+        cost,
+        AttemptEnd(entry.attempt, parse(entry.end), entry.preempted, None, entry.lost_device_seconds),
+    )
+
+
+def _fold(cost: CostStatus) -> CostStatus:
+    if len(cost.attempts) <= COST_ATTEMPTS:
+        return cost
+    attempts = list(cost.attempts)
+    folded = Figures.of(cost.folded)
+    while len(attempts) > COST_ATTEMPTS:
+        old = next((a for a in attempts if a.end is not None), attempts[0])
+        attempts.remove(old)
+        folded = folded + _attempt_totals(old)
+    return cost.model_copy(update={"attempts": attempts, "folded": folded.wire()})
+
+
+# --- figures ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Figures:
+    """The seven figures as plain floats (sums run over every segment: no validation per add)."""
+
+    spent_usd: float = 0.0
+    lost_to_preemption_usd: float = 0.0
+    idle_usd: float = 0.0
+    on_demand_usd: float = 0.0
+    device_seconds: float = 0.0
+    lost_device_seconds: float = 0.0
+    idle_device_seconds: float = 0.0
+
+    def __add__(self, o: Figures) -> Figures:
+        return Figures(
+            self.spent_usd + o.spent_usd,
+            self.lost_to_preemption_usd + o.lost_to_preemption_usd,
+            self.idle_usd + o.idle_usd,
+            self.on_demand_usd + o.on_demand_usd,
+            self.device_seconds + o.device_seconds,
+            self.lost_device_seconds + o.lost_device_seconds,
+            self.idle_device_seconds + o.idle_device_seconds,
+        )
+
+    @classmethod
+    def of(cls, t: CostTotals | None) -> Figures:
+        return cls() if t is None else cls(**t.model_dump())
+
+    def wire(self) -> CostTotals:
+        return CostTotals(**{f: getattr(self, f) for f in self.__slots__})
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """A piece of an attempt's time with its figures, lost or not (for sums over windows)."""
+
+    start: dt.datetime
+    end: dt.datetime
+    devices: int
+    price: float
+    on_demand_price: float
+    idle: float
+    lost: bool
+
+    def totals(self, start: dt.datetime | None = None, end: dt.datetime | None = None) -> Figures:
+        s = self.start if start is None else max(self.start, start)
+        e = self.end if end is None else min(self.end, end)
+        seconds = max(0.0, (e - s).total_seconds())
+        ds = seconds * self.devices
+        usd = ds / HOUR * self.price
+        return Figures(
+            spent_usd=usd,
+            lost_to_preemption_usd=usd if self.lost else 0.0,
+            idle_usd=usd * self.idle,
+            on_demand_usd=ds / HOUR * self.on_demand_price,
+            device_seconds=ds,
+            lost_device_seconds=ds if self.lost else 0.0,
+            idle_device_seconds=ds * self.idle,
+        )
+
+
+def segments(entry: AttemptCost) -> Iterator[Segment]:
+    """The attempt's intervals, with the lost tail (the last ``lostDeviceSeconds / devices``
+    seconds of held time) split out."""
+    ivs = _ivs(entry)
+    tail = entry.lost_device_seconds / entry.devices if entry.devices else 0.0
+    od = entry.on_demand_usd_per_device_hour
+    for iv in reversed(ivs):
+        if tail <= 0:
+            yield Segment(iv.start, iv.end, entry.devices, iv.price, od, iv.idle, False)
+            continue
+        cut = max(iv.start, iv.end - dt.timedelta(seconds=tail))
+        tail -= (iv.end - cut).total_seconds()
+        yield Segment(cut, iv.end, entry.devices, iv.price, od, iv.idle, True)
+        if cut > iv.start:
+            yield Segment(iv.start, cut, entry.devices, iv.price, od, iv.idle, False)
+
+
+def add(a: Figures, b: Figures) -> Figures:
+    return a + b
+
+
+def _attempt_totals(entry: AttemptCost) -> Figures:
+    out = Figures()
+    for seg in segments(entry):
+        out = add(out, seg.totals())
+    return out
+
+
+def totals(cost: CostStatus | None) -> Figures:
+    if cost is None:
+        return Figures()
+    out = Figures.of(cost.folded)
+    for entry in cost.attempts:
+        out = add(out, _attempt_totals(entry))
+    return out
+
+
+def window(cost: CostStatus | None, start: dt.datetime, end: dt.datetime) -> Figures:
+    """The figures of the time in [start, end) (folded attempts are not in any window)."""
+    out = Figures()
+    for entry in cost.attempts if cost is not None else ():
+        for seg in segments(entry):
+            if seg.end > start and seg.start < end:
+                out = add(out, seg.totals(start, end))
+    return out
+
+
+def days(cost: CostStatus | None) -> dict[dt.date, Figures]:
+    """The figures per UTC day."""
+    out: dict[dt.date, Figures] = {}
+    for entry in cost.attempts if cost is not None else ():
+        for seg in segments(entry):
+            day = seg.start.date()
+            while True:
+                lo = dt.datetime.combine(day, dt.time(), dt.UTC)
+                hi = lo + dt.timedelta(days=1)
+                if lo >= seg.end:
+                    break
+                piece = seg.totals(lo, hi)
+                if piece.device_seconds > 0 or piece.spent_usd > 0:
+                    out[day] = out.get(day, Figures()) + piece
+                day += dt.timedelta(days=1)
+    return out
+
+
+def with_totals(cost: CostStatus) -> CostStatus:
+    """``cost`` with its top-level figures derived from its attempts."""
+    t = totals(cost)
+    # Rounded to a millionth: exact enough for any sum of cents, short in `kubectl get`.
+    return cost.model_copy(update={f: round(getattr(t, f), 6) for f in Figures.__slots__})
+
+
+def period_start(period: str, now: dt.datetime) -> dt.datetime:
+    """The start of the budget period (UTC) that ``now`` is in: day, ISO week (Monday) or month."""
+    day = dt.datetime.combine(now.astimezone(dt.UTC).date(), dt.time(), dt.UTC)
+    if period == "daily":
+        return day
+    if period == "weekly":
+        return day - dt.timedelta(days=day.weekday())
+    return day.replace(day=1)

@@ -1,0 +1,170 @@
+"""The accrual step as the operator runs it (handlers.cost.Accountant) on a small world of views
+with fake writers: job ledgers and policy spending written, counters derived from the ledgers
+so that a restarted operator counts nothing twice, one OverBudget event and the job left running,
+idle devices from node reports, and a failing live price falling back with a condition."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import datetime as dt
+from typing import Any
+
+import pytest
+
+from accel_api import catalog
+from accel_api.job import AcceleratorJobStatus
+from accel_api.nodereport import Device
+from accel_api.policy import AcceleratorPolicySpec
+from accel_operator.adapters.kube.costs import FakeCostWriter
+from accel_operator.adapters.kube.jobs import FakeJobWriter
+from accel_operator.adapters.pricebook import PriceBook
+from accel_operator.handlers.cost import Accountant
+from accel_operator.metrics import OperatorMetrics
+from tests.support.reconcile import T0, World
+
+HOUR = dt.timedelta(hours=1)
+LABELS = {"team": "research", "pool": "spot", "capacity_type": "spot"}
+
+
+def _running(pool: str = "spot") -> dict[str, Any]:
+    return {
+        "phase": "Running",
+        "attempt": 0,
+        "admittedTime": "2026-11-26T12:00:00Z",
+        "plan": {"pool": pool, "devices": 2, "nodes": 1, "capacityType": "spot", "costUsd": 20.0},
+    }
+
+
+def _world(**pool: Any) -> World:
+    world = World().pool("spot", capacityType="spot", **{"price": {"spotPerDeviceHour": 3.6}, **pool})
+    world.job(
+        "a",
+        "spot",
+        devices=2,
+        status=_running(),
+        spot={"policy": "require", "maxPreemptions": 1},
+        checkpoint={"uri": "s3://b/a", "intervalMinutes": 10},
+    )
+    world.pod("a", 0, 0, node="spot-0", devices=2)
+    return world
+
+
+def _accountant(world: World, writer: FakeJobWriter, costs: FakeCostWriter, **kw: Any) -> Accountant:
+    policy = AcceleratorPolicySpec.model_validate({"budgets": [{"team": "research", "limitUsd": 10}]})
+    return Accountant(
+        scheduler=world.scheduler,
+        writer=writer,
+        costs=costs,
+        metrics=OperatorMetrics(),
+        prices=kw.pop("prices", PriceBook()),
+        catalog=catalog.default(),
+        interval=1.0,
+        policies={"budgets": [policy]},
+        reports=kw.pop("reports", {}),
+        **kw,
+    )
+
+
+def _show(world: World, writer: FakeJobWriter) -> None:
+    """What the watch delivers after the writes: the job with the status the writer holds."""
+    (view,) = world.jobs[("ns", "a")]
+    status = {**view.status.model_dump(by_alias=True, mode="json", exclude_none=True), **writer.statuses[("ns", "a")]}
+    world.jobs[("ns", "a")] = [dataclasses.replace(view, status=AcceleratorJobStatus.model_validate(status))]
+
+
+def _spent(acc: Accountant) -> float | None:
+    return acc.metrics.registry.get_sample_value("accel_cost_usd_total", LABELS)
+
+
+def test_ledger_spend_and_counters_survive_a_restart_without_double_counting() -> None:
+    world, writer, costs = _world(), FakeJobWriter(), FakeCostWriter()
+    first = _accountant(world, writer, costs)
+    asyncio.run(first.step(T0 + HOUR))
+    cost = writer.statuses[("ns", "a")]["cost"]
+    assert cost["spentUsd"] == pytest.approx(2 * 3.6)
+    assert cost["forecastUsd"] == 20.0
+    assert _spent(first) == pytest.approx(7.2)
+    assert costs.policies["budgets"]["spend"][0]["spentUsd"] == pytest.approx(7.2)
+    _show(world, writer)
+    # A new process (a restart, a new leader): counters from the ledgers in status, not from zero
+    # plus increments, and nothing written again for the same instant.
+    second = _accountant(world, writer, costs)
+    revision = writer.revision
+    asyncio.run(second.step(T0 + HOUR))
+    assert _spent(second) == pytest.approx(7.2)
+    assert writer.revision == revision  # the ledger already says this: no write
+    asyncio.run(second.step(T0 + 2 * HOUR))
+    assert _spent(second) == pytest.approx(14.4)
+    assert writer.statuses[("ns", "a")]["cost"]["spentUsd"] == pytest.approx(14.4)
+
+
+def test_over_budget_gives_one_event_and_a_status_entry_never_a_stop() -> None:
+    world, writer, costs = _world(), FakeJobWriter(), FakeCostWriter()
+    acc = _accountant(world, writer, costs)
+    asyncio.run(acc.step(T0 + 2 * HOUR))  # $14.40 of a $10 monthly budget
+    over = writer.statuses[("ns", "a")]["cost"]["overBudget"]
+    assert (over["policy"], over["limitUsd"]) == ("budgets", 10.0)
+    assert [e[2] for e in writer.events] == ["OverBudget"]
+    assert "keeps running" in writer.events[0][3]
+    _show(world, writer)
+    asyncio.run(acc.step(T0 + 3 * HOUR))
+    assert [e[2] for e in writer.events] == ["OverBudget"]  # once
+    assert "phase" not in writer.statuses[("ns", "a")]  # the ledger never touches the phase
+    used = acc.metrics.registry.get_sample_value(
+        "accel_cost_budget_used_ratio", {"policy": "budgets", "team": "research", "period": "monthly"}
+    )
+    assert used == pytest.approx(3 * 7.2 / 10)
+
+
+def test_idle_devices_from_node_reports() -> None:
+    world, writer, costs = _world(), FakeJobWriter(), FakeCostWriter()
+    pod = {"namespace": "ns", "name": "a-a0-0"}
+    devices = (
+        Device.model_validate({"index": 0, "utilizationGpuPercent": 0, "allocatedPods": [pod]}),
+        Device.model_validate({"index": 1, "utilizationGpuPercent": 87, "allocatedPods": [pod]}),
+        Device.model_validate({"index": 2, "utilizationGpuPercent": 0}),  # not the job's
+    )
+    acc = _accountant(world, writer, costs, reports={"spot-0": [devices]})
+    asyncio.run(acc.step(T0 + HOUR))
+    cost = writer.statuses[("ns", "a")]["cost"]
+    assert cost["idleUsd"] == pytest.approx(3.6)  # one of two devices idle for the hour
+    idle = acc.metrics.registry.get_sample_value("accel_cost_idle_usd_total", LABELS)
+    assert idle == pytest.approx(3.6)
+
+
+def test_a_failing_live_price_falls_back_with_a_condition_and_a_metric() -> None:
+    world = _world(price={"source": "live", "spotPerDeviceHour": 3.6}, instanceType="p5.48xlarge", zone="us-east-1a")
+    writer, costs = FakeJobWriter(), FakeCostWriter()
+    acc = _accountant(world, writer, costs)  # no EC2 source configured: the live price cannot come
+    asyncio.run(acc.step(T0 + HOUR))
+    assert writer.statuses[("ns", "a")]["cost"]["spentUsd"] == pytest.approx(7.2)  # the pool's static price
+    (condition,) = costs.pools["spot"]["conditions"]
+    assert (condition["type"], condition["status"], condition["reason"]) == (
+        "PriceLive",
+        "False",
+        "FellBackToStaticPrice",
+    )
+    assert acc.metrics.registry.get_sample_value("accel_cost_price_fallbacks_total", {"pool": "spot"}) == 1
+    asyncio.run(acc.step(T0 + 2 * HOUR))
+    assert costs.calls.count(("pool", "spot")) == 1  # the condition is written on a change only
+
+
+def test_a_running_job_is_written_at_most_every_write_interval_but_its_end_at_once() -> None:
+    world, writer, costs = _world(), FakeJobWriter(), FakeCostWriter()
+    acc = _accountant(world, writer, costs, write_every=3600.0)
+    asyncio.run(acc.step(T0 + HOUR / 2))  # the first sight of a job: written
+    _show(world, writer)
+    revision = writer.revision
+    asyncio.run(acc.step(T0 + HOUR))  # only more of the same attempt (under budget): not written yet ...
+    assert writer.revision == revision
+    assert _spent(acc) == pytest.approx(7.2)  # ... but the counters and the team's spending follow
+    assert costs.policies["budgets"]["spend"][0]["spentUsd"] == pytest.approx(7.2)
+    (view,) = world.jobs[("ns", "a")]
+    done = {"phase": "Succeeded", "completionTime": "2026-11-26T14:30:00Z"}
+    status = {**view.status.model_dump(by_alias=True, mode="json", exclude_none=True), **done}
+    world.jobs[("ns", "a")] = [dataclasses.replace(view, status=AcceleratorJobStatus.model_validate(status))]
+    asyncio.run(acc.step(T0 + 3 * HOUR))  # the attempt ended: written at once, up to its end
+    cost = writer.statuses[("ns", "a")]["cost"]
+    assert cost["attempts"][0]["end"] == "2026-11-26T14:30:00Z"
+    assert cost["spentUsd"] == pytest.approx(2.5 * 7.2)
