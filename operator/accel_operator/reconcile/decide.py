@@ -448,7 +448,7 @@ def decide(job: JobView, snapshot: Snapshot, now: dt.datetime, *, bind_timeout: 
 
     if phase in HOLDING:
         return _over_budget(job, policy_gate.holding(job, snapshot, _holding(job, snapshot, now, bind_timeout)))
-    return policy_gate.waiting(job, snapshot) or _waiting(job, snapshot, now)
+    return policy_gate.waiting(job, snapshot) or policy_gate.holding(job, snapshot, _waiting(job, snapshot, now))
 
 
 OVER_BUDGET = "OverBudget"

@@ -8,7 +8,8 @@ Pure, called from ``decide``. A waiting job that breaks a policy is not admitted
   (or a spec that is fixed) lets it through;
 - ``budget-exhausted`` (the policy's "accept and queue") keeps it ``Pending`` with
   ``PolicyCompliant=False`` and ``Admitted=False``, reason ``BudgetExhausted``, until spend or
-  budget allow it. It blocks no pool.
+  budget allow it. It blocks no pool. A job that already ran (its next attempt after a preemption
+  or a failure) is not held by a budget: it resumes, and is flagged as a holding job is.
 
 A job that already holds devices is never stopped by a policy: its decision gains
 ``PolicyCompliant=False`` (reason ``PolicyChanged``) and one Warning event ``PolicyViolation``.
@@ -82,6 +83,11 @@ def waiting(job: JobView, snapshot: Snapshot) -> Decision | None:
             actions=_event_if_new(job, cond, "Warning", "PolicyViolation", message),
             reason=message,
         )
+    if _continuing(job):
+        # A job that already ran (a preempted or failed attempt to resume) is not a new job: a
+        # budget keeps new work out, it does not end work that was admitted. It resumes, and the
+        # holding decision says it is over budget.
+        return None
     message = describe(found)
     cond = Cond(POLICY, False, "BudgetExhausted", message)
     return Decision(
@@ -91,6 +97,11 @@ def waiting(job: JobView, snapshot: Snapshot) -> Decision | None:
         actions=_event_if_new(job, cond, "Normal", "BudgetExhausted", message),
         reason=message,
     )
+
+
+def _continuing(job: JobView) -> bool:
+    st = job.status
+    return st.attempt > 0 or st.preemptions > 0 or st.retries > 0
 
 
 def holding(job: JobView, snapshot: Snapshot, decision: Decision) -> Decision:

@@ -148,6 +148,17 @@ def test_an_exhausted_budget_queues_the_job_without_blocking_its_pool() -> None:
     assert d.blocks is None and _kinds(d) == ["BudgetExhausted"]
 
 
+def test_an_exhausted_budget_does_not_hold_back_the_next_attempt_of_a_job_that_ran() -> None:
+    """A preempted job resuming is not new work: the budget does not end it, it is flagged instead."""
+    spend = [{"team": "research", "period": "monthly", "spentUsd": 1000, "limitUsd": 1000}]
+    w = World().pool("p").policy("platform", spend=spend, budgets=[{"team": "research", "limitUsd": 1000}])
+    resumed = w.job("a", "p", devices=8, status={"phase": "Pending", "attempt": 1, "preemptions": 1})
+    d = decide(resumed, w.snapshot(), T0)
+    assert d.phase is JobPhase.ADMITTED
+    cond = _cond(d, "PolicyCompliant")
+    assert cond is not None and cond[1] == "PolicyChanged" and "(rule budget-exhausted)" in cond[2]
+
+
 def test_an_exhausted_budget_that_says_refuse_refuses() -> None:
     spend = [{"team": "research", "period": "monthly", "spentUsd": 1000, "limitUsd": 1000}]
     budgets = [{"team": "research", "limitUsd": 1000, "onExhausted": "refuse"}]
