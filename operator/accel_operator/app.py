@@ -19,6 +19,7 @@ from prometheus_client import start_http_server
 
 from accel_api import catalog as catalog_mod
 from accel_operator import handlers, logs
+from accel_operator.adapters.aws.checkpoints import S3CheckpointStore
 from accel_operator.adapters.kube.client import api_client
 from accel_operator.adapters.kube.jobs import KubeJobWriter
 from accel_operator.adapters.kube.lease import AlwaysLeader, Elector, LeaseElector
@@ -43,6 +44,11 @@ def build_context(settings: OperatorSettings) -> OperatorContext:
         writer=KubeJobWriter(api),
         workloads=KubeWorkloadClient(api),
         elector=elector,
+        checkpoints=S3CheckpointStore.connect(
+            region=settings.s3_region,
+            endpoint_url=settings.s3_endpoint_url,
+            timeout=settings.checkpoint_lookup_timeout_seconds,
+        ),
     )
 
 

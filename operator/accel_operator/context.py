@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from accel_api.catalog import Catalog
+from accel_operator.adapters.aws.checkpoints import CheckpointStore
 from accel_operator.adapters.kube.jobs import JobWriter
 from accel_operator.adapters.kube.lease import Elector
 from accel_operator.adapters.kube.workloads import WorkloadClient
@@ -24,3 +25,4 @@ class OperatorContext:
     writer: JobWriter
     workloads: WorkloadClient
     elector: Elector
+    checkpoints: CheckpointStore | None = None  # S3 checkpoint lookups (built by app.build_context)

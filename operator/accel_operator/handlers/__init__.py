@@ -22,6 +22,7 @@ def register(reg: kopf.OperatorRegistry, ctx: OperatorContext) -> Scheduler:
         workloads=ctx.workloads,
         metrics=ctx.metrics,
         elector=ctx.elector,
+        checkpoints=ctx.checkpoints,
     )
     for module in (pools, nodes, pods, workloads, jobs):
         module.register(reg, sched)

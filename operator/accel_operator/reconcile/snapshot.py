@@ -55,6 +55,7 @@ class PodView:
     exit_code: int | None = None  # the main container's, once it terminated
     reason: str | None = None  # status.reason (NodeShutdown, Terminated, Evicted ...)
     disrupted: bool = False  # condition DisruptionTarget=True
+    reported_checkpoint: str | None = None  # accel.dev/last-checkpoint as the job wrote it (clipped, unchecked)
 
     @property
     def ended(self) -> bool:

@@ -11,7 +11,7 @@ import datetime as dt
 from collections.abc import Mapping
 from typing import Any
 
-from accel_api import InvalidResource
+from accel_api import InvalidResource, bounds
 from accel_api import vocabulary as v
 from accel_api.job import AcceleratorJobSpec, AcceleratorJobStatus
 from accel_api.loader import parse_as
@@ -92,6 +92,7 @@ def pod_view(body: Mapping[str, Any]) -> PodView | None:
         for c in status.get("conditions") or []
     )
     attempt = labels.get(v.LABEL_ATTEMPT)
+    reported = (meta.get("annotations") or {}).get(v.ANNOTATION_CHECKPOINT) if ours else None
     return PodView(
         namespace=namespace,
         name=str(meta.get("name")),
@@ -103,6 +104,9 @@ def pod_view(body: Mapping[str, Any]) -> PodView | None:
         exit_code=exit_code,
         reason=status.get("reason"),
         disrupted=disrupted,
+        # Tenant-written: clipped here (one character over the bound is enough to refuse it),
+        # checked against the job's checkpoint URI by reconcile.resume before any use.
+        reported_checkpoint=reported[: bounds.URI_LENGTH + 1] if isinstance(reported, str) else None,
     )
 
 
