@@ -15,7 +15,8 @@ from accel_operator.reconcile.checkpoints import Checkpoint
 from accel_operator.reconcile.decide import Decision, decide
 from tests.support.reconcile import T0, World
 
-S3 = {"uri": "s3://ckpt/team/run", "intervalMinutes": 5}
+S3_URI = "s3://ckpt/team/run"
+S3 = {"uri": S3_URI, "intervalMinutes": 5}
 PVC = {"uri": "pvc://claim/run", "intervalMinutes": 5}
 PREFER = {"policy": "prefer", "maxPreemptions": 3}
 
@@ -76,7 +77,7 @@ def _disrupt(w: World) -> None:
 
 
 def _lookup(checkpoint: Checkpoint | None, *, attempt: int = 1, error: str | None = None) -> resume.Lookup:
-    return resume.Lookup(attempt, S3["uri"], checkpoint, error, NOW)
+    return resume.Lookup(attempt, S3_URI, checkpoint, error, NOW)
 
 
 STEP_1 = Checkpoint("s3://ckpt/team/run/step-1", 1, T0 + dt.timedelta(seconds=70))
@@ -101,10 +102,10 @@ def test_a_new_attempt_asks_for_its_checkpoint_before_it_is_admitted() -> None:
     d = decide(job, w.snapshot(), NOW)
     assert d.phase is JobPhase.PENDING and not _creates(d)
     assert _cond(d, "Resumed") == (False, "ResolvingCheckpoint")
-    assert d.actions == (act.ResolveCheckpoint(1, S3["uri"]),)
+    assert d.actions == (act.ResolveCheckpoint(1, S3_URI),)
     # A lookup made for another attempt is not this attempt's answer.
     again = decide(job, w.snapshot(), NOW, lookup=_lookup(STEP_1, attempt=0))
-    assert again.actions == (act.ResolveCheckpoint(1, S3["uri"]),)
+    assert again.actions == (act.ResolveCheckpoint(1, S3_URI),)
 
 
 def test_the_latest_complete_checkpoint_is_resumed_and_the_lost_work_counted_once() -> None:
@@ -181,7 +182,7 @@ def test_an_unreadable_store_holds_only_this_job_and_is_asked_again_later() -> N
     assert "endpoint not reachable" in d.reason
     assert _kinds(d) == ["CheckpointStoreUnavailable"]  # not asked again before RETRY_SECONDS
     later = decide(job, w.snapshot(), NOW + dt.timedelta(seconds=resume.RETRY_SECONDS), lookup=failed)
-    assert act.ResolveCheckpoint(1, S3["uri"]) in later.actions
+    assert act.ResolveCheckpoint(1, S3_URI) in later.actions
 
 
 def test_a_job_without_a_checkpoint_restarts_from_scratch_without_a_lookup() -> None:
