@@ -9,7 +9,10 @@
 3. on a small pool of its own (one node, 8 H100s), runs three 8-GPU jobs that compete for the
    same node: one runs, two wait in queue order; each finished job (the demo ends its pods, as
    a training program would) lets the next one in;
-4. prints every job's phase, pool, devices and why, and the events of one of them.
+4. on a GKE spot pool, preempts a running job twice: each new attempt resumes from the checkpoint
+   the job reported, with the lost work in its status; the second falls back to on-demand
+   (``demo_spot``);
+5. prints every job's phase, pool, devices and why, and the events of two of them.
 
 The cluster is left running for exploration (``accel-cluster status``, ``accel-cluster down``).
 """
@@ -29,7 +32,7 @@ from kubernetes import client
 from accel_api import load_documents, parse_resource, registry
 from accel_api import vocabulary as v
 from accel_api.pool import AcceleratorPool, AcceleratorPoolSpec
-from accel_localcluster import default_cluster, kubeapi, nodes
+from accel_localcluster import default_cluster, demo_spot, kubeapi, nodes
 from accel_localcluster.control_plane import REPO
 
 EXAMPLES = REPO / "examples"
@@ -90,6 +93,7 @@ def _clean(custom: client.CustomObjectsApi, namespaces: set[str]) -> None:
     for node in core.list_node(label_selector=f"{v.LABEL_POOL}={QUEUE_POOL}").items:
         with kubeapi.ignoring(404):
             core.delete_node(node.metadata.name)
+    demo_spot.clean(core, custom)
 
 
 def _queue_job(name: str, priority: int) -> dict[str, Any]:
@@ -207,16 +211,27 @@ def main(argv: list[str] | None = None) -> int:
                     args.timeout,
                 )
             _table(custom, qkeys)
+
+        print("\n== 3. a spot preemption: resume from the latest checkpoint, the lost work, on-demand fallback")
+        demo_spot.run(api, DEMO_NS, _queue_job(demo_spot.JOB, 0), wait=_wait, timeout=args.timeout)
+        keys.append((DEMO_NS, demo_spot.JOB))
+        _table(custom, [(DEMO_NS, demo_spot.JOB)])
     finally:
         operator.terminate()
         operator.wait(timeout=30)
 
-    print(f"\n== 3. all jobs\n$ kubectl get acceleratorjobs -A   (KUBECONFIG={cluster.kubeconfig})")
+    print(f"\n== 4. all jobs\n$ kubectl get acceleratorjobs -A   (KUBECONFIG={cluster.kubeconfig})")
     kubectl = cluster.bin / "kubectl"
     subprocess.run([str(kubectl), "get", "acceleratorjobs", "-A"], env=env, check=False)
     print(f"\n$ kubectl get events -n {DEMO_NS} --field-selector involvedObject.name=later")
     subprocess.run(
         [str(kubectl), "get", "events", "-n", DEMO_NS, "--field-selector", "involvedObject.name=later"],
+        env=env,
+        check=False,
+    )
+    print(f"\n$ kubectl get events -n {DEMO_NS} --field-selector involvedObject.name={demo_spot.JOB}")
+    subprocess.run(
+        [str(kubectl), "get", "events", "-n", DEMO_NS, "--field-selector", f"involvedObject.name={demo_spot.JOB}"],
         env=env,
         check=False,
     )

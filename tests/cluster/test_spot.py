@@ -153,7 +153,7 @@ def test_a_preempted_job_resumes_from_the_latest_complete_checkpoint(
         assert lost / 8 < preempted - _seconds(first["startTime"]) - 1
         assert st["spot"]["lostDeviceSeconds"] == lost
         assert _conditions(st)["Resumed"] == ("True", "FromCheckpoint")
-        reasons = {r: m for r, m in events_of(core, namespace, "train")}
+        reasons = dict(events_of(core, namespace, "train"))
         assert "ResumingFromCheckpoint" in reasons and f"{uri}/step-1" in reasons["ResumingFromCheckpoint"]
         assert "LostWork" in reasons and "device-seconds" in reasons["LostWork"]
 
@@ -194,7 +194,7 @@ def test_a_job_without_a_checkpoint_restarts_from_scratch_and_says_so(
         assert _conditions(st)["Resumed"] == ("False", "FromScratch")
         assert st["resume"]["source"] == "none" and "lastCheckpoint" not in st
         assert st["lastFailure"]["lostDeviceSeconds"] > 0
-        reasons = {r: m for r, m in events_of(core, namespace, "bare")}
+        reasons = dict(events_of(core, namespace, "bare"))
         assert "restarts from scratch" in reasons["RestartingFromScratch"]
 
 
@@ -219,12 +219,12 @@ def test_max_preemptions_then_on_demand_fallback_with_reported_pvc_checkpoints(
                 core.patch_namespaced_pod(
                     pod.metadata.name, namespace, {"metadata": {"annotations": {v.ANNOTATION_CHECKPOINT: reported}}}
                 )
-                if step and reported.startswith(uri):
-                    wait_for(
-                        lambda s=step: (status(api, namespace, "flaky").get("lastCheckpoint") or {}).get("step") == s,
-                        timeout=30,
-                        what=f"step {step} recorded",
-                    )
+                if reported.startswith(uri):
+
+                    def recorded(n: int = step) -> bool:
+                        return (status(api, namespace, "flaky").get("lastCheckpoint") or {}).get("step") == n
+
+                    wait_for(recorded, timeout=30, what=f"step {step} recorded")
             preempt.aws_spot_interruption(core, _running_node(core, namespace, "flaky", attempt), handler="karpenter")
             st = _running_attempt(api, namespace, "flaky", attempt + 1)
             assert _env(api, namespace, f"flaky-a{attempt + 1}")[v.ENV_RESUME_FROM] == f"{uri}/step-{step}"
