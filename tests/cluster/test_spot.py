@@ -7,6 +7,7 @@ killed mid-resume still creates exactly one workload per attempt."""
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import os
 import signal
 import subprocess
@@ -24,7 +25,7 @@ from accel_localcluster import Cluster, preempt
 from accel_operator.settings import OperatorSettings
 from tests.support.cluster import unexpected_errors, wait_for
 from tests.support.jobs import create_job, end_pods, events_of, gpu_pool, job_doc, pods_of, status, wait_phase
-from tests.support.moto_server import CREDENTIALS, REGION, MotoServer, moto_server
+from tests.support.moto_server import CREDENTIALS, REGION, MotoServer, free_port, moto_server
 from tests.support.operator import RunningOperator, running_operator
 
 
@@ -308,3 +309,68 @@ def test_the_operator_killed_mid_resume_creates_exactly_one_workload_per_attempt
         assert 1 <= made_before <= len(names)
         text = log.read_text()
         assert "Traceback" not in text, text[-3000:]
+
+
+def test_an_unreachable_checkpoint_store_holds_only_the_job_that_needs_it(
+    api: client.ApiClient,
+    core: client.CoreV1Api,
+    cluster: Cluster,
+    crds: list[str],
+    namespace: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """S3 does not answer (nothing listens on the endpoint): the resuming job waits with the
+    reason in its Resumed condition and an event, and is asked again; other jobs are admitted."""
+    for key, value in CREDENTIALS.items():
+        monkeypatch.setenv(key, value)
+    # The harness logs at DEBUG, where botocore prints each refused connection's traceback
+    # before it retries; the operator's own warning is what this test reads.
+    botocore_log = logging.getLogger("botocore")
+    botocore_level = botocore_log.level
+    botocore_log.setLevel(logging.INFO)
+    try:
+        _store_down(api, core, namespace, _settings_down(namespace))
+    finally:
+        botocore_log.setLevel(botocore_level)
+
+
+def _settings_down(namespace: str) -> OperatorSettings:
+    return OperatorSettings(
+        namespaces=[namespace],
+        liveness_port=0,
+        metrics_port=0,
+        resync_seconds=3.0,
+        s3_endpoint_url=f"http://127.0.0.1:{free_port()}",
+        s3_region=REGION,
+        checkpoint_lookup_timeout_seconds=3.0,
+    )
+
+
+def _store_down(api: client.ApiClient, core: client.CoreV1Api, namespace: str, settings: OperatorSettings) -> None:
+    pool = f"{namespace}-down"
+    with running_operator(settings) as runner, gpu_pool(api, pool, count=2):
+        spec = {"checkpoint": {"uri": "s3://unreachable/run"}}
+        create_job(api, job_doc(namespace, pool, devices=8, name="stuck", **spec))
+        wait_phase(api, namespace, "stuck", "Running")
+        preempt.aws_spot_interruption(core, _running_node(core, namespace, "stuck", 0), handler="karpenter")
+
+        def waiting() -> dict[str, Any] | None:
+            st = status(api, namespace, "stuck")
+            return st if _conditions(st).get("Resumed") == ("False", "CheckpointStoreUnavailable") else None
+
+        st = wait_for(waiting, timeout=90, what="the resume waiting for the checkpoint store")
+        assert st["phase"] == "Pending" and st["attempt"] == 1 and "cannot be read" in st["message"]
+        workloads = client.BatchV1Api(api).list_namespaced_job(namespace).items
+        assert "stuck-a1" not in {w.metadata.name for w in workloads}
+        create_job(api, job_doc(namespace, pool, devices=8, name="other"))
+        wait_phase(api, namespace, "other", "Running")
+        assert any(r == "CheckpointStoreUnavailable" for r, _ in events_of(core, namespace, "stuck"))
+        lookups = runner.output.count("checkpoint lookup under s3://unreachable/run failed")
+        wait_for(
+            lambda: runner.output.count("checkpoint lookup under s3://unreachable/run failed") > lookups,
+            timeout=60,
+            what="the lookup asked again",
+        )
+        assert status(api, namespace, "stuck")["phase"] == "Pending"
+    errors = unexpected_errors(runner.output, [])
+    assert not errors, "\n".join(errors)

@@ -496,7 +496,7 @@ def _resuming(job: JobView, snapshot: Snapshot, now: dt.datetime, lookup: resume
         cond, event = Cond(RESUMED, False, "FromScratch", _clip(r.message)), ("Warning", "RestartingFromScratch")
     events: list[act.Action] = [act.RecordEvent(*event, _clip(r.message))]
     if r.lost_device_seconds:
-        events.append(act.RecordEvent("Warning", "LostWork", _clip(r.message)))
+        events.append(act.RecordEvent("Warning", "LostWork", _clip(r.lost_message)))
     return replace(
         d,
         conditions=(*(c for c in d.conditions if c.type != RESUMED), cond),

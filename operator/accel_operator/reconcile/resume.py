@@ -61,6 +61,7 @@ class ResumeDecision:
     checkpoint: Checkpoint | None
     lost_device_seconds: float | None  # None: the attempt before did not end by preemption
     message: str
+    lost_message: str = ""  # the lost work in words (the LostWork event)
 
     def status(self, job: JobView) -> dict[str, Any]:
         """The status fields this decision sets (merged into the decision that applies it)."""
@@ -175,6 +176,7 @@ def decide_resume(job: JobView, lookup: Lookup | None) -> ResumeDecision | None:
         checkpoint=checkpoint,
         lost_device_seconds=lost[0] if lost is not None else None,
         message=message,
+        lost_message=lost[1] if lost is not None else "",
     )
 
 
