@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from accel_api import bounds
 from accel_api.enums import FailureKind, JobPhase
 from accel_api.job import AttemptFailure, ResumeStatus
 from accel_operator.planning import explain
@@ -313,7 +314,11 @@ def _after_failure(
         spot = st.spot.model_dump(by_alias=True, mode="json") if st.spot is not None else {}
         recent = [*spot.get("recentPreemptions", []), _ts(now)]
         fell_back = fallback.check(job.spec, st, count=count, recent=recent, now=now, rules=rules)
-        spot = {**spot, "recentPreemptions": recent[-16:], "onDemand": fallback.on_demand(st) or fell_back is not None}
+        spot = {
+            **spot,
+            "recentPreemptions": recent[-bounds.STATUS_PREEMPTION_TIMES :],
+            "onDemand": fallback.on_demand(st) or fell_back is not None,
+        }
         counters: dict[str, Any] = {"preemptions": count, "spot": spot}
     else:
         count, limit, field_name = st.retries + 1, job.spec.max_retries, "maxRetries"
