@@ -104,9 +104,13 @@ def needs_resume(job: JobView) -> bool:
 
 
 def resume_from(job: JobView) -> str | None:
-    """``ACCEL_RESUME_FROM`` for the current attempt, as recorded in the status."""
+    """``ACCEL_RESUME_FROM`` for the current attempt, as recorded in the status, and only if it
+    still lies under the job's checkpoint URI (a status edited by hand never reaches a pod)."""
     r = job.status.resume
-    return r.resume_from if r is not None and r.attempt == job.status.attempt else None
+    if r is None or r.attempt != job.status.attempt or not r.resume_from:
+        return None
+    spec_ckpt = job.spec.checkpoint if job.spec is not None else None
+    return r.resume_from if spec_ckpt is not None and under(spec_ckpt.uri, r.resume_from) else None
 
 
 def under(spec_uri: str, uri: str) -> bool:

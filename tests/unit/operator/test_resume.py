@@ -252,6 +252,23 @@ def test_an_admitted_attempt_whose_workload_is_missing_is_created_with_its_recor
     assert _creates(d) == [act.CreateWorkload(1, "a-a1", "p", 8, 1, "s3://ckpt/team/run/step-1")]
 
 
+@pytest.mark.parametrize(
+    ("recorded", "used"),
+    [("s3://ckpt/team/run/step-1", "s3://ckpt/team/run/step-1"), ("s3://elsewhere/secrets/step-1", None)],
+)
+def test_a_recorded_resume_point_is_used_only_under_the_jobs_checkpoint_uri(recorded: str, used: str | None) -> None:
+    w = World().pool("p")
+    st = {
+        **_preempted(),
+        "phase": "Admitted",
+        "workload": "a-a1",
+        "admittedTime": _ts(NOW),
+        "resume": {"attempt": 1, "resumeFrom": recorded, "source": "s3"},
+    }
+    job = w.job("a", "p", devices=8, status=st, checkpoint=S3)
+    assert _creates(decide(job, w.snapshot(), NOW))[0].resume_from == used
+
+
 def test_a_resume_point_forged_into_the_status_is_not_used() -> None:
     w = World().pool("p")
     forged = {"uri": "pvc://someone-else/secrets/step-1", "step": 1, "time": _ts(T0)}
