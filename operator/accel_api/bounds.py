@@ -44,6 +44,7 @@ POLICY_ITEMS: Final = 256  # budgets, pool access rules, teams/pools per rule
 RESERVED_ENV_ITEMS: Final = 64  # names a policy adds to the reserved environment
 CONDITIONS_ITEMS: Final = 16
 STATUS_ALTERNATIVES: Final = 20  # status.plan.alternatives: one per pool, the best first
+STATUS_PREEMPTION_TIMES: Final = 16  # status.spot.recentPreemptions: enough for any fallback window rule
 STATUS_PROBLEMS: Final = 32  # problems/notSupported/throttle reasons in a node report
 STATUS_DEVICES: Final = 64  # devices on one node (the largest servers have 16)
 STATUS_PROCESSES: Final = 256  # processes shown per device

@@ -606,6 +606,33 @@ class AttemptFailure(ApiModel):
     pod: bounds.ObjectName | None = None
     node: bounds.ObjectName | None = None
     time: bounds.Time | None = None
+    lost_device_seconds: Annotated[float, Field(ge=0, le=bounds.STATUS_SECONDS_MAX)] | None = Field(
+        default=None,
+        description="A preemption's lost work: devices × seconds from the last complete checkpoint (or the "
+        "attempt's start) to the preemption.",
+    )
+
+
+class SpotStatus(ApiModel):
+    """What preemptions did to the job: the work they threw away, when they happened (the latest
+    16, for the fallback window) and whether the job fell back to on-demand capacity."""
+
+    lost_device_seconds: Annotated[float, Field(ge=0, le=bounds.STATUS_SECONDS_MAX)] = 0.0
+    recent_preemptions: Annotated[
+        list[bounds.Time],
+        BeforeValidator(bounds.keep_last(bounds.STATUS_PREEMPTION_TIMES)),
+        Field(max_length=bounds.STATUS_PREEMPTION_TIMES),
+    ] = Field(default_factory=list)
+    on_demand: bool = Field(default=False, description="Fell back to on-demand pools: the planner offers no spot.")
+
+
+class ResumeStatus(ApiModel):
+    """How the current attempt starts: from which complete checkpoint, or from scratch. Recorded
+    before its workload exists, so a restarted operator creates the same workload."""
+
+    attempt: bounds.Count = 0
+    resume_from: str | None = Field(default=None, max_length=bounds.URI_LENGTH)
+    source: Literal["s3", "reported", "none"] = "none"
 
 
 class AcceleratorJobStatus(ApiModel):
@@ -619,6 +646,9 @@ class AcceleratorJobStatus(ApiModel):
     last_failure: AttemptFailure | None = None
     preemptions: bounds.Count = 0
     last_checkpoint: CheckpointStatus | None = None
+    resume: ResumeStatus | None = None
+    spot: SpotStatus | None = None
+    attempt_start_time: bounds.Time | None = Field(default=None, description="When the current attempt ran.")
     cost: CostStatus | None = None
     health: HealthStatus | None = None
     start_time: bounds.Time | None = None

@@ -17,8 +17,11 @@
 6. a spot interruption warning on EventBridge's SQS queue (moto, :mod:`demo_signals`) for the
    node of a running spot job: the operator taints the node, asks the job's pod to checkpoint
    now and deletes the message, before the node goes; then the node goes (a preemption);
-7. prints every job's phase, pool, devices and why, and the events of one of them;
-8. ends with the per-team cost table from the jobs' ledgers (``accelctl cost report``) and
+7. on a GKE spot pool, preempts a running job twice: each new attempt resumes from the checkpoint
+   the job reported, with the lost work in its status; the second falls back to on-demand
+   (:mod:`demo_spot`);
+8. prints every job's phase, pool, devices and why, and the events of two of them;
+9. ends with the per-team cost table from the jobs' ledgers (``accelctl cost report``) and
    writes the HTML cost report next to the cluster's state.
 
 The cluster is left running for exploration (``accel-cluster status``, ``accel-cluster down``),
@@ -43,7 +46,7 @@ from kubernetes import client
 from accel_api import load_documents, parse_resource, registry
 from accel_api import vocabulary as v
 from accel_api.pool import AcceleratorPool, AcceleratorPoolSpec
-from accel_localcluster import default_cluster, demo_reschedule, demo_signals, kubeapi, nodes
+from accel_localcluster import default_cluster, demo_reschedule, demo_signals, demo_spot, kubeapi, nodes
 from accel_localcluster.control_plane import REPO
 
 EXAMPLES = REPO / "examples"
@@ -111,6 +114,7 @@ def _clean(custom: client.CustomObjectsApi, namespaces: set[str]) -> None:
         with kubeapi.ignoring(404):
             core.delete_node(node.metadata.name)
     demo_signals.clean(custom.api_client)
+    demo_spot.clean(core, custom)
 
 
 def _queue_job(name: str, priority: int) -> dict[str, Any]:
@@ -332,6 +336,11 @@ def main(argv: list[str] | None = None) -> int:
             demo_signals.run(api, sqs, DEMO_NS, args.timeout)
             keys.append((DEMO_NS, demo_signals.JOB))
             _table(custom, [(DEMO_NS, demo_signals.JOB)])
+
+        _section("a spot preemption: resume from the latest checkpoint, the lost work, on-demand fallback")
+        demo_spot.run(api, DEMO_NS, _queue_job(demo_spot.JOB, 0), wait=_wait, timeout=args.timeout)
+        keys.append((DEMO_NS, demo_spot.JOB))
+        _table(custom, [(DEMO_NS, demo_spot.JOB)])
         time.sleep(2 * COST_INTERVAL + 1)  # the ledger's last ticks: finished attempts closed
     finally:
         operator.terminate()
@@ -354,6 +363,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n$ kubectl get events -n {DEMO_NS} --field-selector involvedObject.name=later")
     subprocess.run(
         [str(kubectl), "get", "events", "-n", DEMO_NS, "--field-selector", "involvedObject.name=later"],
+        env=env,
+        check=False,
+    )
+    print(f"\n$ kubectl get events -n {DEMO_NS} --field-selector involvedObject.name={demo_spot.JOB}")
+    subprocess.run(
+        [str(kubectl), "get", "events", "-n", DEMO_NS, "--field-selector", f"involvedObject.name={demo_spot.JOB}"],
         env=env,
         check=False,
     )

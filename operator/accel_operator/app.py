@@ -19,6 +19,7 @@ from prometheus_client import start_http_server
 
 from accel_api import catalog as catalog_mod
 from accel_operator import handlers, logs
+from accel_operator.adapters.aws.checkpoints import S3CheckpointStore
 from accel_operator.adapters.aws.interruptions import SqsInterruptionQueue
 from accel_operator.adapters.gcp.tpu import GoogleTpuNodes
 from accel_operator.adapters.kube.client import api_client
@@ -61,6 +62,11 @@ def build_context(settings: OperatorSettings) -> OperatorContext:
         else None,
         costs=KubeCostWriter(api),
         prices=price_book(settings),
+        checkpoints=S3CheckpointStore.connect(
+            region=settings.s3_region,
+            endpoint_url=settings.s3_endpoint_url,
+            timeout=settings.checkpoint_lookup_timeout_seconds,
+        ),
     )
 
 

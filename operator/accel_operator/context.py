@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from accel_api.catalog import Catalog
+from accel_operator.adapters.aws.checkpoints import CheckpointStore
 from accel_operator.adapters.aws.interruptions import InterruptionQueue
 from accel_operator.adapters.gcp.tpu import TpuNodes
 from accel_operator.adapters.kube.costs import CostWriter, FakeCostWriter
@@ -37,3 +38,4 @@ class OperatorContext:
     tpu: TpuNodes | None = None
     costs: CostWriter = field(default_factory=FakeCostWriter)
     prices: PriceBook = field(default_factory=PriceBook)
+    checkpoints: CheckpointStore | None = None  # S3 checkpoint lookups (built by app.build_context)

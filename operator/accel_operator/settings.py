@@ -127,3 +127,19 @@ class OperatorSettings(BaseSettings):
         default="", max_length=64, description="TPU types per zone for `price.source: live` TPU pools; empty: off."
     )
     price_ttl_seconds: float = Field(default=300.0, gt=0, le=86_400, description="How long a live price is kept.")
+    # Spot recovery (README, "The checkpoint contract"): where S3 checkpoints are read, how long a
+    # lookup may take, and the window after which a spot job falls back to on-demand pools.
+    s3_endpoint_url: str | None = Field(
+        default=None, max_length=256, description="S3 endpoint for checkpoint lookups; empty: AWS's own."
+    )
+    s3_region: str | None = Field(default=None, max_length=64, description="Region of the checkpoint buckets.")
+    checkpoint_lookup_timeout_seconds: float = Field(
+        default=10.0, gt=0, le=300, description="One lookup of a job's latest complete checkpoint, at most."
+    )
+    spot_fallback_preemptions: int = Field(
+        default=3,
+        ge=0,
+        le=16,
+        description="A spot.policy prefer job preempted this often within the window falls back to on-demand; 0: off.",
+    )
+    spot_fallback_window_seconds: float = Field(default=3600.0, gt=0, le=7 * 86_400)

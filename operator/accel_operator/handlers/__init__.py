@@ -36,6 +36,7 @@ def register(reg: kopf.OperatorRegistry, ctx: OperatorContext) -> Scheduler:
         metrics=ctx.metrics,
         elector=ctx.elector,
         reschedule=ctx.reschedule,
+        checkpoints=ctx.checkpoints,
     )
     for module in (pools, nodes, pods, workloads, jobs, reports):
         module.register(reg, sched)

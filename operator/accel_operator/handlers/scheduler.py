@@ -29,6 +29,8 @@ from accel_api import catalog as catalog_mod
 from accel_api.enums import JobPhase
 from accel_api.job import AcceleratorJobStatus
 from accel_api.vocabulary import ANNOTATION_CHECKPOINT_NOW
+from accel_operator.adapters.aws.checkpoints import CheckpointStore
+from accel_operator.adapters.aws.errors import CloudUnavailable
 from accel_operator.adapters.kube import workloads as wl_mod
 from accel_operator.adapters.kube.client import ClusterUnavailable
 from accel_operator.adapters.kube.jobs import JobGone, JobRef, JobWriter
@@ -38,7 +40,7 @@ from accel_operator.metrics import OperatorMetrics
 from accel_operator.planning import policy, selection
 from accel_operator.planning.candidates import Plan, PoolOffer
 from accel_operator.reconcile import actions as act
-from accel_operator.reconcile import consolidate, health, policy_inputs
+from accel_operator.reconcile import consolidate, fallback, health, policy_inputs, resume
 from accel_operator.reconcile.decide import Decision, decide, parse_time
 from accel_operator.reconcile.snapshot import (
     HOLDING,
@@ -122,7 +124,7 @@ class Scheduler:
     # would create the workload again (a 409 and a read each time).
     created: dict[tuple[str, str], tuple[WorkloadView, float]] = field(default_factory=dict)
     acting: set[JobKey] = field(default_factory=set)  # jobs whose last decision is being applied
-    plans: dict[tuple[str, int | None, int], Plan] = field(default_factory=dict)
+    plans: dict[tuple[str, int | None, int, bool], Plan] = field(default_factory=dict)
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     in_flight: set[asyncio.Task[None]] = field(default_factory=set)
     # Rescheduling on node reports: taints and checkpoint-now annotations (None: not applied).
@@ -131,6 +133,16 @@ class Scheduler:
     node_acting: dict[tuple[str, str], float] = field(default_factory=dict)
     # Nodes a cloud API reports preempted (handlers.signals, TPU VMs): into every snapshot.
     preempted_nodes: set[str] = field(default_factory=set)
+    checkpoints: CheckpointStore | None = None  # S3 lookups for resumes; None: S3 resumes wait with a reason
+    # The answer of the last checkpoint lookup per job (for one attempt): what the next decision reads.
+    lookups: dict[JobKey, resume.Lookup] = field(default_factory=dict)
+
+    @property
+    def spot_rules(self) -> fallback.SpotRules:
+        return fallback.SpotRules(
+            window_seconds=self.settings.spot_fallback_window_seconds,
+            preemptions_in_window=self.settings.spot_fallback_preemptions,
+        )
 
     # --- marks (from kopf's event handlers) -----------------------------------------------------
 
@@ -163,6 +175,7 @@ class Scheduler:
 
     def forget(self, key: JobKey) -> None:
         self.overlay.pop(key, None)
+        self.lookups.pop(key, None)
 
     def report_changed(self, node: str, *, health_changed: bool) -> None:
         """A node report changed: decide again the jobs with pods there (and every waiting job
@@ -278,7 +291,8 @@ class Scheduler:
     def _plan(self, job: JobView, snap: Snapshot) -> Plan | None:
         if job.spec is None:
             return None
-        key = (job.uid, job.generation, self.pools_version)
+        on_demand = fallback.on_demand(job.status)  # fell back: plan it as spot.policy never
+        key = (job.uid, job.generation, self.pools_version, on_demand)
         plan = self.plans.get(key)
         if plan is None:
             offers = [
@@ -290,7 +304,9 @@ class Scheduler:
                 )
                 for name, pool in sorted(snap.pools.items())
             ]
-            spec, offers = policy.restrict(job.spec, offers, snap.policy.policies)  # granted pools, device cap
+            # A job fallen back to on-demand is planned as spot.policy: never; the policies' granted
+            # pools and device cap limit the candidates.
+            spec, offers = policy.restrict(fallback.effective_spec(job.spec, job.status), offers, snap.policy.policies)
             plan = selection.plan(spec, offers, self.catalog, name=job.name)
             if len(self.plans) > 20_000:
                 self.plans.clear()
@@ -372,7 +388,14 @@ class Scheduler:
                 if plan is not None:
                     plans[job.key] = plan
                     snap = _with_plans(snap, plans)
-            decision = decide(job, snap, now, bind_timeout=self.settings.bind_timeout_seconds)
+            decision = decide(
+                job,
+                snap,
+                now,
+                bind_timeout=self.settings.bind_timeout_seconds,
+                lookup=self.lookups.get(job.key),
+                rules=self.spot_rules,
+            )
             if job.phase is JobPhase.RUNNING:
                 decision, moved = health.amend(decision, job, snap, now, rules)
                 if moved is not None:
@@ -536,6 +559,31 @@ class Scheduler:
         elif isinstance(action, act.DeleteWorkload):
             self.created.pop((job.namespace, action.name), None)
             await _retrying(self.metrics, "delete_workload", self.workloads.delete, job.namespace, action.name)
+        elif isinstance(action, act.ResolveCheckpoint):
+            await self._resolve(job.key, action)
+
+    async def _resolve(self, key: JobKey, action: act.ResolveCheckpoint) -> None:
+        """Look up the latest complete checkpoint in a thread, within the settings' timeout; the
+        answer (or the error) goes to the next decision of this job, and only this job waits."""
+        found, error = None, None
+        timeout = self.settings.checkpoint_lookup_timeout_seconds
+        if self.checkpoints is None:
+            error = "no checkpoint store is configured"
+        else:
+            try:
+                found = await asyncio.wait_for(
+                    asyncio.to_thread(self.checkpoints.latest_complete, action.uri), timeout=timeout
+                )
+            except TimeoutError:
+                error = f"no answer within {timeout:.0f}s"
+            except (CloudUnavailable, ValueError) as exc:
+                error = str(exc)[:300]
+        if error is not None:
+            self.metrics.reconcile_errors.labels("checkpoint_lookup").inc()
+            log.warning("%s/%s: checkpoint lookup under %s failed: %s", *key, action.uri, error)
+            asyncio.get_running_loop().call_later(resume.RETRY_SECONDS, self.mark, key)
+        self.lookups[key] = resume.Lookup(action.attempt, action.uri, found, error, dt.datetime.now(dt.UTC))
+        self.mark(key)
 
 
 def _with_plans(snap: Snapshot, plans: dict[JobKey, Plan]) -> Snapshot:

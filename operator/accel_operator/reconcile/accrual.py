@@ -115,8 +115,7 @@ def _reported_lost(job: JobView, attempt: int) -> float | None:
     failure = job.status.last_failure
     if failure is None or failure.attempt != attempt:
         return None
-    value = getattr(failure, "lost_device_seconds", None)  # a field the spot-resume work adds
-    return float(value) if isinstance(value, int | float) else None
+    return failure.lost_device_seconds
 
 
 def _close(

@@ -26,6 +26,15 @@ class DeleteWorkload:
 
 
 @dataclass(frozen=True, slots=True)
+class ResolveCheckpoint:
+    """Find the latest complete checkpoint under ``uri`` for ``attempt`` (I/O: the scheduler does
+    it in its executor, with a timeout, and hands the answer to the next decision)."""
+
+    attempt: int
+    uri: str
+
+
+@dataclass(frozen=True, slots=True)
 class RecordEvent:
     """A Kubernetes event on the AcceleratorJob: every decision a person may ask about."""
 
@@ -60,5 +69,5 @@ class UntaintNode:
     reason: str
 
 
-Action = CreateWorkload | DeleteWorkload | RecordEvent | RequestCheckpoint
+Action = CreateWorkload | DeleteWorkload | ResolveCheckpoint | RecordEvent | RequestCheckpoint
 NodeAction = TaintNode | UntaintNode

@@ -29,12 +29,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from accel_api import bounds
 from accel_api.enums import FailureKind, JobPhase
-from accel_api.job import AttemptFailure
+from accel_api.job import AttemptFailure, ResumeStatus
 from accel_operator.planning import explain
 from accel_operator.planning.candidates import Candidate, Plan, best_per_pool
 from accel_operator.reconcile import actions as act
-from accel_operator.reconcile import names
+from accel_operator.reconcile import fallback, names, resume
 from accel_operator.reconcile.snapshot import (
     HOLDING,
     Blocked,
@@ -48,6 +49,9 @@ from accel_operator.reconcile.status import plan_status
 
 # Condition types, in the order they are written.
 VALID, PLANNED, ADMITTED, RUNNING, FINISHED = "Valid", "Planned", "Admitted", "Running", "Finished"
+# Written once and carried by every later decision: how the attempt started, and the fallback.
+RESUMED, SPOT_FALLBACK = "Resumed", "SpotFallback"
+STICKY = (RESUMED, SPOT_FALLBACK)
 # The workload's podFailurePolicy: rule 0 is a disruption (a preemption), rule 1 a failed container.
 DISRUPTION_RULE = "rule at index 0"
 MESSAGE_LIMIT = 1000
@@ -267,7 +271,7 @@ def _admit(
             Cond(RUNNING, False, "WaitingForNodes", f"0 of {c.nodes} pod(s) placed"),
         ),
         status=status,
-        actions=(*events, act.CreateWorkload(attempt, workload, c.pool, c.devices, c.nodes)),
+        actions=(*events, act.CreateWorkload(attempt, workload, c.pool, c.devices, c.nodes, resume.resume_from(job))),
         reason=message,
         admitted=(c.pool, gang),
     )
@@ -301,31 +305,48 @@ def _failure(
     )
 
 
-def _after_failure(job: JobView, failure: AttemptFailure, now: dt.datetime) -> Decision:
-    """A new attempt when the job may have one, else Failed."""
+def _after_failure(
+    job: JobView, failure: AttemptFailure, now: dt.datetime, rules: fallback.SpotRules = fallback.DEFAULT_RULES
+) -> Decision:
+    """A new attempt when the job may have one (or may fall back to on-demand), else Failed."""
     assert job.spec is not None
     st = job.status
     wire = failure.model_dump(by_alias=True, mode="json", exclude_none=True)
     where = f" (pod {failure.pod}, exit code {failure.exit_code})" if failure.pod else ""
+    fell_back: fallback.Fallback | None = None
     if failure.kind is FailureKind.PREEMPTION:
         count, limit, field_name = st.preemptions + 1, job.spec.spot.max_preemptions, "spot.maxPreemptions"
-        counters = {"preemptions": count}
+        spot = st.spot.model_dump(by_alias=True, mode="json") if st.spot is not None else {}
+        recent = [*spot.get("recentPreemptions", []), _ts(now)]
+        fell_back = fallback.check(job.spec, st, count=count, recent=recent, now=now, rules=rules)
+        spot = {
+            **spot,
+            "recentPreemptions": recent[-bounds.STATUS_PREEMPTION_TIMES :],
+            "onDemand": fallback.on_demand(st) or fell_back is not None,
+        }
+        counters: dict[str, Any] = {"preemptions": count, "spot": spot}
     else:
         count, limit, field_name = st.retries + 1, job.spec.max_retries, "maxRetries"
         counters = {"retries": count}
     old = st.workload or names.workload_name(job.name, st.attempt)
-    if count <= limit:
+    if count <= limit or fell_back is not None:
         message = (
             f"attempt {st.attempt} ended: {failure.kind.value.lower()}{where}: {failure.reason}; "
             f"retrying as attempt {st.attempt + 1} ({count} of {field_name} {limit})"
         )
+        events: tuple[act.Action, ...] = (act.RecordEvent("Warning", "Retrying", _clip(message)),)
+        conditions: tuple[Cond, ...] = (
+            Cond(VALID, True, "SpecValid"),
+            Cond(PLANNED, True, "Planned"),
+            Cond(ADMITTED, False, "Retrying", message),
+        )
+        if fell_back is not None:
+            message = f"attempt {st.attempt} ended: preemption{where}; {fell_back.message}"
+            events = (act.RecordEvent("Warning", "FellBackToOnDemand", _clip(message)),)
+            conditions = (*conditions, Cond(SPOT_FALLBACK, True, fell_back.reason, _clip(message)))
         return Decision(
             phase=JobPhase.PENDING,
-            conditions=(
-                Cond(VALID, True, "SpecValid"),
-                Cond(PLANNED, True, "Planned"),
-                Cond(ADMITTED, False, "Retrying", message),
-            ),
+            conditions=conditions,
             status={
                 **counters,
                 "attempt": st.attempt + 1,
@@ -333,7 +354,7 @@ def _after_failure(job: JobView, failure: AttemptFailure, now: dt.datetime) -> D
                 "lastFailure": wire,
                 "message": _clip(message),
             },
-            actions=(act.DeleteWorkload(old, "retrying"), act.RecordEvent("Warning", "Retrying", _clip(message))),
+            actions=(act.DeleteWorkload(old, "retrying"), *events),
             reason=message,
         )
     message = (
@@ -353,7 +374,9 @@ def _after_failure(job: JobView, failure: AttemptFailure, now: dt.datetime) -> D
     )
 
 
-def _holding(job: JobView, snapshot: Snapshot, now: dt.datetime, bind_timeout: float) -> Decision:
+def _holding(
+    job: JobView, snapshot: Snapshot, now: dt.datetime, bind_timeout: float, rules: fallback.SpotRules
+) -> Decision:
     st = job.status
     assert st.phase is not None
     name = st.workload or names.workload_name(job.name, st.attempt)
@@ -371,10 +394,10 @@ def _holding(job: JobView, snapshot: Snapshot, now: dt.datetime, bind_timeout: f
                 message=f"the workload {name} was deleted while the job ran",
                 time=_ts(now),
             )
-            return _after_failure(job, failure, now)
+            return _after_failure(job, failure, now, rules)
         # Admitted, but the workload is not there (yet): create it; a retry of a lost create.
         assert plan is not None and plan.pool is not None and plan.devices is not None
-        create = act.CreateWorkload(st.attempt, name, plan.pool, plan.devices, nodes)
+        create = act.CreateWorkload(st.attempt, name, plan.pool, plan.devices, nodes, resume.resume_from(job))
         return Decision(
             phase=JobPhase.ADMITTED,
             conditions=(*base, Cond(RUNNING, False, "WaitingForNodes")),
@@ -391,7 +414,7 @@ def _holding(job: JobView, snapshot: Snapshot, now: dt.datetime, bind_timeout: f
             reason=message,
         )
     if wl.failed_condition:
-        return _after_failure(job, _failure(job, wl, pods, now, snapshot.preempted_nodes), now)
+        return _after_failure(job, _failure(job, wl, pods, now, snapshot.preempted_nodes), now, rules)
     bound = sum(1 for p in pods if p.node and not p.ended)
     if st.phase is JobPhase.ADMITTED:
         if bound >= nodes:
@@ -399,7 +422,7 @@ def _holding(job: JobView, snapshot: Snapshot, now: dt.datetime, bind_timeout: f
             return Decision(
                 phase=JobPhase.RUNNING,
                 conditions=(*base, Cond(RUNNING, True, "Running", message)),
-                status={"startTime": st.start_time or _ts(now), "message": message},
+                status={"startTime": st.start_time or _ts(now), "attemptStartTime": _ts(now), "message": message},
                 actions=_event_if_new(job, JobPhase.RUNNING, "Running", "Normal", message),
                 reason=message,
             )
@@ -427,15 +450,105 @@ def _holding(job: JobView, snapshot: Snapshot, now: dt.datetime, bind_timeout: f
             conditions=(*base, Cond(RUNNING, False, "WaitingForNodes", f"{bound} of {nodes} pod(s) placed")),
             reason=f"{bound} of {nodes} pod(s) placed",
         )
+    reported = resume.reported_newer(job, pods, now)
     return Decision(
         phase=JobPhase.RUNNING,
         conditions=(*base, Cond(RUNNING, True, "Running")),
+        status={"lastCheckpoint": reported} if reported is not None else {},
         reason="running",
     )
 
 
-def decide(job: JobView, snapshot: Snapshot, now: dt.datetime, *, bind_timeout: float = 120.0) -> Decision:
-    """The next step of ``job``, with reasons."""
+# --- resuming: where a new attempt starts ------------------------------------------------------
+
+
+def _resolving(job: JobView, lookup: resume.Lookup | None, now: dt.datetime) -> Decision:
+    """The attempt waits for its resume point: an S3 lookup is asked for, running, or failed."""
+    assert job.spec is not None and job.spec.checkpoint is not None
+    st, uri = job.status, job.spec.checkpoint.uri
+    ask = act.ResolveCheckpoint(st.attempt, uri)
+    if lookup is not None and lookup.attempt == st.attempt and lookup.error:
+        message = _clip(
+            f"attempt {st.attempt} waits: the checkpoints under {uri} cannot be read ({lookup.error}); "
+            f"trying again every {resume.RETRY_SECONDS:.0f}s"
+        )
+        reason = "CheckpointStoreUnavailable"
+        retry = (now - lookup.at).total_seconds() >= resume.RETRY_SECONDS
+        actions = (*_event_if_new(job, JobPhase.PENDING, reason, "Warning", message), *((ask,) if retry else ()))
+    else:
+        message = f"attempt {st.attempt}: looking for the latest complete checkpoint under {uri}"
+        reason, actions = "ResolvingCheckpoint", (ask,)
+    return Decision(
+        phase=JobPhase.PENDING,
+        conditions=(
+            Cond(VALID, True, "SpecValid"),
+            Cond(ADMITTED, False, "Resuming", message),
+            Cond(RESUMED, False, reason, message),
+        ),
+        status={"message": message},
+        actions=actions,
+        reason=message,
+    )
+
+
+def _resuming(job: JobView, snapshot: Snapshot, now: dt.datetime, lookup: resume.Lookup | None) -> Decision:
+    """A new attempt's resume point (and the lost work) decided, then planned and admitted as
+    any waiting job, all in one status write."""
+    r = resume.decide_resume(job, lookup)
+    if r is None:
+        return _resolving(job, lookup, now)
+    record = ResumeStatus(attempt=r.attempt, resume_from=r.resume_from, source=r.source)
+    resolved = replace(job, status=job.status.model_copy(update={"resume": record}))
+    d = _waiting(resolved, snapshot, now)
+    if r.checkpoint is not None:
+        cond, event = Cond(RESUMED, True, "FromCheckpoint", _clip(r.message)), ("Normal", "ResumingFromCheckpoint")
+    else:
+        cond, event = Cond(RESUMED, False, "FromScratch", _clip(r.message)), ("Warning", "RestartingFromScratch")
+    events: list[act.Action] = [act.RecordEvent(*event, _clip(r.message))]
+    if r.lost_device_seconds:
+        events.append(act.RecordEvent("Warning", "LostWork", _clip(r.lost_message)))
+    return replace(
+        d,
+        conditions=(*(c for c in d.conditions if c.type != RESUMED), cond),
+        status={**r.status(job), **d.status},
+        actions=(*events, *d.actions),
+    )
+
+
+def _sticky(job: JobView, d: Decision) -> Decision:
+    """Carry the conditions that outlive one decision (how the attempt started, the fallback)."""
+    have = {c.type for c in d.conditions}
+    keep = tuple(
+        Cond(c.type, c.status == "True", c.reason or "", c.message or "")
+        for c in job.status.conditions
+        if c.type in STICKY and c.type not in have
+    )
+    return replace(d, conditions=(*d.conditions, *keep)) if keep else d
+
+
+def decide(
+    job: JobView,
+    snapshot: Snapshot,
+    now: dt.datetime,
+    *,
+    bind_timeout: float = 120.0,
+    lookup: resume.Lookup | None = None,
+    rules: fallback.SpotRules = fallback.DEFAULT_RULES,
+) -> Decision:
+    """The next step of ``job``, with reasons. ``lookup``: what the scheduler found for the
+    current attempt's resume point; ``rules``: the operator's spot fallback window."""
+    return _sticky(job, _decide(job, snapshot, now, bind_timeout=bind_timeout, lookup=lookup, rules=rules))
+
+
+def _decide(
+    job: JobView,
+    snapshot: Snapshot,
+    now: dt.datetime,
+    *,
+    bind_timeout: float,
+    lookup: resume.Lookup | None,
+    rules: fallback.SpotRules,
+) -> Decision:
     if job.spec is None:
         return _invalid(job)
     phase = job.status.phase
@@ -447,7 +560,12 @@ def decide(job: JobView, snapshot: Snapshot, now: dt.datetime, *, bind_timeout: 
     from accel_operator.reconcile import policy_gate
 
     if phase in HOLDING:
-        return _over_budget(job, policy_gate.holding(job, snapshot, _holding(job, snapshot, now, bind_timeout)))
+        held = _holding(job, snapshot, now, bind_timeout, rules)
+        return _over_budget(job, policy_gate.holding(job, snapshot, held))
+    if resume.needs_resume(job):
+        return policy_gate.waiting(job, snapshot) or policy_gate.holding(
+            job, snapshot, _resuming(job, snapshot, now, lookup)
+        )
     return policy_gate.waiting(job, snapshot) or policy_gate.holding(job, snapshot, _waiting(job, snapshot, now))
 
 

@@ -70,6 +70,7 @@ class PodView:
     reason: str | None = None  # status.reason (NodeShutdown, Terminated, Evicted ...)
     disrupted: bool = False  # condition DisruptionTarget=True
     checkpoint_now: str | None = None  # the pod's vocabulary.ANNOTATION_CHECKPOINT_NOW (the last request)
+    reported_checkpoint: str | None = None  # accel.dev/last-checkpoint as the job wrote it (clipped, unchecked)
 
     @property
     def ended(self) -> bool:

@@ -83,3 +83,14 @@ def test_fake_store() -> None:
     with pytest.raises(CloudUnavailable):
         fake.latest_complete("s3://b/p")
     assert fake.calls == ["s3://b/p", "s3://b/p"]
+
+
+def test_connect_reads_the_endpoint_from_settings(moto: MotoServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}.items():
+        monkeypatch.setenv(key, value)
+    s3 = moto.client("s3")
+    s3.create_bucket(Bucket="connected")
+    s3.put_object(Bucket="connected", Key="r/step-3/COMPLETE", Body=b"")
+    store = S3CheckpointStore.connect(region="us-east-1", endpoint_url=moto.endpoint, timeout=5)
+    got = store.latest_complete("s3://connected/r")
+    assert got is not None and got.uri == "s3://connected/r/step-3"

@@ -13,7 +13,7 @@ from accel_api import vocabulary as v
 from accel_api.enums import JobPhase
 from accel_operator.adapters.kube.reschedule import FakeRescheduleClient
 from accel_operator.reconcile import actions as act
-from accel_operator.reconcile import health
+from accel_operator.reconcile import health, resume
 from accel_operator.reconcile.decide import Decision, decide
 from accel_operator.reconcile.snapshot import JobView, NodeView
 from tests.support.reconcile import T0, World
@@ -264,12 +264,17 @@ def test_the_moved_job_is_admitted_again_on_the_healthy_node() -> None:
     w = _world()
     w.report("p-0", sick={3: ECC})
     job = w.job("a", "p", devices=8, status={"phase": "Pending", "attempt": 1}, checkpoint=CHECKPOINT)
-    d = decide(job, w.snapshot(), T0)
+    # The new attempt first looks for the checkpoint it resumes from, then is admitted elsewhere.
+    first = decide(job, w.snapshot(), T0)
+    assert first.phase is JobPhase.PENDING
+    assert [type(a) for a in first.actions] == [act.ResolveCheckpoint]
+    found = resume.Lookup(1, "s3://ckpt/a", None, None, T0)
+    d = decide(job, w.snapshot(), T0, lookup=found)
     assert d.phase is JobPhase.ADMITTED and d.status["attempt"] == 1
     w2 = _world(nodes=1)
     w2.report("p-0", sick={3: ECC})
     job2 = w2.job("a", "p", devices=8, status={"phase": "Pending", "attempt": 1}, checkpoint=CHECKPOINT)
-    assert decide(job2, w2.snapshot(), T0).phase is JobPhase.PENDING  # the only node is condemned
+    assert decide(job2, w2.snapshot(), T0, lookup=found).phase is JobPhase.PENDING  # the only node is condemned
 
 
 # --- (c) a hung distributed job ----------------------------------------------------------------

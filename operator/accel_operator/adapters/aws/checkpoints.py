@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
 import boto3
+from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
 from accel_api import vocabulary as v
@@ -62,6 +63,17 @@ class S3CheckpointStore:
     @classmethod
     def from_environment(cls, region: str | None = None) -> S3CheckpointStore:
         return cls(boto3.client("s3", region_name=region))
+
+    @classmethod
+    def connect(cls, *, region: str | None, endpoint_url: str | None, timeout: float) -> S3CheckpointStore:
+        """A client whose every call ends within about ``timeout`` (connect, read, two retries), so a
+        lookup never holds the scheduler's threads; credentials come from boto3's usual chain."""
+        config = Config(
+            connect_timeout=max(1.0, timeout / 3),
+            read_timeout=max(1.0, timeout / 3),
+            retries={"max_attempts": 2, "mode": "standard"},
+        )
+        return cls(boto3.client("s3", region_name=region, endpoint_url=endpoint_url or None, config=config))
 
     def latest_complete(self, uri: str) -> Checkpoint | None:
         bucket, prefix = split_uri(uri)

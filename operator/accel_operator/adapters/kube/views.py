@@ -11,7 +11,7 @@ import datetime as dt
 from collections.abc import Mapping
 from typing import Any
 
-from accel_api import InvalidResource
+from accel_api import InvalidResource, bounds
 from accel_api import vocabulary as v
 from accel_api.job import AcceleratorJobSpec, AcceleratorJobStatus
 from accel_api.loader import parse_as
@@ -105,6 +105,7 @@ def pod_view(body: Mapping[str, Any]) -> PodView | None:
     )
     attempt = labels.get(v.LABEL_ATTEMPT)
     request = (meta.get("annotations") or {}).get(v.ANNOTATION_CHECKPOINT_NOW)
+    reported = (meta.get("annotations") or {}).get(v.ANNOTATION_CHECKPOINT) if ours else None
     return PodView(
         namespace=namespace,
         name=str(meta.get("name")),
@@ -117,6 +118,9 @@ def pod_view(body: Mapping[str, Any]) -> PodView | None:
         reason=status.get("reason"),
         disrupted=disrupted,
         checkpoint_now=str(request)[:_CHECKPOINT_NOW_LENGTH] if request else None,
+        # Tenant-written: clipped here (one character over the bound is enough to refuse it),
+        # checked against the job's checkpoint URI by reconcile.resume before any use.
+        reported_checkpoint=reported[: bounds.URI_LENGTH + 1] if isinstance(reported, str) else None,
     )
 
 

@@ -1,0 +1,362 @@
+"""decide(): resuming a new attempt from the latest complete checkpoint, the work a preemption lost,
+and the fallback from spot to on-demand pools, as tables of small worlds."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import pytest
+
+from accel_api.enums import JobPhase
+from accel_operator.reconcile import actions as act
+from accel_operator.reconcile import fallback, resume
+from accel_operator.reconcile.checkpoints import Checkpoint
+from accel_operator.reconcile.decide import Decision, decide
+from tests.support.reconcile import T0, World
+
+S3_URI = "s3://ckpt/team/run"
+S3 = {"uri": S3_URI, "intervalMinutes": 5}
+PVC = {"uri": "pvc://claim/run", "intervalMinutes": 5}
+PREFER = {"policy": "prefer", "maxPreemptions": 3}
+
+
+def _ts(t: dt.datetime) -> str:
+    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+START = T0 + dt.timedelta(seconds=10)  # attempt 0 ran from here
+PREEMPTED = T0 + dt.timedelta(seconds=100)
+NOW = T0 + dt.timedelta(seconds=105)
+
+
+def _kinds(d: Decision) -> list[str]:
+    return [a.reason if isinstance(a, act.RecordEvent) else type(a).__name__ for a in d.actions]
+
+
+def _cond(d: Decision, type_: str) -> tuple[bool, str] | None:
+    c = next((c for c in d.conditions if c.type == type_), None)
+    return None if c is None else (c.ok, c.reason)
+
+
+def _creates(d: Decision) -> list[act.CreateWorkload]:
+    return [a for a in d.actions if isinstance(a, act.CreateWorkload)]
+
+
+def _running(**extra: Any) -> dict[str, Any]:
+    return {
+        "phase": "Running",
+        "attempt": 0,
+        "workload": "a-a0",
+        "admittedTime": _ts(T0),
+        "startTime": _ts(START),
+        "attemptStartTime": _ts(START),
+        "plan": {"pool": "p", "accelerator": "h100-80gb", "devices": 8, "nodes": 1, "durationSeconds": 3600},
+        **extra,
+    }
+
+
+def _preempted(kind: str = "Preemption", **extra: Any) -> dict[str, Any]:
+    """Attempt 0 ended by a preemption at PREEMPTED: what _after_failure wrote."""
+    return {
+        **_running(),
+        "phase": "Pending",
+        "attempt": 1,
+        "workload": None,
+        "preemptions": 1 if kind == "Preemption" else 0,
+        "retries": 0 if kind == "Preemption" else 1,
+        "lastFailure": {"kind": kind, "attempt": 0, "reason": "PodFailurePolicy", "time": _ts(PREEMPTED)},
+        **extra,
+    }
+
+
+def _disrupt(w: World) -> None:
+    message = "Pod ns/a-a0-0 has condition DisruptionTarget matching FailJob rule at index 0"
+    w.workload("a", 0, failed=1, failed_condition=True, failure_reason="PodFailurePolicy", failure_message=message)
+    w.pod("a", 0, 0, node="p-0", phase="Failed", exit_code=143, disrupted=True)
+
+
+def _lookup(checkpoint: Checkpoint | None, *, attempt: int = 1, error: str | None = None) -> resume.Lookup:
+    return resume.Lookup(attempt, S3_URI, checkpoint, error, NOW)
+
+
+STEP_1 = Checkpoint("s3://ckpt/team/run/step-1", 1, T0 + dt.timedelta(seconds=70))
+
+
+# --- the preemption itself -------------------------------------------------------------------------
+
+
+def test_a_preemption_records_its_time_and_asks_nothing_yet() -> None:
+    w = World().pool("p")
+    job = w.job("a", "p", devices=8, status=_running(), checkpoint=S3)
+    _disrupt(w)
+    d = decide(job, w.snapshot(), PREEMPTED)
+    assert d.phase is JobPhase.PENDING and d.status["attempt"] == 1
+    assert d.status["spot"] == {"recentPreemptions": [_ts(PREEMPTED)], "onDemand": False}
+    assert _kinds(d) == ["DeleteWorkload", "Retrying"]
+
+
+def test_a_new_attempt_asks_for_its_checkpoint_before_it_is_admitted() -> None:
+    w = World().pool("p")
+    job = w.job("a", "p", devices=8, status=_preempted(), checkpoint=S3)
+    d = decide(job, w.snapshot(), NOW)
+    assert d.phase is JobPhase.PENDING and not _creates(d)
+    assert _cond(d, "Resumed") == (False, "ResolvingCheckpoint")
+    assert d.actions == (act.ResolveCheckpoint(1, S3_URI),)
+    # A lookup made for another attempt is not this attempt's answer.
+    again = decide(job, w.snapshot(), NOW, lookup=_lookup(STEP_1, attempt=0))
+    assert again.actions == (act.ResolveCheckpoint(1, S3_URI),)
+
+
+def test_the_latest_complete_checkpoint_is_resumed_and_the_lost_work_counted_once() -> None:
+    w = World().pool("p")
+    job = w.job("a", "p", devices=8, status=_preempted(), checkpoint=S3)
+    d = decide(job, w.snapshot(), NOW, lookup=_lookup(STEP_1))
+    assert d.phase is JobPhase.ADMITTED
+    assert _creates(d) == [act.CreateWorkload(1, "a-a1", "p", 8, 1, "s3://ckpt/team/run/step-1")]
+    assert d.status["resume"] == {"attempt": 1, "resumeFrom": "s3://ckpt/team/run/step-1", "source": "s3"}
+    assert d.status["lastCheckpoint"] == {"uri": "s3://ckpt/team/run/step-1", "step": 1, "time": _ts(STEP_1.time)}
+    lost = 8 * (PREEMPTED - STEP_1.time).total_seconds()  # 8 devices × 30 s
+    assert d.status["lastFailure"]["lostDeviceSeconds"] == lost == 240
+    assert d.status["spot"]["lostDeviceSeconds"] == lost
+    assert _cond(d, "Resumed") == (True, "FromCheckpoint")
+    assert _kinds(d) == ["ResumingFromCheckpoint", "LostWork", "Admitted", "CreateWorkload"]
+    # The next decision sees the resume recorded: no second lookup, no second count.
+    merged = {**_preempted(), **d.status, "phase": "Admitted"}
+    w2 = World().pool("p")
+    job2 = w2.job("a", "p", devices=8, status=merged, checkpoint=S3)
+    d2 = decide(job2, w2.snapshot(), NOW, lookup=_lookup(STEP_1))
+    assert not any(isinstance(a, act.ResolveCheckpoint) for a in d2.actions)
+    assert "spot" not in d2.status and "lastFailure" not in d2.status
+
+
+def test_without_a_complete_checkpoint_the_attempt_restarts_from_scratch_and_says_so() -> None:
+    w = World().pool("p")
+    job = w.job("a", "p", devices=8, status=_preempted(), checkpoint=S3)
+    d = decide(job, w.snapshot(), NOW, lookup=_lookup(None))
+    assert _creates(d)[0].resume_from is None
+    assert d.status["resume"] == {"attempt": 1, "resumeFrom": None, "source": "none"}
+    assert "lastCheckpoint" not in d.status
+    # Everything since the attempt started is lost: 8 × 90 s.
+    assert d.status["lastFailure"]["lostDeviceSeconds"] == 8 * 90
+    assert _cond(d, "Resumed") == (False, "FromScratch")
+    message = next(c.message for c in d.conditions if c.type == "Resumed")
+    assert "restarts from scratch: no complete checkpoint under s3://ckpt/team/run" in message
+    assert "RestartingFromScratch" in _kinds(d)
+
+
+def test_a_checkpoint_older_than_the_attempt_counts_from_the_attempt_start() -> None:
+    w = World().pool("p")
+    job = w.job("a", "p", devices=8, status=_preempted(), checkpoint=S3)
+    old = Checkpoint("s3://ckpt/team/run/step-0", 0, T0)
+    d = decide(job, w.snapshot(), NOW, lookup=_lookup(old))
+    assert _creates(d)[0].resume_from == "s3://ckpt/team/run/step-0"
+    assert d.status["lastFailure"]["lostDeviceSeconds"] == 8 * 90
+
+
+def test_an_attempt_preempted_before_it_ran_lost_nothing() -> None:
+    # attemptStartTime is the attempt before's: older than this attempt's admission.
+    st = _preempted(admittedTime=_ts(T0 + dt.timedelta(seconds=50)))
+    w = World().pool("p")
+    job = w.job("a", "p", devices=8, status=st, checkpoint=S3)
+    d = decide(job, w.snapshot(), NOW, lookup=_lookup(STEP_1))
+    assert d.status["lastFailure"]["lostDeviceSeconds"] == 0
+    assert "LostWork" not in _kinds(d)
+
+
+def test_a_real_failure_resumes_too_but_loses_nothing_to_preemption() -> None:
+    w = World().pool("p")
+    job = w.job("a", "p", devices=8, status=_preempted(kind="Failure"), checkpoint=S3, maxRetries=1)
+    d = decide(job, w.snapshot(), NOW, lookup=_lookup(STEP_1))
+    assert _creates(d)[0].resume_from == "s3://ckpt/team/run/step-1"
+    assert "lastFailure" not in d.status and "spot" not in d.status
+
+
+def test_an_unreadable_store_holds_only_this_job_and_is_asked_again_later() -> None:
+    w = World().pool("p")
+    job = w.job("a", "p", devices=8, status=_preempted(), checkpoint=S3)
+    failed = _lookup(None, error="endpoint not reachable")
+    d = decide(job, w.snapshot(), NOW + dt.timedelta(seconds=1), lookup=failed)
+    assert d.phase is JobPhase.PENDING and not _creates(d)
+    assert _cond(d, "Resumed") == (False, "CheckpointStoreUnavailable")
+    assert "endpoint not reachable" in d.reason
+    assert _kinds(d) == ["CheckpointStoreUnavailable"]  # not asked again before RETRY_SECONDS
+    later = decide(job, w.snapshot(), NOW + dt.timedelta(seconds=resume.RETRY_SECONDS), lookup=failed)
+    assert act.ResolveCheckpoint(1, S3_URI) in later.actions
+
+
+def test_a_job_without_a_checkpoint_restarts_from_scratch_without_a_lookup() -> None:
+    w = World().pool("p")
+    job = w.job("a", "p", devices=8, status=_preempted())
+    d = decide(job, w.snapshot(), NOW)
+    assert d.phase is JobPhase.ADMITTED and _creates(d)[0].resume_from is None
+    assert "the job has no spec.checkpoint" in next(c.message for c in d.conditions if c.type == "Resumed")
+
+
+# --- PVC: what the job reported --------------------------------------------------------------------
+
+
+def test_a_pvc_job_resumes_from_the_checkpoint_its_pods_reported() -> None:
+    w = World().pool("p")
+    reported = {"uri": "pvc://claim/run/step-7", "step": 7, "time": _ts(T0 + dt.timedelta(seconds=90))}
+    job = w.job("a", "p", devices=8, status=_preempted(lastCheckpoint=reported), checkpoint=PVC)
+    d = decide(job, w.snapshot(), NOW)
+    assert _creates(d)[0].resume_from == "pvc://claim/run/step-7"
+    assert d.status["resume"]["source"] == "reported"
+    assert d.status["lastFailure"]["lostDeviceSeconds"] == 8 * 10
+
+
+@pytest.mark.parametrize(
+    ("annotation", "recorded"),
+    [
+        ("pvc://claim/run/step-12", "pvc://claim/run/step-12"),
+        ("pvc://claim/run/step-12/", "pvc://claim/run/step-12"),
+        ("pvc://claim/run/step-3", None),  # older than the recorded step 5
+        ("pvc://claim/run/step-5", None),  # the recorded one: nothing to write
+        ("pvc://other/run/step-99", None),  # another claim
+        ("pvc://claim/run/../x/step-99", None),
+        ("pvc://claim/run/step-99/../../y", None),
+        ("pvc://claim/run/step-1e9", None),
+        ("pvc://claim/run/step-" + "9" * 19, None),  # beyond the 18 digits a step may have
+        ("pvc://claim/run/" + "a" * 2000, None),
+        ("", None),
+    ],
+)
+def test_a_running_attempt_mirrors_only_a_valid_newer_reported_checkpoint(
+    annotation: str, recorded: str | None
+) -> None:
+    w = World().pool("p")
+    last = {"uri": "pvc://claim/run/step-5", "step": 5, "time": _ts(T0)}
+    job = w.job("a", "p", devices=8, status=_running(lastCheckpoint=last), checkpoint=PVC)
+    w.workload("a", 0, active=1)
+    w.pod("a", 0, 0, node="p-0", reported_checkpoint=annotation[:1025])
+    d = decide(job, w.snapshot(), NOW)
+    assert d.phase is JobPhase.RUNNING
+    got = d.status.get("lastCheckpoint")
+    assert (got["uri"] if got else None) == recorded
+    if got:
+        assert got == {"uri": recorded, "step": 12, "time": _ts(NOW)}
+
+
+def test_an_admitted_attempt_whose_workload_is_missing_is_created_with_its_recorded_resume_point() -> None:
+    w = World().pool("p")
+    st = {
+        **_preempted(),
+        "phase": "Admitted",
+        "workload": "a-a1",
+        "admittedTime": _ts(NOW),
+        "resume": {"attempt": 1, "resumeFrom": "s3://ckpt/team/run/step-1", "source": "s3"},
+    }
+    job = w.job("a", "p", devices=8, status=st, checkpoint=S3)
+    d = decide(job, w.snapshot(), NOW)
+    assert _creates(d) == [act.CreateWorkload(1, "a-a1", "p", 8, 1, "s3://ckpt/team/run/step-1")]
+
+
+@pytest.mark.parametrize(
+    ("recorded", "used"),
+    [("s3://ckpt/team/run/step-1", "s3://ckpt/team/run/step-1"), ("s3://elsewhere/secrets/step-1", None)],
+)
+def test_a_recorded_resume_point_is_used_only_under_the_jobs_checkpoint_uri(recorded: str, used: str | None) -> None:
+    w = World().pool("p")
+    st = {
+        **_preempted(),
+        "phase": "Admitted",
+        "workload": "a-a1",
+        "admittedTime": _ts(NOW),
+        "resume": {"attempt": 1, "resumeFrom": recorded, "source": "s3"},
+    }
+    job = w.job("a", "p", devices=8, status=st, checkpoint=S3)
+    assert _creates(decide(job, w.snapshot(), NOW))[0].resume_from == used
+
+
+def test_a_resume_point_forged_into_the_status_is_not_used() -> None:
+    w = World().pool("p")
+    forged = {"uri": "pvc://someone-else/secrets/step-1", "step": 1, "time": _ts(T0)}
+    job = w.job("a", "p", devices=8, status=_preempted(lastCheckpoint=forged), checkpoint=PVC)
+    d = decide(job, w.snapshot(), NOW)
+    assert _creates(d)[0].resume_from is None
+
+
+# --- fallback to on-demand ---------------------------------------------------------------------------
+
+
+def _two_pools() -> World:
+    return (
+        World()
+        .pool("spot", capacityType="spot", price={"spotPerDeviceHour": 2.0})
+        .pool("od", price={"onDemandPerDeviceHour": 6.0})
+    )
+
+
+@pytest.mark.parametrize(
+    ("policy", "preemptions", "phase", "fell_back"),
+    [
+        ("prefer", 0, JobPhase.PENDING, False),  # 1 of 1: a plain new attempt
+        ("prefer", 1, JobPhase.PENDING, True),  # 2 of 1: on-demand instead of Failed
+        ("require", 1, JobPhase.FAILED, False),  # spot only: no fallback
+    ],
+)
+def test_after_max_preemptions_a_prefer_job_falls_back_to_on_demand(
+    policy: str, preemptions: int, phase: JobPhase, fell_back: bool
+) -> None:
+    w = _two_pools()
+    st = {**_running(preemptions=preemptions), "plan": {**_running()["plan"], "pool": "spot"}}
+    job = w.job("a", "spot", devices=8, status=st, checkpoint=S3, spot={"policy": policy, "maxPreemptions": 1})
+    _disrupt(w)
+    d = decide(job, w.snapshot(), PREEMPTED)
+    assert d.phase is phase
+    assert d.status["spot"]["onDemand"] is fell_back
+    assert (_cond(d, "SpotFallback") == (True, "MaxPreemptions")) is fell_back
+    assert ("FellBackToOnDemand" in _kinds(d)) is fell_back
+
+
+def test_a_spot_pool_that_keeps_failing_within_the_window_sends_the_job_to_on_demand() -> None:
+    w = _two_pools()
+    recent = [_ts(PREEMPTED - dt.timedelta(minutes=m)) for m in (50, 20)]
+    st = {**_running(preemptions=2, spot={"recentPreemptions": recent}), "plan": {**_running()["plan"], "pool": "spot"}}
+    job = w.job("a", "spot", devices=8, status=st, checkpoint=S3, spot=PREFER)
+    _disrupt(w)
+    rules = fallback.SpotRules(window_seconds=3600, preemptions_in_window=3)
+    d = decide(job, w.snapshot(), PREEMPTED, rules=rules)
+    assert _cond(d, "SpotFallback") == (True, "PreemptedTooOften")
+    assert d.status["spot"]["recentPreemptions"] == [*recent, _ts(PREEMPTED)]
+    # The same three preemptions spread over more than the window: no fallback.
+    narrow = fallback.SpotRules(window_seconds=1800, preemptions_in_window=3)
+    assert _cond(decide(job, w.snapshot(), PREEMPTED, rules=narrow), "SpotFallback") is None
+    off = fallback.SpotRules(preemptions_in_window=0)
+    assert _cond(decide(job, w.snapshot(), PREEMPTED, rules=off), "SpotFallback") is None
+
+
+@pytest.mark.parametrize(("on_demand", "pool"), [(False, "spot"), (True, "od")])
+def test_a_fallen_back_job_is_planned_on_on_demand_pools_only(on_demand: bool, pool: str) -> None:
+    w = _two_pools()
+    st = _preempted(spot={"onDemand": on_demand}, resume={"attempt": 1, "source": "none"})
+    job = w.job("a", "spot", devices=8, status=st, pinned=False, checkpoint=S3, spot=PREFER)
+    d = decide(job, w.snapshot(), NOW)
+    assert d.phase is JobPhase.ADMITTED
+    assert _creates(d)[0].pool == pool
+    assert d.status["plan"]["capacityType"] == ("on-demand" if on_demand else "spot")
+
+
+def test_the_resume_and_fallback_conditions_outlive_the_decisions_that_wrote_them() -> None:
+    w = World().pool("p")
+    sticky = [
+        {"type": "Resumed", "status": "True", "reason": "FromCheckpoint", "message": "attempt 1 resumes from …"},
+        {"type": "SpotFallback", "status": "True", "reason": "MaxPreemptions", "message": "…"},
+    ]
+    job = w.job("a", "p", devices=8, status=_running(conditions=sticky), checkpoint=S3)
+    w.workload("a", 0, active=1)
+    w.pod("a", 0, 0, node="p-0")
+    d = decide(job, w.snapshot(), NOW)
+    assert _cond(d, "Resumed") == (True, "FromCheckpoint")
+    assert _cond(d, "SpotFallback") == (True, "MaxPreemptions")
+
+
+def test_admitted_to_running_records_when_the_attempt_started() -> None:
+    w = World().pool("p")
+    st = {**_running(), "phase": "Admitted", "attemptStartTime": None}
+    job = w.job("a", "p", devices=8, status=st, checkpoint=S3)
+    w.workload("a", 0, active=1)
+    w.pod("a", 0, 0, node="p-0")
+    d = decide(job, w.snapshot(), NOW)
+    assert d.phase is JobPhase.RUNNING and d.status["attemptStartTime"] == _ts(NOW)
