@@ -223,6 +223,9 @@ def operator_process(
         **extra_env,
     }
     with socket.socket() as probe:  # another operator on this port would answer our scrapes
+        # As the operator's HTTP server does: a client connection's TIME_WAIT on this port (its
+        # number is in the ephemeral range) does not make it "in use", a listener does.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind(("127.0.0.1", metrics_port))
         except OSError as exc:
