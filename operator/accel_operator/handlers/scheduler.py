@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import hashlib
 import logging
 import time
 from collections.abc import Iterable, Mapping
@@ -104,6 +105,7 @@ class Scheduler:
     created: dict[tuple[str, str], tuple[WorkloadView, float]] = field(default_factory=dict)
     acting: set[JobKey] = field(default_factory=set)  # jobs whose last decision is being applied
     plans: dict[tuple[str, int | None, int], Plan] = field(default_factory=dict)
+    spec_plans: dict[tuple[bytes, int], Plan] = field(default_factory=dict)  # by (spec digest, pools_version)
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     in_flight: set[asyncio.Task[None]] = field(default_factory=set)
     # The folded indexes, refreshed each pass where events said something changed.
@@ -149,6 +151,7 @@ class Scheduler:
     def pools_changed(self) -> None:
         self.pools_version += 1
         self.plans.clear()
+        self.spec_plans.clear()
         self.shapes.clear()
         self.observed.invalidate()
         self.ready = True
@@ -207,18 +210,25 @@ class Scheduler:
         key = (job.uid, job.generation, self.pools_version)
         plan = self.plans.get(key)
         if plan is None:
-            offers = [
-                PoolOffer(
-                    name=name,
-                    spec=pool.spec,
-                    free_devices=snap.capacity[name].free_devices,
-                    free_nodes=snap.capacity[name].whole_free_nodes,
-                )
-                for name, pool in sorted(snap.pools.items())
-            ]
-            plan = selection.plan(job.spec, offers, self.catalog, name=job.name)
+            # A plan is a function of the spec and the pools (free capacity only adds notes), so
+            # jobs with the same spec share one: thousands of jobs from one template, one plan.
+            same = (hashlib.blake2b(job.spec.model_dump_json().encode(), digest_size=16).digest(), self.pools_version)
+            plan = self.spec_plans.get(same)
+            if plan is None:
+                offers = [
+                    PoolOffer(
+                        name=name,
+                        spec=pool.spec,
+                        free_devices=snap.capacity[name].free_devices,
+                        free_nodes=snap.capacity[name].whole_free_nodes,
+                    )
+                    for name, pool in sorted(snap.pools.items())
+                ]
+                plan = selection.plan(job.spec, offers, self.catalog)
+                self.spec_plans[same] = plan
             if len(self.plans) > 20_000:
                 self.plans.clear()
+                self.spec_plans.clear()
                 self.shapes.clear()
             self.plans[key] = plan
         return plan
