@@ -1,12 +1,15 @@
 """The operator's one scheduling loop: observe (kopf's indexes) → decide (pure) → apply.
 
 kopf's watches keep indexes of pools, accelerator nodes, the pods on them, our workloads and the
-AcceleratorJobs; its event handlers only mark what changed (``mark``, ``capacity_changed``).
-The loop wakes on a mark (or on the safety-net timer), folds the indexes into one
-:class:`~accel_operator.reconcile.snapshot.Snapshot`, calls ``decide`` for every job that needs
-it — jobs that hold devices first, then waiting jobs in queue order, so that admission is
-serialized and sees every earlier reservation — and applies each decision: the status first
-(the record of an admission survives a crash), then the workload and the events.
+AcceleratorJobs; its event handlers only mark what changed (``mark``, ``pods_changed``,
+``node_changed``, ``workload_changed``, ``capacity_changed``). The loop wakes on a mark (or on the
+safety-net timer), reads the changed index entries into its folded picture (:mod:`observed`; all
+of them on a full pass) and takes one :class:`~accel_operator.reconcile.snapshot.Snapshot`, calls
+``decide`` for every job that needs it — jobs that hold devices first, then waiting jobs in queue
+order, so that admission is serialized and sees every earlier reservation — and applies each
+decision: the status first (the record of an admission survives a crash), then the workload and
+the events. Waiting jobs are decided again when a pool they can use gained devices; within a pass,
+a job that already waits for shapes that did not fit earlier in the pass is not decided again.
 
 A decision's status is kept in an in-memory overlay until the watch shows it, so a pass that
 runs before the watch caught up never admits a job twice. Everything persistent is in the
