@@ -212,7 +212,13 @@ class RssSampler:
 
 @contextlib.contextmanager
 def operator_process(
-    kubeconfig: Path, metrics_port: int, log_path: Path, extra_env: dict[str, str], profile: Path | None
+    kubeconfig: Path,
+    metrics_port: int,
+    log_path: Path,
+    extra_env: dict[str, str],
+    profile: Path | None,
+    *,
+    traced: Path | None = None,
 ) -> Iterator[subprocess.Popen[bytes]]:
     env = {
         **os.environ,
@@ -223,13 +229,17 @@ def operator_process(
         **extra_env,
     }
     with socket.socket() as probe:  # another operator on this port would answer our scrapes
+        # As the operator's HTTP server does: a client connection's TIME_WAIT on this port (its
+        # number is in the ephemeral range) does not make it "in use", a listener does.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind(("127.0.0.1", metrics_port))
         except OSError as exc:
             raise SystemExit(f"metrics port {metrics_port} is in use (another operator?): {exc}") from exc
     with log_path.open("wb") as log:
         prof = ["-m", "cProfile", "-o", str(profile)] if profile is not None else []
-        cmd = [sys.executable, *prof, "-m", "accel_operator"]
+        main = [str(ROOT / "bench" / "traced_operator.py"), str(traced)] if traced else ["-m", "accel_operator"]
+        cmd = [sys.executable, *prof, *main]
         proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
         try:
             yield proc
@@ -525,14 +535,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
         extra = {"ACCEL_OPERATOR_RESYNC_SECONDS": str(args.resync)}
         profile = workdir / "operator.prof" if args.profile else None
-        with operator_process(kubeconfig, args.metrics_port, op_log, extra, profile) as proc:
+        with operator_process(kubeconfig, args.metrics_port, op_log, extra, profile, traced=args.tracemalloc) as proc:
 
             def alive() -> bool:
                 return proc.poll() is None
 
             rss = RssSampler(proc.pid)
             rss.start()
-            wait_metrics(args.metrics_port, 60)
+            wait_metrics(args.metrics_port, 300 if args.tracemalloc else 60)  # tracing slows the start
             time.sleep(args.settle)  # its watches list what is there, the first passes run
             out["rss_idle_mb"] = rss.samples[-1][1] / 1e6 if rss.samples else math.nan
             watcher = WorkloadWatch(api_factory(), namespace)
@@ -723,6 +733,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--metrics-port", type=int, default=int(os.environ.get("ACCEL_BENCH_METRICS_PORT", "0")) or None)
     p.add_argument("--node-threads", type=int, default=16, help="threads creating nodes (default 16)")
     p.add_argument("--profile", action="store_true", help="run the operator under cProfile (operator.prof)")
+    p.add_argument("--tracemalloc", type=Path, help="run the operator under tracemalloc; its top sites go here")
     p.add_argument("--keep-cluster", action="store_true", help="leave a control plane this run started running")
     p.add_argument("--out", type=Path, help="write the figures as JSON here")
     args = p.parse_args(argv)

@@ -15,6 +15,7 @@ from accel_operator.context import OperatorContext
 from accel_operator.handlers import (
     admission,
     cost,
+    essence,
     jobs,
     nodes,
     pods,
@@ -63,6 +64,7 @@ def register(reg: kopf.OperatorRegistry, ctx: OperatorContext) -> Scheduler:
     @kopf.on.startup(registry=reg)
     async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any) -> None:
         settings.posting.enabled = False  # decisions post their own events, with reasons
+        essence.install(settings)  # no create/update handlers: no per-event deep copy of each body
         settings.watching.server_timeout = 300  # re-establish watches every 5 minutes at most
         settings.watching.client_timeout = 330
         settings.networking.request_timeout = 30

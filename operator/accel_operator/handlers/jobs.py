@@ -21,13 +21,12 @@ PLURAL = registry.JOB.plural
 
 def register(reg: kopf.OperatorRegistry, sched: Scheduler) -> None:
     @kopf.index(v.GROUP, v.VERSION, PLURAL, id="jobs", registry=reg)
-    def jobs(body: kopf.Body, namespace: str | None, name: str, **_: Any) -> dict[Any, Any]:
+    async def jobs(body: kopf.Body, namespace: str | None, name: str, **_: Any) -> dict[Any, Any]:
         return {(namespace or "", name): views.job_view(body)}
 
     @kopf.on.event(v.GROUP, v.VERSION, PLURAL, registry=reg)
-    def job_changed(namespace: str | None, name: str, type: str | None, **_: Any) -> None:
+    async def job_changed(namespace: str | None, name: str, type: str | None, **_: Any) -> None:
         if type == "DELETED":
-            sched.forget((namespace or "", name))
-            sched.capacity_changed()  # its devices are free for the waiting jobs now
+            sched.forget((namespace or "", name))  # its reservation goes: its pool's waiting jobs are woken
         else:
             sched.mark((namespace or "", name))

@@ -1,8 +1,9 @@
 """Pods that hold accelerators (ours or anyone's) and the pods of our workloads.
 
 Indexed twice: by the node they are bound to (what is used there) and by the AcceleratorJob
-they belong to (how far its gang got). A change wakes the job and, if it moved devices,
-admission.
+they belong to (how far its gang got). A change wakes the job; the scheduler reads the node's
+usage again and wakes admission only if that freed devices (a pod binding where its job reserved
+moves nothing). The handlers are coroutines: kopf runs plain functions in a thread each time.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ def register(reg: kopf.OperatorRegistry, sched: Scheduler) -> None:
     seen: dict[tuple[str, str], PodView] = {}
 
     @kopf.index("", "v1", "pods", id="pods", registry=reg)
-    def pods(body: kopf.Body, **_: Any) -> dict[Any, Any]:
+    async def pods(body: kopf.Body, **_: Any) -> dict[Any, Any]:
         view = views.pod_view(body)
         if view is None:
             return {}
@@ -32,19 +33,11 @@ def register(reg: kopf.OperatorRegistry, sched: Scheduler) -> None:
         return out
 
     @kopf.on.event("", "v1", "pods", registry=reg)
-    def pod_changed(body: kopf.Body, namespace: str | None, name: str, type: str | None, **_: Any) -> None:
+    async def pod_changed(body: kopf.Body, namespace: str | None, name: str, type: str | None, **_: Any) -> None:
         view = None if type == "DELETED" else views.pod_view(body)
         key = (namespace or "", name)
         before = seen.pop(key, None)
         if view is not None:
             seen[key] = view
-        if before == view:
-            return
-        for v in (before, view):
-            if v is not None and v.job is not None:
-                sched.mark(v.job)
-        moved = (before is None) != (view is None) or (
-            before is not None and view is not None and (before.node, before.ended) != (view.node, view.ended)
-        )
-        if moved and ((before and before.devices) or (view and view.devices)):
-            sched.capacity_changed()
+        if before != view:
+            sched.pods_changed(before, view)

@@ -14,9 +14,9 @@ from accel_operator.handlers.scheduler import Scheduler
 
 def register(reg: kopf.OperatorRegistry, sched: Scheduler) -> None:
     @kopf.index(v.GROUP, v.VERSION, registry.POOL.plural, id="pools", registry=reg)
-    def pools(body: kopf.Body, name: str, **_: Any) -> dict[str, Any]:
+    async def pools(body: kopf.Body, name: str, **_: Any) -> dict[str, Any]:
         return {name: views.pool_view(body)}
 
     @kopf.on.event(v.GROUP, v.VERSION, registry.POOL.plural, registry=reg)
-    def pool_changed(**_: Any) -> None:
+    async def pool_changed(**_: Any) -> None:
         sched.pools_changed()

@@ -1,12 +1,15 @@
 """The operator's one scheduling loop: observe (kopf's indexes) → decide (pure) → apply.
 
 kopf's watches keep indexes of pools, accelerator nodes, the pods on them, our workloads and the
-AcceleratorJobs; its event handlers only mark what changed (``mark``, ``capacity_changed``).
-The loop wakes on a mark (or on the safety-net timer), folds the indexes into one
-:class:`~accel_operator.reconcile.snapshot.Snapshot`, calls ``decide`` for every job that needs
-it — jobs that hold devices first, then waiting jobs in queue order, so that admission is
-serialized and sees every earlier reservation — and applies each decision: the status first
-(the record of an admission survives a crash), then the workload and the events.
+AcceleratorJobs; its event handlers only mark what changed (``mark``, ``pods_changed``,
+``node_changed``, ``workload_changed``, ``capacity_changed``). The loop wakes on a mark (or on the
+safety-net timer), reads the changed index entries into its folded picture (:mod:`observed`; all
+of them on a full pass) and takes one :class:`~accel_operator.reconcile.snapshot.Snapshot`, calls
+``decide`` for every job that needs it — jobs that hold devices first, then waiting jobs in queue
+order, so that admission is serialized and sees every earlier reservation — and applies each
+decision: the status first (the record of an admission survives a crash), then the workload and
+the events. Waiting jobs are decided again when a pool they can use gained devices; within a pass,
+a job that already waits for shapes that did not fit earlier in the pass is not decided again.
 
 A decision's status is kept in an in-memory overlay until the watch shows it, so a pass that
 runs before the watch caught up never admits a job twice. Everything persistent is in the
@@ -18,11 +21,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import hashlib
 import logging
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from types import MappingProxyType
 from typing import Any
 
 from accel_api import catalog as catalog_mod
@@ -36,35 +39,27 @@ from accel_operator.adapters.kube.client import ClusterUnavailable
 from accel_operator.adapters.kube.jobs import JobGone, JobRef, JobWriter
 from accel_operator.adapters.kube.lease import AlwaysLeader, Elector
 from accel_operator.adapters.kube.reschedule import RescheduleClient
+from accel_operator.handlers.observed import Observed
 from accel_operator.metrics import OperatorMetrics
 from accel_operator.planning import policy, selection
-from accel_operator.planning.candidates import Plan, PoolOffer
+from accel_operator.planning.candidates import Plan, PoolOffer, best_per_pool
 from accel_operator.reconcile import actions as act
 from accel_operator.reconcile import consolidate, fallback, health, policy_inputs, resume
-from accel_operator.reconcile.decide import Decision, decide, parse_time
+from accel_operator.reconcile.decide import ADMITTED, Decision, decide, parse_time
 from accel_operator.reconcile.snapshot import (
     HOLDING,
     TERMINAL,
+    Gang,
     JobKey,
     JobView,
-    NodeView,
     PodView,
-    PoolView,
-    Reservation,
     Snapshot,
     WorkloadView,
-    pool_capacity,
 )
 from accel_operator.reconcile.status import settle_status
 from accel_operator.settings import OperatorSettings
 
 log = logging.getLogger("accel_operator.scheduler")
-
-
-def _first(store: Iterable[Any]) -> Any:
-    for value in store:
-        return value
-    return None
 
 
 def _int(text: str | None) -> int:
@@ -125,8 +120,13 @@ class Scheduler:
     created: dict[tuple[str, str], tuple[WorkloadView, float]] = field(default_factory=dict)
     acting: set[JobKey] = field(default_factory=set)  # jobs whose last decision is being applied
     plans: dict[tuple[str, int | None, int, bool], Plan] = field(default_factory=dict)
+    spec_plans: dict[tuple[bytes, int], Plan] = field(default_factory=dict)  # by (effective spec digest, pools_version)
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     in_flight: set[asyncio.Task[None]] = field(default_factory=set)
+    # The folded indexes, refreshed each pass where events said something changed.
+    observed: Observed = field(default_factory=Observed)
+    # Each cached plan's admission shapes: (pool, gang) of its ranked candidates, best first.
+    shapes: dict[int, tuple[tuple[str, Gang], ...]] = field(default_factory=dict)
     # Rescheduling on node reports: taints and checkpoint-now annotations (None: not applied).
     reschedule: RescheduleClient | None = None
     # (node, taint | untaint) -> monotonic time of the write: not written again until the watch shows it.
@@ -149,7 +149,28 @@ class Scheduler:
     def mark(self, key: JobKey) -> None:
         self.ready = True
         self.dirty.add(key)
+        self.observed.touch_job(key)
         self.wake.set()
+
+    def pods_changed(self, *views: PodView | None) -> None:
+        """A pod's view changed (``views``: before and after): its node's usage and its job's gang
+        are read again; waiting jobs are decided again only if that freed devices."""
+        for view in views:
+            if view is not None:
+                self.observed.touch_pods(view.node, view.job)
+                if view.job is not None:
+                    self.mark(view.job)
+        self.ready = True
+        self.wake.set()
+
+    def node_changed(self, name: str) -> None:
+        self.observed.touch_node(name)
+        self.ready = True
+        self.wake.set()
+
+    def workload_changed(self, key: tuple[str, str], job: JobKey) -> None:
+        self.observed.touch_workload(key)
+        self.mark(job)
 
     def capacity_changed(self) -> None:
         """Something that changes what is free happened: every waiting job may now fit. Jobs
@@ -161,6 +182,9 @@ class Scheduler:
     def pools_changed(self) -> None:
         self.pools_version += 1
         self.plans.clear()
+        self.spec_plans.clear()
+        self.shapes.clear()
+        self.observed.invalidate()
         self.ready = True
         self.full_pass = True
         self.wake.set()
@@ -176,6 +200,9 @@ class Scheduler:
     def forget(self, key: JobKey) -> None:
         self.overlay.pop(key, None)
         self.lookups.pop(key, None)
+        self.observed.touch_job(key)
+        self.ready = True
+        self.wake.set()
 
     def report_changed(self, node: str, *, health_changed: bool) -> None:
         """A node report changed: decide again the jobs with pods there (and every waiting job
@@ -185,6 +212,7 @@ class Scheduler:
                 if pod.job is not None:
                     self.mark(pod.job)
         if health_changed:
+            self.observed.touch_node(node)  # condemned or not: its capacity is read again
             self.capacity_changed()
 
     @property
@@ -223,70 +251,25 @@ class Scheduler:
         )
 
     def observe(self, now: dt.datetime) -> Snapshot:
+        """Every index entry folded into one snapshot (what a full pass sees)."""
+        self.observed.invalidate()
+        return self._observe(now)[0]
+
+    def _observe(self, now: dt.datetime) -> tuple[Snapshot, set[str]]:
+        """The snapshot after reading what changed since the last pass, and the pools that grew."""
         idx = self.indices
         assert idx is not None
-        pools: dict[str, PoolView] = {}
-        for name, store in idx.pools.items():
-            view, _problems = _first(store) or (None, ())
-            if view is not None:
-                pools[name] = view
-        nodes: list[NodeView] = [n for store in idx.nodes.values() if (n := _first(store)) is not None]
-        reports = {name: r for name, store in idx.reports.items() if (r := _first(store)) is not None}
-        if reports:
-            nodes = health.with_condemned(nodes, reports, now, self.settings.report_stale_seconds)
-        used: dict[str, int] = {}
-        pods_by_job: dict[JobKey, list[PodView]] = {}
-        for key, store in idx.pods.items():
-            for pod in store:
-                if key == pod.node and not pod.ended:
-                    used[pod.node] = used.get(pod.node, 0) + pod.devices
-                elif isinstance(key, tuple) and pod.job is not None:
-                    pods_by_job.setdefault(pod.job, []).append(pod)
-        jobs: dict[JobKey, JobView] = {}
-        for key, store in idx.jobs.items():
-            raw = _first(store)
-            if raw is not None:
-                jobs[key] = self._job_view(raw)
-        workloads: dict[tuple[str, str], WorkloadView] = {}
-        for key, store in idx.workloads.items():
-            w = _first(store)
-            if w is not None:
-                workloads[key] = w
+        grown = self.observed.refresh(idx, self._job_view, now, stale_after=self.settings.report_stale_seconds)
         if self.created:
             expired = time.monotonic() - CREATED_TTL_SECONDS
-            for key, (w, at) in list(self.created.items()):
-                if key in workloads or at < expired:
+            for key, (_w, at) in list(self.created.items()):
+                if key in self.observed.workloads or at < expired:
                     del self.created[key]  # the watch caught up (or never will: act on what it says)
-                else:
-                    workloads[key] = w
-        reservations: dict[JobKey, Reservation] = {}
-        for key, job in jobs.items():
-            st = job.status
-            if st.phase not in HOLDING or st.plan is None or not st.plan.pool or not st.plan.devices:
-                continue
-            nodes_n = st.plan.nodes or 1
-            bound = sum(1 for p in pods_by_job.get(key, ()) if p.attempt == st.attempt and p.node and not p.ended)
-            start = parse_time(st.start_time) or parse_time(st.admitted_time) or now
-            end = start + dt.timedelta(seconds=st.plan.duration_seconds) if st.plan.duration_seconds else None
-            reservations[key] = Reservation(
-                key, st.plan.pool, nodes_n, st.plan.devices // nodes_n, min(bound, nodes_n), end
-            )
-        capacity = {name: pool_capacity(pool, nodes, used, reservations.values()) for name, pool in pools.items()}
-        return Snapshot(
-            now=now,
-            pools=MappingProxyType(pools),
-            capacity=MappingProxyType(capacity),
-            jobs=MappingProxyType(jobs),
-            workloads=MappingProxyType(workloads),
-            pods_by_job=MappingProxyType({k: tuple(v) for k, v in pods_by_job.items()}),
-            reservations=MappingProxyType(reservations),
-            plans={},
-            policy=self._policy_inputs(idx),
-            reports=MappingProxyType(reports),
-            nodes=MappingProxyType({n.name: n for n in nodes}),
-            node_used=MappingProxyType(used),
-            preempted_nodes=frozenset(self.preempted_nodes),
+        created = {key: w for key, (w, _at) in self.created.items()}
+        snap = self.observed.snapshot(
+            now, created, policy=self._policy_inputs(idx), preempted_nodes=frozenset(self.preempted_nodes)
         )
+        return snap, grown
 
     def _plan(self, job: JobView, snap: Snapshot) -> Plan | None:
         if job.spec is None:
@@ -295,23 +278,69 @@ class Scheduler:
         key = (job.uid, job.generation, self.pools_version, on_demand)
         plan = self.plans.get(key)
         if plan is None:
-            offers = [
-                PoolOffer(
-                    name=name,
-                    spec=pool.spec,
-                    free_devices=snap.capacity[name].free_devices,
-                    free_nodes=snap.capacity[name].whole_free_nodes,
-                )
-                for name, pool in sorted(snap.pools.items())
-            ]
-            # A job fallen back to on-demand is planned as spot.policy: never; the policies' granted
-            # pools and device cap limit the candidates.
-            spec, offers = policy.restrict(fallback.effective_spec(job.spec, job.status), offers, snap.policy.policies)
-            plan = selection.plan(spec, offers, self.catalog, name=job.name)
+            # A job fallen back to on-demand is planned as spot.policy: never, and the policies'
+            # granted pools and device cap limit the candidates. A plan is then a function of that
+            # spec and the pools (free capacity only adds notes), so jobs with the same effective
+            # spec share one: thousands of jobs from one template, one plan.
+            spec = fallback.effective_spec(job.spec, job.status)
+            same = (hashlib.blake2b(spec.model_dump_json().encode(), digest_size=16).digest(), self.pools_version)
+            plan = self.spec_plans.get(same)
+            if plan is None:
+                offers = [
+                    PoolOffer(
+                        name=name,
+                        spec=pool.spec,
+                        free_devices=snap.capacity[name].free_devices,
+                        free_nodes=snap.capacity[name].whole_free_nodes,
+                    )
+                    for name, pool in sorted(snap.pools.items())
+                ]
+                spec, offers = policy.restrict(spec, offers, snap.policy.policies)
+                plan = selection.plan(spec, offers, self.catalog)
+                self.spec_plans[same] = plan
             if len(self.plans) > 20_000:
                 self.plans.clear()
+                self.spec_plans.clear()
+                self.shapes.clear()
             self.plans[key] = plan
         return plan
+
+    def _shapes(self, plan: Plan) -> tuple[tuple[str, Gang], ...]:
+        shapes = self.shapes.get(id(plan))
+        if shapes is None:
+            ranked = [c for c in best_per_pool(plan.candidates) if c.rank is not None]
+            shapes = tuple((c.pool, Gang(c.nodes, c.devices // max(1, c.nodes))) for c in ranked)
+            self.shapes[id(plan)] = shapes
+        return shapes
+
+    def _cached_plan(self, job: JobView) -> Plan | None:
+        return self.plans.get((job.uid, job.generation, self.pools_version, fallback.on_demand(job.status)))
+
+    def _waiting_for(self, snap: Snapshot, pools: set[str] | None) -> set[JobKey]:
+        """The waiting jobs that may fit in ``pools`` (None: any pool) now."""
+        out: set[JobKey] = set()
+        for key, job in snap.jobs.items():
+            if job.phase in HOLDING or job.phase in TERMINAL:
+                continue
+            plan = self._cached_plan(job) if pools is not None else None
+            if plan is None or pools is None or any(pool in pools for pool, _gang in self._shapes(plan)):
+                out.add(key)
+        return out
+
+    def _still_waits(self, job: JobView, snap: Snapshot, refused: set[tuple[str, Gang]]) -> bool:
+        """Whether deciding ``job`` again in this pass can only repeat that it waits: it waits
+        already, and every placement its plan ranks is a shape that did not fit earlier in this
+        pass (capacity only shrinks during a pass), with its first-choice pool already blocked."""
+        if job.phase is not JobPhase.PENDING or not refused:
+            return False
+        waiting = next((c for c in job.status.conditions if c.type == ADMITTED), None)
+        if waiting is None or waiting.status != "False" or waiting.reason not in ("QueuedBehind", "WaitingForCapacity"):
+            return False
+        plan = self._cached_plan(job)
+        if plan is None or not plan.schedulable:
+            return False
+        shapes = self._shapes(plan)
+        return bool(shapes) and shapes[0][0] in snap.blocked and all(s in refused for s in shapes)
 
     # --- the loop ---------------------------------------------------------------------------
 
@@ -359,21 +388,24 @@ class Scheduler:
     async def step(self) -> None:
         t0 = time.perf_counter()
         now = dt.datetime.now(dt.UTC)
-        snap = self.observe(now)
         full, self.full_pass = self.full_pass, False
+        if full:
+            self.observed.invalidate()
+        snap, grown = self._observe(now)
         capacity, self.capacity_pass = self.capacity_pass, False
         dirty, self.dirty = self.dirty, set()
         busy = self.acting
         if full:
             keys: set[JobKey] = set(snap.jobs)
-        elif capacity:
-            keys = dirty | {k for k, j in snap.jobs.items() if j.phase not in HOLDING and j.phase not in TERMINAL}
+        elif capacity or grown:
+            keys = dirty | self._waiting_for(snap, None if capacity else grown)
         else:
             keys = dirty
         if full or capacity:  # a device's health changed (a capacity pass), or the resync
             self._node_actions(snap)
         rules = self.health_rules
         plans = dict(snap.plans)
+        refused: set[tuple[str, Gang]] = set()  # shapes that did not fit a pool in this pass
         queue: dict[str, int] = {}
         phases: dict[str, int] = {}
         for job in self._order(snap, keys):
@@ -382,6 +414,8 @@ class Scheduler:
                 continue
             if job.phase in TERMINAL and job.key not in dirty:
                 phases[job.phase.value] = phases.get(job.phase.value, 0) + 1
+                continue
+            if not full and self._still_waits(job, snap, refused):
                 continue
             if job.phase not in HOLDING and job.spec is not None:
                 plan = self._plan(job, snap)
@@ -409,6 +443,13 @@ class Scheduler:
             if decision.blocks is not None:
                 snap = snap.with_blocked(*decision.blocks)
                 queue[decision.blocks[0]] = queue.get(decision.blocks[0], 0) + 1
+                plan = snap.plans.get(job.key)
+                if plan is not None and decision.admitted is None:
+                    refused.update(
+                        (pool, gang)
+                        for pool, gang in self._shapes(plan)
+                        if pool in snap.capacity and not snap.capacity[pool].fits(gang)
+                    )
             phases[decision.phase.value] = phases.get(decision.phase.value, 0) + 1
             self._apply(job, decision, snap)
         if full:
@@ -464,6 +505,7 @@ class Scheduler:
                 if v is None:
                     merged.pop(k, None)
             self.overlay[job.key] = _Pending(AcceleratorJobStatus.model_validate(merged))
+            self.observed.touch_job(job.key)
         self.acting.add(job.key)
         task = asyncio.create_task(self._write(job, decision, new, snap))
         self.in_flight.add(task)
@@ -483,6 +525,7 @@ class Scheduler:
                 pending = self.overlay.get(job.key)
                 if pending is not None:
                     pending.revision = _int(revision)
+                    self.observed.touch_job(job.key)  # the next pass drops it once the watch shows it
             # In the decision's order (events, then the workload). The workload first would admit
             # sooner, but tests/cluster/test_lifecycle.py's cordon test races the workload's pod
             # against its cordon after seeing Admitted, and then loses more often.
@@ -490,10 +533,12 @@ class Scheduler:
                 await self._act(job, ref, action, snap)
         except JobGone:
             self.overlay.pop(job.key, None)
+            self.observed.touch_job(job.key)
         except Exception as exc:  # noqa: BLE001 - any failure: count it, retry the job, keep the loop
             self.metrics.reconcile_errors.labels(type(exc).__name__).inc()
             log.warning("applying the decision for %s/%s failed (%s); it will be taken again", *job.key, exc)
             self.overlay.pop(job.key, None)
+            self.observed.touch_job(job.key)
             await asyncio.sleep(1.0)
             self.mark(job.key)
 

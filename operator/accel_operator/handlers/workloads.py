@@ -16,12 +16,12 @@ OURS = {v.LABEL_MANAGED_BY: views.MANAGED_BY}
 
 def register(reg: kopf.OperatorRegistry, sched: Scheduler) -> None:
     @kopf.index("batch", "v1", "jobs", labels=OURS, id="workloads", registry=reg)
-    def workloads(body: kopf.Body, namespace: str | None, name: str, **_: Any) -> dict[Any, Any]:
+    async def workloads(body: kopf.Body, namespace: str | None, name: str, **_: Any) -> dict[Any, Any]:
         view = views.workload_view(body)
         return {(namespace or "", name): view} if view is not None else {}
 
     @kopf.on.event("batch", "v1", "jobs", labels=OURS, registry=reg)
-    def workload_changed(body: kopf.Body, **_: Any) -> None:
+    async def workload_changed(body: kopf.Body, **_: Any) -> None:
         view = views.workload_view(body)
         if view is not None:
-            sched.mark(view.job)
+            sched.workload_changed((view.namespace, view.name), view.job)

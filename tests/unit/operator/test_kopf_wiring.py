@@ -1,0 +1,55 @@
+"""How the operator is wired into kopf: what its handlers are, and what that allows."""
+
+from __future__ import annotations
+
+import inspect
+
+import kopf
+
+from accel_api import catalog
+from accel_operator import handlers
+from accel_operator.adapters.kube.jobs import FakeJobWriter
+from accel_operator.adapters.kube.lease import AlwaysLeader
+from accel_operator.adapters.kube.workloads import FakeWorkloadClient
+from accel_operator.context import OperatorContext
+from accel_operator.handlers import essence
+from accel_operator.metrics import OperatorMetrics
+from accel_operator.settings import OperatorSettings
+
+
+def _registry() -> kopf.OperatorRegistry:
+    reg = kopf.OperatorRegistry()
+    ctx = OperatorContext(
+        settings=OperatorSettings(),
+        catalog=catalog.default(),
+        metrics=OperatorMetrics(),
+        writer=FakeJobWriter(),
+        workloads=FakeWorkloadClient(),
+        elector=AlwaysLeader(),
+    )
+    handlers.register(reg, ctx)
+    return reg
+
+
+def test_no_create_update_or_delete_handlers_while_the_essence_is_empty() -> None:
+    """``essence.NoEssence`` makes kopf see no change in any object: right only while no handler
+    reacts to changes (kopf's private registry is the only place that says so)."""
+    reg = _registry()
+    assert list(reg._changing.get_all_handlers()) == []
+    assert list(reg._spawning.get_all_handlers()) == []  # daemons and timers reset on changes too
+    assert len(reg._indexing.get_all_handlers()) == 5
+    assert len(reg._watching.get_all_handlers()) == 5
+
+
+def test_the_startup_handler_installs_the_empty_essence() -> None:
+    settings = kopf.OperatorSettings()
+    essence.install(settings)
+    body = kopf.Body({"metadata": {"name": "x", "labels": {"a": "b"}}, "spec": {"big": list(range(100))}})
+    assert settings.persistence.diffbase_storage.build(body=body) == {}
+
+
+def test_event_and_index_handlers_are_coroutines() -> None:
+    """kopf runs a plain function in a thread for every event; these run in the loop."""
+    reg = _registry()
+    for h in [*reg._indexing.get_all_handlers(), *reg._watching.get_all_handlers()]:
+        assert inspect.iscoroutinefunction(h.fn), h.id
