@@ -70,7 +70,7 @@ def _job(namespace: str) -> dict[str, Any]:
     doc = copy.deepcopy(next(iter(load_documents((REPO / "examples" / "01-finetune-single-gpu.yaml").read_text()))))
     doc["metadata"] = {"name": JOB, "namespace": namespace}
     doc["spec"]["placement"] = {"pools": [POOL], "minDevices": 8, "maxDevices": 8}
-    doc["spec"]["checkpoint"] = {"uri": "s3://checkpoints/fragile", "intervalMinutes": 10}
+    doc["spec"]["checkpoint"] = {"uri": "pvc://checkpoints/fragile", "intervalMinutes": 10}
     return dict(doc)
 
 

@@ -130,7 +130,7 @@ def warned_job(name: str, namespace: str, pool: str) -> dict[str, Any]:
     doc["metadata"] = {"name": name, "namespace": namespace}
     doc["spec"]["placement"] = {"pools": [pool], "minDevices": 8, "maxDevices": 8}
     doc["spec"]["spot"] = {"policy": "require"}
-    doc["spec"]["checkpoint"] = {"uri": f"s3://demo-checkpoints/{name}", "intervalMinutes": 30}
+    doc["spec"]["checkpoint"] = {"uri": f"pvc://demo-checkpoints/{name}", "intervalMinutes": 30}
     return doc
 
 

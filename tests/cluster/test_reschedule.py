@@ -29,7 +29,7 @@ from tests.support.cluster import token_kubeconfig, unexpected_errors, wait_for
 from tests.support.jobs import create_job, events_of, gpu_pool, job_doc, pods_of, status, wait_phase
 from tests.support.operator import running_operator
 
-CHECKPOINT = {"uri": "s3://checkpoints/reschedule", "intervalMinutes": 10}
+CHECKPOINT = {"uri": "pvc://checkpoints/reschedule", "intervalMinutes": 10}
 
 
 def _settings(namespace: str) -> OperatorSettings:

@@ -283,11 +283,11 @@ def register(reg: kopf.OperatorRegistry, sched: Scheduler, ctx: OperatorContext)
     )
 
     @kopf.index(v.GROUP, v.VERSION, registry.POLICY.plural, id="cost_policies", registry=reg)
-    def cost_policies(body: kopf.Body, name: str, **_: Any) -> dict[str, Any]:
+    async def cost_policies(body: kopf.Body, name: str, **_: Any) -> dict[str, Any]:
         return {name: _policy_spec(body)}
 
     @kopf.index(v.GROUP, v.VERSION, registry.NODE_REPORT.plural, id="cost_reports", registry=reg)
-    def cost_reports(body: kopf.Body, **_: Any) -> dict[str, Any]:
+    async def cost_reports(body: kopf.Body, **_: Any) -> dict[str, Any]:
         found = _report_devices(body)
         return {found[0]: found[1]} if found is not None else {}
 

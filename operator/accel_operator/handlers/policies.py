@@ -22,14 +22,14 @@ from accel_operator.handlers.scheduler import Scheduler
 
 def register(reg: kopf.OperatorRegistry, sched: Scheduler | None) -> None:
     @kopf.index(v.GROUP, v.VERSION, registry.POLICY.plural, id="policies", registry=reg)
-    def policies(body: kopf.Body, name: str, **_: Any) -> dict[str, AcceleratorPolicy | None]:
+    async def policies(body: kopf.Body, name: str, **_: Any) -> dict[str, AcceleratorPolicy | None]:
         try:
             return {name: AcceleratorPolicy.model_validate(dict(body))}
         except ValidationError:
             return {name: None}  # the CRD schema should make this impossible; skipped, not fatal
 
     @kopf.index("", "v1", "namespaces", id="namespace_teams", registry=reg)
-    def namespace_teams(name: str, labels: kopf.Labels, **_: Any) -> dict[str, str | None]:
+    async def namespace_teams(name: str, labels: kopf.Labels, **_: Any) -> dict[str, str | None]:
         return {name: labels.get(v.LABEL_NAMESPACE_TEAM)}
 
     if sched is None:
@@ -38,7 +38,7 @@ def register(reg: kopf.OperatorRegistry, sched: Scheduler | None) -> None:
     generations: dict[str, Any] = {}
 
     @kopf.on.event(v.GROUP, v.VERSION, registry.POLICY.plural, registry=reg)
-    def policy_changed(name: str, event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
+    async def policy_changed(name: str, event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
         sched.policies_changed()
         generation = None if event.get("type") == "DELETED" else body.get("metadata", {}).get("generation")
         if generations.get(name, -1) != generation:
@@ -55,7 +55,7 @@ def register(reg: kopf.OperatorRegistry, sched: Scheduler | None) -> None:
             sched.capacity_changed()
 
     @kopf.on.event("", "v1", "namespaces", registry=reg)
-    def namespace_changed(name: str, **_: Any) -> None:
+    async def namespace_changed(name: str, **_: Any) -> None:
         sched.policies_changed()
         idx = sched.indices
         if idx is None:

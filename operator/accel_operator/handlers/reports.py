@@ -23,12 +23,12 @@ def register(reg: kopf.OperatorRegistry, sched: Scheduler) -> None:
     seen: dict[str, ReportView] = {}
 
     @kopf.index(v.GROUP, v.VERSION, registry.NODE_REPORT.plural, id="reports", registry=reg)
-    def node_reports(body: kopf.Body, **_: Any) -> dict[str, Any]:
+    async def node_reports(body: kopf.Body, **_: Any) -> dict[str, Any]:
         view = reports.report_view(body)
         return {view.node: view} if view is not None else {}
 
     @kopf.on.event(v.GROUP, v.VERSION, registry.NODE_REPORT.plural, registry=reg)
-    def report_changed(body: kopf.Body, name: str, type: str | None, **_: Any) -> None:
+    async def report_changed(body: kopf.Body, name: str, type: str | None, **_: Any) -> None:
         view = None if type == "DELETED" else reports.report_view(body)
         before = seen.pop(name, None)
         if view is not None:

@@ -269,7 +269,7 @@ class Signals:
 
     def register(self, reg: kopf.OperatorRegistry) -> None:
         @kopf.on.event("", "v1", "nodes", registry=reg)
-        def indexes_filled(**_: Any) -> None:
+        async def indexes_filled(**_: Any) -> None:
             self.indexed = True
 
     def start(self) -> list[asyncio.Task[None]]:
