@@ -26,7 +26,6 @@ from types import MappingProxyType
 from typing import Any
 
 from accel_operator.reconcile import health
-from accel_operator.reconcile.decide import parse_time
 from accel_operator.reconcile.policy_inputs import PolicyInputs
 from accel_operator.reconcile.reports import ReportView
 from accel_operator.reconcile.snapshot import (
@@ -42,6 +41,7 @@ from accel_operator.reconcile.snapshot import (
     WorkloadView,
     pool_capacity,
 )
+from accel_operator.reconcile.times import parse_time
 
 WorkloadKey = tuple[str, str]
 

@@ -45,7 +45,7 @@ from accel_operator.planning import policy, selection
 from accel_operator.planning.candidates import Plan, PoolOffer, best_per_pool
 from accel_operator.reconcile import actions as act
 from accel_operator.reconcile import consolidate, fallback, health, policy_inputs, resume
-from accel_operator.reconcile.decide import ADMITTED, Decision, decide, parse_time
+from accel_operator.reconcile.decide import ADMITTED, Decision, decide
 from accel_operator.reconcile.snapshot import (
     HOLDING,
     TERMINAL,
@@ -57,6 +57,7 @@ from accel_operator.reconcile.snapshot import (
     WorkloadView,
 )
 from accel_operator.reconcile.status import settle_status
+from accel_operator.reconcile.times import parse_time
 from accel_operator.settings import OperatorSettings
 
 log = logging.getLogger("accel_operator.scheduler")

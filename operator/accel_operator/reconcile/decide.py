@@ -46,6 +46,8 @@ from accel_operator.reconcile.snapshot import (
     WorkloadView,
 )
 from accel_operator.reconcile.status import plan_status
+from accel_operator.reconcile.times import parse_time
+from accel_operator.reconcile.times import stamp as _ts
 
 # Condition types, in the order they are written.
 VALID, PLANNED, ADMITTED, RUNNING, FINISHED = "Valid", "Planned", "Admitted", "Running", "Finished"
@@ -83,20 +85,6 @@ class Decision:
     @property
     def message(self) -> str:
         return self.reason
-
-
-def _ts(t: dt.datetime) -> str:
-    return t.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def parse_time(text: str | None) -> dt.datetime | None:
-    """A status timestamp (RFC 3339), or None when absent or unreadable."""
-    if not text:
-        return None
-    try:
-        return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
 
 
 def _clip(text: str) -> str:

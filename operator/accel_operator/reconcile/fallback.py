@@ -17,6 +17,7 @@ from typing import Final
 
 from accel_api.enums import SpotPolicy
 from accel_api.job import AcceleratorJobSpec, AcceleratorJobStatus
+from accel_operator.reconcile.times import parse_time as _time
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,13 +35,6 @@ DEFAULT_RULES: Final = SpotRules()
 class Fallback:
     reason: str  # MaxPreemptions | PreemptedTooOften
     message: str
-
-
-def _time(text: str) -> dt.datetime | None:
-    try:
-        return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
 
 
 def on_demand(status: AcceleratorJobStatus) -> bool:

@@ -32,9 +32,11 @@ from accel_api import vocabulary as v
 from accel_api.enums import JobPhase, WorkloadMode
 from accel_operator.reconcile import actions as act
 from accel_operator.reconcile import names
-from accel_operator.reconcile.decide import ADMITTED, PLANNED, VALID, Cond, Decision, parse_time
+from accel_operator.reconcile.decide import ADMITTED, PLANNED, VALID, Cond, Decision
 from accel_operator.reconcile.reports import DeviceReport, ReportView
 from accel_operator.reconcile.snapshot import JobView, NodeView, PodView, Snapshot
+from accel_operator.reconcile.times import parse_time
+from accel_operator.reconcile.times import stamp as _ts
 
 # Condition types this module writes on running jobs.
 REPORTS, DEVICES, HUNG, IDLE = "NodeReports", "DevicesHealthy", "Hung", "Idle"
@@ -63,10 +65,6 @@ class Rules:
     # A job moved this often is not moved again (a flapping agent, a job that hangs every time):
     # it is flagged and left to its own timeouts.
     max_moves: int = 5
-
-
-def _ts(t: dt.datetime) -> str:
-    return t.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _clip(text: str) -> str:

@@ -32,6 +32,8 @@ from accel_api import vocabulary as v
 from accel_api.enums import FailureKind
 from accel_operator.reconcile.checkpoints import Checkpoint, step_of
 from accel_operator.reconcile.snapshot import JobView, PodView
+from accel_operator.reconcile.times import parse_time as _time
+from accel_operator.reconcile.times import stamp as _ts
 
 # The only shape a resume point may have below the job's checkpoint URI.
 _STEP: Final = re.compile(rf"^{re.escape(v.CHECKPOINT_STEP_PREFIX)}[0-9]{{1,18}}$")
@@ -78,19 +80,6 @@ class ResumeDecision:
             total = min(bounds.STATUS_SECONDS_MAX, float(spot.get("lostDeviceSeconds", 0.0)) + self.lost_device_seconds)
             out["spot"] = {**spot, "lostDeviceSeconds": round(total, 3)}
         return out
-
-
-def _ts(t: dt.datetime) -> str:
-    return t.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _time(text: str | None) -> dt.datetime | None:
-    if not text:
-        return None
-    try:
-        return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
 
 
 def checkpoint_status(c: Checkpoint) -> dict[str, Any]:
