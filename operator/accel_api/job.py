@@ -595,6 +595,21 @@ class HealthStatus(ApiModel):
     moves: bounds.Count = 0
 
 
+class AttemptHeld(ApiModel):
+    """What an ended attempt held, as the job's status and Kubernetes recorded it when it ended:
+    the cost ledger charges an attempt it never saw running (e.g. one that ran while the operator
+    was down) from these."""
+
+    pool: bounds.ObjectName
+    devices: Annotated[int, Field(ge=0, le=bounds.DEVICES)]
+    capacity_type: CapacityType = CapacityType.ON_DEMAND
+    admitted_time: bounds.Time | None = Field(default=None, description="The attempt's admission (devices held).")
+    start_time: bounds.Time | None = Field(default=None, description="Its batch Job's status.startTime.")
+    end_time: bounds.Time | None = Field(
+        default=None, description="When Kubernetes recorded its end: its batch Job's completion or failure time."
+    )
+
+
 class AttemptFailure(ApiModel):
     """How an attempt ended when it did not succeed: a failure of the program or a preemption."""
 
@@ -611,6 +626,7 @@ class AttemptFailure(ApiModel):
         description="A preemption's lost work: devices × seconds from the last complete checkpoint (or the "
         "attempt's start) to the preemption.",
     )
+    held: AttemptHeld | None = None
 
 
 class SpotStatus(ApiModel):

@@ -7,7 +7,7 @@ teams may use only the pools granted to them. Several policies combine: every ru
 import re
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator
+from pydantic import BeforeValidator, Field, field_validator
 
 from accel_api import bounds, errors, patterns, vocabulary
 from accel_api.base import ApiModel, Conditions, ObjectMeta
@@ -98,9 +98,64 @@ class TeamSpend(ApiModel):
     jobs: bounds.Count = 0
 
 
+# The durable part of the team totals (``status.ledger``), bounded: the live jobs with the most
+# spending in the current periods are carried (the rest are still summed while they live, but
+# a deletion while the operator is down loses them), and the uids of the latest jobs folded.
+LEDGER_CARRIED_JOBS = 1024
+LEDGER_SETTLED_UIDS = 512
+_Uid = Annotated[str, Field(min_length=1, max_length=bounds.SHORT_TEXT_LENGTH)]
+
+
+class PeriodFigures(ApiModel):
+    """Figures of one budget period (the one starting at ``periodStart``)."""
+
+    period: BudgetPeriod
+    period_start: bounds.Time
+    spent_usd: _StatusUsd = 0.0
+    lost_to_preemption_usd: _StatusUsd = 0.0
+    idle_usd: _StatusUsd = 0.0
+
+
+class CarriedJob(ApiModel):
+    """A live job's figures in its team's current budget periods, as the ledger last summed them:
+    what the team keeps when the job is deleted, even while the operator is down."""
+
+    uid: _Uid
+    team: str = Field(max_length=bounds.DNS_LABEL_LENGTH)
+    periods: list[PeriodFigures] = Field(default_factory=list, max_length=len(BudgetPeriod))
+
+
+class SettledSpend(PeriodFigures):
+    """What the team's deleted jobs spent in the current period, folded in once each."""
+
+    team: str = Field(max_length=bounds.DNS_LABEL_LENGTH)
+    jobs: bounds.Count = 0
+
+
+class SpendLedger(ApiModel):
+    """The team totals that outlive the jobs: ``settled`` per (team, period), rolled over when a
+    new period starts; ``carried``, each live job's figures, folded into ``settled`` (and its uid
+    into ``settledUids``) in the same write that drops it, once the job is gone. ``revision``
+    counts the writes, so a process never builds on an older copy than the one it wrote."""
+
+    revision: Annotated[int, Field(ge=0, le=bounds.GENERATION_MAX)] = 0
+    settled: list[SettledSpend] = Field(default_factory=list, max_length=bounds.POLICY_ITEMS)
+    carried: Annotated[
+        list[CarriedJob],
+        BeforeValidator(bounds.keep_first(LEDGER_CARRIED_JOBS)),
+        Field(max_length=LEDGER_CARRIED_JOBS),
+    ] = Field(default_factory=list)
+    settled_uids: Annotated[
+        list[_Uid],
+        BeforeValidator(bounds.keep_last(LEDGER_SETTLED_UIDS)),
+        Field(max_length=LEDGER_SETTLED_UIDS),
+    ] = Field(default_factory=list)
+
+
 class AcceleratorPolicyStatus(ApiModel):
     conditions: Conditions = Field(default_factory=list)
     spend: list[TeamSpend] = Field(default_factory=list, max_length=bounds.POLICY_ITEMS)
+    ledger: SpendLedger | None = Field(default=None, description="Team totals that outlive the jobs (the operator's).")
     observed_generation: bounds.Generation | None = None
 
 

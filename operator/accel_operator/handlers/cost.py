@@ -1,9 +1,11 @@
 """The cost accrual step, wired: every ``cost_interval_seconds`` (leader only) it observes the
-scheduler's snapshot, the policies and the node reports (kopf indexes), prices each pool
-(``adapters.pricebook``), calls the pure ``reconcile.accrual`` for every job and writes what
-changed: each job's ``status.cost``, each policy's ``status.spend``, a pool's ``PriceLive``
-condition, an ``OverBudget`` event on a running job whose team is at its limit (it is never
-stopped), and the cost metrics, derived from the ledgers so a restart counts nothing twice.
+scheduler's snapshot (jobs, pods, workloads, pools, and the policies and node reports the
+scheduler's own indexes hold: no second copy of them), prices each pool
+(``adapters.pricebook``), calls the pure ``reconcile.accrual`` for every job and
+``reconcile.teamspend`` for every policy, and writes what changed: each job's ``status.cost``,
+each policy's ``status.spend`` and ``status.ledger`` (team totals that outlive the jobs), a pool's
+``PriceLive`` condition, an ``OverBudget`` event on a running job whose team is at its limit (it
+is never stopped), and the cost metrics, derived from the ledgers so a restart counts nothing twice.
 """
 
 from __future__ import annotations
@@ -18,14 +20,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import kopf
-from pydantic import ValidationError
 
 from accel_api import catalog as catalog_mod
-from accel_api import registry
-from accel_api import vocabulary as v
 from accel_api.job import CostStatus, OverBudget
-from accel_api.nodereport import AcceleratorNodeReportStatus, Device
-from accel_api.policy import AcceleratorPolicySpec, TeamSpend
+from accel_api.policy import SpendLedger, TeamSpend
 from accel_operator.adapters.kube.client import ClusterUnavailable
 from accel_operator.adapters.kube.costs import CostWriter
 from accel_operator.adapters.kube.jobs import JobGone, JobRef, JobWriter
@@ -33,7 +31,7 @@ from accel_operator.adapters.pricebook import PriceBook, Quote
 from accel_operator.context import OperatorContext
 from accel_operator.handlers.scheduler import Scheduler
 from accel_operator.metrics import CostKey, OperatorMetrics
-from accel_operator.reconcile import accrual, ledger
+from accel_operator.reconcile import accrual, ledger, names, teamspend
 from accel_operator.reconcile.snapshot import HOLDING, TERMINAL, JobKey, JobView, Snapshot
 
 log = logging.getLogger("accel_operator.cost")
@@ -80,11 +78,12 @@ class Accountant:
     # its shape changes (an attempt starts or ends, a budget is crossed): the current attempt is
     # recomputed from its admission at every tick, so a restart loses nothing by it.
     write_every: float = 0.0
-    policies: Mapping[Any, Any] | None = None
-    reports: Mapping[Any, Any] | None = None
     known: dict[str, CostStatus] = field(default_factory=dict)  # job uid -> what this process wrote
     written_at: dict[str, float] = field(default_factory=dict)  # job uid -> monotonic time of that write
     live: dict[str, bool] = field(default_factory=dict)  # pool -> PriceLive as last written
+    # policy name -> (its uid, the status.ledger and status.spend this process wrote last): the
+    # base of the next step until the watch shows a newer revision (never an older copy).
+    policy_known: dict[str, tuple[str, SpendLedger, list[TeamSpend]]] = field(default_factory=dict)
 
     async def run(self, stop: asyncio.Event | None = None) -> None:
         pause = self.interval
@@ -102,23 +101,6 @@ class Accountant:
             # Accounting never takes more than a fifth of the process's time from scheduling.
             pause = max(self.interval, 4 * (time.monotonic() - t0))
 
-    def _policies(self) -> dict[str, AcceleratorPolicySpec]:
-        out: dict[str, AcceleratorPolicySpec] = {}
-        for name, store in (self.policies or {}).items():
-            for spec in store:
-                if spec is not None:
-                    out[name] = spec
-                break
-        return out
-
-    def _reports(self) -> dict[str, tuple[Device, ...]]:
-        out: dict[str, tuple[Device, ...]] = {}
-        for node, store in (self.reports or {}).items():
-            for devices in store:
-                out[node] = devices
-                break
-        return out
-
     def _quote(self, snap: Snapshot, pool_name: str, quotes: dict[str, Quote | None]) -> Quote | None:
         if pool_name not in quotes:
             pool = snap.pools.get(pool_name)
@@ -130,12 +112,12 @@ class Accountant:
         self, snap: Snapshot, now: dt.datetime
     ) -> tuple[
         dict[JobKey, CostStatus],
-        dict[str, list[TeamSpend]],
+        dict[str, teamspend.Step],
         list[tuple[JobKey, CostStatus, OverBudget | None]],
         dict[str, Quote | None],
     ]:
         """The CPU (and live price) part of a step, run in a thread so the event loop stays free."""
-        reports = self._reports()
+        stale_after = self.scheduler.settings.report_stale_seconds
         quotes: dict[str, Quote | None] = {}
         ledgers: dict[JobKey, CostStatus] = {}
         for key, job in snap.jobs.items():
@@ -149,15 +131,40 @@ class Accountant:
             quote = self._quote(snap, plan.pool, quotes) if plan is not None and plan.pool else None
             price = accrual.Price(quote.usd_per_device_hour, quote.on_demand_usd_per_device_hour) if quote else None
             pods = snap.pods_by_job.get(key, ())
-            idle = accrual.idle_fraction(job, pods, reports, plan.devices or 0) if plan is not None else 0.0
-            ledgers[key] = accrual.accrue(job, self.known.get(job.uid), price, idle, now)
-        # Team spending per policy, from every job's ledger.
-        teams = [
-            accrual.Ledger(job.spec.team, ledgers[key])
+            idle = (
+                accrual.idle_fraction(job, pods, snap.reports, plan.devices or 0, now=now, stale_after=stale_after)
+                if plan is not None
+                else 0.0
+            )
+            failure = st.last_failure
+            held = failure.held if failure is not None else None
+            failed = self._quote(snap, held.pool, quotes) if held is not None else None
+            ledgers[key] = accrual.accrue(
+                job,
+                self.known.get(job.uid),
+                price,
+                idle,
+                now,
+                workload=snap.workloads.get((job.namespace, st.workload or names.workload_name(job.name, st.attempt))),
+                failed_price=accrual.Price(failed.usd_per_device_hour, failed.on_demand_usd_per_device_hour)
+                if failed
+                else None,
+            )
+        # Team spending per policy: the deleted jobs' settled figures and every live job's ledger.
+        live = [
+            teamspend.LiveJob(job.uid, job.spec.team, ledgers[key])
             for key, job in snap.jobs.items()
             if key in ledgers and job.spec is not None
         ]
-        spends = {name: accrual.team_spend(spec, teams, now) for name, spec in sorted(self._policies().items())}
+        existing = {job.uid for job in snap.jobs.values()}
+        steps: dict[str, teamspend.Step] = {}
+        for pol in snap.policy.policies:
+            name, uid = pol.metadata.name or "", pol.metadata.uid or ""
+            watched = pol.status.ledger if pol.status is not None else None
+            mine = self.policy_known.get(name)
+            base = teamspend.newest(mine[1] if mine is not None and mine[0] == uid else None, watched)
+            steps[name] = teamspend.step(pol.spec, base, live, existing, now)
+        spends = {name: s.spend for name, s in steps.items()}
         writes: list[tuple[JobKey, CostStatus, OverBudget | None]] = []
         for key, accrued in list(ledgers.items()):
             job = snap.jobs[key]
@@ -172,24 +179,44 @@ class Accountant:
             due = last is None or time.monotonic() - last >= self.write_every
             if due or _shape(job.status.cost) != _shape(cost) or _shape(self.known.get(job.uid)) != _shape(cost):
                 writes.append((key, cost, before))
-        return ledgers, spends, writes, quotes
+        return ledgers, steps, writes, quotes
 
     async def step(self, now: dt.datetime) -> None:
         t0 = time.perf_counter()
         snap = self.scheduler.observe(now)
-        ledgers, spends, writes, quotes = await asyncio.to_thread(self._compute, snap, now)
+        ledgers, steps, writes, quotes = await asyncio.to_thread(self._compute, snap, now)
         await asyncio.gather(*(self._write_job(snap, key, cost, before) for key, cost, before in writes))
-        for name, items in spends.items():
-            wire = [s.model_dump(by_alias=True, mode="json", exclude_none=True) for s in items]
-            try:
-                await asyncio.to_thread(self.costs.patch_policy_status, name, {"spend": wire})
-            except ClusterUnavailable as exc:
-                log.info("spend of policy %s not written: %s", name, exc)
-            for s in items:
-                self.metrics.budget_used.labels(name, s.team, s.period.value).set(s.used_fraction or 0.0)
+        await self._write_policies(snap, steps)
         await self._pool_conditions(snap, quotes, now)
         self._counters(snap, ledgers)
         self.metrics.accrual_seconds.observe(time.perf_counter() - t0)
+
+    async def _write_policies(self, snap: Snapshot, steps: Mapping[str, teamspend.Step]) -> None:
+        """Each policy's spending and ledger in one status write (so a job is folded into the
+        settled totals and dropped from the carried ones together), when they changed."""
+        uids = {p.metadata.name or "": p.metadata.uid or "" for p in snap.policy.policies}
+        for name, done in steps.items():
+            for s in done.spend:
+                self.metrics.budget_used.labels(name, s.team, s.period.value).set(s.used_fraction or 0.0)
+            mine = self.policy_known.get(name)
+            pol = next(p for p in snap.policy.policies if (p.metadata.name or "") == name)
+            shown = pol.status is not None and (pol.status.ledger, pol.status.spend) == (done.ledger, done.spend)
+            if shown or (mine is not None and (mine[1], mine[2]) == (done.ledger, done.spend)):
+                continue
+            wire = {
+                "spend": [s.model_dump(by_alias=True, mode="json", exclude_none=True) for s in done.spend],
+                "ledger": done.ledger.model_dump(by_alias=True, mode="json", exclude_none=True),
+            }
+            try:
+                await asyncio.to_thread(self.costs.patch_policy_status, name, wire)
+            except ClusterUnavailable as exc:
+                log.info("spend of policy %s not written: %s", name, exc)
+                continue
+            self.policy_known[name] = (uids[name], done.ledger, done.spend)
+            if done.folded:
+                log.info("policy %s: %d deleted job(s) folded into the settled team totals", name, len(done.folded))
+        for name in set(self.policy_known) - set(uids):
+            del self.policy_known[name]
 
     async def _write_job(self, snap: Snapshot, key: JobKey, cost: CostStatus, before: OverBudget | None) -> None:
         job = snap.jobs[key]
@@ -254,22 +281,6 @@ class Accountant:
         self.metrics.cost.set(spent, lost, idle)
 
 
-def _policy_spec(body: Mapping[str, Any]) -> AcceleratorPolicySpec | None:
-    try:
-        return AcceleratorPolicySpec.model_validate(body.get("spec") or {})
-    except ValidationError:
-        return None  # refused by the webhook and the CRD; counted by no budget here
-
-
-def _report_devices(body: Mapping[str, Any]) -> tuple[str, tuple[Device, ...]] | None:
-    node = (body.get("spec") or {}).get("nodeName") or body.get("metadata", {}).get("name")
-    try:
-        status = AcceleratorNodeReportStatus.model_validate(body.get("status") or {})
-    except ValidationError:
-        return None
-    return (str(node), tuple(status.devices)) if node else None
-
-
 def register(reg: kopf.OperatorRegistry, sched: Scheduler, ctx: OperatorContext) -> Accountant:
     accountant = Accountant(
         scheduler=sched,
@@ -282,19 +293,8 @@ def register(reg: kopf.OperatorRegistry, sched: Scheduler, ctx: OperatorContext)
         write_every=ctx.settings.cost_write_seconds,
     )
 
-    @kopf.index(v.GROUP, v.VERSION, registry.POLICY.plural, id="cost_policies", registry=reg)
-    async def cost_policies(body: kopf.Body, name: str, **_: Any) -> dict[str, Any]:
-        return {name: _policy_spec(body)}
-
-    @kopf.index(v.GROUP, v.VERSION, registry.NODE_REPORT.plural, id="cost_reports", registry=reg)
-    async def cost_reports(body: kopf.Body, **_: Any) -> dict[str, Any]:
-        found = _report_devices(body)
-        return {found[0]: found[1]} if found is not None else {}
-
     @kopf.on.startup(registry=reg)
-    async def start_accounting(memo: kopf.Memo, **kwargs: Any) -> None:
-        accountant.policies = kwargs["cost_policies"]
-        accountant.reports = kwargs["cost_reports"]
+    async def start_accounting(memo: kopf.Memo, **_: Any) -> None:
         memo.cost_task = asyncio.create_task(accountant.run(), name="accel-cost")
 
     @kopf.on.cleanup(registry=reg)

@@ -1,24 +1,28 @@
 """One accrual step, pure: from a job's status (its attempts, admission, failure and completion
-times), the price in force and what node reports show, the job's next ``status.cost``; from every
-job's ledger, each policy's team spending in the current budget period and which running jobs
-are over budget. The handler (``handlers.cost``) observes, calls these and writes.
+times), the price in force and what node reports show, the job's next ``status.cost``; from the
+teams' spending (``reconcile.teamspend``), which running jobs are over budget. The handler
+(``handlers.cost``) observes, calls these and writes.
 
 An attempt accrues from its admission (its devices are held from then) to its end: the
-preemption or failure time the scheduler recorded, the completion time, or now while it runs.
+preemption or failure time the scheduler recorded, the completion time, or now while it runs —
+or, when Kubernetes recorded an earlier end (its batch Job's completion or failure time: the
+operator was down, or busy, when it ended), that one. An attempt the ledger never saw running
+(it started and ended between two ticks, or while the operator was down) is charged from what
+its failure record kept (``lastFailure.held``: pool, devices, admission, the batch Job's times).
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from accel_api.enums import CapacityType, FailureKind, JobPhase
-from accel_api.job import CostStatus, OverBudget
-from accel_api.nodereport import Device
-from accel_api.policy import AcceleratorPolicySpec, TeamSpend
+from accel_api.job import AttemptFailure, CostStatus, OverBudget
+from accel_api.policy import TeamSpend
 from accel_operator.reconcile import ledger
-from accel_operator.reconcile.snapshot import HOLDING, TERMINAL, JobView, PodView
+from accel_operator.reconcile.reports import ReportView
+from accel_operator.reconcile.snapshot import HOLDING, TERMINAL, JobView, PodView, WorkloadView
 
 # A device at or under this utilization (percent) over a node report's sample is idle.
 IDLE_PERCENT = 1.0
@@ -40,40 +44,111 @@ def _time(text: str | None) -> dt.datetime | None:
 
 
 def idle_fraction(
-    job: JobView, pods: Sequence[PodView], reports: Mapping[str, Sequence[Device]], devices: int
+    job: JobView,
+    pods: Sequence[PodView],
+    reports: Mapping[str, ReportView],
+    devices: int,
+    *,
+    now: dt.datetime,
+    stale_after: float,
 ) -> float:
-    """The share of the job's devices that their nodes' reports show at ~0% utilization: a device
-    counts when the report maps it to one of the job's pods of the current attempt."""
+    """The share of the job's devices that their nodes' fresh reports show at ~0% utilization: a
+    device counts when the report maps it to one of the job's pods of the current attempt. A
+    stale report (its agent stopped writing) says nothing about now and counts no device idle."""
     if devices <= 0:
         return 0.0
-    mine = {(p.namespace, p.name) for p in pods if p.attempt == job.status.attempt and p.node and not p.ended}
+    mine = frozenset((p.namespace, p.name) for p in pods if p.attempt == job.status.attempt and p.node and not p.ended)
     idle = 0
     for node in {p.node for p in pods if p.node}:
-        for dev in reports.get(node, ()):
-            held = any((r.namespace, r.name) in mine for r in dev.allocated_pods) or any(
-                pr.pod is not None and (pr.pod.namespace, pr.pod.name) in mine for pr in dev.processes
-            )
-            util = dev.utilization_gpu_percent
-            if held and util is not None and util <= IDLE_PERCENT:
+        report = reports.get(node)
+        if report is None or not report.fresh(now, stale_after):
+            continue
+        for dev in report.devices_of(mine):
+            if dev.utilization is not None and dev.utilization <= IDLE_PERCENT:
                 idle += 1
     return min(1.0, idle / devices)
 
 
-def accrue(job: JobView, known: CostStatus | None, price: Price | None, idle: float, now: dt.datetime) -> CostStatus:
+def _earliest(*times: dt.datetime | None) -> dt.datetime | None:
+    found = [t for t in times if t is not None]
+    return min(found) if found else None
+
+
+def failure_end(failure: AttemptFailure) -> dt.datetime | None:
+    """When the failed attempt ended: the time recorded, or Kubernetes' earlier one."""
+    return _earliest(_time(failure.time), _time(failure.held.end_time) if failure.held is not None else None)
+
+
+def completion_end(job: JobView, workload: WorkloadView | None) -> dt.datetime | None:
+    """When a finished job's last attempt ended: ``completionTime``, or an earlier end that
+    Kubernetes recorded (its batch Job's, its failure's)."""
+    st = job.status
+    failure = st.last_failure
+    mine = failure is not None and failure.attempt == st.attempt
+    return _earliest(
+        _time(st.completion_time),
+        workload.end_time if workload is not None and workload.attempt == st.attempt else None,
+        failure_end(failure) if mine and failure is not None else None,
+    )
+
+
+def unseen(cost: CostStatus, job: JobView, price: Price | None) -> CostStatus:
+    """``cost`` with the attempt the latest failure ended charged from its record, when the ledger
+    has no entry for it (it never saw it running): from its admission (else its batch Job's
+    start) to its end, at ``price`` (its pool's; None: the pool is gone, nothing is charged).
+    Idempotent: once the entry exists this adds nothing (the ledger's watermark)."""
+    st = job.status
+    failure = st.last_failure
+    if failure is None or failure.held is None or price is None or failure.attempt >= st.attempt:
+        return cost  # the current attempt is charged from the status itself
+    if any(a.attempt == failure.attempt for a in cost.attempts):
+        return cost
+    held = failure.held
+    start = _time(held.admitted_time) or _time(held.start_time)
+    end = failure_end(failure)
+    if start is None or end is None or end <= start or not held.devices:
+        return cost
+    return ledger.record(
+        cost,
+        ledger.Observation(
+            attempt=failure.attempt,
+            pool=held.pool,
+            capacity_type=held.capacity_type,
+            devices=held.devices,
+            start=start,
+            end=end,
+            usd_per_device_hour=price.usd_per_device_hour,
+            on_demand_usd_per_device_hour=price.on_demand_usd_per_device_hour,
+        ),
+    )
+
+
+def accrue(
+    job: JobView,
+    known: CostStatus | None,
+    price: Price | None,
+    idle: float,
+    now: dt.datetime,
+    *,
+    workload: WorkloadView | None = None,
+    failed_price: Price | None = None,
+) -> CostStatus:
     """The job's ledger after this step. ``known``: what this process wrote last (the watch may
     not show it yet); ``price``: the price in force for the job's pool now (None: the pool is
-    gone, nothing new accrues)."""
+    gone, nothing new accrues); ``workload``: the current attempt's batch Job, if it is there;
+    ``failed_price``: the price of the pool of the attempt ``lastFailure`` ended."""
     st = job.status
     cost = ledger.merge(known, st.cost)
     if cost.forecast_usd is None and st.plan is not None and st.plan.cost_usd is not None:
         cost = cost.model_copy(update={"forecast_usd": st.plan.cost_usd})
     failure = st.last_failure
+    cost = unseen(cost, job, failed_price)
     # Attempts before the current one have ended.
     for entry in list(cost.attempts):
         if entry.end is not None or entry.attempt >= st.attempt:
             continue  # the current attempt ends below, if the job has finished
         if failure is not None and failure.attempt == entry.attempt:
-            end, preempted = _time(failure.time), failure.kind is FailureKind.PREEMPTION
+            end, preempted = failure_end(failure), failure.kind is FailureKind.PREEMPTION
         else:
             end, preempted = None, False
         cost = _close(cost, entry.attempt, end, preempted, job, reported=_reported_lost(job, entry.attempt))
@@ -85,7 +160,7 @@ def accrue(job: JobView, known: CostStatus | None, price: Price | None, idle: fl
         if st.phase in HOLDING:
             until = now
         elif st.phase in TERMINAL:
-            until = _time(st.completion_time)
+            until = completion_end(job, workload)
         if until is not None and until > admitted:
             cost = ledger.record(
                 cost,
@@ -102,7 +177,7 @@ def accrue(job: JobView, known: CostStatus | None, price: Price | None, idle: fl
                 ),
             )
     if st.phase in TERMINAL:
-        end = _time(st.completion_time)
+        end = completion_end(job, workload)
         preempted = failure is not None and failure.attempt == st.attempt and failure.kind is FailureKind.PREEMPTION
         lost = _reported_lost(job, st.attempt)
         cost = _close(cost, st.attempt, end, preempted and st.phase is JobPhase.FAILED, job, reported=lost)
@@ -160,46 +235,6 @@ def _close(
 
 
 # --- teams and budgets ----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Ledger:
-    """One job's ledger as the team sums read it."""
-
-    team: str
-    cost: CostStatus
-
-
-def team_spend(policy: AcceleratorPolicySpec, ledgers: Iterable[Ledger], now: dt.datetime) -> list[TeamSpend]:
-    """Each budget's team spending in its current period."""
-    by_team: dict[str, list[CostStatus]] = {}
-    for item in ledgers:
-        by_team.setdefault(item.team, []).append(item.cost)
-    out = []
-    for budget in policy.budgets:
-        start = ledger.period_start(budget.period.value, now)
-        total = ledger.Figures()
-        jobs = 0
-        for cost in by_team.get(budget.team, ()):
-            part = ledger.window(cost, start, now)
-            if part.device_seconds > 0 or part.spent_usd > 0:
-                jobs += 1
-            total = ledger.add(total, part)
-        spent = total.spent_usd if budget.include_lost_work else total.spent_usd - total.lost_to_preemption_usd
-        out.append(
-            TeamSpend(
-                team=budget.team,
-                period=budget.period,
-                spent_usd=round(max(0.0, spent), 6),
-                limit_usd=budget.limit_usd,
-                lost_to_preemption_usd=round(total.lost_to_preemption_usd, 6),
-                idle_usd=round(total.idle_usd, 6),
-                period_start=ledger.fmt(start),
-                used_fraction=round(max(0.0, spent) / budget.limit_usd, 6),
-                jobs=jobs,
-            )
-        )
-    return out
 
 
 def over_budget(

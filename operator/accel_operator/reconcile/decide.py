@@ -35,7 +35,7 @@ from accel_api.job import AttemptFailure, ResumeStatus
 from accel_operator.planning import explain
 from accel_operator.planning.candidates import Candidate, Plan, best_per_pool
 from accel_operator.reconcile import actions as act
-from accel_operator.reconcile import fallback, names, resume
+from accel_operator.reconcile import attempt_held, fallback, names, resume
 from accel_operator.reconcile.snapshot import (
     HOLDING,
     Blocked,
@@ -290,6 +290,7 @@ def _failure(
         pod=culprit.name if culprit is not None else None,
         node=culprit.node if culprit is not None else None,
         time=_ts(now),
+        held=attempt_held.of(job, wl),
     )
 
 
@@ -381,6 +382,7 @@ def _holding(
                 reason="WorkloadDeleted",
                 message=f"the workload {name} was deleted while the job ran",
                 time=_ts(now),
+                held=attempt_held.of(job, None),
             )
             return _after_failure(job, failure, now, rules)
         # Admitted, but the workload is not there (yet): create it; a retry of a lost create.

@@ -93,6 +93,8 @@ class WorkloadView:
     failed_condition: bool = False
     failure_reason: str | None = None  # the Job's Failed condition: reason and message
     failure_message: str | None = None
+    start_time: dt.datetime | None = None  # status.startTime
+    end_time: dt.datetime | None = None  # status.completionTime, else its Complete/Failed condition's time
 
 
 @dataclass(frozen=True, slots=True)

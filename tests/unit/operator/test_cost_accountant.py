@@ -14,13 +14,12 @@ import pytest
 
 from accel_api import catalog
 from accel_api.job import AcceleratorJobStatus
-from accel_api.nodereport import Device
-from accel_api.policy import AcceleratorPolicySpec
 from accel_operator.adapters.kube.costs import FakeCostWriter
 from accel_operator.adapters.kube.jobs import FakeJobWriter
 from accel_operator.adapters.pricebook import PriceBook
 from accel_operator.handlers.cost import Accountant
 from accel_operator.metrics import OperatorMetrics
+from accel_operator.reconcile.reports import DeviceReport, ReportView
 from tests.support.reconcile import T0, World
 
 HOUR = dt.timedelta(hours=1)
@@ -38,6 +37,7 @@ def _running(pool: str = "spot") -> dict[str, Any]:
 
 def _world(**pool: Any) -> World:
     world = World().pool("spot", capacityType="spot", **{"price": {"spotPerDeviceHour": 3.6}, **pool})
+    world.policy("budgets", budgets=[{"team": "research", "limitUsd": 10}])
     world.job(
         "a",
         "spot",
@@ -51,7 +51,6 @@ def _world(**pool: Any) -> World:
 
 
 def _accountant(world: World, writer: FakeJobWriter, costs: FakeCostWriter, **kw: Any) -> Accountant:
-    policy = AcceleratorPolicySpec.model_validate({"budgets": [{"team": "research", "limitUsd": 10}]})
     return Accountant(
         scheduler=world.scheduler,
         writer=writer,
@@ -60,8 +59,6 @@ def _accountant(world: World, writer: FakeJobWriter, costs: FakeCostWriter, **kw
         prices=kw.pop("prices", PriceBook()),
         catalog=catalog.default(),
         interval=1.0,
-        policies={"budgets": [policy]},
-        reports=kw.pop("reports", {}),
         **kw,
     )
 
@@ -119,13 +116,15 @@ def test_over_budget_gives_one_event_and_a_status_entry_never_a_stop() -> None:
 
 def test_idle_devices_from_node_reports() -> None:
     world, writer, costs = _world(), FakeJobWriter(), FakeCostWriter()
-    pod = {"namespace": "ns", "name": "a-a0-0"}
+    pod = frozenset({("ns", "a-a0-0")})
     devices = (
-        Device.model_validate({"index": 0, "utilizationGpuPercent": 0, "allocatedPods": [pod]}),
-        Device.model_validate({"index": 1, "utilizationGpuPercent": 87, "allocatedPods": [pod]}),
-        Device.model_validate({"index": 2, "utilizationGpuPercent": 0}),  # not the job's
+        DeviceReport(index=0, utilization=0.0, pods=pod),
+        DeviceReport(index=1, utilization=87.0, pods=pod),
+        DeviceReport(index=2, utilization=0.0),  # not the job's
     )
-    acc = _accountant(world, writer, costs, reports={"spot-0": [devices]})
+    # The scheduler's own index of node reports (no second copy for accounting).
+    world.scheduler.indices.reports["spot-0"] = [ReportView("spot-0", T0 + HOUR - dt.timedelta(seconds=5), devices)]  # type: ignore[index, union-attr]
+    acc = _accountant(world, writer, costs)
     asyncio.run(acc.step(T0 + HOUR))
     cost = writer.statuses[("ns", "a")]["cost"]
     assert cost["idleUsd"] == pytest.approx(3.6)  # one of two devices idle for the hour

@@ -147,7 +147,26 @@ def workload_view(body: Mapping[str, Any]) -> WorkloadView | None:
         failed_condition=bool(failed and failed.get("status") == "True"),
         failure_reason=(failed or {}).get("reason"),
         failure_message=(failed or {}).get("message"),
+        start_time=_maybe_time(status.get("startTime")),
+        end_time=_maybe_time(status.get("completionTime"))
+        or _maybe_time(_true_since(complete))
+        or _maybe_time(_true_since(failed)),
     )
+
+
+def _true_since(cond: Mapping[str, Any] | None) -> Any:
+    return cond.get("lastTransitionTime") if cond and cond.get("status") == "True" else None
+
+
+def _maybe_time(text: Any) -> dt.datetime | None:
+    """A timestamp Kubernetes wrote, or None when absent or unreadable (never "now")."""
+    if not isinstance(text, str) or len(text) > bounds.TIME_LENGTH:
+        return None
+    try:
+        t = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return t if t.tzinfo else t.replace(tzinfo=dt.UTC)
 
 
 def pool_view(body: Mapping[str, Any]) -> tuple[PoolView | None, tuple[str, ...]]:

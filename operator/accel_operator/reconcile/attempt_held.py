@@ -1,0 +1,31 @@
+"""What an ending attempt held, recorded with its failure (``status.lastFailure.held``), pure.
+
+The attempt's workload is deleted when the next attempt starts and ``status.admittedTime`` and
+``status.plan`` are overwritten by the next admission, so the cost ledger could not charge an
+attempt it never saw running (it started and ended between two accrual ticks, or while the
+operator was down). Kept with the failure: the pool, devices and capacity type of its plan, its
+admission, and what Kubernetes recorded of it — its batch Job's start and end times.
+"""
+
+from __future__ import annotations
+
+from accel_api.enums import CapacityType
+from accel_api.job import AttemptHeld
+from accel_operator.reconcile.snapshot import JobView, WorkloadView
+from accel_operator.reconcile.times import stamp
+
+
+def of(job: JobView, workload: WorkloadView | None) -> AttemptHeld | None:
+    """What ``job``'s current attempt held (None when its status shows no placed plan)."""
+    st = job.status
+    plan = st.plan
+    if plan is None or not plan.pool or not plan.devices:
+        return None
+    return AttemptHeld(
+        pool=plan.pool,
+        devices=plan.devices,
+        capacity_type=plan.capacity_type or CapacityType.ON_DEMAND,
+        admitted_time=st.admitted_time,
+        start_time=stamp(workload.start_time) if workload is not None and workload.start_time else None,
+        end_time=stamp(workload.end_time) if workload is not None and workload.end_time else None,
+    )

@@ -1,0 +1,195 @@
+"""Team totals that outlive the jobs, pure: one step of an AcceleratorPolicy's ``status.ledger``
+and the ``status.spend`` it gives.
+
+A team's spending in a budget period is what its deleted jobs spent in that period (``settled``)
+plus what its live jobs spent in it (from their ledgers). Each step *carries* every live job's
+figures of the current periods in the policy's status. A job that is gone (deleted while the
+operator ran, or while it was down: the carried figures are what the status said last) is folded
+into ``settled`` and its uid recorded in ``settledUids`` in the same value that stops carrying it,
+so the one status write that stores the step either does both or neither: a replayed step, or a
+deletion seen twice, adds nothing, and a job is never in both places. A stale view that still
+shows a folded job (its uid in ``settledUids``) counts it no more.
+
+Periods roll over: ``settled`` keeps only the current period of each (team, period); a job's
+carried figures of an older period fold into nothing (they are not in the current period).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass
+
+from accel_api.enums import BudgetPeriod
+from accel_api.job import CostStatus
+from accel_api.policy import (
+    LEDGER_CARRIED_JOBS,
+    LEDGER_SETTLED_UIDS,
+    AcceleratorPolicySpec,
+    CarriedJob,
+    PeriodFigures,
+    SettledSpend,
+    SpendLedger,
+    TeamSpend,
+)
+from accel_operator.reconcile import ledger
+
+Key = tuple[str, BudgetPeriod]  # (team, period)
+
+
+@dataclass(frozen=True, slots=True)
+class LiveJob:
+    """A job that exists, with its ledger as this step computed it."""
+
+    uid: str
+    team: str
+    cost: CostStatus
+
+
+@dataclass(frozen=True, slots=True)
+class _Sum:
+    spent: float = 0.0
+    lost: float = 0.0
+    idle: float = 0.0
+    jobs: int = 0
+
+    def plus(self, f: PeriodFigures, jobs: int = 1) -> _Sum:
+        return _Sum(
+            self.spent + f.spent_usd, self.lost + f.lost_to_preemption_usd, self.idle + f.idle_usd, self.jobs + jobs
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    ledger: SpendLedger
+    spend: list[TeamSpend]
+    folded: tuple[str, ...]  # uids folded into settled by this step
+
+
+def _figures(period: BudgetPeriod, start: dt.datetime, cost: CostStatus, now: dt.datetime) -> PeriodFigures:
+    t = ledger.window(cost, start, now)
+    return PeriodFigures(
+        period=period,
+        period_start=ledger.fmt(start),
+        spent_usd=round(t.spent_usd, 6),
+        lost_to_preemption_usd=round(t.lost_to_preemption_usd, 6),
+        idle_usd=round(t.idle_usd, 6),
+    )
+
+
+def _current(f: PeriodFigures, starts: dict[BudgetPeriod, dt.datetime]) -> bool:
+    start = starts.get(f.period)
+    return start is not None and ledger.parse(f.period_start) == start
+
+
+def step(
+    policy: AcceleratorPolicySpec,
+    previous: SpendLedger | None,
+    live: Iterable[LiveJob],
+    existing: Collection[str],
+    now: dt.datetime,
+) -> Step:
+    """The policy's ledger after this step and each budget's spending. ``previous``: the newest
+    ledger known (what this process wrote, or the policy's status); ``live``: the jobs with a
+    ledger; ``existing``: the uids of every job that exists (a carried job not among them is gone)."""
+    prev = previous or SpendLedger()
+    keys: set[Key] = {(b.team, b.period) for b in policy.budgets}
+    periods_of: dict[str, list[BudgetPeriod]] = {}
+    for team, period in sorted(keys):
+        periods_of.setdefault(team, []).append(period)
+    starts = {p: ledger.period_start(p.value, now) for _, p in keys}
+    done = list(prev.settled_uids)
+    seen = set(done)
+
+    # What the deleted jobs spent this period: the current period's entries only.
+    settled: dict[Key, _Sum] = {}
+    for s in prev.settled:
+        key = (s.team, s.period)
+        if key in keys and _current(s, starts):
+            settled[key] = _Sum().plus(s, jobs=s.jobs)
+
+    # Jobs carried last time that are gone now: folded once, with what was carried.
+    folded: list[str] = []
+    for c in prev.carried:
+        if c.uid in existing or c.uid in seen:
+            continue
+        for f in c.periods:
+            key = (c.team, f.period)
+            if key in keys and _current(f, starts):
+                settled[key] = settled.get(key, _Sum()).plus(f, jobs=1 if f.spent_usd > 0 else 0)
+        folded.append(c.uid)
+        seen.add(c.uid)
+    done.extend(folded)
+
+    # The live jobs' figures in their team's current periods.
+    carried: list[CarriedJob] = []
+    for job in live:
+        if job.uid in seen or job.team not in periods_of:
+            continue
+        figures = [_figures(p, starts[p], job.cost, now) for p in periods_of[job.team]]
+        if any(f.spent_usd > 0 for f in figures):
+            carried.append(CarriedJob(uid=job.uid, team=job.team, periods=figures))
+
+    spend = _spend(policy, settled, carried, starts)
+    # Bounded: the biggest spenders are carried (ties by uid, so the order is stable).
+    carried.sort(key=lambda c: (-max(f.spent_usd for f in c.periods), c.uid))
+    out = SpendLedger(
+        revision=prev.revision,
+        settled=[
+            SettledSpend(
+                team=team,
+                period=period,
+                period_start=ledger.fmt(starts[period]),
+                spent_usd=round(s.spent, 6),
+                lost_to_preemption_usd=round(s.lost, 6),
+                idle_usd=round(s.idle, 6),
+                jobs=s.jobs,
+            )
+            for (team, period), s in sorted(settled.items())
+        ],
+        carried=carried[:LEDGER_CARRIED_JOBS],
+        settled_uids=done[-LEDGER_SETTLED_UIDS:],
+    )
+    if out.model_dump(exclude={"revision"}) != prev.model_dump(exclude={"revision"}):
+        out = out.model_copy(update={"revision": prev.revision + 1})
+    return Step(out, spend, tuple(folded))
+
+
+def _spend(
+    policy: AcceleratorPolicySpec,
+    settled: dict[Key, _Sum],
+    carried: list[CarriedJob],
+    starts: dict[BudgetPeriod, dt.datetime],
+) -> list[TeamSpend]:
+    live: dict[Key, _Sum] = {}
+    for c in carried:
+        for f in c.periods:
+            key = (c.team, f.period)
+            live[key] = live.get(key, _Sum()).plus(f, jobs=1 if f.spent_usd > 0 else 0)
+    out = []
+    for budget in policy.budgets:
+        key = (budget.team, budget.period)
+        a, b = settled.get(key, _Sum()), live.get(key, _Sum())
+        total = _Sum(a.spent + b.spent, a.lost + b.lost, a.idle + b.idle, a.jobs + b.jobs)
+        spent = max(0.0, total.spent if budget.include_lost_work else total.spent - total.lost)
+        out.append(
+            TeamSpend(
+                team=budget.team,
+                period=budget.period,
+                spent_usd=round(spent, 6),
+                limit_usd=budget.limit_usd,
+                lost_to_preemption_usd=round(total.lost, 6),
+                idle_usd=round(total.idle, 6),
+                period_start=ledger.fmt(starts[budget.period]),
+                used_fraction=round(spent / budget.limit_usd, 6),
+                jobs=total.jobs,
+            )
+        )
+    return out
+
+
+def newest(a: SpendLedger | None, b: SpendLedger | None) -> SpendLedger | None:
+    """The later of two copies of one policy's ledger (by revision; ``a`` on a tie)."""
+    if a is None or b is None:
+        return a or b
+    return b if b.revision > a.revision else a
