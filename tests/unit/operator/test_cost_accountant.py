@@ -14,6 +14,7 @@ import pytest
 
 from accel_api import catalog
 from accel_api.job import AcceleratorJobStatus
+from accel_api.policy import AcceleratorPolicy
 from accel_operator.adapters.kube.costs import FakeCostWriter
 from accel_operator.adapters.kube.jobs import FakeJobWriter
 from accel_operator.adapters.pricebook import PriceBook
@@ -167,3 +168,61 @@ def test_a_running_job_is_written_at_most_every_write_interval_but_its_end_at_on
     cost = writer.statuses[("ns", "a")]["cost"]
     assert cost["attempts"][0]["end"] == "2026-11-26T14:30:00Z"
     assert cost["spentUsd"] == pytest.approx(2.5 * 7.2)
+
+
+def _show_policy(world: World, costs: FakeCostWriter) -> None:
+    """What the watch delivers after the policy's status write."""
+    (pol,) = world.policies["budgets"]
+    assert pol is not None
+    doc = {**pol.model_dump(by_alias=True, mode="json", exclude_none=True), "status": costs.policies["budgets"]}
+    world.policies["budgets"] = [AcceleratorPolicy.model_validate(doc)]
+    world.scheduler.policies_changed()
+
+
+def _team_spent(costs: FakeCostWriter) -> float:
+    return float(costs.policies["budgets"]["spend"][0]["spentUsd"])
+
+
+@pytest.mark.parametrize("restart", [False, True])
+def test_a_deleted_jobs_money_stays_in_the_team_total_once(restart: bool) -> None:
+    world, writer, costs = _world(), FakeJobWriter(), FakeCostWriter()
+    acc = _accountant(world, writer, costs)
+    asyncio.run(acc.step(T0 + HOUR))
+    assert _team_spent(costs) == pytest.approx(7.2)
+    (carried,) = costs.policies["budgets"]["ledger"]["carried"]
+    assert carried["uid"] == "uid-a"
+    _show(world, writer)
+    _show_policy(world, costs)
+    del world.jobs[("ns", "a")]  # deleted (while the operator ran, or while it was down)
+    world.pods.pop(("ns", "a"), None)
+    if restart:
+        acc = _accountant(world, writer, costs)  # knows only what the policy's status says
+    asyncio.run(acc.step(T0 + 2 * HOUR))
+    ledger_ = costs.policies["budgets"]["ledger"]
+    assert ledger_["carried"] == [] and ledger_["settledUids"] == ["uid-a"]
+    assert _team_spent(costs) == pytest.approx(7.2)
+    assert costs.policies["budgets"]["spend"][0]["jobs"] == 1
+    # Later ticks, the watch caught up: nothing moves.
+    revision = ledger_["revision"]
+    asyncio.run(acc.step(T0 + 3 * HOUR))
+    _show_policy(world, costs)
+    asyncio.run(acc.step(T0 + 4 * HOUR))
+    assert _team_spent(costs) == pytest.approx(7.2)
+    assert costs.policies["budgets"]["ledger"]["revision"] == revision
+
+
+def test_a_lagging_watch_of_the_policy_loses_no_job_this_process_carried() -> None:
+    world, writer, costs = _world(), FakeJobWriter(), FakeCostWriter()
+    acc = _accountant(world, writer, costs)
+    asyncio.run(acc.step(T0 + HOUR))
+    _show_policy(world, costs)
+    before = world.policies["budgets"]  # carries job a only
+    world.job("b", "spot", devices=2, status={**_running(), "admittedTime": "2026-11-26T13:00:00Z"})
+    asyncio.run(acc.step(T0 + 2 * HOUR))  # carries a and b; the watch does not show it yet
+    assert len(costs.policies["budgets"]["ledger"]["carried"]) == 2
+    del world.jobs[("ns", "a")], world.jobs[("ns", "b")]
+    world.policies["budgets"] = before
+    asyncio.run(acc.step(T0 + 3 * HOUR))
+    # Built on the newer copy this process wrote, not on the watch's older one (which has no b).
+    assert _team_spent(costs) == pytest.approx(2 * 7.2 + 7.2)
+    assert sorted(costs.policies["budgets"]["ledger"]["settledUids"]) == ["uid-a", "uid-b"]

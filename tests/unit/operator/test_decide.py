@@ -272,3 +272,35 @@ def test_a_running_job_over_budget_carries_the_condition_and_keeps_running(over:
     assert d.phase is JobPhase.RUNNING
     assert not d.actions  # nothing is deleted or stopped
     assert _cond(d, "OverBudget") == ((True, "BudgetExceeded") if over else None)
+
+
+def test_a_failure_keeps_what_the_attempt_held_and_the_batch_jobs_times() -> None:
+    """The next admission overwrites admittedTime and the plan, and the workload is deleted: the
+    failure record keeps them so the ledger can charge an attempt it never saw running."""
+    w = World().pool("p")
+    job = w.job("a", "p", devices=8, status=_running("a", "p"), maxRetries=1)
+    w.workload(
+        "a",
+        0,
+        failed=1,
+        failed_condition=True,
+        failure_reason="PodFailurePolicy",
+        failure_message="... matching FailJob rule at index 1",
+        start_time=T0 + dt.timedelta(seconds=20),
+        end_time=T0 + dt.timedelta(minutes=40),
+    )
+    w.pod("a", 0, 0, node="p-0", phase="Failed", exit_code=1)
+    d = decide(job, w.snapshot(), LATER)
+    assert d.status["attempt"] == 1
+    assert d.status["lastFailure"]["held"] == {
+        "pool": "p",
+        "devices": 8,
+        "capacityType": "on-demand",
+        "admittedTime": "2026-11-26T12:00:00Z",
+        "startTime": "2026-11-26T12:00:20Z",
+        "endTime": "2026-11-26T12:40:00Z",
+    }
+    gone = decide(w.job("b", "p", devices=8, status=_running("b", "p")), w.snapshot(), LATER)
+    assert gone.status["lastFailure"]["reason"] == "WorkloadDeleted"
+    assert gone.status["lastFailure"]["held"]["admittedTime"] == "2026-11-26T12:00:00Z"
+    assert "endTime" not in gone.status["lastFailure"]["held"]  # nothing recorded: the failure's time stands

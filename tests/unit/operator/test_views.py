@@ -49,3 +49,34 @@ def test_a_node_view_notes_cordon_termination_taints_and_readiness() -> None:
     assert view is not None and view.devices == 8
     assert view.unschedulable and view.terminating and not view.ready and not view.usable
     assert views.node_view({"metadata": {"name": "cpu"}, "status": {"allocatable": {"cpu": "8"}}}) is None
+
+
+def test_a_workload_carries_the_times_kubernetes_recorded_and_nothing_made_up() -> None:
+    job, _ = workloads.build(spec(name="t", devices=8))
+    failed = {
+        "startTime": "2026-11-26T12:00:05Z",
+        "conditions": [
+            {"type": "FailureTarget", "status": "True", "lastTransitionTime": "2026-11-26T12:40:00Z"},
+            {"type": "Failed", "status": "True", "lastTransitionTime": "2026-11-26T12:40:01Z"},
+        ],
+    }
+    wl = views.workload_view({**job, "status": failed})
+    assert wl is not None and wl.start_time is not None and wl.end_time is not None
+    assert (wl.start_time.isoformat(), wl.end_time.isoformat()) == (
+        "2026-11-26T12:00:05+00:00",
+        "2026-11-26T12:40:01+00:00",
+    )
+    done = views.workload_view(
+        {
+            **job,
+            "status": {
+                "completionTime": "2026-11-26T13:00:00Z",
+                "conditions": [{"type": "Complete", "status": "True"}],
+            },
+        }
+    )
+    assert done is not None and done.end_time is not None and done.end_time.hour == 13
+    # Running, or hostile: no end, no start, never "now".
+    for status in ({}, {"startTime": "x" * 5000, "completionTime": 7}, {"startTime": "yesterday"}):
+        wl = views.workload_view({**job, "status": status})
+        assert wl is not None and (wl.start_time, wl.end_time) == (None, None)

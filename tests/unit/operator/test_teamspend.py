@@ -1,0 +1,133 @@
+"""Team totals that outlive the jobs (reconcile.teamspend), property-based: whatever the order of
+ticks, deletions, failed writes, replayed steps and stale views, a team's spending equals what
+its live jobs spent plus, for each deleted job, exactly what it had spent at the last write
+before it went (the figure the policy's status carried), counted once; a new period starts
+from zero; the status stays bounded."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from accel_api.enums import BudgetPeriod, CapacityType
+from accel_api.job import CostStatus
+from accel_api.policy import LEDGER_CARRIED_JOBS, AcceleratorPolicySpec, SpendLedger
+from accel_operator.reconcile import ledger, teamspend
+
+T0 = dt.datetime(2026, 11, 2, 9, 0, tzinfo=dt.UTC)  # a Monday
+TICK = dt.timedelta(minutes=10)
+POLICY = AcceleratorPolicySpec.model_validate(
+    {
+        "budgets": [
+            {"team": "red", "period": "monthly", "limitUsd": 1000},
+            {"team": "red", "period": "daily", "limitUsd": 100},
+            {"team": "blue", "period": "weekly", "limitUsd": 500},
+        ]
+    }
+)
+# uid -> (team, devices, USD per device-hour): started at T0, running until deleted.
+JOBS = {
+    "u0": ("red", 8, 2.5),
+    "u1": ("red", 2, 11.06),
+    "u2": ("blue", 4, 3.93),
+    "u3": ("blue", 1, 1.25),
+    "u4": ("green", 8, 9.0),  # no budget in this policy: never carried
+}
+
+
+def _cost(uid: str, until: dt.datetime) -> CostStatus:
+    _, devices, price = JOBS[uid]
+    return ledger.record(
+        None, ledger.Observation(0, "p", CapacityType.SPOT, devices, T0, until, price, price, idle_fraction=0.25)
+    )
+
+
+def _spent(uid: str, start: dt.datetime, until: dt.datetime) -> float:
+    """By hand: devices × hours since max(start, T0) × price."""
+    _, devices, price = JOBS[uid]
+    return devices * max(0.0, (until - max(start, T0)).total_seconds()) / 3600 * price
+
+
+def _live(alive: set[str], now: dt.datetime, extra: set[str] = frozenset()) -> list[teamspend.LiveJob]:  # type: ignore[assignment]
+    return [teamspend.LiveJob(u, JOBS[u][0], _cost(u, now)) for u in sorted(alive | extra)]
+
+
+def _by(spend: list[object], team: str, period: BudgetPeriod) -> float:
+    return next(s.spent_usd for s in spend if (s.team, s.period) == (team, period))  # type: ignore[attr-defined]
+
+
+ops = st.lists(st.sampled_from(["tick", "delete", "fail", "replay", "stale", "restart"]), max_size=30)
+
+
+@settings(max_examples=150, deadline=None)
+@given(ops=ops, data=st.data())
+def test_deleted_jobs_keep_their_money_exactly_once(ops: list[str], data: st.DataObject) -> None:
+    alive = set(JOBS)
+    written: SpendLedger | None = None  # the policy's status.ledger (what the last good write stored)
+    written_at: dict[str, dt.datetime] = {}  # uid -> the time of the last good write while it lived
+    gone: set[str] = set()
+    now = T0
+    for op in ops:
+        now += TICK
+        if op == "delete" and alive:
+            uid = data.draw(st.sampled_from(sorted(alive)))
+            alive.discard(uid)
+            gone.add(uid)
+            continue
+        # A stale watch that still shows jobs already folded: they count no more.
+        extra = {u for u in gone if written is not None and u in written.settled_uids} if op == "stale" else set()
+        done = teamspend.step(POLICY, written, _live(alive, now, extra), alive | extra, now)
+        if op == "fail":
+            continue  # the status write failed: the next step starts from what is stored
+        if op == "replay":  # the same step again on what it produced: nothing moves
+            again = teamspend.step(POLICY, done.ledger, _live(alive, now), alive, now)
+            assert again.ledger == done.ledger and again.spend == done.spend and again.folded == ()
+        if op == "restart":  # a new process: the stored copy, parsed from its wire form
+            written = SpendLedger.model_validate(written.to_wire()) if written is not None else None
+            done = teamspend.step(POLICY, written, _live(alive, now), alive, now)
+        written = done.ledger
+        for uid in alive:
+            written_at[uid] = now
+        # The invariant, by hand: live jobs' spending now + each deleted job's at its last write.
+        for team, period in (("red", BudgetPeriod.MONTHLY), ("red", BudgetPeriod.DAILY), ("blue", BudgetPeriod.WEEKLY)):
+            start = ledger.period_start(period.value, now)
+            expected = sum(_spent(u, start, now) for u in alive if JOBS[u][0] == team)
+            expected += sum(_spent(u, start, written_at[u]) for u in gone if JOBS[u][0] == team and u in written_at)
+            assert _by(done.spend, team, period) == pytest.approx(expected, abs=1e-4), (team, period, ops)
+        assert len(set(written.settled_uids)) == len(written.settled_uids)
+        assert not {c.uid for c in written.carried} & set(written.settled_uids)
+        assert "u4" not in {c.uid for c in written.carried}
+
+
+def test_a_new_period_starts_from_zero_and_a_deletion_at_the_boundary_counts_in_its_own_period() -> None:
+    late = dt.datetime(2026, 11, 30, 23, 50, tzinfo=dt.UTC)
+    first = teamspend.step(POLICY, None, _live({"u0"}, late), {"u0"}, late)
+    assert _by(first.spend, "red", BudgetPeriod.MONTHLY) == pytest.approx(_spent("u0", T0, late))
+    # Deleted while the operator is down across the month's end: its November money stays in
+    # November; December starts at zero.
+    dec = dt.datetime(2026, 12, 1, 0, 10, tzinfo=dt.UTC)
+    after = teamspend.step(POLICY, first.ledger, [], set(), dec)
+    assert after.folded == ("u0",)
+    assert _by(after.spend, "red", BudgetPeriod.MONTHLY) == 0.0
+    assert [s.period_start for s in after.ledger.settled] == []
+
+
+def test_the_status_stays_bounded_and_keeps_the_biggest_spenders() -> None:
+    many = {f"j{i}": ("red", 1 + i % 8, 2.0) for i in range(LEDGER_CARRIED_JOBS + 50)}
+    JOBS.update(many)
+    try:
+        now = T0 + dt.timedelta(hours=1)
+        done = teamspend.step(POLICY, None, _live(set(many), now), set(many), now)
+        assert len(done.ledger.carried) == LEDGER_CARRIED_JOBS
+        carried = {c.uid for c in done.ledger.carried}
+        spent = {u: _spent(u, T0, now) for u in many}
+        assert min(spent[u] for u in carried) >= max(spent[u] for u in set(many) - carried)
+        # Every live job still counts while it lives, carried or not.
+        assert _by(done.spend, "red", BudgetPeriod.MONTHLY) == pytest.approx(sum(_spent(u, T0, now) for u in many))
+        assert len(repr(done.ledger.to_wire())) < 400_000  # well under etcd's 1.5 MB per object
+    finally:
+        for uid in many:
+            del JOBS[uid]
