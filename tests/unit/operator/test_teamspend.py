@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from accel_api.enums import BudgetPeriod, CapacityType
 from accel_api.job import CostStatus
-from accel_api.policy import LEDGER_CARRIED_JOBS, AcceleratorPolicySpec, SpendLedger
+from accel_api.policy import LEDGER_CARRIED_JOBS, AcceleratorPolicySpec, SpendLedger, TeamSpend
 from accel_operator.reconcile import ledger, teamspend
 
 T0 = dt.datetime(2026, 11, 2, 9, 0, tzinfo=dt.UTC)  # a Monday
@@ -51,12 +51,12 @@ def _spent(uid: str, start: dt.datetime, until: dt.datetime) -> float:
     return devices * max(0.0, (until - max(start, T0)).total_seconds()) / 3600 * price
 
 
-def _live(alive: set[str], now: dt.datetime, extra: set[str] = frozenset()) -> list[teamspend.LiveJob]:  # type: ignore[assignment]
+def _live(alive: set[str], now: dt.datetime, extra: frozenset[str] | set[str] = frozenset()) -> list[teamspend.LiveJob]:
     return [teamspend.LiveJob(u, JOBS[u][0], _cost(u, now)) for u in sorted(alive | extra)]
 
 
-def _by(spend: list[object], team: str, period: BudgetPeriod) -> float:
-    return next(s.spent_usd for s in spend if (s.team, s.period) == (team, period))  # type: ignore[attr-defined]
+def _by(spend: list[TeamSpend], team: str, period: BudgetPeriod) -> float:
+    return next(s.spent_usd for s in spend if (s.team, s.period) == (team, period))
 
 
 ops = st.lists(st.sampled_from(["tick", "delete", "fail", "replay", "stale", "restart"]), max_size=30)
