@@ -7,6 +7,7 @@ team's budget, exceeded on the way, gave the running job an event and a status e
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import time
 import uuid
 from typing import Any
@@ -18,7 +19,18 @@ from accel_api import vocabulary as v
 from accel_localcluster import kubeapi, preempt
 from accel_operator.settings import OperatorSettings
 from tests.support.cluster import unexpected_errors, wait_for
-from tests.support.jobs import create_job, end_pods, events_of, gpu_pool, job_doc, pods_of, status, wait_phase
+from tests.support.jobs import (
+    create_job,
+    end_pods,
+    events_of,
+    get_job,
+    gpu_pool,
+    job_doc,
+    pods_of,
+    status,
+    wait_phase,
+    workloads_of,
+)
 from tests.support.operator import running_operator
 
 PRICE = 3.6  # USD per device-hour: a cent every five device-seconds
@@ -130,15 +142,20 @@ def test_a_preempted_and_resumed_job_costs_what_the_timestamps_say_across_a_rest
                     what="the team's spending in the policy's status",
                 )
                 reasons = [r for r, _ in events_of(core, namespace, "costly")]
+                batch_end = next(
+                    w.status.completion_time for w in workloads_of(api, namespace, "costly") if w.status.completion_time
+                )
             logs.append(second.output)
     finally:
         with kubeapi.ignoring(404):
             custom.delete_cluster_custom_object(v.GROUP, v.VERSION, registry.POLICY.plural, policy)
 
-    # The hand computation, from the status timestamps alone.
-    failed0 = _t(final["lastFailure"]["time"])
+    # The hand computation, from the timestamps in status and what Kubernetes recorded: an
+    # attempt ends when the operator recorded it, or when its batch Job ended if that is earlier.
+    ended0 = final["lastFailure"].get("held", {}).get("endTime")
+    failed0 = min(_t(final["lastFailure"]["time"]), *([_t(ended0)] if ended0 else []))
     admitted1 = _t(final["admittedTime"])
-    done = _t(final["completionTime"])
+    done = min(_t(final["completionTime"]), batch_end)
     held0 = (failed0 - admitted0).total_seconds()
     held1 = (done - admitted1).total_seconds()
     expected = DEVICES * (held0 + held1) * PRICE / 3600
@@ -162,5 +179,90 @@ def test_a_preempted_and_resumed_job_costs_what_the_timestamps_say_across_a_rest
     assert final["phase"] == "Succeeded"
     assert "overBudget" not in final["cost"]  # no longer running: no longer flagged
     assert all(c["type"] != "OverBudget" for c in final["conditions"])
+    for text in logs:
+        assert not unexpected_errors(text, []), unexpected_errors(text, [])
+
+
+def test_a_deleted_jobs_money_stays_in_its_teams_total_to_the_cent(
+    api: client.ApiClient, core: client.CoreV1Api, crds: list[str], namespace: str
+) -> None:
+    """Two jobs run and accrue; one is deleted while the operator runs, the other while it is
+    stopped. The team's spending in the policy status keeps both jobs' money, each as its status
+    said last, once (ticks after the fold change nothing)."""
+    custom = client.CustomObjectsApi(api)
+    pool = f"{namespace}-od"
+    policy = f"{namespace}-budget"
+    team = f"team-{uuid.uuid4().hex[:6]}"
+    kubeapi.apply(api, _policy(policy, team, limit=1000.0))
+    logs: list[str] = []
+
+    def ledger_of() -> dict[str, Any]:
+        obj = custom.get_cluster_custom_object(v.GROUP, v.VERSION, registry.POLICY.plural, policy)
+        return (obj.get("status") or {}).get("ledger") or {}
+
+    def team_spent() -> float:
+        obj = custom.get_cluster_custom_object(v.GROUP, v.VERSION, registry.POLICY.plural, policy)
+        spend = (obj.get("status") or {}).get("spend") or []
+        return float(next(s["spentUsd"] for s in spend if s["team"] == team))
+
+    def carried(uid: str) -> dict[str, Any] | None:
+        return next((c for c in ledger_of().get("carried", []) if c["uid"] == uid), None)
+
+    def gone(name: str) -> bool:
+        try:
+            get_job(api, namespace, name)
+        except client.ApiException as exc:
+            return bool(exc.status == 404)
+        return False
+
+    def delete(name: str) -> None:
+        custom.delete_namespaced_custom_object(v.GROUP, v.VERSION, namespace, registry.JOB.plural, name)
+        wait_for(lambda: gone(name), timeout=30, what=f"{name} gone")
+
+    try:
+        with gpu_pool(api, pool, count=1, capacityType="on-demand", price={"onDemandPerDeviceHour": PRICE}):
+            uids = {}
+            with running_operator(_operator_settings(namespace)) as first:
+                for name in ("first", "second"):
+                    create_job(api, job_doc(namespace, pool, devices=DEVICES, name=name, team=team))
+                for name in ("first", "second"):
+                    wait_phase(api, namespace, name, "Running", timeout=60)
+                    uids[name] = get_job(api, namespace, name)["metadata"]["uid"]
+                time.sleep(4)
+                for name in ("first", "second"):
+                    wait_for(functools.partial(carried, uids[name]), timeout=15, what=f"{name} carried by the policy")
+                # Deleted while the operator runs.
+                spent_first = status(api, namespace, "first")["cost"]["spentUsd"]
+                delete("first")
+                wait_for(
+                    lambda: uids["first"] in ledger_of().get("settledUids", []),
+                    timeout=15,
+                    what="the deleted job folded into the settled totals",
+                )
+                assert carried(uids["first"]) is None
+            logs.append(first.output)
+            # Deleted while the operator is stopped: the policy's status still carries it as its
+            # status said last.
+            spent_second = status(api, namespace, "second")["cost"]["spentUsd"]
+            assert spent_first > 0.01 and spent_second > 0.01, (spent_first, spent_second)
+            delete("second")
+            with running_operator(_operator_settings(namespace)) as second:
+                wait_for(
+                    lambda: uids["second"] in ledger_of().get("settledUids", []),
+                    timeout=30,
+                    what="the job deleted while the operator was down folded in",
+                )
+                time.sleep(2.5)  # more ticks: nothing moves, nothing is counted twice
+                total = team_spent()
+                settled = ledger_of()["settled"]
+            logs.append(second.output)
+    finally:
+        with kubeapi.ignoring(404):
+            custom.delete_cluster_custom_object(v.GROUP, v.VERSION, registry.POLICY.plural, policy)
+
+    expected = spent_first + spent_second
+    assert abs(total - expected) < 0.005, (total, spent_first, spent_second)
+    assert [(s["team"], s["jobs"]) for s in settled] == [(team, 2)], settled
+    assert abs(settled[0]["spentUsd"] - expected) < 0.005, settled
     for text in logs:
         assert not unexpected_errors(text, []), unexpected_errors(text, [])
