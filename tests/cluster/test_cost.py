@@ -266,3 +266,71 @@ def test_a_deleted_jobs_money_stays_in_its_teams_total_to_the_cent(
     assert abs(settled[0]["spentUsd"] - expected) < 0.005, settled
     for text in logs:
         assert not unexpected_errors(text, []), unexpected_errors(text, [])
+
+
+def test_an_attempt_that_ran_and_failed_while_the_operator_was_down_is_charged(
+    api: client.ApiClient, core: client.CoreV1Api, crds: list[str], namespace: str
+) -> None:
+    """The operator admits the job and stops before its first accrual; the attempt fails while
+    it is down. Back, it retries; the failed attempt is charged from its admission to the end
+    Kubernetes recorded (not to when the operator noticed), once, beside the second attempt."""
+    pool = f"{namespace}-od"
+    doc = job_doc(namespace, pool, devices=DEVICES, name="unseen", maxRetries=1)
+    never = _operator_settings(namespace).model_copy(update={"cost_interval_seconds": 3600.0})
+    logs: list[str] = []
+    with gpu_pool(api, pool, count=1, capacityType="on-demand", price={"onDemandPerDeviceHour": PRICE}):
+        with running_operator(never) as first:  # schedules, never accrues
+            create_job(api, doc)
+            wait_phase(api, namespace, "unseen", "Running", timeout=60)
+        logs.append(first.output)
+        assert "cost" not in status(api, namespace, "unseen")
+        time.sleep(3)
+        end_pods(core, namespace, "unseen", 1)
+        wait_for(
+            lambda: any(
+                c.type == "Failed" and c.status == "True"
+                for w in workloads_of(api, namespace, "unseen")
+                for c in w.status.conditions or []
+            ),
+            timeout=30,
+            what="the batch Job failed",
+        )
+        time.sleep(3)  # the operator comes back later than that
+        with running_operator(_operator_settings(namespace)) as second:
+            wait_for(
+                lambda: (
+                    status(api, namespace, "unseen").get("attempt") == 1
+                    and status(api, namespace, "unseen").get("phase") == "Running"
+                ),
+                timeout=60,
+                what="the retry running",
+            )
+            end_pods(core, namespace, "unseen", 0)
+            wait_phase(api, namespace, "unseen", "Succeeded", timeout=60)
+
+            def settled() -> dict[str, Any] | None:
+                cost = status(api, namespace, "unseen").get("cost") or {}
+                attempts = cost.get("attempts") or []
+                return cost if len(attempts) == 2 and all(a.get("end") for a in attempts) else None
+
+            cost = wait_for(settled, timeout=30, what="both attempts closed in the ledger")
+            time.sleep(2.5)
+            final = status(api, namespace, "unseen")
+            batch_end = next(
+                w.status.completion_time for w in workloads_of(api, namespace, "unseen") if w.status.completion_time
+            )
+        logs.append(second.output)
+    assert final["cost"]["spentUsd"] == cost["spentUsd"]  # ticks after the close change nothing
+    failure = final["lastFailure"]
+    held = failure["held"]
+    assert failure["attempt"] == 0 and held["pool"] == pool and held["devices"] == DEVICES
+    held0 = (_t(held["endTime"]) - _t(held["admittedTime"])).total_seconds()
+    assert _t(held["endTime"]) < _t(failure["time"]) - dt.timedelta(seconds=2)  # noticed later: not charged
+    held1 = (min(_t(final["completionTime"]), batch_end) - _t(final["admittedTime"])).total_seconds()
+    assert held0 > 3 and held1 > 0, (held0, held1)
+    expected = DEVICES * (held0 + held1) * PRICE / 3600
+    assert abs(cost["spentUsd"] - expected) < 0.005, (cost, expected)
+    first_attempt = cost["attempts"][0]
+    assert first_attempt["attempt"] == 0 and first_attempt["end"] == held["endTime"]
+    for text in logs:
+        assert not unexpected_errors(text, []), unexpected_errors(text, [])
