@@ -5,7 +5,10 @@
 1. one accrual tick for --jobs running jobs (the pure ``accrual.accrue`` per job, as the
    operator's step calls it, each job with a ledger of 3 attempts already);
 2. the largest ``status.cost`` the bounds allow (16 attempts × 16 intervals), as JSON bytes;
-3. ``accelctl cost report`` row building over --jobs ledgers (by team).
+3. ``accelctl cost report`` row building over --jobs ledgers (by team);
+4. one policy's team-totals step (``teamspend.step``: 20 teams, a monthly and a daily budget
+   each) over --jobs ledgers, a tenth of them deleted since the last step, and the size of the
+   ``status.ledger`` it writes.
 """
 
 from __future__ import annotations
@@ -18,7 +21,8 @@ import time
 
 from accel_api.enums import CapacityType
 from accel_api.job import AcceleratorJobSpec, AcceleratorJobStatus, CostStatus
-from accel_operator.reconcile import accrual, costreport, ledger
+from accel_api.policy import AcceleratorPolicySpec
+from accel_operator.reconcile import accrual, costreport, ledger, teamspend
 from accel_operator.reconcile.snapshot import JobView
 
 T0 = dt.datetime(2026, 11, 1, tzinfo=dt.UTC)
@@ -76,6 +80,20 @@ def main() -> None:
     t0 = time.perf_counter()
     rows = costreport.rows(costs, costreport.By.TEAM, T0, now)
     print(f"report rows by team over {args.jobs} ledgers: {time.perf_counter() - t0:.2f} s ({len(rows)} rows)")
+
+    budgets = [{"team": f"team{t}", "period": p, "limitUsd": 1e6} for t in range(20) for p in ("monthly", "daily")]
+    policy = AcceleratorPolicySpec.model_validate({"budgets": budgets})
+    live = [teamspend.LiveJob(c.name, c.team, c.cost) for c in costs]
+    first = teamspend.step(policy, None, live, {j.uid for j in live}, now)
+    kept = live[: len(live) - len(live) // 10]
+    t0 = time.perf_counter()
+    done = teamspend.step(policy, first.ledger, kept, {j.uid for j in kept}, now)
+    took = time.perf_counter() - t0
+    size = len(json.dumps(done.ledger.to_wire()))
+    print(
+        f"team totals step over {args.jobs} ledgers ({len(done.folded)} deleted, folded): {took:.2f} s; "
+        f"status.ledger {size / 1024:.0f} KiB ({len(done.ledger.carried)} carried)"
+    )
 
 
 if __name__ == "__main__":

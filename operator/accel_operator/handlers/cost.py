@@ -84,6 +84,7 @@ class Accountant:
     # policy name -> (its uid, the status.ledger and status.spend this process wrote last): the
     # base of the next step until the watch shows a newer revision (never an older copy).
     policy_known: dict[str, tuple[str, SpendLedger, list[TeamSpend]]] = field(default_factory=dict)
+    spend_memo: teamspend.Memo = field(default_factory=dict)  # finished jobs' period figures
 
     async def run(self, stop: asyncio.Event | None = None) -> None:
         pause = self.interval
@@ -163,7 +164,9 @@ class Accountant:
             watched = pol.status.ledger if pol.status is not None else None
             mine = self.policy_known.get(name)
             base = teamspend.newest(mine[1] if mine is not None and mine[0] == uid else None, watched)
-            steps[name] = teamspend.step(pol.spec, base, live, existing, now)
+            steps[name] = teamspend.step(pol.spec, base, live, existing, now, memo=self.spend_memo)
+        for uid in set(self.spend_memo) - existing:
+            del self.spend_memo[uid]
         spends = {name: s.spend for name, s in steps.items()}
         writes: list[tuple[JobKey, CostStatus, OverBudget | None]] = []
         for key, accrued in list(ledgers.items()):

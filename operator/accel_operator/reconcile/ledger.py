@@ -377,6 +377,19 @@ def window(cost: CostStatus | None, start: dt.datetime, end: dt.datetime) -> Fig
     return out
 
 
+def windows(cost: CostStatus | None, starts: list[dt.datetime], end: dt.datetime) -> list[Figures]:
+    """``window(cost, start, end)`` for each of ``starts``, in one pass over the segments."""
+    out = [Figures() for _ in starts]
+    for entry in cost.attempts if cost is not None else ():
+        for seg in segments(entry):
+            if seg.start >= end:
+                continue
+            for i, start in enumerate(starts):
+                if seg.end > start:
+                    out[i] = out[i] + seg.totals(start, end)
+    return out
+
+
 def days(cost: CostStatus | None) -> dict[dt.date, Figures]:
     """The figures per UTC day."""
     out: dict[dt.date, Figures] = {}

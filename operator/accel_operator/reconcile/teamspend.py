@@ -66,15 +66,31 @@ class Step:
     folded: tuple[str, ...]  # uids folded into settled by this step
 
 
-def _figures(period: BudgetPeriod, start: dt.datetime, cost: CostStatus, now: dt.datetime) -> PeriodFigures:
-    t = ledger.window(cost, start, now)
-    return PeriodFigures(
-        period=period,
-        period_start=ledger.fmt(start),
-        spent_usd=round(t.spent_usd, 6),
-        lost_to_preemption_usd=round(t.lost_to_preemption_usd, 6),
-        idle_usd=round(t.idle_usd, 6),
-    )
+# A job whose every attempt has ended has figures that no longer change: the caller may keep
+# them between steps (uid -> (its ledger, the period starts, the figures)).
+Memo = dict[str, tuple[CostStatus, tuple[dt.datetime, ...], list[PeriodFigures]]]
+
+
+def _figures(
+    job: LiveJob, periods: list[BudgetPeriod], starts: dict[BudgetPeriod, dt.datetime], now: dt.datetime, memo: Memo
+) -> list[PeriodFigures]:
+    key = tuple(starts[p] for p in periods)
+    known = memo.get(job.uid)
+    if known is not None and known[0] is job.cost and known[1] == key:
+        return known[2]
+    figures = [
+        PeriodFigures(
+            period=p,
+            period_start=ledger.fmt(starts[p]),
+            spent_usd=round(t.spent_usd, 6),
+            lost_to_preemption_usd=round(t.lost_to_preemption_usd, 6),
+            idle_usd=round(t.idle_usd, 6),
+        )
+        for p, t in zip(periods, ledger.windows(job.cost, list(key), now), strict=True)
+    ]
+    if job.cost.attempts and all(a.end is not None for a in job.cost.attempts):
+        memo[job.uid] = (job.cost, key, figures)
+    return figures
 
 
 def _current(f: PeriodFigures, starts: dict[BudgetPeriod, dt.datetime]) -> bool:
@@ -88,6 +104,8 @@ def step(
     live: Iterable[LiveJob],
     existing: Collection[str],
     now: dt.datetime,
+    *,
+    memo: Memo | None = None,
 ) -> Step:
     """The policy's ledger after this step and each budget's spending. ``previous``: the newest
     ledger known (what this process wrote, or the policy's status); ``live``: the jobs with a
@@ -126,7 +144,7 @@ def step(
     for job in live:
         if job.uid in seen or job.team not in periods_of:
             continue
-        figures = [_figures(p, starts[p], job.cost, now) for p in periods_of[job.team]]
+        figures = _figures(job, periods_of[job.team], starts, now, memo if memo is not None else {})
         if any(f.spent_usd > 0 for f in figures):
             carried.append(CarriedJob(uid=job.uid, team=job.team, periods=figures))
 
