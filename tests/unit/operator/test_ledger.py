@@ -197,3 +197,18 @@ def test_status_stays_bounded_and_keeps_the_money() -> None:
 )
 def test_period_start(period: str, now: str, start: str) -> None:
     assert ledger.period_start(period, ledger.parse(now)) == ledger.parse(start)
+
+
+@settings(max_examples=100, deadline=None)
+@given(parts=pieces, cuts=st.lists(st.integers(min_value=-3600, max_value=90000), min_size=1, max_size=4))
+def test_windows_in_one_pass_equal_each_window(parts: list[tuple[int, float, float]], cuts: list[int]) -> None:
+    cost: CostStatus | None = None
+    for obs in _timeline(parts):
+        cost = ledger.record(cost, obs)
+    cost = ledger.close(cost, ledger.AttemptEnd(0, T0 + dt.timedelta(seconds=sum(p[0] for p in parts)), preempted=True))
+    end = T0 + dt.timedelta(seconds=max(cuts) + 3600)
+    starts = [T0 + dt.timedelta(seconds=c) for c in cuts]
+    for got, start in zip(ledger.windows(cost, starts, end), starts, strict=True):
+        want = ledger.window(cost, start, end)
+        for name in ledger.Figures.__slots__:
+            assert getattr(got, name) == pytest.approx(getattr(want, name), abs=1e-9), name

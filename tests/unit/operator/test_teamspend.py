@@ -131,3 +131,22 @@ def test_the_status_stays_bounded_and_keeps_the_biggest_spenders() -> None:
     finally:
         for uid in many:
             del JOBS[uid]
+
+
+def test_a_finished_jobs_figures_are_kept_between_steps_and_a_changed_ledger_is_summed_again() -> None:
+    now = T0 + dt.timedelta(hours=3)
+    done = ledger.close(_cost("u0", T0 + dt.timedelta(hours=2)), ledger.AttemptEnd(0, T0 + dt.timedelta(hours=2)))
+    memo: teamspend.Memo = {}
+    job = teamspend.LiveJob("u0", "red", done)
+    first = teamspend.step(POLICY, None, [job], {"u0"}, now, memo=memo)
+    assert memo["u0"][0] is done
+    again = teamspend.step(POLICY, first.ledger, [job], {"u0"}, now + TICK, memo=memo)
+    assert again.spend == first.spend and again.ledger == first.ledger
+    # A new attempt: another ledger object, summed again (not the kept figures).
+    more = ledger.record(done, ledger.Observation(1, "p", CapacityType.SPOT, 8, now, now + TICK, 2.5, 2.5))
+    later = teamspend.step(POLICY, again.ledger, [teamspend.LiveJob("u0", "red", more)], {"u0"}, now + TICK, memo=memo)
+    assert _by(later.spend, "red", BudgetPeriod.MONTHLY) == pytest.approx(
+        _spent("u0", T0, T0 + 2 * dt.timedelta(hours=1)) + 8 * 2.5 / 6
+    )
+    running = teamspend.step(POLICY, None, _live({"u1"}, now), {"u1"}, now, memo=memo)
+    assert "u1" not in memo and running.spend  # a running job's figures change every step: never kept
