@@ -151,12 +151,47 @@ class Accountant:
                 if failed
                 else None,
             )
-        # Team spending per policy: the deleted jobs' settled figures and every live job's ledger.
-        live = [
-            teamspend.LiveJob(job.uid, job.spec.team, ledgers[key])
-            for key, job in snap.jobs.items()
-            if key in ledgers and job.spec is not None
-        ]
+        # Team spending per policy: the deleted jobs' settled figures and every live job's ledger;
+        # what the policy carries for a job is its ledger as its status holds it after this step.
+        written = {key: cost for key, cost in ledgers.items() if self._due(snap.jobs[key], cost)}
+        live = self._live(snap, ledgers, written)
+        steps = self._teams(snap, live, now)
+        spends = {name: s.spend for name, s in steps.items()}
+        writes: list[tuple[JobKey, CostStatus, OverBudget | None]] = []
+        for key, accrued in list(ledgers.items()):
+            job = snap.jobs[key]
+            assert job.spec is not None
+            before = job.status.cost.over_budget if job.status.cost is not None else None
+            over = accrual.over_budget(job.spec.team, spends, before, now) if job.phase in HOLDING else None
+            cost = accrued if accrued.over_budget == over else accrued.model_copy(update={"over_budget": over})
+            ledgers[key] = cost
+            if self._due(job, cost):
+                writes.append((key, cost, before))
+        return ledgers, steps, writes, quotes
+
+    def _due(self, job: JobView, cost: CostStatus) -> bool:
+        """Whether the job's ledger is written this step: it changed, and it is due or its shape
+        (an attempt, an end, a budget crossed) changed."""
+        known = self.known.get(job.uid)
+        if _same(job.status.cost, cost) or _same(known, cost):
+            return False
+        last = self.written_at.get(job.uid)
+        due = last is None or time.monotonic() - last >= self.write_every
+        return due or _shape(job.status.cost) != _shape(cost) or _shape(known) != _shape(cost)
+
+    def _live(
+        self, snap: Snapshot, ledgers: Mapping[JobKey, CostStatus], written: Mapping[JobKey, CostStatus]
+    ) -> list[teamspend.LiveJob]:
+        out = []
+        for key, cost in ledgers.items():
+            job = snap.jobs[key]
+            if job.spec is None:
+                continue
+            shown = written.get(key) or self.known.get(job.uid) or job.status.cost or CostStatus()
+            out.append(teamspend.LiveJob(job.uid, job.spec.team, cost, written=shown))
+        return out
+
+    def _teams(self, snap: Snapshot, live: list[teamspend.LiveJob], now: dt.datetime) -> dict[str, teamspend.Step]:
         existing = {job.uid for job in snap.jobs.values()}
         steps: dict[str, teamspend.Step] = {}
         for pol in snap.policy.policies:
@@ -167,28 +202,17 @@ class Accountant:
             steps[name] = teamspend.step(pol.spec, base, live, existing, now, memo=self.spend_memo)
         for uid in set(self.spend_memo) - existing:
             del self.spend_memo[uid]
-        spends = {name: s.spend for name, s in steps.items()}
-        writes: list[tuple[JobKey, CostStatus, OverBudget | None]] = []
-        for key, accrued in list(ledgers.items()):
-            job = snap.jobs[key]
-            assert job.spec is not None
-            before = job.status.cost.over_budget if job.status.cost is not None else None
-            over = accrual.over_budget(job.spec.team, spends, before, now) if job.phase in HOLDING else None
-            cost = accrued if accrued.over_budget == over else accrued.model_copy(update={"over_budget": over})
-            ledgers[key] = cost
-            if _same(job.status.cost, cost) or _same(self.known.get(job.uid), cost):
-                continue
-            last = self.written_at.get(job.uid)
-            due = last is None or time.monotonic() - last >= self.write_every
-            if due or _shape(job.status.cost) != _shape(cost) or _shape(self.known.get(job.uid)) != _shape(cost):
-                writes.append((key, cost, before))
-        return ledgers, steps, writes, quotes
+        return steps
 
     async def step(self, now: dt.datetime) -> None:
         t0 = time.perf_counter()
         snap = self.scheduler.observe(now)
         ledgers, steps, writes, quotes = await asyncio.to_thread(self._compute, snap, now)
         await asyncio.gather(*(self._write_job(snap, key, cost, before) for key, cost, before in writes))
+        if any(self.known.get(snap.jobs[key].uid) is not cost for key, cost, _ in writes):
+            # A job's write failed: the policies carry its ledger as its status still holds it.
+            live = self._live(snap, ledgers, {})
+            steps = await asyncio.to_thread(self._teams, snap, live, now)
         await self._write_policies(snap, steps)
         await self._pool_conditions(snap, quotes, now)
         self._counters(snap, ledgers)

@@ -18,9 +18,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from accel_api.enums import CapacityType, FailureKind, JobPhase
-from accel_api.job import AttemptFailure, CostStatus, OverBudget
+from accel_api.job import CostStatus, OverBudget
 from accel_api.policy import TeamSpend
-from accel_operator.reconcile import ledger
+from accel_operator.reconcile import attempt_held, ledger
 from accel_operator.reconcile.reports import ReportView
 from accel_operator.reconcile.snapshot import HOLDING, TERMINAL, JobView, PodView, WorkloadView
 
@@ -74,11 +74,6 @@ def _earliest(*times: dt.datetime | None) -> dt.datetime | None:
     return min(found) if found else None
 
 
-def failure_end(failure: AttemptFailure) -> dt.datetime | None:
-    """When the failed attempt ended: the time recorded, or Kubernetes' earlier one."""
-    return _earliest(_time(failure.time), _time(failure.held.end_time) if failure.held is not None else None)
-
-
 def completion_end(job: JobView, workload: WorkloadView | None) -> dt.datetime | None:
     """When a finished job's last attempt ended: ``completionTime``, or an earlier end that
     Kubernetes recorded (its batch Job's, its failure's)."""
@@ -88,7 +83,7 @@ def completion_end(job: JobView, workload: WorkloadView | None) -> dt.datetime |
     return _earliest(
         _time(st.completion_time),
         workload.end_time if workload is not None and workload.attempt == st.attempt else None,
-        failure_end(failure) if mine and failure is not None else None,
+        attempt_held.failure_end(failure) if mine and failure is not None else None,
     )
 
 
@@ -105,7 +100,7 @@ def unseen(cost: CostStatus, job: JobView, price: Price | None) -> CostStatus:
         return cost
     held = failure.held
     start = _time(held.admitted_time) or _time(held.start_time)
-    end = failure_end(failure)
+    end = attempt_held.failure_end(failure)
     if start is None or end is None or end <= start or not held.devices:
         return cost
     return ledger.record(
@@ -148,7 +143,7 @@ def accrue(
         if entry.end is not None or entry.attempt >= st.attempt:
             continue  # the current attempt ends below, if the job has finished
         if failure is not None and failure.attempt == entry.attempt:
-            end, preempted = failure_end(failure), failure.kind is FailureKind.PREEMPTION
+            end, preempted = attempt_held.failure_end(failure), failure.kind is FailureKind.PREEMPTION
         else:
             end, preempted = None, False
         cost = _close(cost, entry.attempt, end, preempted, job, reported=_reported_lost(job, entry.attempt))

@@ -9,10 +9,12 @@ admission, and what Kubernetes recorded of it — its batch Job's start and end 
 
 from __future__ import annotations
 
+import datetime as dt
+
 from accel_api.enums import CapacityType
-from accel_api.job import AttemptHeld
+from accel_api.job import AttemptFailure, AttemptHeld
 from accel_operator.reconcile.snapshot import JobView, WorkloadView
-from accel_operator.reconcile.times import stamp
+from accel_operator.reconcile.times import parse_time, stamp
 
 
 def of(job: JobView, workload: WorkloadView | None) -> AttemptHeld | None:
@@ -29,3 +31,14 @@ def of(job: JobView, workload: WorkloadView | None) -> AttemptHeld | None:
         start_time=stamp(workload.start_time) if workload is not None and workload.start_time else None,
         end_time=stamp(workload.end_time) if workload is not None and workload.end_time else None,
     )
+
+
+def failure_end(failure: AttemptFailure) -> dt.datetime | None:
+    """When the failed attempt really ended: the time the operator recorded, or the earlier end
+    Kubernetes recorded (its batch Job's), e.g. when the operator was down as it ended."""
+    found = [t for t in (parse_time(failure.time), _held_end(failure)) if t is not None]
+    return min(found) if found else None
+
+
+def _held_end(failure: AttemptFailure) -> dt.datetime | None:
+    return parse_time(failure.held.end_time) if failure.held is not None else None

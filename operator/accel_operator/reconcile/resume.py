@@ -30,6 +30,7 @@ from typing import Any, Final, Literal
 from accel_api import bounds
 from accel_api import vocabulary as v
 from accel_api.enums import FailureKind
+from accel_operator.reconcile import attempt_held
 from accel_operator.reconcile.checkpoints import Checkpoint, step_of
 from accel_operator.reconcile.snapshot import JobView, PodView
 from accel_operator.reconcile.times import parse_time as _time
@@ -115,7 +116,7 @@ def lost_work(job: JobView, checkpoint: Checkpoint | None) -> tuple[float, str] 
     failure = st.last_failure
     if failure is None or failure.kind is not FailureKind.PREEMPTION or failure.attempt != st.attempt - 1:
         return None
-    preempted = _time(failure.time)
+    preempted = attempt_held.failure_end(failure)  # the operator may have noticed it later
     started = _time(st.attempt_start_time)
     admitted = _time(st.admitted_time)
     devices = st.plan.devices if st.plan is not None and st.plan.devices else 0

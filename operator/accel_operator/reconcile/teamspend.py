@@ -2,9 +2,11 @@
 and the ``status.spend`` it gives.
 
 A team's spending in a budget period is what its deleted jobs spent in that period (``settled``)
-plus what its live jobs spent in it (from their ledgers). Each step *carries* every live job's
-figures of the current periods in the policy's status. A job that is gone (deleted while the
-operator ran, or while it was down: the carried figures are what the status said last) is folded
+plus what its live jobs spent in it (from their ledgers as this step computed them). Each step
+*carries* every live job's figures of the current periods in the policy's status, as the job's
+own status holds them (its last written ledger: a job's status is written less often than the
+ledger moves). A job that is gone (deleted while the operator ran, or while it was down) is
+folded
 into ``settled`` and its uid recorded in ``settledUids`` in the same value that stops carrying it,
 so the one status write that stores the step either does both or neither: a replayed step, or a
 deletion seen twice, adds nothing, and a job is never in both places. A stale view that still
@@ -43,7 +45,8 @@ class LiveJob:
 
     uid: str
     team: str
-    cost: CostStatus
+    cost: CostStatus  # as this step computed it: what counts while the job lives
+    written: CostStatus | None = None  # as its status holds it: what the policy carries (None: ``cost``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,11 +75,17 @@ Memo = dict[str, tuple[CostStatus, tuple[dt.datetime, ...], list[PeriodFigures]]
 
 
 def _figures(
-    job: LiveJob, periods: list[BudgetPeriod], starts: dict[BudgetPeriod, dt.datetime], now: dt.datetime, memo: Memo
+    uid: str,
+    cost: CostStatus,
+    periods: list[BudgetPeriod],
+    starts: dict[BudgetPeriod, dt.datetime],
+    *,
+    now: dt.datetime,
+    memo: Memo,
 ) -> list[PeriodFigures]:
     key = tuple(starts[p] for p in periods)
-    known = memo.get(job.uid)
-    if known is not None and known[0] is job.cost and known[1] == key:
+    known = memo.get(uid)
+    if known is not None and known[0] is cost and known[1] == key:
         return known[2]
     figures = [
         PeriodFigures(
@@ -86,10 +95,10 @@ def _figures(
             lost_to_preemption_usd=round(t.lost_to_preemption_usd, 6),
             idle_usd=round(t.idle_usd, 6),
         )
-        for p, t in zip(periods, ledger.windows(job.cost, list(key), now), strict=True)
+        for p, t in zip(periods, ledger.windows(cost, list(key), now), strict=True)
     ]
-    if job.cost.attempts and all(a.end is not None for a in job.cost.attempts):
-        memo[job.uid] = (job.cost, key, figures)
+    if cost.attempts and all(a.end is not None for a in cost.attempts):
+        memo[uid] = (cost, key, figures)
     return figures
 
 
@@ -139,16 +148,23 @@ def step(
         seen.add(c.uid)
     done.extend(folded)
 
-    # The live jobs' figures in their team's current periods.
+    # The live jobs' figures in their team's current periods: counted as computed now, carried
+    # as their status holds them.
+    memo = memo if memo is not None else {}
+    counted: list[tuple[str, list[PeriodFigures]]] = []
     carried: list[CarriedJob] = []
     for job in live:
         if job.uid in seen or job.team not in periods_of:
             continue
-        figures = _figures(job, periods_of[job.team], starts, now, memo if memo is not None else {})
-        if any(f.spent_usd > 0 for f in figures):
-            carried.append(CarriedJob(uid=job.uid, team=job.team, periods=figures))
+        periods = periods_of[job.team]
+        figures = _figures(job.uid, job.cost, periods, starts, now=now, memo=memo)
+        counted.append((job.team, figures))
+        written = job.cost if job.written is None else job.written
+        kept = figures if written is job.cost else _figures(job.uid, written, periods, starts, now=now, memo=memo)
+        if any(f.spent_usd > 0 for f in kept):
+            carried.append(CarriedJob(uid=job.uid, team=job.team, periods=kept))
 
-    spend = _spend(policy, settled, carried, starts)
+    spend = _spend(policy, settled, counted, starts)
     # Bounded: the biggest spenders are carried (ties by uid, so the order is stable).
     carried.sort(key=lambda c: (-max(f.spent_usd for f in c.periods), c.uid))
     out = SpendLedger(
@@ -176,13 +192,13 @@ def step(
 def _spend(
     policy: AcceleratorPolicySpec,
     settled: dict[Key, _Sum],
-    carried: list[CarriedJob],
+    counted: list[tuple[str, list[PeriodFigures]]],
     starts: dict[BudgetPeriod, dt.datetime],
 ) -> list[TeamSpend]:
     live: dict[Key, _Sum] = {}
-    for c in carried:
-        for f in c.periods:
-            key = (c.team, f.period)
+    for team, figures in counted:
+        for f in figures:
+            key = (team, f.period)
             live[key] = live.get(key, _Sum()).plus(f, jobs=1 if f.spent_usd > 0 else 0)
     out = []
     for budget in policy.budgets:

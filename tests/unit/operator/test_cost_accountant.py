@@ -15,6 +15,7 @@ import pytest
 from accel_api import catalog
 from accel_api.job import AcceleratorJobStatus
 from accel_api.policy import AcceleratorPolicy
+from accel_operator.adapters.kube.client import ClusterUnavailable
 from accel_operator.adapters.kube.costs import FakeCostWriter
 from accel_operator.adapters.kube.jobs import FakeJobWriter
 from accel_operator.adapters.pricebook import PriceBook
@@ -226,3 +227,31 @@ def test_a_lagging_watch_of_the_policy_loses_no_job_this_process_carried() -> No
     # Built on the newer copy this process wrote, not on the watch's older one (which has no b).
     assert _team_spent(costs) == pytest.approx(2 * 7.2 + 7.2)
     assert sorted(costs.policies["budgets"]["ledger"]["settledUids"]) == ["uid-a", "uid-b"]
+
+
+def test_the_policy_carries_a_job_as_its_status_holds_it() -> None:
+    """The team's spending counts the ledger as computed now; what survives the job is what its
+    status holds (written at most every write interval, and not when the write failed)."""
+    world, writer, costs = _world(), FakeJobWriter(), FakeCostWriter()
+    acc = _accountant(world, writer, costs, write_every=3600.0)
+    asyncio.run(acc.step(T0 + HOUR / 2))  # written: $3.60
+    _show(world, writer)
+
+    def carried() -> float:
+        (job,) = costs.policies["budgets"]["ledger"]["carried"]
+        return float(job["periods"][0]["spentUsd"])
+
+    asyncio.run(acc.step(T0 + HOUR))  # not due: the status still says $3.60
+    assert writer.statuses[("ns", "a")]["cost"]["spentUsd"] == pytest.approx(3.6)
+    assert _team_spent(costs) == pytest.approx(7.2) and carried() == pytest.approx(3.6)
+    (view,) = world.jobs[("ns", "a")]
+    done = {"phase": "Succeeded", "completionTime": "2026-11-26T14:00:00Z"}
+    status = {**view.status.model_dump(by_alias=True, mode="json", exclude_none=True), **done}
+    world.jobs[("ns", "a")] = [dataclasses.replace(view, status=AcceleratorJobStatus.model_validate(status))]
+    writer.fail_next = ClusterUnavailable("the API server is away")
+    asyncio.run(acc.step(T0 + 4 * HOUR))  # the end is written at once ... but that write fails
+    assert "cost" in writer.statuses[("ns", "a")] and _team_spent(costs) == pytest.approx(2 * 7.2)
+    assert carried() == pytest.approx(3.6)
+    del world.jobs[("ns", "a")]
+    asyncio.run(acc.step(T0 + 5 * HOUR))
+    assert _team_spent(costs) == pytest.approx(3.6)  # exactly what the job's status said last

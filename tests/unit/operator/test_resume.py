@@ -360,3 +360,20 @@ def test_admitted_to_running_records_when_the_attempt_started() -> None:
     w.pod("a", 0, 0, node="p-0")
     d = decide(job, w.snapshot(), NOW)
     assert d.phase is JobPhase.RUNNING and d.status["attemptStartTime"] == _ts(NOW)
+
+
+def test_lost_work_ends_when_kubernetes_recorded_the_end_not_when_the_operator_noticed() -> None:
+    """The operator was down when the attempt ended: its failure record keeps the batch Job's
+    end, earlier than the recorded time; the work lost runs from the checkpoint to that end."""
+    w = World().pool("p")
+    ended = PREEMPTED - dt.timedelta(seconds=20)
+    failure = {
+        "kind": "Preemption",
+        "attempt": 0,
+        "reason": "PodFailurePolicy",
+        "time": _ts(PREEMPTED),
+        "held": {"pool": "p", "devices": 8, "endTime": _ts(ended)},
+    }
+    job = w.job("a", "p", devices=8, status=_preempted(lastFailure=failure), checkpoint=S3)
+    d = decide(job, w.snapshot(), NOW, lookup=_lookup(STEP_1))
+    assert d.status["lastFailure"]["lostDeviceSeconds"] == 8 * (ended - STEP_1.time).total_seconds() == 80

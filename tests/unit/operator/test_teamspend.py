@@ -51,15 +51,26 @@ def _spent(uid: str, start: dt.datetime, until: dt.datetime) -> float:
     return devices * max(0.0, (until - max(start, T0)).total_seconds()) / 3600 * price
 
 
-def _live(alive: set[str], now: dt.datetime, extra: frozenset[str] | set[str] = frozenset()) -> list[teamspend.LiveJob]:
-    return [teamspend.LiveJob(u, JOBS[u][0], _cost(u, now)) for u in sorted(alive | extra)]
+def _live(
+    alive: set[str],
+    now: dt.datetime,
+    extra: frozenset[str] | set[str] = frozenset(),
+    shown: dict[str, dt.datetime] | None = None,
+) -> list[teamspend.LiveJob]:
+    """The live jobs' ledgers now; ``shown``: when each job's status was last written (what the
+    policy carries; nothing when never), else now."""
+    out = []
+    for u in sorted(alive | extra):
+        written = None if shown is None else _cost(u, shown[u]) if u in shown else CostStatus()
+        out.append(teamspend.LiveJob(u, JOBS[u][0], _cost(u, now), written=written))
+    return out
 
 
 def _by(spend: list[TeamSpend], team: str, period: BudgetPeriod) -> float:
     return next(s.spent_usd for s in spend if (s.team, s.period) == (team, period))
 
 
-ops = st.lists(st.sampled_from(["tick", "delete", "fail", "replay", "stale", "restart"]), max_size=30)
+ops = st.lists(st.sampled_from(["tick", "delete", "fail", "replay", "stale", "restart", "throttled"]), max_size=30)
 
 
 @settings(max_examples=150, deadline=None)
@@ -67,7 +78,8 @@ ops = st.lists(st.sampled_from(["tick", "delete", "fail", "replay", "stale", "re
 def test_deleted_jobs_keep_their_money_exactly_once(ops: list[str], data: st.DataObject) -> None:
     alive = set(JOBS)
     written: SpendLedger | None = None  # the policy's status.ledger (what the last good write stored)
-    written_at: dict[str, dt.datetime] = {}  # uid -> the time of the last good write while it lived
+    shown: dict[str, dt.datetime] = {}  # uid -> when the job's own status was last written
+    written_at: dict[str, dt.datetime] = {}  # uid -> the job status time the last good policy write carried
     gone: set[str] = set()
     now = T0
     for op in ops:
@@ -79,19 +91,22 @@ def test_deleted_jobs_keep_their_money_exactly_once(ops: list[str], data: st.Dat
             continue
         # A stale watch that still shows jobs already folded: they count no more.
         extra = {u for u in gone if written is not None and u in written.settled_uids} if op == "stale" else set()
-        done = teamspend.step(POLICY, written, _live(alive, now, extra), alive | extra, now)
+        if op != "throttled":  # the jobs' statuses are written this tick (else they keep an older ledger)
+            shown.update(dict.fromkeys(alive, now))
+        done = teamspend.step(POLICY, written, _live(alive, now, extra, shown), alive | extra, now)
         if op == "fail":
             continue  # the status write failed: the next step starts from what is stored
         if op == "replay":  # the same step again on what it produced: nothing moves
-            again = teamspend.step(POLICY, done.ledger, _live(alive, now), alive, now)
+            again = teamspend.step(POLICY, done.ledger, _live(alive, now, shown=shown), alive, now)
             assert again.ledger == done.ledger and again.spend == done.spend and again.folded == ()
         if op == "restart":  # a new process: the stored copy, parsed from its wire form
             written = SpendLedger.model_validate(written.to_wire()) if written is not None else None
-            done = teamspend.step(POLICY, written, _live(alive, now), alive, now)
+            done = teamspend.step(POLICY, written, _live(alive, now, shown=shown), alive, now)
         written = done.ledger
-        for uid in alive:
-            written_at[uid] = now
-        # The invariant, by hand: live jobs' spending now + each deleted job's at its last write.
+        for uid in alive & set(shown):
+            written_at[uid] = shown[uid]
+        # The invariant, by hand: live jobs' spending now + each deleted job's as its own status
+        # held it at the last policy write.
         for team, period in (("red", BudgetPeriod.MONTHLY), ("red", BudgetPeriod.DAILY), ("blue", BudgetPeriod.WEEKLY)):
             start = ledger.period_start(period.value, now)
             expected = sum(_spent(u, start, now) for u in alive if JOBS[u][0] == team)
