@@ -228,7 +228,12 @@ def test_an_attempt_after_a_consolidation_move_keeps_off_the_gangs_nodes(nodes: 
 
     pod = pod_of(build(replace(spec(devices=8 * nodes, nodes=nodes), avoid_nodes=("n2", "n1")))[0])
     (term,) = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
-    assert term == {"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": ["n1", "n2"]}]}
+    assert term == {
+        "matchFields": [
+            {"key": "metadata.name", "operator": "NotIn", "values": ["n1"]},
+            {"key": "metadata.name", "operator": "NotIn", "values": ["n2"]},
+        ]
+    }
     assert ("podAntiAffinity" in pod["affinity"]) == (nodes > 1)  # the gang's own rule stays
     assert "nodeAffinity" not in (pod_of(build(spec(devices=8 * nodes, nodes=nodes))[0]).get("affinity") or {})
 

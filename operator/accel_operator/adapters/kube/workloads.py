@@ -254,7 +254,10 @@ def _placement(w: WorkloadSpec) -> tuple[str, dict[str, Any]]:
         }
     if w.avoid_nodes:
         # After a consolidation move: the nodes cleared for a gang are not refilled by this attempt.
-        term = {"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": sorted(w.avoid_nodes)}]}
+        # A node field selector takes one value per requirement; requirements of one term are ANDed.
+        term = {
+            "matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": [n]} for n in sorted(w.avoid_nodes)]
+        }
         fields.setdefault("affinity", {})["nodeAffinity"] = {
             "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}
         }
