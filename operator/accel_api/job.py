@@ -587,7 +587,10 @@ class ConsolidationMove(ApiModel):
     abandoned (the gang no longer waits). Kept after the move: the rate limit and the rule that a job
     is not moved again soon are counted from it, so an operator restart resets neither."""
 
-    gang: bounds.ShortText = Field(description="namespace/name of the waiting job the move makes room for.")
+    gang: str = Field(
+        max_length=bounds.DNS_LABEL_LENGTH + 1 + bounds.DNS_SUBDOMAIN_LENGTH,
+        description="namespace/name of the waiting job the move makes room for.",
+    )
     targets: Annotated[
         list[bounds.ObjectName],
         BeforeValidator(bounds.keep_first(bounds.STATUS_DEVICES)),
@@ -595,6 +598,9 @@ class ConsolidationMove(ApiModel):
     ] = Field(default_factory=list, description="The nodes the gang is to get: the next attempt is kept off them.")
     attempt: bounds.Count = Field(default=0, description="The attempt the move ends.")
     requested_time: bounds.Time
+    checkpoint_step: Annotated[int, Field(ge=0, le=bounds.GENERATION_MAX)] | None = Field(
+        default=None, description="The step of the latest checkpoint when the move was asked: it waits for a later one."
+    )
     state: Literal["requested", "moved", "abandoned"] = "requested"
     ended_time: bounds.Time | None = Field(default=None, description="When it was carried out or abandoned.")
 

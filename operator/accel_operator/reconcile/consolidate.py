@@ -418,10 +418,11 @@ def start(job: JobView, order: Order, snapshot: Snapshot, now: dt.datetime, rule
         if p.attempt == job.status.attempt and p.node and not p.ended
     )
     m = ConsolidationMove(
-        gang=_name(order.gang)[:128],
+        gang=_name(order.gang),
         targets=list(order.targets),
         attempt=job.status.attempt,
         requested_time=_ts(now),
+        checkpoint_step=job.status.last_checkpoint.step if job.status.last_checkpoint is not None else None,
     )
     message = _clip(
         f"moving to make room for {_name(order.gang)}, which needs whole nodes ({', '.join(order.targets)}): "
@@ -439,6 +440,19 @@ def start(job: JobView, order: Order, snapshot: Snapshot, now: dt.datetime, rule
         ),
         reason=message,
     )
+
+
+def _saved_since(job: JobView, m: ConsolidationMove) -> bool:
+    """Whether the job wrote a checkpoint after the request: a later step than the one it had then
+    (timestamps in status have whole seconds, so a checkpoint seen in the request's second would
+    pass a comparison of times); by time only when no step is known."""
+    last = job.status.last_checkpoint
+    if last is None:
+        return False
+    if last.step is not None and m.checkpoint_step is not None:
+        return last.step > m.checkpoint_step
+    saved_at, asked = parse_time(last.time), parse_time(m.requested_time)
+    return saved_at is not None and asked is not None and saved_at > asked
 
 
 def carry(
@@ -476,8 +490,7 @@ def carry(
             Stage.ABANDONED,
         )
     asked = parse_time(m.requested_time) or now
-    saved_at = parse_time(st.last_checkpoint.time if st.last_checkpoint is not None else None)
-    saved = saved_at is not None and saved_at >= asked
+    saved = _saved_since(job, m)
     if saved or (now - asked).total_seconds() >= rules.checkpoint_grace:
         done = m.model_copy(update={"state": "moved", "ended_time": _ts(now)})
         point = (

@@ -98,7 +98,7 @@ def _running(devices: int, **extra: Any) -> dict[str, Any]:
 
 
 CKPT = {"uri": "s3://ckpt/x", "intervalMinutes": 10}
-SAVED = {"lastCheckpoint": {"uri": "s3://ckpt/x/step-5", "time": "2026-11-26T11:50:00Z"}}
+SAVED = {"lastCheckpoint": {"uri": "s3://ckpt/x/step-5", "step": 5, "time": "2026-11-26T11:50:00Z"}}
 
 
 def _fragmented(*, x_saved: bool = True, y_ends_soon: bool = False) -> World:
@@ -370,6 +370,7 @@ def test_start_writes_the_marker_asks_for_a_checkpoint_and_says_why() -> None:
         "targets": ["p-0"],
         "attempt": 0,
         "requestedTime": "2026-11-26T12:00:00Z",
+        "checkpointStep": 5,
         "state": "requested",
         "endedTime": None,
     }
@@ -437,6 +438,31 @@ def test_carry_moves_after_the_checkpoint_or_the_grace(
         assert d.phase is JobPhase.RUNNING and not deleted
     if stage is c.Stage.ABANDONED:
         assert d.status["health"]["consolidation"]["state"] == "abandoned"
+
+
+@pytest.mark.parametrize(
+    ("asked_step", "saved_step", "saved_at", "moved"),
+    [
+        (5, 5, "2026-11-26T11:59:00Z", False),  # the same checkpoint, seen in the request's second
+        (5, 6, "2026-11-26T11:59:00Z", True),  # a later step in that second
+        (None, None, "2026-11-26T11:59:00Z", False),  # no steps: by time, strictly after the request
+        (None, None, "2026-11-26T11:59:01Z", True),
+    ],
+)
+def test_a_checkpoint_counts_only_when_written_after_the_request(
+    asked_step: int | None, saved_step: int | None, saved_at: str, moved: bool
+) -> None:
+    w = World().pool("p", nodes=2)
+    last = {"uri": f"s3://ckpt/x/step-{saved_step or 5}", "step": saved_step, "time": saved_at}
+    status = {**_running(4, lastCheckpoint=last), **_marker(at="2026-11-26T11:59:00Z", checkpointStep=asked_step)}
+    w.job("x", "p", devices=4, status=status, checkpoint=CKPT)
+    w.pod("x", 0, 0, node="p-0", devices=4, checkpoint_now="2026-11-26T11:59:00Z")
+    w.workload("x", 0, active=1)
+    w.job("g", "p", devices=8, status={})
+    snap = w.snapshot()
+    x = snap.jobs[("ns", "x")]
+    _, stage = c.carry(decide(x, snap, T0), x, snap, T0, c.Rules(checkpoint_grace=600))
+    assert (stage is c.Stage.MOVED) is moved
 
 
 def test_carry_asks_again_when_the_request_did_not_reach_the_pods() -> None:
