@@ -341,7 +341,10 @@ def amend(
     pool, blocked = decision.blocks
     cap = snapshot.capacity.get(pool)
     if cap is None or cap.free_devices < blocked.gang.devices or cap.fits(blocked.gang):
-        waiting = in_flight(snapshot, job.key, now, rules.settle) if cap is not None else []
+        # Not fragmentation (now). Only a gang that ordered moves looks for them (a scan of the jobs).
+        before = next((c for c in job.status.conditions if c.type == CONSOLIDATION), None)
+        ordered = before is not None and before.reason == EVENT and cap is not None
+        waiting = in_flight(snapshot, job.key, now, rules.settle) if ordered else []
         if not waiting:
             return decision, ()
         # The moved jobs' devices are not free yet: say what the gang waits for.
