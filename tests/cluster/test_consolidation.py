@@ -122,11 +122,11 @@ def _fragmented(api: client.ApiClient, core: client.CoreV1Api, namespace: str, p
     assert y_node != x_node
     for job in ("x", "y"):
         _report_checkpoint(core, namespace, job, 0, 5)
-        wait_for(
-            lambda job=job: (status(api, namespace, job).get("lastCheckpoint") or {}).get("step") == 5,
-            timeout=30,
-            what=f"{job}'s checkpoint in its status",
-        )
+    wait_for(
+        lambda: all((status(api, namespace, j).get("lastCheckpoint") or {}).get("step") == 5 for j in ("x", "y")),
+        timeout=30,
+        what="both checkpoints in status",
+    )
     create_job(api, job_doc(namespace, pool, devices=16, name="gang"))
     return next(n for n in nodes if n not in (x_node, y_node))
 
