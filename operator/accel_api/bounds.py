@@ -73,6 +73,7 @@ USD_MAX: Final = 1e9  # a job's maxCost or a team's budget per period
 PRICE_MAX: Final = 1000.0  # USD per device-hour; list prices are $0.2-$15
 PREEMPTION_RATE_MAX: Final = 60.0  # per node-hour: one a minute is already useless capacity
 RESTART_SECONDS_MAX: Final = 86_400.0
+CONSOLIDATION_MOVES_PER_HOUR: Final = 100  # jobs moved to defragment a pool, per hour, cluster-wide
 STATUS_USD_MAX: Final = 1e15  # money in status (spent, lost, estimated)
 STATUS_SECONDS_MAX: Final = 1e15  # durations in status (30 million years)
 STATUS_COUNT_MAX: Final = 2**31 - 1  # counters in status (preemptions, nodes, attempts)

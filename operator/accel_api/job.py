@@ -581,6 +581,30 @@ class RightSize(ApiModel):
     reason: bounds.Message | None = None
 
 
+class ConsolidationMove(ApiModel):
+    """A move of this job to make room for a waiting gang (``reconcile/consolidate.py``): asked
+    (checkpoint now), then carried out (the attempt ended; the next one avoids ``targets``) or
+    abandoned (the gang no longer waits). Kept after the move: the rate limit and the rule that a job
+    is not moved again soon are counted from it, so an operator restart resets neither."""
+
+    gang: str = Field(
+        max_length=bounds.DNS_LABEL_LENGTH + 1 + bounds.DNS_SUBDOMAIN_LENGTH,
+        description="namespace/name of the waiting job the move makes room for.",
+    )
+    targets: Annotated[
+        list[bounds.ObjectName],
+        BeforeValidator(bounds.keep_first(bounds.STATUS_DEVICES)),
+        Field(max_length=bounds.STATUS_DEVICES),
+    ] = Field(default_factory=list, description="The nodes the gang is to get: the next attempt is kept off them.")
+    attempt: bounds.Count = Field(default=0, description="The attempt the move ends.")
+    requested_time: bounds.Time
+    checkpoint_step: Annotated[int, Field(ge=0, le=bounds.GENERATION_MAX)] | None = Field(
+        default=None, description="The step of the latest checkpoint when the move was asked: it waits for a later one."
+    )
+    state: Literal["requested", "moved", "abandoned"] = "requested"
+    ended_time: bounds.Time | None = Field(default=None, description="When it was carried out or abandoned.")
+
+
 class HealthStatus(ApiModel):
     """What the operator read from the node agents' reports about this job's devices. The markers
     (idle since, hung since, a move requested) live here so they survive an operator restart."""
@@ -593,6 +617,7 @@ class HealthStatus(ApiModel):
     move_reason: bounds.Message | None = None
     right_size: RightSize | None = None
     moves: bounds.Count = 0
+    consolidation: ConsolidationMove | None = None
 
 
 class AttemptHeld(ApiModel):

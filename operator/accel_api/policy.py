@@ -52,6 +52,21 @@ class PoolAccess(ApiModel):
     )
 
 
+class ConsolidationRules(ApiModel):
+    """Whether the operator may move running jobs to make room for a gang that fragmentation keeps
+    waiting (checkpoint now, end the attempt, resume elsewhere). Several policies combine strictly:
+    consolidation is performed only when every policy that says something allows it; the lowest
+    ``maxMovesPerHour`` and the highest ``minRemainingMinutes`` apply."""
+
+    allowed: bool = Field(default=False, description="Perform the proposed moves (false: propose only).")
+    max_moves_per_hour: Annotated[int, Field(ge=0, le=bounds.CONSOLIDATION_MOVES_PER_HOUR)] = Field(
+        default=2, description="Moves started in any hour, across the cluster (0 to 100)."
+    )
+    min_remaining_minutes: Annotated[float, Field(ge=0, le=bounds.CHECKPOINT_MINUTES_MAX)] = Field(
+        default=15.0, description="A job expected to end (or reach its deadline) sooner is never moved (0 to 10080)."
+    )
+
+
 class AcceleratorPolicySpec(ApiModel):
     """Bounds: 256 budgets and access rules, 64 reserved names, at most 65536 devices per job."""
 
@@ -61,6 +76,9 @@ class AcceleratorPolicySpec(ApiModel):
         default_factory=list,
         max_length=bounds.POLICY_ITEMS,
         description="Empty: every team may use every pool.",
+    )
+    consolidation: ConsolidationRules | None = Field(
+        default=None, description="Moving running jobs so a fragmented pool fits a gang; absent: propose only."
     )
     max_devices_per_job: Annotated[int, Field(ge=1, le=bounds.DEVICES)] | None = None
     reserved_env: list[Annotated[str, Field(min_length=1, max_length=bounds.ENV_NAME_LENGTH)]] = Field(

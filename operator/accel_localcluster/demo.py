@@ -13,7 +13,9 @@
    with their CA bundle); ``kubectl apply`` of a spot job without checkpointing, and of a job
    naming another namespace's team, are refused with the messages the user sees;
 5. on a pool of two nodes, a device fails under a running job: the operator taints the node, asks
-   the job to checkpoint and moves it to the other node (:mod:`demo_reschedule`);
+   the job to checkpoint and moves it to the other node (:mod:`demo_reschedule`); then, on a
+   fragmented pool of three nodes, a 2-node gang waits with a proposal until a policy allows
+   consolidation, and one 4-GPU job moves so that it starts (:mod:`demo_consolidate`);
 6. a spot interruption warning on EventBridge's SQS queue (moto, :mod:`demo_signals`) for the
    node of a running spot job: the operator taints the node, asks the job's pod to checkpoint
    now and deletes the message, before the node goes; then the node goes (a preemption);
@@ -46,7 +48,15 @@ from kubernetes import client
 from accel_api import load_documents, parse_resource, registry
 from accel_api import vocabulary as v
 from accel_api.pool import AcceleratorPool, AcceleratorPoolSpec
-from accel_localcluster import default_cluster, demo_reschedule, demo_signals, demo_spot, kubeapi, nodes
+from accel_localcluster import (
+    default_cluster,
+    demo_consolidate,
+    demo_reschedule,
+    demo_signals,
+    demo_spot,
+    kubeapi,
+    nodes,
+)
 from accel_localcluster.control_plane import REPO
 
 EXAMPLES = REPO / "examples"
@@ -234,6 +244,7 @@ def main(argv: list[str] | None = None) -> int:
     docs = [d for p in sorted(EXAMPLES.glob("*.yaml")) for d in load_documents(p.read_text(), source=p.name)]
     _clean(custom, {d["metadata"]["namespace"] for d in docs if d["kind"] == "AcceleratorJob"} | {DEMO_NS})
     demo_reschedule.clean(api)
+    demo_consolidate.clean(api)
     for doc in docs:
         if doc["kind"] in ("AcceleratorPool", "AcceleratorPolicy"):
             kubeapi.apply(api, doc)
@@ -328,6 +339,9 @@ def main(argv: list[str] | None = None) -> int:
 
         _section("a device fails under a running job: the job moves")
         demo_reschedule.run(api, cluster.kubeconfig, DEMO_NS, _wait, args.timeout)
+
+        _section("a fragmented pool keeps a gang waiting: consolidation, once a policy allows it")
+        demo_consolidate.run(api, DEMO_NS, _wait, args.timeout)
 
         _section("a spot interruption warning: checkpoint now, before the node goes")
         if sqs is None:

@@ -52,8 +52,16 @@ class OperatorMetrics:
         )
         self.moves = Counter(
             "accel_operator_moves_total",
-            "Running attempts ended to start the job again elsewhere, by reason (device-unhealthy, hung).",
+            "Running attempts ended to start the job again elsewhere, by reason "
+            "(device-unhealthy, hung, consolidation).",
             ["reason"],
+            registry=r,
+        )
+        self.consolidation_moves = Counter(
+            "accel_operator_consolidation_moves_total",
+            "Jobs moved to make room for a gang in a fragmented pool, by stage (reconcile.consolidate.Stage: "
+            "requested, moved, abandoned).",
+            ["stage"],
             registry=r,
         )
         self.node_taints = Counter(

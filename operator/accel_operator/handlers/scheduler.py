@@ -405,6 +405,7 @@ class Scheduler:
         if full or capacity:  # a device's health changed (a capacity pass), or the resync
             self._node_actions(snap)
         rules = self.health_rules
+        crules = self.consolidation_rules(snap)
         plans = dict(snap.plans)
         refused: set[tuple[str, Gang]] = set()  # shapes that did not fit a pool in this pass
         queue: dict[str, int] = {}
@@ -435,8 +436,11 @@ class Scheduler:
                 decision, moved = health.amend(decision, job, snap, now, rules)
                 if moved is not None:
                     self.metrics.moves.labels(moved.value).inc()
+                decision, stage = consolidate.carry(decision, job, snap, now, crules)
+                self._count_consolidation(stage)
             elif decision.phase is JobPhase.PENDING:
-                decision = consolidate.amend(decision, job, snap, now)
+                decision, orders = consolidate.amend(decision, job, snap, now, crules)
+                snap = self._start_moves(job, orders, snap, now, crules)
             if decision.admitted is not None:
                 pool, gang = decision.admitted
                 end = now + dt.timedelta(seconds=_seconds(decision))
@@ -459,6 +463,44 @@ class Scheduler:
             for pool in snap.pools:
                 self.metrics.queue_depth.labels(pool).set(queue.get(pool, 0))
         self.metrics.pass_seconds.observe(time.perf_counter() - t0)
+
+    # --- consolidation (reconcile/consolidate.py) ------------------------------------------------
+
+    def consolidation_rules(self, snap: Snapshot) -> consolidate.Rules:
+        s = self.settings
+        # A gang waits this long for the moves made for it (checkpoint, then the moved job's new
+        # attempt bound) before it may propose more.
+        settle = s.checkpoint_grace_seconds + s.bind_timeout_seconds + 60.0
+        return consolidate.rules_from(snap.policy.policies, checkpoint_grace=s.checkpoint_grace_seconds, settle=settle)
+
+    def _start_moves(
+        self,
+        gang: JobView,
+        orders: tuple[consolidate.Order, ...],
+        snap: Snapshot,
+        now: dt.datetime,
+        rules: consolidate.Rules,
+    ) -> Snapshot:
+        """Each order's first step on the job to move (its own status write, event and
+        checkpoint-now request); the snapshot then counts it for the rest of the pass."""
+        for order in orders:
+            job = snap.jobs.get(order.move.job)
+            if job is None or job.key in self.acting:
+                self.dirty.add(gang.key)  # busy: the gang proposes again next pass
+                continue
+            decision = consolidate.start(job, order, snap, now, rules)
+            if decision is None:
+                continue
+            self._apply(job, decision, snap)
+            self._count_consolidation(consolidate.Stage.REQUESTED)
+            snap = consolidate.with_started(snap, job, decision)
+        return snap
+
+    def _count_consolidation(self, stage: consolidate.Stage | None) -> None:
+        if stage is not None:
+            self.metrics.consolidation_moves.labels(stage.value).inc()
+            if stage is consolidate.Stage.MOVED:
+                self.metrics.moves.labels(health.MoveReason.CONSOLIDATION.value).inc()
 
     # --- apply ------------------------------------------------------------------------------
 
@@ -575,6 +617,7 @@ class Scheduler:
                 devices=action.devices,
                 nodes=action.nodes,
                 resume_from=action.resume_from,
+                avoid_nodes=consolidate.avoid_nodes(job),
             )
             batch_job, service = wl_mod.build(spec)
             created = await _retrying(self.metrics, "create_workload", self.workloads.create, batch_job, service)

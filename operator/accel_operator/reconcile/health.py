@@ -49,6 +49,7 @@ class MoveReason(StrEnum):
 
     DEVICE_UNHEALTHY = "device-unhealthy"
     HUNG = "hung"
+    CONSOLIDATION = "consolidation"  # reconcile/consolidate.py: room for a gang
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,6 +223,9 @@ def _move(
         reason=message,
     )
     return decision, reason
+
+
+move = _move  # the same move, for consolidation (reconcile/consolidate.py)
 
 
 def amend(

@@ -222,6 +222,22 @@ def test_gang_pods_never_share_a_node() -> None:
     assert term["labelSelector"]["matchLabels"] == {v.LABEL_JOB: "llama", v.LABEL_ATTEMPT: "0"}
 
 
+@pytest.mark.parametrize("nodes", [1, 2])
+def test_an_attempt_after_a_consolidation_move_keeps_off_the_gangs_nodes(nodes: int) -> None:
+    from dataclasses import replace
+
+    pod = pod_of(build(replace(spec(devices=8 * nodes, nodes=nodes), avoid_nodes=("n2", "n1")))[0])
+    (term,) = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert term == {
+        "matchFields": [
+            {"key": "metadata.name", "operator": "NotIn", "values": ["n1"]},
+            {"key": "metadata.name", "operator": "NotIn", "values": ["n2"]},
+        ]
+    }
+    assert ("podAntiAffinity" in pod["affinity"]) == (nodes > 1)  # the gang's own rule stays
+    assert "nodeAffinity" not in (pod_of(build(spec(devices=8 * nodes, nodes=nodes))[0]).get("affinity") or {})
+
+
 def test_pod_failure_policy_rules_in_the_order_the_operator_reads() -> None:
     rules = build(spec())[0]["spec"]["podFailurePolicy"]["rules"]
     assert len(rules) == 2

@@ -112,6 +112,7 @@ class WorkloadSpec:
     nodes: int  # pods, one per node
     resume_from: str | None = None  # the latest complete checkpoint, or None
     reserved_env: tuple[str, ...] = ()  # a policy's additions (spec.reservedEnv), same notation
+    avoid_nodes: tuple[str, ...] = ()  # nodes kept for a gang this attempt must not take (consolidation)
 
     @property
     def name(self) -> str:
@@ -250,6 +251,15 @@ def _placement(w: WorkloadSpec) -> tuple[str, dict[str, Any]]:
                     {"labelSelector": {"matchLabels": selector(w)}, "topologyKey": "kubernetes.io/hostname"}
                 ]
             }
+        }
+    if w.avoid_nodes:
+        # After a consolidation move: the nodes cleared for a gang are not refilled by this attempt.
+        # A node field selector takes one value per requirement; requirements of one term are ANDed.
+        term = {
+            "matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": [n]} for n in sorted(w.avoid_nodes)]
+        }
+        fields.setdefault("affinity", {})["nodeAffinity"] = {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}
         }
     return resource, fields
 
