@@ -115,6 +115,8 @@ def spec_for(row: dict[str, Any]) -> AcceleratorJobSpec:
         }
         if row.get("recompute", "none") != "none":
             wl["recompute"] = row["recompute"]
+        if row.get("pipeline_parallel", 1) > 1:
+            wl |= {"pipelineParallel": row["pipeline_parallel"], "gradientAccumulation": row["grad_accum"]}
     else:
         wl |= {
             "mode": "inference",
@@ -165,7 +167,7 @@ def compare(rows: Iterable[dict[str, Any]], cat: catalog.Catalog | None = None) 
         accel = cat.get(row.get("accelerator") or DEFAULT_ACCELERATOR)
         assert accel is not None, row.get("accelerator")
         w = profile.from_spec(spec_for(row))
-        layout = Layout(devices=int(row.get("devices", 1)), nodes=1)
+        layout = Layout.of(w, int(row.get("devices", 1)), 1)
         out.append(Comparison(row, memory.estimate(w, accel, layout), throughput.estimate(w, accel, layout)))
     return out
 
