@@ -127,7 +127,7 @@ def _stage_module(torch: Any, model: Any, lo: int, hi: int, *, first: bool, last
     The stage gets its modules as arguments (no closure over ``model``), so deleting the model
     frees what the stage does not hold."""
 
-    class Stage(torch.nn.Module):  # type: ignore[misc,name-defined]
+    class Stage(torch.nn.Module):  # type: ignore[misc]
         def __init__(self, embed: Any, layers: list[Any], norm: Any, lm_head: Any, rotary: Any) -> None:
             super().__init__()
             self.embed = embed
@@ -324,7 +324,7 @@ def _row(c: Config, ranks: list[dict[str, Any]], env: dict[str, Any]) -> dict[st
         step_s = max(r["step_s"] for r in ranks)
         tokens = c.micro_batch * c.seq * c.grad_accum
         row |= {
-            "peak_alloc": max(peaks),
+            "peak_alloc": max(int(r["peak_alloc"]) for r in ranks),
             "peak_alloc_by_stage": peaks,
             "peak_reserved_by_stage": [r["peak_reserved"] for r in ranks],
             "nvml_used_after_by_stage": [r.get("nvml_used_after") for r in ranks],
