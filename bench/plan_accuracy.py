@@ -8,7 +8,8 @@ and inference prefill time. Prints a table, then the median and worst absolute e
 
 Run: ``PYTHONPATH=operator python bench/plan_accuracy.py [FILE.jsonl ...]``; ``--multi-gpu`` compares the
 DDP/FSDP runs on several GPUs instead (tests/data/calibration/multi-gpu/*.jsonl, not its repeats, and the shared
-``h200x2-ddp-fsdp.jsonl``), planning each row on its devices with its sharding.
+``h200x2-ddp-fsdp.jsonl``), planning each row on its devices with its sharding; ``--pipeline`` the 2-stage
+pipeline runs on 2 H100 (tests/data/calibration/pipeline/*.jsonl), with each stage's peak beside the device's.
 """
 
 from __future__ import annotations
@@ -47,6 +48,21 @@ _PRECISION = {"amp_bf16": "amp-bf16", "amp_fp16": "amp-fp16", "bf16": "bf16", "f
 
 MULTI = EXTRA / "multi-gpu"  # its repeats/ folder is not read: the same configurations again
 SHARED_MULTI = SHARED.parent / "h200x2-ddp-fsdp.jsonl"
+
+
+PIPELINE = EXTRA / "pipeline"
+
+
+def pipeline_files() -> list[Path]:
+    """The measured 2-stage pipeline runs (torch.distributed.pipelining on 2 GPUs)."""
+    return sorted(PIPELINE.glob("*.jsonl"))
+
+
+def stage_peaks(c: Comparison) -> tuple[float, ...]:
+    """Predicted peak allocated bytes per pipeline stage (first, last), from the estimate's moments
+    (which leave out the workspace, added here as the device's peak adds it)."""
+    workspace = dict(c.mem.components).get("workspace", 0.0)
+    return tuple(max(v for k, v in c.mem.moments if f"({label} stage)" in k) + workspace for label in ("first", "last"))
 
 
 def calibration_files(extra: Sequence[str] = ()) -> list[Path]:
@@ -115,6 +131,8 @@ def spec_for(row: dict[str, Any]) -> AcceleratorJobSpec:
         }
         if row.get("recompute", "none") != "none":
             wl["recompute"] = row["recompute"]
+        if row.get("pipeline_parallel", 1) > 1:
+            wl |= {"pipelineParallel": row["pipeline_parallel"], "gradientAccumulation": row["grad_accum"]}
     else:
         wl |= {
             "mode": "inference",
@@ -165,7 +183,7 @@ def compare(rows: Iterable[dict[str, Any]], cat: catalog.Catalog | None = None) 
         accel = cat.get(row.get("accelerator") or DEFAULT_ACCELERATOR)
         assert accel is not None, row.get("accelerator")
         w = profile.from_spec(spec_for(row))
-        layout = Layout(devices=int(row.get("devices", 1)), nodes=1)
+        layout = Layout.of(w, int(row.get("devices", 1)), 1)
         out.append(Comparison(row, memory.estimate(w, accel, layout), throughput.estimate(w, accel, layout)))
     return out
 
@@ -186,6 +204,8 @@ def _label(row: dict[str, Any]) -> str:
             parts.append(row["recompute"])
     else:
         parts.append(f"b{row['batch']} p{row['prompt_len']}+{row['new_tokens']}")
+    if row.get("pipeline_parallel", 1) > 1:
+        parts.append(f"pp{row['pipeline_parallel']} {row['schedule']} m{row['grad_accum']}")
     if row.get("attn", "sdpa") != "sdpa":
         parts.append(row["attn"])
     return " ".join(parts)
@@ -198,8 +218,12 @@ def summary(values: Sequence[float | None]) -> tuple[float, float] | None:
 
 def main(argv: Sequence[str]) -> int:
     multi = "--multi-gpu" in argv
-    argv = [a for a in argv if a != "--multi-gpu"]
-    rows = read_rows(multi_gpu_files() if multi and not argv else calibration_files(argv))
+    pipeline = "--pipeline" in argv
+    argv = [a for a in argv if a not in ("--multi-gpu", "--pipeline")]
+    if pipeline and not argv:
+        rows = read_rows(pipeline_files())
+    else:
+        rows = read_rows(multi_gpu_files() if multi and not argv else calibration_files(argv))
     if not rows:
         print("no calibration rows found", file=sys.stderr)
         return 1
@@ -227,6 +251,20 @@ def main(argv: Sequence[str]) -> int:
             f"{oom:>9}  {speed_meas:>10} {speed_pred:>9} {speed_err:>7}  {c.mem.peak_at}"
         )
     print("(oom: measured/predicted; memory in GB = 1e9 bytes; inference speed is the prefill time)")
+    staged = [c for c in results if "peak_alloc_by_stage" in c.row and "peak_alloc" in c.row]
+    if staged:
+        print()
+        head = f"{'first meas':>10} {'pred':>7} {'err':>7}  {'last meas':>9} {'pred':>7} {'err':>7}"
+        print(f"{'pipeline run, per stage':52} {head}")
+        for c in staged:
+            meas = c.row["peak_alloc_by_stage"]
+            pred = stage_peaks(c)
+            errs = [_pct(p / m - 1) for p, m in zip(pred, meas, strict=True)]
+            print(
+                f"{_label(c.row):52} {meas[0] / gb:10.2f} {pred[0] / gb:7.2f} {errs[0]:>7}  "
+                f"{meas[1] / gb:9.2f} {pred[1] / gb:7.2f} {errs[1]:>7}"
+            )
+        print("(the planner plans a pipeline as 1F1B: a GPipe row is shown, not expected to match)")
     print()
     for name, values in (
         ("peak allocated", [c.peak_error() for c in results]),

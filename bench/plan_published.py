@@ -109,7 +109,7 @@ class Comparison:
 
     @property
     def predicted_per_gpu(self) -> float:
-        return self.speed.tokens_per_second / self.row["gpus"]
+        return float(self.speed.tokens_per_second / self.row["gpus"])
 
     def error(self) -> float:
         return self.predicted_per_gpu / float(self.row["tokens_per_s_per_gpu"]) - 1

@@ -1,4 +1,5 @@
-"""The planner against published Megatron-LM and MaxText throughput (held out: nothing was fitted to them).
+"""The planner against published Megatron-LM and MaxText throughput (held out: nothing was fitted to them;
+the MaxText v5e rows are held in).
 
 Two sources in tests/data/published/ (see its README):
 
@@ -19,6 +20,9 @@ Two sources in tests/data/published/ (see its README):
   maxtext``. The published figure is TFLOP/s per chip by MaxText's own count (weights' products
   ×3 for forward and backward, attention 4·s·heads·headDim per token and layer ×3, no causal
   halving): tokens/s per chip = TFLOP/s / that count.
+
+- ``maxtext-v5e-readme.jsonl`` (held in): MaxText's TPU v5e table, 16B–64B on one v5e-256 slice,
+  full remat, no tensor parallelism; the source of the TPU matrix efficiency (see its README).
 
 Prints one line per row (published tokens/s per device, predicted, error, whether it fits and
 the peak per device) and the median and worst absolute errors.
@@ -47,10 +51,13 @@ ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data" / "published"
 MEGATRON = DATA / "megatron-narayanan2021-table1.jsonl"
 MAXTEXT = DATA / "maxtext-v5p-readme.jsonl"
+# Held in: MaxText's TPU v5e table (the 1 × v5e-256 rows of its full-remat, pure-fsdp configurations),
+# the calibration of the TPU matrix-unit efficiency (the catalog's ``mfu`` for v5e and v5p).
+MAXTEXT_V5E = DATA / "maxtext-v5e-readme.jsonl"
 # Selene: 8 × 200 Gbit/s HDR InfiniBand per node of 8 A100: 25 GB/s per GPU.
 SELENE_BYTES_PER_SECOND = 8 * 200e9 / 8 / 8
 GPUS_PER_NODE = 8
-V5P_CHIPS_PER_HOST = 4
+TPU_CHIPS_PER_HOST = 4  # v5p and v5e training hosts: 4 chips each
 # MaxText base.yml: emb 2048, 16 query and 16 KV heads of 128, mlp 7168, 16 layers, vocab 32000.
 MAXTEXT_BASE = (2048, 16, 7168, 16)
 MAXTEXT_HEAD_DIM = 128
@@ -74,7 +81,7 @@ def maxtext_dims(scale: int) -> tuple[int, int, int, int]:
 
 @dataclass(frozen=True)
 class Case:
-    source: str  # "megatron" or "maxtext"
+    source: str  # "megatron", "maxtext" (v5p, held out) or "maxtext-v5e" (held in)
     label: str
     row: dict[str, Any]
     spec: AcceleratorJobSpec
@@ -135,7 +142,7 @@ def megatron_case(row: dict[str, Any], cat: catalog.Catalog) -> Case:
     )
 
 
-def maxtext_case(row: dict[str, Any], cat: catalog.Catalog) -> Case:
+def maxtext_case(row: dict[str, Any], cat: catalog.Catalog, source: str = "maxtext") -> Case:
     emb, heads, mlp, layers = maxtext_dims(row["global_parameter_scale"])
     s, tp, chips = row["seq"], row["ici_tensor_parallelism"], row["chips"]
     q = heads * MAXTEXT_HEAD_DIM
@@ -164,24 +171,28 @@ def maxtext_case(row: dict[str, Any], cat: catalog.Catalog) -> Case:
         "seqLen": s,
         "tensorParallel": tp,
     }
-    accel = cat.get("tpu-v5p")
-    assert accel is not None
+    accel = cat.get("tpu-" + row["accelerator"].split("-")[0])
+    assert accel is not None, row["accelerator"]
     weights = layers * (6 * emb * mlp + 2 * emb * (q + 2 * q) + 2 * q * emb) + 2 * emb * MAXTEXT_VOCAB
     flops_per_token = 3.0 * weights + 3.0 * 4 * s * q * layers
     return Case(
-        source="maxtext",
+        source=source,
         label=f"MaxText {row['model']}, {row['accelerator']} ({chips} chips), tp{tp}, remat {row['remat_policy']}",
         row=row,
         spec=_spec(arch, workload),
         accelerator=accel,
-        layout=Layout(chips, max(1, chips // V5P_CHIPS_PER_HOST), tp, 1, 1),
+        layout=Layout(chips, max(1, chips // TPU_CHIPS_PER_HOST), tp, 1, 1),
         published_per_device=row["tflops_per_chip"] * 1e12 / flops_per_token,
     )
 
 
 def cases(cat: catalog.Catalog | None = None) -> list[Case]:
     cat = cat or catalog.default()
-    return [megatron_case(r, cat) for r in read_rows(MEGATRON)] + [maxtext_case(r, cat) for r in read_rows(MAXTEXT)]
+    return (
+        [megatron_case(r, cat) for r in read_rows(MEGATRON)]
+        + [maxtext_case(r, cat) for r in read_rows(MAXTEXT)]
+        + [maxtext_case(r, cat, "maxtext-v5e") for r in read_rows(MAXTEXT_V5E)]
+    )
 
 
 @dataclass(frozen=True)
@@ -229,9 +240,13 @@ def main(argv: Sequence[str]) -> int:
         subset = [r for r in results if r.case.source == source]
         med, worst = summary(subset)
         print(f"{source:10} {len(subset):3d} rows  median {med * 100:5.1f}%  worst {worst * 100:5.1f}%")
-    med, worst = summary(results)
+    held_out = [r for r in results if r.case.source != "maxtext-v5e"]
+    med, worst = summary(held_out)
+    print(f"{'held out':10} {len(held_out):3d} rows  median {med * 100:5.1f}%  worst {worst * 100:5.1f}%")
+    held_in = [r for r in results if r.case.source == "maxtext-v5e"]
+    med, worst = summary(held_in)
+    print(f"{'v5e held in':10} {len(held_in):3d} rows  median {med * 100:5.1f}%  worst {worst * 100:5.1f}%")
     unfit = [r.case.label for r in results if not r.mem.fits]
-    print(f"{'all':10} {len(results):3d} rows  median {med * 100:5.1f}%  worst {worst * 100:5.1f}%")
     print(f"predicted not to fit (each ran): {len(unfit)}" + (f": {'; '.join(unfit)}" if unfit else ""))
     return 0
 

@@ -539,8 +539,8 @@ def launch(configs: list[Config], devices: int, out: Path, launch_timeout_s: int
             "oom": oom,
             "error": f"launch ended with {rc}; rank states: {ranks}",
         }
-        with out.open("a", encoding="utf-8") as f:
-            f.write(json.dumps(row) + "\n")
+        with out.open("a", encoding="utf-8") as fh:
+            fh.write(json.dumps(row) + "\n")
         print(f"{devices}x {broken.name}: launch died ({rc}), recorded {'oom' if oom else 'error'}", flush=True)
         pending = left[1:]
     return 1 if failures else 0

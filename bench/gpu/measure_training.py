@@ -279,7 +279,7 @@ def _profile_step(step: Any, torch: Any, wall_s: float) -> dict[str, Any]:
 def _selective(c: Config, torch: Any) -> Any:
     """Checkpoint Llama's core attention (QK^T, softmax, PV) as Megatron's selective recompute
     does: returns a function that undoes the patch."""
-    llama = importlib.import_module("transformers.models.llama.modeling_llama")
+    llama: Any = importlib.import_module("transformers.models.llama.modeling_llama")
     original = llama.eager_attention_forward
     checkpoint = importlib.import_module("torch.utils.checkpoint").checkpoint
 

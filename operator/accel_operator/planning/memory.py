@@ -24,6 +24,7 @@ allocator strands) plus the runtime context.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -192,9 +193,53 @@ def _result(peak: _Peak, accel: Accelerator) -> MemoryEstimate:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class _Stage:
+    """What one pipeline stage holds: parameters, micro-batches in flight, and which ends."""
+
+    label: str
+    params: float  # parameters held per device before ZeRO sharding
+    matmul: float  # of which take part in matrix products
+    in_flight: int  # micro-batches whose activations are alive at once (1F1B)
+    head: bool  # the final norm, the output layer and the loss
+    embedding: bool
+
+
+def _stages(w: JobProfile, tp: int) -> tuple[_Stage, ...]:
+    """The stages whose peaks can be the device's: without a pipeline the one device holds all;
+    with one, the first stage (its layers, the embedding, ``in_flight`` micro-batches under 1F1B)
+    and the last (its layers, the norm and the output layer, one micro-batch and the logits; a
+    tied output layer is a copy of the embedding there). Middle stages hold less than the first.
+    Both are given the fullest stage's ceil(layers / p) layers (conservative for an uneven split)."""
+    s = w.shape
+    prm = _params(w, tp)
+    head_matmul = s.vocab * s.hidden / tp
+    if w.pipeline_parallel == 1:
+        return (_Stage("", prm.total, prm.matmul, 1, True, True),)
+    body = w.stage_layers * prm.layer
+    body_matmul = w.stage_layers * s.layer_matmul_params / tp
+    return (
+        _Stage("first stage", body + s.embedding_params / tp, body_matmul, w.in_flight, False, True),
+        _Stage("last stage", body + head_matmul + s.norm_params, body_matmul + head_matmul, 1, True, False),
+    )
+
+
 @functools.lru_cache(maxsize=128)
 def _training_peak(w: JobProfile, tp: int, dp: int) -> _Peak:
-    """What is alive at each moment of a training step, and the bytes the allocator strands."""
+    """What is alive at each moment of a training step (per pipeline stage: the largest is the
+    device's peak), and the bytes the allocator strands."""
+    moments: list[tuple[str, dict[str, float]]] = []
+    stranded = 0.0
+    for stage in _stages(w, tp):
+        stage_moments, persistent = _stage_moments(w, tp, dp, stage)
+        peak = max(sum(parts.values()) for _, parts in stage_moments)
+        stranded = max(stranded, TRAINING_STRANDED * max(0.0, peak - persistent))
+        moments += stage_moments
+    return _peak(moments, stranded)
+
+
+def _stage_moments(w: JobProfile, tp: int, dp: int, stage: _Stage) -> tuple[list[tuple[str, dict[str, float]]], float]:
+    """The moments of one stage's step, and its persistent bytes (weights, states, buckets)."""
     s, num = w.shape, w.numerics
     prm = _params(w, tp)
     blk = blocks.block(s, num, w.attention, w.dropout)
@@ -205,49 +250,56 @@ def _training_peak(w: JobProfile, tp: int, dp: int) -> _Peak:
     shard_g = dp if w.sharding in (Sharding.ZERO2, Sharding.ZERO3, Sharding.FSDP) else 1
     shard_s = dp if w.sharding is not Sharding.NONE else 1
 
-    weights = prm.total * num.param / shard_w
-    grads = prm.total * num.param / shard_g
-    states = _optimizer_state_bytes(s, w.optimizer, num.param) / tp / shard_s
+    weights = stage.params * num.param / shard_w
+    grads = stage.params * num.param / shard_g
+    # The optimizer's states (given for the whole model) scale with the parameters the stage holds.
+    held = stage.params / (s.layers * prm.layer + (s.embedding_params + s.head_params) / tp + s.norm_params)
+    states = _optimizer_state_bytes(s, w.optimizer, num.param) / tp / shard_s * held
     if w.framework is Framework.DEEPSPEED and num.param == 4:
         weights, grads, states = _deepspeed_states(w, tp, dp)
+        weights, grads = weights * stage.params / prm.total, grads * stage.params / prm.total
+        states *= held
     buckets = 0.0
     ddp_grads = 0.0
     if w.sharding is Sharding.NONE and dp > 1:
-        buckets = prm.total * num.param  # DDP's bucket copy of every gradient
+        buckets = stage.params * num.param  # DDP's bucket copy of every gradient
     elif w.sharding is Sharding.ZERO2 and dp > 1:
-        buckets = min(prm.total * num.param, ZERO_BUCKET_BYTES)
+        buckets = min(stage.params * num.param, ZERO_BUCKET_BYTES)
     # Weights as the matrix products see them. Fully sharded: the current and the prefetched
     # layer are gathered in the compute dtype (and the layer's full gradient in backward).
     # Otherwise, under autocast, the cast cache keeps a bf16 copy of every matrix from its first
     # use until autocast exits after the loss, and autograd keeps them for backward.
     gathered = 2 * prm.layer * num.compute if fully_sharded else 0.0
     gathered_bwd = gathered + (prm.layer * num.param if fully_sharded else 0.0)
-    copies_all = prm.matmul * num.compute if num.autocast and not fully_sharded else 0.0
-    head_matmul = s.vocab * s.hidden / tp
+    copies_all = stage.matmul * num.compute if num.autocast and not fully_sharded else 0.0
+    # Without checkpointing autograd keeps each in-flight micro-batch's copies for its backward
+    # (autocast's cache is emptied when each stage forward exits, so every forward casts anew).
+    copies_fwd = copies_all * (1 if w.checkpointing else stage.in_flight)
+    head_matmul = s.vocab * s.hidden / tp if stage.head else 0.0
     layer_matmul = s.layer_matmul_params / tp
     # Under checkpointing, recomputed layers re-cast their weights: backward keeps only the LM
     # head's copy and the current layer's.
     recast = (head_matmul + layer_matmul) * num.compute if copies_all else 0.0
-    copies_bwd = recast if w.checkpointing else copies_all
+    copies_bwd = recast if w.checkpointing else copies_fwd
 
     # Selective recompute (Megatron's core attention): the s×s scores are rebuilt in backward.
     per_score = 0.0 if w.selective else blk.saved_per_score * w.seq_len / tp
     per_layer = blk.saved_shared + blk.saved_split / tp + per_score
     one_layer = per_layer * tokens
     rotary = 2.0 * s.head_dim * num.residual * tokens if s.positions == 0 else 0.0  # cos, sin
-    embed_mask = s.hidden * tokens if w.dropout > 0 else 0.0
-    # Pipeline parallel: the first stage's layers, for each micro-batch in flight under 1F1B.
-    stage = w.stage_layers * w.in_flight
+    embed_mask = s.hidden * tokens if w.dropout > 0 and stage.embedding else 0.0
+    # Pipeline parallel: the stage's layers, for each micro-batch in flight under 1F1B.
+    layers_alive = w.stage_layers * stage.in_flight
     if w.checkpointing:
-        tape = blk.checkpoint_input * tokens * stage
+        tape = blk.checkpoint_input * tokens * layers_alive
         tape_bwd_layer = tape + one_layer  # one layer recomputed in backward
     else:
-        tape = one_layer * stage
+        tape = one_layer * layers_alive
         tape_bwd_layer = tape
     tape += rotary + embed_mask
     tape_bwd_layer += rotary + embed_mask
-    final = hd.saved * tokens
-    logit = 4.0 * tokens * s.vocab / tp  # one fp32 [tokens × vocab] tensor
+    final = hd.saved * tokens if stage.head else 0.0
+    logit = 4.0 * tokens * s.vocab / tp if stage.head else 0.0  # one fp32 [tokens × vocab] tensor
     if buckets and w.sharding is Sharding.NONE:
         # DDP (measured on 2 and 4 H200, bucket_cap_mb 25, gradient_as_bucket_view False): the
         # buckets are a second copy of every gradient from construction on, and on the rank with
@@ -256,39 +308,57 @@ def _training_peak(w: JobProfile, tp: int, dp: int) -> _Peak:
         # Where the step's activations and logits are small against the gradients (6.7B at
         # 1×1024 with checkpointing: 20 bytes per parameter in all) it is not seen; bounded by
         # them here, which fits every measured rank maximum within 1 %.
-        ddp_grads = min(prm.total * num.param, tape + final + logit * hd.logits_bwd_units)
+        ddp_grads = min(stage.params * num.param, tape + final + logit * hd.logits_bwd_units)
 
-    base = {"weights": weights, "optimizer states": states}
+    # Gradient accumulation: from the first micro-batch's backward on, every gradient (or its
+    # shard) is alive while the next micro-batches run forward and backward.
+    accumulated = grads if w.gradient_accumulation > 1 else 0.0
+    # torch.distributed.pipelining keeps every micro-batch's stage output (the first stage's
+    # residual stream, the last stage's logits in the compute dtype) to return them merged
+    # from ``step()``; they live until the next step (measured on 2 H100: 4 → 8 micro-batches
+    # adds 2.4 GB on the last stage of a 1.1B model at 4×2048, 0.27 GB on the first).
+    outputs = 0.0
+    if w.pipeline_parallel > 1:
+        width = s.vocab / tp * num.compute if stage.head else s.hidden * num.residual
+        outputs = w.gradient_accumulation * tokens * width
+
+    suffix = f" ({stage.label})" if stage.label else ""
+    base = {"weights": weights, "optimizer states": states, "stage outputs": outputs}
     moments: list[tuple[str, dict[str, float]]] = [
         (
-            "loss forward",
+            ("loss forward" if stage.head else "end of forward") + suffix,
             base
             | {
-                "weight copies": copies_all + gathered,
+                "weight copies": copies_fwd + gathered,
                 "activations": tape + final,
                 "logits": logit * hd.logits_fwd_units,
                 "buckets": buckets,
-                "gradients": ddp_grads,
+                "gradients": max(ddp_grads, accumulated),
             },
         ),
+    ]
+    if stage.head:
+        moments.append(
+            (
+                "loss backward" + suffix,
+                base
+                | {
+                    "weight copies": copies_bwd + gathered_bwd,
+                    "activations": tape + final,
+                    "logits": logit * hd.logits_bwd_units,
+                    "buckets": buckets,
+                    "gradients": max(ddp_grads, accumulated),
+                },
+            )
+        )
+    moments += [
         (
-            "loss backward",
-            base
-            | {
-                "weight copies": copies_bwd + gathered_bwd,
-                "activations": tape + final,
-                "logits": logit * hd.logits_bwd_units,
-                "buckets": buckets,
-                "gradients": ddp_grads,
-            },
-        ),
-        (
-            "layer backward",
+            "layer backward" + suffix,
             base
             | {
                 "weight copies": copies_bwd + gathered_bwd,
                 "activations": tape_bwd_layer,
-                "gradients": max(ddp_grads, (head_matmul + prm.layer) * num.param / shard_g),
+                "gradients": max(ddp_grads, accumulated + (head_matmul + prm.layer) * num.param / shard_g),
                 "backward scratch": (blk.backward_transient_split + blk.backward_transient_per_score * w.seq_len)
                 * tokens
                 / tp
@@ -297,7 +367,7 @@ def _training_peak(w: JobProfile, tp: int, dp: int) -> _Peak:
             },
         ),
         (
-            "optimizer step",
+            "optimizer step" + suffix,
             base
             | {
                 "gradients": grads,
@@ -306,10 +376,7 @@ def _training_peak(w: JobProfile, tp: int, dp: int) -> _Peak:
             },
         ),
     ]
-    peak = max(sum(parts.values()) for _, parts in moments)
-    persistent = weights + states + buckets
-    stranded = TRAINING_STRANDED * max(0.0, peak - persistent)
-    return _peak(moments, stranded)
+    return moments, weights + states + buckets
 
 
 @functools.lru_cache(maxsize=128)
@@ -469,8 +536,57 @@ def _stack_peak(w: JobProfile, tp: int, dp: int) -> _Peak:
     return _peak(moments, stranded)
 
 
+def full_remat(w: JobProfile) -> JobProfile:
+    """``w`` with every layer recomputed in backward (MaxText's ``remat_policy: full``)."""
+    return dataclasses.replace(w, recompute=Recompute.FULL, checkpointing=True)
+
+
+def xla_remat_fraction(w: JobProfile, accel: Accelerator, layout: Layout) -> float:
+    """MaxText: the fraction of what its remat policy saves beyond full remat that XLA recomputes
+    instead, so that the program fits the device (0 when it fits as it is, or cannot fit anyway).
+
+    XLA assigns every buffer at compile time, and when the program's peak exceeds the device's
+    memory its rematerialization pass (``hlo_rematerialization.cc``, run by the TPU compiler
+    with the HBM size as the limit) recomputes saved values until the peak is below the limit,
+    warning "Can't reduce memory use below ..." only where it cannot; a run that needed it is
+    slower (e.g. marin-community/marin#8054: 18.1 s per step with HloRematerialization on at a
+    peak 2 % over the limit, 16.4 s once it fit). The policy's saved matrix products are what it
+    can give back, down to the layer inputs that full remat keeps."""
+    if w.framework is not Framework.MAXTEXT or w.recompute is Recompute.FULL or not w.training:
+        return 0.0
+    tp, dp = layout.tensor_parallel, layout.data_parallel
+    policy = _stack_peak(w, tp, dp).allocated
+    floor = _stack_peak(full_remat(w), tp, dp).allocated
+    limit = accel.memory_bytes * (1 - SAFETY) - accel.context_bytes - accel.workspace_bytes
+    if policy <= limit or floor > limit or policy <= floor:
+        return 0.0
+    return (policy - limit) / (policy - floor)
+
+
+def _maxtext(w: JobProfile, accel: Accelerator, layout: Layout) -> MemoryEstimate:
+    est = _result(_stack_peak(w, layout.tensor_parallel, layout.data_parallel), accel)
+    f = xla_remat_fraction(w, accel, layout)
+    if f <= 0:
+        return est
+    floor = _stack_peak(full_remat(w), layout.tensor_parallel, layout.data_parallel).allocated
+    given_back = f * (est.peak_allocated_bytes - accel.workspace_bytes - floor)
+    parts = dict(est.components)
+    parts["activations"] = parts.get("activations", 0.0) - given_back
+    allocated = int(est.peak_allocated_bytes - given_back)
+    return est._replace(
+        peak_allocated_bytes=allocated,
+        reserved_bytes=allocated,
+        footprint_bytes=allocated + accel.context_bytes,
+        fits=True,
+        peak_at=f"{est.peak_at}; XLA recomputes {f:.0%} of what the remat policy saves to fit",
+        components=tuple(parts.items()),
+    )
+
+
 def _training(w: JobProfile, accel: Accelerator, layout: Layout) -> MemoryEstimate:
-    if w.framework in (Framework.MEGATRON, Framework.MAXTEXT):
+    if w.framework is Framework.MAXTEXT:
+        return _maxtext(w, accel, layout)
+    if w.framework is Framework.MEGATRON:
         return _result(_stack_peak(w, layout.tensor_parallel, layout.data_parallel), accel)
     # Context-parallel ranks hold the same weights: sharding spans data × context ranks.
     shards = layout.data_parallel * w.context_parallel

@@ -15,6 +15,7 @@ import dataclasses
 import functools
 import math
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from accel_api.catalog import Accelerator, Catalog
 from accel_api.enums import AcceleratorKind, CapacityType, Framework, Objective, Precision, Provider, SpotPolicy
@@ -134,10 +135,11 @@ def _pool(job: JobTerms, offer: PoolOffer, cat: Catalog) -> PoolTerms:
 
 
 # Estimates of one accelerator and layout, shared by pools that offer both: per plan() call
-# (throughput for the job's own tokens), and across calls per job less its tokens (step level).
-_Estimates = tuple[memory.MemoryEstimate, throughput.ThroughputEstimate] | None
-_Memo = dict[tuple[str, float, int, int], _Estimates]
-_StepMemo = dict[tuple[str, float, int, int], tuple[memory.MemoryEstimate, throughput.ThroughputEstimate, int] | None]
+# (throughput for the job's own tokens), and across calls per job less its tokens (step level:
+# memory, step-level speed and the data-parallel degree; None where the layout cannot be built).
+_Memo = dict[tuple[str, float, int, int], throughput.ThroughputEstimate]
+_Step = tuple[memory.MemoryEstimate, throughput.ThroughputEstimate, int]
+_StepMemo = dict[tuple[str, float, int, int], _Step | None]
 # Step-level estimates of the last jobs planned (memory and step time do not depend on the token
 # count, price or pool): a new job that differs only in ``tokens`` — every resubmission, every
 # re-plan after a preemption with the tokens left — reuses them. Bounded; cleared when full.
@@ -155,20 +157,41 @@ def _step_memo(w: JobProfile) -> _StepMemo:
     return found
 
 
-def _candidates(src: PoolTerms, counts: Sequence[int], memo: _Memo, steps: _StepMemo) -> list[Candidate]:
-    """One candidate per device count of one pool (a hot loop: locals hoisted on purpose)."""
-    job, offer, accel, prices = src.job, src.offer, src.accel, src.prices
-    pool = offer.spec
-    name, capacity, per_node = offer.name, pool.capacity_type, pool.devices_per_node
+class _Skeleton(NamedTuple):
+    """What one pool offers one job whatever its token count: the pool's terms, and per device
+    count the nodes, the checks that do not depend on the duration (placement bounds, layout,
+    memory) and the step-level estimates. Built once per (pool, catalog, job less its tokens) and
+    reused across plans, so a plan only prices each candidate for its tokens."""
+
+    offer: PoolOffer  # held: the cache is keyed by its id, which cannot be reused while it lives
+    catalog: Catalog
+    accel: Accelerator | None
+    problems: tuple[str, ...]
+    prices: cost.Pricing | None
+    rate: float | None
+    pricer: cost.PoolCost | None
+    # devices, nodes, failed bits, estimates key, (memory, step-level speed, data-parallel degree)
+    entries: tuple[tuple[int, int, int, tuple[str, float, int, int], _Step | None], ...]
+
+
+# Skeletons of the last jobs planned (less their tokens), per (id(offer), id(catalog)). Bounded;
+# cleared when full.
+_SKELETONS: dict[object, dict[tuple[int, int], _Skeleton]] = {}
+_SKELETON_JOBS = 32
+
+
+def _skeleton(job: JobTerms, offer: PoolOffer, cat: Catalog, counts: Sequence[int], steps: _StepMemo) -> _Skeleton:
+    src = _pool(job, offer, cat)
+    accel, prices, pool = src.accel, src.prices, offer.spec
+    per_node = pool.devices_per_node
     if accel is None or prices is None:
-        return [
-            Candidate(name, pool.accelerator, n, -(-n // per_node), capacity, None, None, None, 0, src) for n in counts
-        ]
-    w, acc_id = job.profile, accel.id
-    spot = capacity is CapacityType.SPOT
-    free, free_nodes = offer.free_devices, offer.free_nodes
-    pricer = cost.PoolCost(capacity, prices, src.preemption_rate, pool.restart_seconds, job.checkpoint_interval)
-    out: list[Candidate] = []
+        entries = tuple((n, -(-n // per_node), 0, ("", 0.0, n, 0), None) for n in counts)
+        return _Skeleton(offer, cat, accel, src.problems, prices, src.preemption_rate, None, entries)
+    w = job.profile
+    pricer = cost.PoolCost(
+        pool.capacity_type, prices, src.preemption_rate, pool.restart_seconds, job.checkpoint_interval
+    )
+    out = []
     for devices in counts:
         nodes = -(-devices // per_node)
         failed = 0
@@ -178,43 +201,70 @@ def _candidates(src: PoolTerms, counts: Sequence[int], memo: _Memo, steps: _Step
             failed |= cand.MAX_DEVICES
         if job.max_nodes is not None and nodes > job.max_nodes:
             failed |= cand.MAX_NODES
-        key = (acc_id, accel.inter_node_bytes_per_second, devices, nodes)
-        if key in memo:
-            found = memo[key]
+        key = (accel.id, accel.inter_node_bytes_per_second, devices, nodes)
+        if key in steps:
+            step = steps[key]
         else:
-            found = None
-            if key in steps:
-                step = steps[key]
-            else:
-                step = None
-                layout = Layout.of(w, devices, nodes)
-                if layout.problem(per_node) is None:
-                    ws = w.step_key
-                    mem_est, speed_est = memory.estimate(ws, accel, layout), throughput.estimate(ws, accel, layout)
-                    step = (mem_est, speed_est, layout.data_parallel)
-                steps[key] = step
-            if step is not None:
-                found = (step[0], throughput.for_tokens(step[1], w, step[2]))
-            memo[key] = found
-        if found is None:
-            out.append(Candidate(name, acc_id, devices, nodes, capacity, None, None, None, failed | cand.LAYOUT, src))
-            continue
-        mem, speed = found
-        if not mem.fits:
+            step = None
+            layout = Layout.of(w, devices, nodes)
+            if layout.problem(per_node) is None:
+                ws = w.step_key
+                mem_est, speed_est = memory.estimate(ws, accel, layout), throughput.estimate(ws, accel, layout)
+                step = (mem_est, speed_est, layout.data_parallel)
+            steps[key] = step
+        if step is None:
+            failed |= cand.LAYOUT
+        elif not step[0].fits:
             failed |= cand.MEMORY
+        out.append((devices, nodes, failed, key, step))
+    return _Skeleton(offer, cat, accel, src.problems, prices, src.preemption_rate, pricer, tuple(out))
+
+
+def _skeletons(job_key: object) -> dict[tuple[int, int], _Skeleton]:
+    found = _SKELETONS.get(job_key)
+    if found is None:
+        if len(_SKELETONS) >= _SKELETON_JOBS:
+            _SKELETONS.clear()
+        found = _SKELETONS[job_key] = {}
+    return found
+
+
+def _candidates(job: JobTerms, sk: _Skeleton, memo: _Memo) -> list[Candidate]:
+    """One candidate per device count of one pool, priced for the job's tokens (a hot loop:
+    locals hoisted on purpose)."""
+    offer = sk.offer
+    pool = offer.spec
+    name, capacity, acc_id = offer.name, pool.capacity_type, pool.accelerator
+    src = PoolTerms(job, offer, sk.accel, sk.problems, sk.prices, sk.rate)
+    pricer = sk.pricer
+    if pricer is None:
+        return [Candidate(name, acc_id, n, nodes, capacity, None, None, None, 0, src) for n, nodes, *_ in sk.entries]
+    w = job.profile
+    spot = capacity is CapacityType.SPOT
+    free, free_nodes = offer.free_devices, offer.free_nodes
+    deadline, max_cost, max_preemptions = job.deadline, job.max_cost, job.max_preemptions
+    out: list[Candidate] = []
+    for devices, nodes, static_failed, key, step in sk.entries:
+        if step is None:
+            out.append(Candidate(name, acc_id, devices, nodes, capacity, None, None, None, static_failed, src))
+            continue
+        failed = static_failed
+        speed = memo.get(key)
+        if speed is None:
+            speed = memo[key] = throughput.for_tokens(step[1], w, step[2])
         c = pricer.estimate(speed.duration_seconds, devices, nodes)
-        if job.deadline is not None and c.expected_seconds > job.deadline:
+        if deadline is not None and c.expected_seconds > deadline:
             failed |= cand.DEADLINE
-        if job.max_cost is not None and c.expected_usd > job.max_cost:
+        if max_cost is not None and c.expected_usd > max_cost:
             failed |= cand.MAX_COST
-        if spot and c.preemptions > job.max_preemptions:
+        if spot and c.preemptions > max_preemptions:
             failed |= cand.PREEMPTIONS
         notes = c.notes
         if free is not None and devices > free:
             notes = (*notes, f"{free} devices free now: waits for the pool to grow")
         elif free_nodes is not None and nodes > free_nodes:
             notes = (*notes, f"{free_nodes} whole nodes free now: waits for the pool to grow")
-        out.append(Candidate(name, acc_id, devices, nodes, capacity, mem, speed, c, failed, src, notes))
+        out.append(Candidate(name, acc_id, devices, nodes, capacity, step[0], speed, c, failed, src, notes))
     return out
 
 
@@ -254,10 +304,19 @@ def plan(
     steps = _step_memo(job.profile)
     w = job.profile
     model_parallel = w.tensor_parallel * w.pipeline_parallel * w.context_parallel
+    # Everything a pool's skeleton depends on besides the pool: the job less its tokens (its
+    # profile: precision, framework, shape, layout), its placement and spot rules (their reprs:
+    # the models hold lists, so they do not hash), whether it checkpoints and how often.
+    job_key = (w.step_key, repr(spec.placement), repr(spec.spot), spec.checkpoint is None, job.checkpoint_interval)
+    skeletons = _skeletons(job_key)
+    cat_id = id(catalog)
     for offer in pools:
-        pool = offer.spec
-        counts = _device_counts(pool.devices_per_node, pool.max_nodes, pool.tpu_topology, model_parallel)
-        candidates += _candidates(_pool(job, offer, catalog), counts, memo, steps)
+        sk = skeletons.get((id(offer), cat_id))
+        if sk is None or sk.offer is not offer or sk.catalog is not catalog:
+            pool = offer.spec
+            counts = _device_counts(pool.devices_per_node, pool.max_nodes, pool.tpu_topology, model_parallel)
+            sk = skeletons[id(offer), cat_id] = _skeleton(job, offer, catalog, counts, steps)
+        candidates += _candidates(job, sk, memo)
     return _decide(job, candidates, name)
 
 
@@ -284,7 +343,7 @@ def evaluate(
             max_nodes=max(1, -(-devices // per_node)),
         ),
     )
-    return _decide(job, _candidates(_pool(job, offer, catalog), [devices], {}, {}), name)
+    return _decide(job, _candidates(job, _skeleton(job, offer, catalog, [devices], {}), {}), name)
 
 
 def _default_offer(accel: Accelerator, capacity: CapacityType) -> PoolOffer:

@@ -54,6 +54,15 @@ MaxText (``MaxText/configs/base.yml`` and ``layers/decoders.py``; JAX's
 - XLA has no caching allocator: the program's buffers are assigned at compile time, so nothing is
   stranded between steps (the planner's peak is ``memory_stats()['peak_bytes_in_use']``; on GPU
   XLA preallocates 75 % of the device by default, which NVML shows whatever the job).
+- When the policy's saved values do not fit, XLA's rematerialization pass recomputes some of them
+  until the program fits the device (``memory.xla_remat_fraction``); the job fits while full remat
+  would, at the cost of that recomputation in backward (``throughput``).
+- Throughput: one compiled program per step (no host dispatch); elementwise chains fused
+  (``TPU_FUSION``); the tensor-parallel collectives asynchronous and overlapped with the layer's
+  matrix products (the ``--xla_tpu_enable_async_collective_fusion`` /
+  ``--xla_tpu_overlap_compute_collective_tc`` flags of MaxText's TPU configurations); the TPU
+  matrix units at the catalog's efficiency (0.90 for v5e and v5p, bounded below by MaxText's v5e
+  table: ``tests/data/published/README.md``).
 """
 
 from __future__ import annotations

@@ -30,6 +30,7 @@ weight and the KV cache once, so it is bandwidth-bound, and for small batches ho
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from dataclasses import dataclass
@@ -37,7 +38,7 @@ from typing import NamedTuple
 
 from accel_api.catalog import Accelerator
 from accel_api.enums import AcceleratorKind, Attention, Framework, Optimizer, Precision, Sharding, WorkloadMode
-from accel_operator.planning import blocks
+from accel_operator.planning import blocks, memory
 from accel_operator.planning.blocks import Gemm
 from accel_operator.planning.layout import Layout
 from accel_operator.planning.profile import JobProfile
@@ -305,6 +306,14 @@ def _device_step(w: JobProfile, accel: Accelerator, tp: int) -> _DeviceStep:
     if tp > 1:
         one = COLLECTIVE_LATENCY + 2 * (tp - 1) / tp * m * s.hidden * a / accel.intra_node_bytes_per_second
         tp_comm = layers * 4 * one * (1.5 if w.checkpointing else 1.0)
+        if w.framework is Framework.MAXTEXT:
+            # XLA runs the tensor-parallel collectives asynchronously and overlaps them with the
+            # layer's independent matrix products (MaxText's v5e/v5p configurations turn on
+            # --xla_tpu_enable_async_collective_fusion, --xla_tpu_overlap_compute_collective_tc and
+            # --xla_enable_async_all_gather): as data-parallel communication under the backward
+            # pass, OVERLAP of the products hides them, UNHIDDEN_TAIL of them stays exposed.
+            products = layers * (g_fwd + g_bwd + (g_fwd if w.checkpointing else 0.0))
+            tp_comm = max(0.0, tp_comm - OVERLAP * products) + UNHIDDEN_TAIL * tp_comm
     # Context parallel (ring attention, Liu et al. 2023; Megatron's CP): cp − 1 exchanges of the
     # local K and V blocks per layer forward, and of K, V and their gradients backward, each
     # hidden under that step's attention compute where it is shorter. The ring runs inside a
@@ -343,6 +352,16 @@ def _device_step(w: JobProfile, accel: Accelerator, tp: int) -> _DeviceStep:
 def _training(w: JobProfile, accel: Accelerator, layout: Layout) -> ThroughputEstimate:
     tp, dp = layout.tensor_parallel, layout.data_parallel
     dev = _device_step(w, accel, tp)
+    remat = memory.xla_remat_fraction(w, accel, layout)
+    if remat > 0:
+        # MaxText whose remat policy does not fit: XLA recomputes that fraction of what the policy
+        # saves beyond full remat (memory.xla_remat_fraction), in the backward pass.
+        full = _device_step(memory.full_remat(w), accel, tp)
+        dev = dataclasses.replace(
+            dev,
+            backward=dev.backward + remat * (full.backward - dev.backward),
+            flops_per_token=dev.flops_per_token + remat * (full.flops_per_token - dev.flops_per_token),
+        )
     # Context-parallel ranks hold the same weights: gradients are reduced, and optimizer states
     # sharded, over data × context parallel ranks.
     dp_cp = dp * w.context_parallel

@@ -106,3 +106,46 @@ def test_selective_recompute_rows() -> None:
         measured = selective.row["peak_alloc"] / none.row["peak_alloc"]
         predicted = selective.mem.peak_allocated_bytes / none.mem.peak_allocated_bytes
         assert predicted == pytest.approx(measured, rel=0.10)
+
+
+# --- pipeline parallel: 2 stages (torch.distributed.pipelining, 1F1B) on 2 H100
+# (tests/data/calibration/pipeline/), against the multi-GPU floors; the planner plans a pipeline
+# as 1F1B, so the one GPipe row (every micro-batch in flight) is read but not held to them.
+PIPELINE = BENCH.compare(BENCH.read_rows(BENCH.pipeline_files()))
+ONE_F_ONE_B = [c for c in PIPELINE if c.row["schedule"] == "1f1b"]
+
+
+def test_pipeline_rows() -> None:
+    assert len(ONE_F_ONE_B) >= 8
+    assert {c.row["pipeline_parallel"] for c in PIPELINE} == {2}
+    assert {c.row["grad_accum"] for c in ONE_F_ONE_B} >= {4, 8}
+    assert any(c.row["grad_ckpt"] for c in ONE_F_ONE_B)
+
+
+def test_pipeline_peak_allocated_memory_per_device() -> None:
+    errors = [abs(e) for c in ONE_F_ONE_B if (e := c.peak_error()) is not None]
+    assert len(errors) == len(ONE_F_ONE_B)
+    assert statistics.median(errors) <= 0.05
+    assert max(errors) <= 0.10
+
+
+def test_pipeline_peak_allocated_memory_per_stage() -> None:
+    # Each stage on its own: the first holds the embedding and two micro-batches in flight, the
+    # last the head, the logits and every micro-batch's output; either can be the device's peak.
+    errors = [
+        abs(p / m - 1)
+        for c in ONE_F_ONE_B
+        for p, m in zip(BENCH.stage_peaks(c), c.row["peak_alloc_by_stage"], strict=True)
+    ]
+    assert statistics.median(errors) <= 0.05
+    assert max(errors) <= 0.10
+
+
+def test_pipeline_tokens_per_second() -> None:
+    errors = [abs(e) for c in PIPELINE if (e := c.speed_error()) is not None]
+    assert len(errors) == len(PIPELINE)
+    assert statistics.median(errors) <= 0.15
+
+
+def test_pipeline_runs_are_predicted_to_fit() -> None:
+    assert [c.row["config"] for c in PIPELINE if not c.mem.fits] == []

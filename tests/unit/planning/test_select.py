@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -330,3 +331,35 @@ def test_a_model_parallel_group_that_is_not_a_power_of_two_is_offered_whole_node
     counts = sorted({c.devices for c in selection.plan(three, pools, CAT).candidates if c.speed is not None})
     assert counts == [24, 48, 96]
     assert {c.devices for c in selection.plan(spec, pools, CAT).candidates if c.speed is not None} == {32, 64, 128}
+
+
+def _summary(p: candidates.Plan) -> list[tuple[object, ...]]:
+    return [
+        (c.pool, c.devices, c.failed, c.rank, c.cost.expected_usd if c.cost else None, c.notes, explain.reasons(c))
+        for c in p.candidates
+    ]
+
+
+def test_pool_skeletons_reused_across_plans_give_the_plan_made_afresh() -> None:
+    # plan() keeps each pool's token-independent terms per job-less-its-tokens and reuses them for
+    # the same pool objects; a job that differs in anything else they depend on gets its own.
+    base = job().arch(LLAMA_1B).workload(microBatch=4, seqLen=2048).checkpoint().spot("prefer")
+    variants = [
+        base.spec(),
+        base.workload(tokens=3 * 10**9).spec(),
+        base.placement(maxDevices=2).spec(),
+        base.placement(minDevices=8).spec(),
+        job().arch(LLAMA_1B).workload(microBatch=4, seqLen=2048).spot("prefer").spec(),  # no checkpoint
+        base.checkpoint(5).spec(),
+        base.spot("never").spec(),
+        base.workload(microBatch=8).spec(),
+        base.workload(precision="fp32").spec(),
+        base.max_cost(50).spec(),
+    ]
+    for spec in variants * 2:  # the second round reuses every skeleton the first made
+        again = selection.plan(spec, POOLS, CAT)
+        fresh = selection.plan(spec, [dataclasses.replace(o) for o in POOLS], CAT)  # new objects: new skeletons
+        assert _summary(again) == _summary(fresh)
+    # The same pool observed with fewer free devices is a new offer: its note follows it.
+    busy = [dataclasses.replace(o, free_devices=1) for o in POOLS]
+    assert any("devices free now" in n for c in selection.plan(variants[0], busy, CAT).candidates for n in c.notes)
