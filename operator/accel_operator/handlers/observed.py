@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from accel_operator.reconcile import health
+from accel_operator.reconcile import node_capacity
 from accel_operator.reconcile.policy_inputs import PolicyInputs
 from accel_operator.reconcile.reports import ReportView
 from accel_operator.reconcile.snapshot import (
@@ -86,8 +86,8 @@ class Observed:
     reservations: dict[JobKey, Reservation] = field(default_factory=dict)
     pool_reservations: dict[str, dict[JobKey, Reservation]] = field(default_factory=dict)
     capacity: dict[str, PoolCapacity] = field(default_factory=dict)
-    # The node agents' reports (read whole each refresh: one small view per node); a node a fresh
-    # report condemns is unusable capacity (reconcile/health.py).
+    # The node agents' reports (read whole each refresh: one small view per node): a node's free
+    # devices and memory, its failing devices, whether it is condemned (reconcile/node_capacity.py).
     reports: dict[str, ReportView] = field(default_factory=dict)
     # What the event handlers said changed since the last refresh.
     stale: bool = True  # everything: the next refresh rebuilds
@@ -120,7 +120,7 @@ class Observed:
         self.reports = {name: r for name, s in store.items() if (r := _first(s)) is not None}
 
     def _judged(self, nodes: Iterable[NodeView], now: dt.datetime, stale_after: float) -> list[NodeView]:
-        return health.with_condemned(nodes, self.reports, now, stale_after) if self.reports else list(nodes)
+        return node_capacity.judge_all(nodes, self.reports, now, stale_after)
 
     def rebuild(
         self, idx: Any, job_view: Callable[[JobView], JobView], now: dt.datetime, *, stale_after: float = 900.0

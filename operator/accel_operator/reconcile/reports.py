@@ -2,7 +2,8 @@
 
 Only what the rescheduling decisions (:mod:`health`) read: when the report was last written, and
 per device whether it is healthy (and why not), its utilization and memory, and the pods it
-belongs to. A report whose heartbeat is older than the staleness timeout is *stale*: no decision
+belongs to (and whether anything else runs on it: :mod:`node_capacity` counts a device free only
+when nothing does). A report whose heartbeat is older than the staleness timeout is *stale*: no decision
 is taken on it, so a node whose agent stopped writing is never condemned on old news.
 """
 
@@ -23,6 +24,7 @@ class DeviceReport:
     memory_used: int | None = None
     memory_total: int | None = None
     pods: frozenset[PodKey] = frozenset()  # allocated to, or running a process of, these pods
+    processes: int = 0  # processes on the device, mapped to a pod or not (a process Kubernetes does not know)
 
     def describe(self) -> str:
         """``device 3 (uncorrectable ECC errors: 2)``: the device and its first problem."""
