@@ -100,7 +100,7 @@ def signature(report: ReportView | None) -> tuple[object, ...]:
         return ()
     return (
         tuple(d.index for d in report.sick),
-        tuple((d.index, (free_memory(d) or 0) >> 30) for d in report.devices if device_free(d)),
+        tuple((d.index, round((free_memory(d) or 0) / 2**30)) for d in report.devices if device_free(d)),
     )
 
 
