@@ -1,13 +1,16 @@
 """What a node can take, from its agent's fresh report as well as from Kubernetes: pure functions.
 
-**Free devices.** Kubernetes counts a device free when no pod requests it. The agent sees more: a
-process Kubernetes does not know of (a debugging session, a leftover of a killed container), memory
-held on a device with no process, a failing device. A device is free in the report only when it is
-healthy, allocated to no pod, runs no process and has less than ``BUSY_MEMORY_FRACTION`` of its
-memory in use (the agent's own definition, ``fragmentation.freeDevices``). The snapshot's capacity
-takes, per node, the smaller of the two counts, and keeps each report-free device's free memory so
-a gang whose per-device memory need exceeds it is not placed there (:mod:`snapshot`). A node
-without a fresh report is counted from Kubernetes' view alone, and waiting jobs say so.
+**Free devices.** Kubernetes counts a device free when no pod requests it. The agent sees more:
+a process no pod owns (a debugging session, a leftover of a killed container), memory held on a
+device no pod uses. Such a *stray* device (healthy, attributed to no pod, with a process no pod
+owns or at least ``BUSY_MEMORY_FRACTION`` of its memory in use, the agent's own threshold) is
+taken off the node's free devices. A device the report attributes to a pod is Kubernetes' to
+count: the report lags (a pod that ended a moment ago still shows there until the next report),
+and Kubernetes' requests already count the pods that hold devices. The free memory of the
+report's *clean* devices (healthy, no pod, no process, under 5% in use) is kept, so a gang whose
+per-device memory need exceeds it is not placed there (:mod:`snapshot`: a device the report does
+not list as clean is not refused for memory). A node without a fresh report is counted from
+Kubernetes' view alone, and waiting jobs say so.
 
 **Failing devices: which signal is trusted.** One failing device of eight should not take the
 whole node out, but the operator does not choose which devices a pod gets: the kubelet's device
@@ -18,7 +21,7 @@ the signal trusted here, not the report alone:
 
 - every failing device the report shows is withheld by the plugin (``capacity - allocatable`` is
   at least the number of failing devices): the node stays schedulable, its usable capacity lower
-  by those devices (Kubernetes' allocatable and the report's free devices both leave them out);
+  by those devices (Kubernetes' allocatable leaves them out);
 - otherwise (a plugin without health checks, or one that has not noticed yet): a new pod could be
   handed the bad device, so the node is *condemned*: no new work is admitted there and it gets
   the ``accel.dev/device-unhealthy`` NoSchedule taint (:func:`health.node_actions`) until a fresh
@@ -43,13 +46,19 @@ from accel_operator.reconcile.snapshot import Gang, NodeView, PoolCapacity
 BUSY_MEMORY_FRACTION = 0.05
 
 
-def device_free(d: DeviceReport) -> bool:
-    """Healthy, allocated to no pod, no process, and (where measured) under 5% of its memory used."""
-    if not d.healthy or d.pods or d.processes:
+def device_clean(d: DeviceReport) -> bool:
+    """Healthy, attributed to no pod, no process, and (where measured) under 5% of its memory used."""
+    if not d.healthy or d.pods or d.stray_processes:
         return False
     if d.memory_used is not None and d.memory_total:
         return d.memory_used < BUSY_MEMORY_FRACTION * d.memory_total
     return True
+
+
+def device_stray(d: DeviceReport) -> bool:
+    """Used by something Kubernetes does not know of: healthy, no pod, but a process no pod owns or
+    memory in use (a failing device is counted apart; a pod's device is Kubernetes' to count)."""
+    return d.healthy and not d.pods and not device_clean(d)
 
 
 def free_memory(d: DeviceReport) -> int | None:
@@ -71,17 +80,19 @@ def plugin_excludes(node: NodeView, sick: int) -> bool:
 
 
 def judge(node: NodeView, report: ReportView | None, now: dt.datetime, stale_after: float) -> NodeView:
-    """``node`` with what a fresh report says: its report-free devices, its failing devices and
-    whether it is condemned (a failing device the device plugin may still hand to a new pod)."""
+    """``node`` with what a fresh report says: its stray devices, its clean devices' free memory,
+    its failing devices and whether it is condemned (a failing device the device plugin may still
+    hand to a new pod)."""
     if report is None or not report.fresh(now, stale_after):
-        if node.reported_free is None and not node.sick_devices and not node.condemned:
+        if node.clean_memory is None and not node.sick_devices and not node.stray_devices and not node.condemned:
             return node
-        return replace(node, reported_free=None, sick_devices=0, condemned=False)
+        return replace(node, clean_memory=None, stray_devices=0, sick_devices=0, condemned=False)
     sick = len(report.sick)
-    free = tuple(free_memory(d) for d in report.devices if device_free(d))
+    clean = tuple(sorted((free_memory(d) for d in report.devices if device_clean(d)), key=lambda m: -(m or 0)))
     return replace(
         node,
-        reported_free=free,
+        stray_devices=sum(1 for d in report.devices if device_stray(d)),
+        clean_memory=clean,
         sick_devices=sick,
         condemned=sick > 0 and not plugin_excludes(node, sick),
     )
@@ -94,13 +105,14 @@ def judge_all(
 
 
 def signature(report: ReportView | None) -> tuple[object, ...]:
-    """What of a report changes a node's capacity: its failing devices, and its free devices with
-    their free memory in GiB (so a few bytes of drift wake nothing)."""
+    """What of a report changes a node's capacity: its failing and stray devices, and its clean
+    devices with their free memory in GiB (so a few bytes of drift wake nothing)."""
     if report is None:
         return ()
     return (
         tuple(d.index for d in report.sick),
-        tuple((d.index, round((free_memory(d) or 0) / 2**30)) for d in report.devices if device_free(d)),
+        tuple(d.index for d in report.devices if device_stray(d)),
+        tuple((d.index, round((free_memory(d) or 0) / 2**30)) for d in report.devices if device_clean(d)),
     )
 
 

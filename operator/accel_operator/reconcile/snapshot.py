@@ -7,10 +7,10 @@ function of one :class:`Snapshot`. Nothing here reads the cluster.
 Capacity follows the issue's definition: a pool's free devices are the allocatable devices of its
 Ready, schedulable nodes without a termination taint, minus the requests of every pod bound there
 (ours or not, unless it has ended), minus what admitted jobs reserved and have not bound yet. Where
-a node's agent wrote a fresh report, a node has no more free devices than the report shows free
-(healthy, no pod, no process, no memory in use: :mod:`node_capacity`), and a gang that needs more
-memory per device than those devices have free does not fit there; a node without a fresh report
-is counted from Kubernetes' view alone.
+a node's agent wrote a fresh report, the devices that something Kubernetes does not know of uses
+(a process no pod owns, memory held with no pod: :mod:`node_capacity`) are not free either, and a
+gang that needs more memory per device than the report shows free on the node's clean devices
+does not fit there; a node without a fresh report is counted from Kubernetes' view alone.
 """
 
 from __future__ import annotations
@@ -51,9 +51,12 @@ class NodeView:
     provider_id: str = ""  # spec.providerID: aws:///<zone>/<instance-id>, gce://<project>/<zone>/<name>
     termination_taints: frozenset[str] = frozenset()  # which of vocabulary.TERMINATION_TAINTS it carries
     capacity_devices: int | None = None  # status.capacity (allocatable is lower by what the device plugin withholds)
-    # From a fresh node report (reconcile/node_capacity.py); None: no fresh report, Kubernetes' view.
-    # The free memory (bytes, None when not measured) of each device the report shows free.
-    reported_free: tuple[int | None, ...] | None = None
+    # From a fresh node report (reconcile/node_capacity.py): devices that something Kubernetes does
+    # not know of uses (a process no pod owns, memory held with no pod), off its free devices; the
+    # free memory (bytes, None when not measured) of each device the report shows clean, largest
+    # first. None: no fresh report, Kubernetes' view alone.
+    stray_devices: int = 0
+    clean_memory: tuple[int | None, ...] | None = None
     sick_devices: int = 0  # devices a fresh report shows failing
 
     @property
@@ -216,13 +219,16 @@ class PoolCapacity:
         return self.node_memory[i] if i < len(self.node_memory) else None
 
     def holds(self, i: int, gang: Gang) -> bool:
-        """Whether node ``i`` has ``gang.per_node`` free devices, each with the gang's memory free."""
-        if self.node_free[i] < gang.per_node:
+        """Whether node ``i`` has ``gang.per_node`` free devices, each with the gang's memory free
+        (a free device the report does not list, e.g. one a pod left since, is not refused)."""
+        free = self.node_free[i]
+        if free < gang.per_node:
             return False
         memory = self._memory(i)
         if memory is None or gang.memory_bytes <= 0:
             return True
-        return sum(1 for m in memory if m >= gang.memory_bytes) >= gang.per_node
+        unlisted = max(0, free - len(memory))
+        return sum(1 for m in memory if m >= gang.memory_bytes) + unlisted >= gang.per_node
 
     def fits(self, gang: Gang) -> bool:
         """Whether all of ``gang`` can be placed now, each of its pods on its own node."""
@@ -236,7 +242,7 @@ class PoolCapacity:
         for i in order:
             if left and self.holds(i, gang):
                 free[i] -= gang.per_node
-                memory[i] = _taken(memory[i], gang.per_node)
+                memory[i] = _trim(memory[i], free[i])
                 left -= 1
         node_memory = tuple(memory) if self.node_memory else ()
         return replace(self, node_free=tuple(free), node_memory=node_memory, reserved=self.reserved + gang.devices)
@@ -245,10 +251,14 @@ class PoolCapacity:
 UNMEASURED = 1 << 62  # a free device whose memory the report does not give: no reason to refuse
 
 
-def _taken(memory: tuple[int, ...] | None, n: int) -> tuple[int, ...] | None:
-    """The free devices left after ``n`` are taken: which ones the device plugin hands out is not
-    ours to choose, so the largest go (what is left is the worst case for the next gang)."""
-    return None if memory is None else memory[n:]
+def _trim(memory: tuple[int, ...] | None, free: int) -> tuple[int, ...] | None:
+    """The listed free memory (largest first) of a node left with ``free`` devices: which devices
+    the device plugin hands out is not ours to choose, so unlisted ones go first, then the largest
+    (what is left is the worst case for the next gang)."""
+    if memory is None:
+        return None
+    memory = tuple(sorted(memory, reverse=True))
+    return memory[max(0, len(memory) - free) :]
 
 
 def _place(
@@ -266,12 +276,12 @@ def _place(
                     break
                 node_free[i] = 0
                 if memory is not None:
-                    memory[i] = () if memory[i] is not None else None
+                    memory[i] = _trim(memory[i], 0)
                 continue
             i = min(fitting, key=node_free.__getitem__)
             node_free[i] -= per_node
             if memory is not None:
-                memory[i] = _taken(memory[i], per_node)
+                memory[i] = _trim(memory[i], node_free[i])
     return node_free
 
 
@@ -290,14 +300,16 @@ def pool_capacity(
         used = used_by_node.get(n.name, 0)
         allocated += used
         k8s_free = max(0, n.devices - used)
-        if n.reported_free is None:
+        if n.clean_memory is None:
             free.append(k8s_free)
             memory.append(None)
         else:
-            # Both views must agree a device is free: Kubernetes (requests) and the agent (a process
-            # Kubernetes does not know of, memory held by something else, a failing device).
-            free.append(min(k8s_free, len(n.reported_free)))
-            memory.append(tuple(sorted((UNMEASURED if m is None else m for m in n.reported_free), reverse=True)))
+            # What Kubernetes counts free, less what the agent sees used by something Kubernetes does
+            # not know of. A device the report attributes to a pod is Kubernetes' to count (a pod
+            # that ended a moment ago is free there before the agent's next report says so).
+            left = max(0, k8s_free - n.stray_devices)
+            free.append(left)
+            memory.append(_trim(tuple(UNMEASURED if m is None else m for m in n.clean_memory), left))
     unreported = sum(1 for m in memory if m is None)
     if pool.autoscaled:
         # Nodes the autoscaler will bring for pending pods, up to maxNodes.

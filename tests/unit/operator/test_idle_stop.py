@@ -47,7 +47,8 @@ def _job(w: World, *, checkpoint: bool = True, health_status: dict[str, Any] | N
         "health": {"idleSince": IDLE_2H, **(health_status or {})},
         **status,
     }
-    job = w.job("a", "p", devices=8, status=st, **({"checkpoint": CHECKPOINT} if checkpoint else {}))
+    spec: dict[str, Any] = {"checkpoint": CHECKPOINT} if checkpoint else {}
+    job = w.job("a", "p", devices=8, status=st, **spec)
     w.workload("a", 0, active=1)
     w.pod("a", 0, 0, node="p-0")
     # Every device quiet and empty: idle, not hung (a hung collective keeps its memory).

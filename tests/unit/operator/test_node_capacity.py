@@ -30,7 +30,7 @@ def _dev(
     *,
     used: float = 0.0,
     pods: tuple[str, ...] = (),
-    processes: int = 0,
+    stray_processes: int = 0,
     sick: bool = False,
     total: int | None = TOTAL,
     util: float = 0.0,
@@ -43,7 +43,7 @@ def _dev(
         memory_used=int(used * GIB) if total is not None else None,
         memory_total=total,
         pods=frozenset(("ns", p) for p in pods),
-        processes=processes,
+        stray_processes=stray_processes,
     )
 
 
@@ -58,7 +58,7 @@ def _node(w: World, name: str, **changes: Any) -> None:
 
 
 def _free(**changes: Any) -> list[DeviceReport]:
-    """Eight idle, healthy, unallocated devices, with ``changes`` by index: {3: dict(processes=1)}."""
+    """Eight idle, healthy, unallocated devices, with ``changes`` by index: {3: dict(stray_processes=1)}."""
     return [_dev(i, **changes.get(str(i), {})) for i in range(8)]
 
 
@@ -66,19 +66,20 @@ def _free(**changes: Any) -> list[DeviceReport]:
 
 
 @pytest.mark.parametrize(
-    ("device", "free", "why"),
+    ("device", "clean", "stray", "why"),
     [
-        (_dev(0), True, "idle, healthy, unallocated"),
-        (_dev(0, pods=("a-a0-0",)), False, "allocated to a pod"),
-        (_dev(0, processes=1), False, "a process Kubernetes does not know of"),
-        (_dev(0, used=3.9), True, "under 5% of 80 GiB in use"),
-        (_dev(0, used=4.1), False, "memory held by something else (over 5%)"),
-        (_dev(0, sick=True), False, "failing"),
-        (_dev(0, total=None), True, "memory not measured (TPU): not a reason to refuse"),
+        (_dev(0), True, False, "idle, healthy, unallocated"),
+        (_dev(0, pods=("a-a0-0",), used=60.0), False, False, "a pod's: Kubernetes counts it"),
+        (_dev(0, stray_processes=1), False, True, "a process no pod owns"),
+        (_dev(0, pods=("a-a0-0",), stray_processes=1), False, False, "a pod's (Kubernetes counts it)"),
+        (_dev(0, used=3.9), True, False, "under 5% of 80 GiB in use"),
+        (_dev(0, used=4.1), False, True, "memory held with no pod (over 5%)"),
+        (_dev(0, sick=True), False, False, "failing: counted apart"),
+        (_dev(0, total=None), True, False, "memory not measured (TPU): not a reason to refuse"),
     ],
 )
-def test_a_device_is_free_only_when_nothing_uses_it(device: DeviceReport, free: bool, why: str) -> None:
-    assert node_capacity.device_free(device) is free, why
+def test_clean_and_stray_devices(device: DeviceReport, clean: bool, stray: bool, why: str) -> None:
+    assert (node_capacity.device_clean(device), node_capacity.device_stray(device)) == (clean, stray), why
 
 
 # --- one node ----------------------------------------------------------------------------------
@@ -87,28 +88,28 @@ NODE = NodeView("n", {}, 8, capacity_devices=8)
 
 
 @pytest.mark.parametrize(
-    ("node", "devices", "age", "free", "sick", "condemned"),
+    ("node", "devices", "age", "stray", "sick", "condemned"),
     [
-        (NODE, _free(), 10.0, 8, 0, False),
-        (NODE, _free(**{"2": {"processes": 1}}), 10.0, 7, 0, False),
+        (NODE, _free(), 10.0, 0, 0, False),
+        (NODE, _free(**{"2": {"stray_processes": 1}}), 10.0, 1, 0, False),
         # A failing device Kubernetes still advertises: the plugin may hand it to a new pod.
-        (NODE, _free(**{"3": {"sick": True}}), 10.0, 7, 1, True),
+        (NODE, _free(**{"3": {"sick": True}}), 10.0, 0, 1, True),
         # The device plugin withholds it (capacity 8, allocatable 7): the node stays usable, one fewer.
-        (replace(NODE, devices=7), _free(**{"3": {"sick": True}}), 10.0, 7, 1, False),
+        (replace(NODE, devices=7), _free(**{"3": {"sick": True}}), 10.0, 0, 1, False),
         # Two failing, one withheld: not enough.
-        (replace(NODE, devices=7), _free(**{"3": {"sick": True}, "5": {"sick": True}}), 10.0, 6, 2, True),
+        (replace(NODE, devices=7), _free(**{"3": {"sick": True}, "5": {"sick": True}}), 10.0, 0, 2, True),
         # Capacity unknown (no status.capacity): nothing is withheld as far as we know.
-        (replace(NODE, devices=7, capacity_devices=None), _free(**{"3": {"sick": True}}), 10.0, 7, 1, True),
+        (replace(NODE, devices=7, capacity_devices=None), _free(**{"3": {"sick": True}}), 10.0, 0, 1, True),
         # A stale report says nothing: Kubernetes' view, never condemned on old news.
-        (NODE, _free(**{"3": {"sick": True}}), RULES.stale_after + 1, None, 0, False),
+        (NODE, _free(**{"3": {"sick": True}, "4": {"used": 50.0}}), RULES.stale_after + 1, None, 0, False),
     ],
 )
 def test_judge_a_node_on_its_fresh_report(
-    node: NodeView, devices: list[DeviceReport], age: float, free: int | None, sick: int, condemned: bool
+    node: NodeView, devices: list[DeviceReport], age: float, stray: int | None, sick: int, condemned: bool
 ) -> None:
     report = ReportView("n", T0 - dt.timedelta(seconds=age), tuple(devices))
     judged = node_capacity.judge(node, report, T0, RULES.stale_after)
-    assert (None if judged.reported_free is None else len(judged.reported_free)) == free
+    assert (None if judged.clean_memory is None else judged.stray_devices) == stray
     assert judged.sick_devices == sick and judged.condemned is condemned
     assert judged.usable is not condemned
 
@@ -128,10 +129,10 @@ def _world(nodes: int = 2) -> World:
     return World().pool("p", nodes=nodes)
 
 
-def test_free_devices_are_the_smaller_of_kubernetes_and_the_report() -> None:
+def test_devices_used_by_what_kubernetes_does_not_know_are_not_free() -> None:
     w = _world()
     # p-0: Kubernetes says 8 free, the report shows a process on device 2 and memory held on 5.
-    _report(w, "p-0", _free(**{"2": {"processes": 1}, "5": {"used": 30.0}}))
+    _report(w, "p-0", _free(**{"2": {"stray_processes": 1}, "5": {"used": 30.0}}))
     # p-1: a pod Kubernetes knows holds 6, the agent has not seen it yet: Kubernetes' 2 count.
     w.pods.setdefault("p-1", []).append(_pod("p-1", 6))
     _report(w, "p-1", _free())
@@ -148,8 +149,8 @@ def _pod(node: str, devices: int) -> Any:
 
 def test_a_node_without_a_fresh_report_is_counted_from_kubernetes() -> None:
     w = _world()
-    _report(w, "p-0", _free(**{"2": {"processes": 1}}), age=RULES.stale_after + 1)
-    _report(w, "p-1", _free(**{"2": {"processes": 1}}))
+    _report(w, "p-0", _free(**{"2": {"stray_processes": 1}}), age=RULES.stale_after + 1)
+    _report(w, "p-1", _free(**{"2": {"stray_processes": 1}}))
     cap = w.snapshot().capacity["p"]
     assert sorted(cap.node_free) == [7, 8]
     assert cap.unreported_nodes == 1
@@ -211,7 +212,7 @@ def test_a_reservation_takes_devices_and_their_memory() -> None:
 
 def test_admission_waits_for_the_devices_the_report_shows_free_and_says_why() -> None:
     w = _world(nodes=1)
-    _report(w, "p-0", _free(**{"6": {"processes": 1}}))  # a stray process on one device
+    _report(w, "p-0", _free(**{"6": {"stray_processes": 1}}))  # a stray process on one device
     job = w.job("a", "p", devices=8)
     d = decide(job, w.snapshot(), T0)
     assert d.phase is JobPhase.PENDING and "7 free device(s)" in d.reason
@@ -310,8 +311,18 @@ def test_a_report_without_pod_mapping_moves_every_job_on_the_node_as_before() ->
 def test_signature_ignores_drift_and_heartbeats_but_not_capacity() -> None:
     base = ReportView("n", T0, tuple(_free()))
     drift = ReportView("n", T0 + dt.timedelta(seconds=30), tuple(_free(**{"1": {"used": 0.001}})))
-    busy = ReportView("n", T0, tuple(_free(**{"1": {"processes": 1}})))
+    busy = ReportView("n", T0, tuple(_free(**{"1": {"stray_processes": 1}})))
     sick = ReportView("n", T0, tuple(_free(**{"1": {"sick": True}})))
     sig = node_capacity.signature
     assert sig(base) == sig(drift)
     assert len({sig(base), sig(busy), sig(sick), sig(None)}) == 4
+
+
+def test_a_pod_that_ended_before_the_next_report_frees_its_devices_at_once() -> None:
+    """The report lags: devices it still attributes to a pod Kubernetes saw end are free (a moved
+    or restarted job's new attempt is not held up until the agent writes again)."""
+    w = _world(nodes=1)
+    _report(w, "p-0", [_dev(i, pods=("gone-a0-0",), used=60.0) for i in range(8)])
+    cap = w.snapshot().capacity["p"]
+    assert cap.node_free == (8,) and cap.node_memory == ((),)
+    assert cap.fits(Gang(1, 8, 70 * GIB))  # not listed as clean: not refused for memory
