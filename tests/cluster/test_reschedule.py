@@ -214,7 +214,7 @@ def test_a_hung_two_node_job_is_detected_and_restarted(
             _drop_reports(api, nodes)
 
 
-def _write_report(api: client.ApiClient, node: str, pod: str, namespace: str, heartbeat: dt.datetime) -> None:
+def _put_report(api: client.ApiClient, node: str, devices: list[dict[str, Any]], heartbeat: dt.datetime) -> None:
     custom = client.CustomObjectsApi(api)
     with kubeapi.ignoring(409):
         custom.create_cluster_custom_object(
@@ -228,16 +228,6 @@ def _write_report(api: client.ApiClient, node: str, pod: str, namespace: str, he
                 "spec": {"nodeName": node},
             },
         )
-    devices = [
-        {
-            "index": i,
-            "healthy": i != 3,
-            "problems": ["uncorrectable ECC errors since the driver loaded: 1"] if i == 3 else [],
-            "utilizationGpuPercent": 0.0,
-            "allocatedPods": [{"namespace": namespace, "name": pod}],
-        }
-        for i in range(8)
-    ]
     custom.patch_cluster_custom_object_status(
         v.GROUP,
         v.VERSION,
@@ -246,12 +236,70 @@ def _write_report(api: client.ApiClient, node: str, pod: str, namespace: str, he
         {
             "status": {
                 "backend": "simulated",
-                "healthy": False,
+                "healthy": all(d.get("healthy", True) for d in devices),
                 "devices": devices,
                 "heartbeatTime": heartbeat.strftime("%Y-%m-%dT%H:%M:%SZ"),
             }
         },
     )
+
+
+ECC_PROBLEM = "uncorrectable ECC errors since the driver loaded: 1"
+
+
+def _write_report(api: client.ApiClient, node: str, pod: str, namespace: str, heartbeat: dt.datetime) -> None:
+    devices = [
+        {
+            "index": i,
+            "healthy": i != 3,
+            "problems": [ECC_PROBLEM] if i == 3 else [],
+            "utilizationGpuPercent": 0.0,
+            "allocatedPods": [{"namespace": namespace, "name": pod}],
+        }
+        for i in range(8)
+    ]
+    _put_report(api, node, devices, heartbeat)
+
+
+def test_a_failing_device_the_device_plugin_withholds_leaves_the_node_schedulable(
+    api: client.ApiClient, core: client.CoreV1Api, namespace: str, rescheduler: Any
+) -> None:
+    """Per-device exclusion: device 7 fails. While the device plugin still advertises it, a new pod
+    could get it: the node is tainted. Once the plugin withholds it (the kubelet keeps it in
+    capacity, not in allocatable) no new pod can: the taint comes off and the node takes a job on
+    its healthy devices, one fewer of them."""
+    pool = f"{namespace}-plugin"
+    with gpu_pool(api, pool, count=1) as nodes:
+        node = nodes[0]
+        try:
+            devices = [
+                {"index": i, "healthy": i != 7, "problems": [ECC_PROBLEM] if i == 7 else [], "utilizationGpuPercent": 0}
+                for i in range(8)
+            ]
+            # The agent reports first: the plugin still advertises the device, so the node is tainted...
+            _put_report(api, node, devices, dt.datetime.now(dt.UTC))
+            wait_for(lambda: v.TAINT_DEVICE_UNHEALTHY in _taints(core, node), timeout=30, what="the taint")
+            # ... until the plugin withholds it: the taint comes off.
+            core.patch_node_status(node, {"status": {"allocatable": {v.RESOURCE_NVIDIA_GPU: "7"}}})
+            wait_for(
+                lambda: v.TAINT_DEVICE_UNHEALTHY not in _taints(core, node),
+                timeout=30,
+                what="the taint taken off once the device plugin withholds the device",
+            )
+            create_job(api, job_doc(namespace, pool, devices=4, name="first", checkpoint=CHECKPOINT))
+            wait_phase(api, namespace, "first", "Running", timeout=90)
+            create_job(api, job_doc(namespace, pool, devices=4, name="second", checkpoint=CHECKPOINT))
+            st = wait_for(
+                lambda: (s := status(api, namespace, "second")).get("phase") == "Pending" and s.get("message") and s,
+                timeout=30,
+                what="the second job waiting",
+            )
+            assert "3 free device(s)" in st["message"], st["message"]
+            assert v.TAINT_DEVICE_UNHEALTHY not in _taints(core, node)
+            read = core.read_node(node).status
+            assert (read.capacity[v.RESOURCE_NVIDIA_GPU], read.allocatable[v.RESOURCE_NVIDIA_GPU]) == ("8", "7")
+        finally:
+            _drop_reports(api, nodes)
 
 
 def test_a_stale_report_does_nothing_until_it_is_fresh(
