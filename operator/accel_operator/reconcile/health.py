@@ -87,6 +87,8 @@ def node_actions(snapshot: Snapshot, rules: Rules) -> tuple[act.NodeAction, ...]
         if report is None or not report.fresh(snapshot.now, rules.stale_after):
             continue
         sick = report.sick
+        if not sick and not node.health_taint:
+            continue  # nothing to taint or untaint (the common case: judged no further)
         judged = node_capacity.judge(node, report, snapshot.now, rules.stale_after)
         if judged.condemned and not node.health_taint:
             value = "-".join(str(d.index) for d in sick)[:TAINT_VALUE_LIMIT].strip("-")
