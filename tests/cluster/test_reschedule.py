@@ -351,10 +351,11 @@ def test_a_policy_stops_an_idle_job_at_its_checkpoint_and_a_user_resumes_it(
     operator has started counting (``status.health.idleSince``) it moves that mark 10 minutes back.
     The grace is long (60 s), so the stop comes from the checkpoint the job reports."""
     custom = client.CustomObjectsApi(api)
-    policy = {
+    name = f"idle-{namespace}"
+    policy: dict[str, Any] = {
         "apiVersion": v.API_VERSION,
         "kind": "AcceleratorPolicy",
-        "metadata": {"name": f"idle-{namespace}"},
+        "metadata": {"name": name},
         "spec": {"idle": {"stopAfterMinutes": 5, "action": "stop", "teams": [namespace]}},
     }
     custom.create_cluster_custom_object(v.GROUP, v.VERSION, registry.POLICY.plural, policy)
@@ -418,7 +419,7 @@ def test_a_policy_stops_an_idle_job_at_its_checkpoint_and_a_user_resumes_it(
                 _drop_reports(api, nodes)
     finally:
         with kubeapi.ignoring(404):
-            custom.delete_cluster_custom_object(v.GROUP, v.VERSION, registry.POLICY.plural, policy["metadata"]["name"])
+            custom.delete_cluster_custom_object(v.GROUP, v.VERSION, registry.POLICY.plural, name)
     assert runner.exception is None, runner.exception
     errors = unexpected_errors(runner.output, [])
     assert not errors, "the operator logged errors the test did not expect:\n" + "\n".join(errors)
