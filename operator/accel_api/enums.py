@@ -113,6 +113,7 @@ class JobPhase(StrEnum):
     ADMITTED = "Admitted"  # devices reserved all-or-nothing, workload being created
     RUNNING = "Running"
     PREEMPTED = "Preempted"  # lost its capacity; a resume decision follows
+    STOPPED = "Stopped"  # stopped for idleness by a policy; resumes when a user sets accel.dev/resume
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
 
@@ -121,6 +122,13 @@ class BudgetPeriod(StrEnum):
     DAILY = "daily"
     WEEKLY = "weekly"
     MONTHLY = "monthly"
+
+
+class IdleAction(StrEnum):
+    """What an AcceleratorPolicy does with a job whose devices sat idle for its window."""
+
+    WARN = "warn"  # a condition and an event, nothing more
+    STOP = "stop"  # checkpoint now, then end the attempt: the job is Stopped until a user resumes it
 
 
 class BudgetAction(StrEnum):

@@ -618,6 +618,15 @@ class HealthStatus(ApiModel):
     right_size: RightSize | None = None
     moves: bounds.Count = 0
     consolidation: ConsolidationMove | None = None
+    stop_requested_time: bounds.Time | None = Field(
+        default=None, description="When a checkpoint-now was asked before stopping the job for idleness."
+    )
+    stopped_time: bounds.Time | None = Field(default=None, description="When a policy stopped the job for idleness.")
+    resume_seen: str | None = Field(
+        default=None,
+        max_length=bounds.RESUME_TOKEN_LENGTH,
+        description="The accel.dev/resume annotation when the job was stopped: another value resumes it.",
+    )
 
 
 class AttemptHeld(ApiModel):

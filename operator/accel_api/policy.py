@@ -11,7 +11,7 @@ from pydantic import BeforeValidator, Field, field_validator
 
 from accel_api import bounds, errors, patterns, vocabulary
 from accel_api.base import ApiModel, Conditions, ObjectMeta
-from accel_api.enums import BudgetAction, BudgetPeriod
+from accel_api.enums import BudgetAction, BudgetPeriod, IdleAction
 
 CheckpointScheme = Literal["s3", "pvc"]
 
@@ -67,6 +67,27 @@ class ConsolidationRules(ApiModel):
     )
 
 
+class IdleRules(ApiModel):
+    """What happens to a running job whose devices sit near 0% (the node agents' reports)."""
+
+    stop_after_minutes: Annotated[int, Field(ge=bounds.IDLE_MINUTES_MIN, le=bounds.IDLE_MINUTES_MAX)] = Field(
+        default=120, description="Minutes of idle devices before the action; 5 to 43200 (30 days)."
+    )
+    action: IdleAction = Field(
+        default=IdleAction.WARN,
+        description="warn: a condition and an event. stop: the job is asked to checkpoint now, then its "
+        "attempt ends and it is Stopped until a user sets the accel.dev/resume annotation.",
+    )
+    stop_without_checkpoint: bool = Field(
+        default=False,
+        description="Also stop a job that has no spec.checkpoint (its work is lost). Off: such a job "
+        "only gets the warning.",
+    )
+    teams: list[Annotated[str, Field(min_length=1, max_length=bounds.DNS_LABEL_LENGTH)]] = Field(
+        default_factory=list, max_length=bounds.POLICY_ITEMS, description="Teams it applies to; empty: every team."
+    )
+
+
 class AcceleratorPolicySpec(ApiModel):
     """Bounds: 256 budgets and access rules, 64 reserved names, at most 65536 devices per job."""
 
@@ -81,6 +102,7 @@ class AcceleratorPolicySpec(ApiModel):
         default=None, description="Moving running jobs so a fragmented pool fits a gang; absent: propose only."
     )
     max_devices_per_job: Annotated[int, Field(ge=1, le=bounds.DEVICES)] | None = None
+    idle: IdleRules | None = Field(default=None, description="Idle reservations: warn, or stop at a checkpoint.")
     reserved_env: list[Annotated[str, Field(min_length=1, max_length=bounds.ENV_NAME_LENGTH)]] = Field(
         default_factory=list,
         max_length=bounds.RESERVED_ENV_ITEMS,

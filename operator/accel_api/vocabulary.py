@@ -28,6 +28,9 @@ ANNOTATION_CHECKPOINT_STEP: Final = f"{GROUP}/last-checkpoint-step"
 # The operator's request to a running job: "write a checkpoint now" (before a preemption). The
 # value is a token (e.g. the time of the request); a job acts once per new non-empty value.
 ANNOTATION_CHECKPOINT_NOW: Final = f"{GROUP}/checkpoint-now"
+# On an AcceleratorJob: a user sets it to a new value (a timestamp) to resume a job that a policy
+# stopped for idleness (phase Stopped). Any value the job has not been stopped with resumes it.
+ANNOTATION_RESUME: Final = f"{GROUP}/resume"
 # Simulation (the local cluster and the agent's simulated backend), never set in production:
 ANNOTATION_SIMULATED: Final = f"{GROUP}/simulated"  # on KWOK nodes made from a pool
 ANNOTATION_AUTOSCALED: Final = f"{GROUP}/autoscaled"  # on KWOK nodes the simulated autoscaler made

@@ -214,7 +214,7 @@ def test_a_hung_two_node_job_is_detected_and_restarted(
             _drop_reports(api, nodes)
 
 
-def _write_report(api: client.ApiClient, node: str, pod: str, namespace: str, heartbeat: dt.datetime) -> None:
+def _put_report(api: client.ApiClient, node: str, devices: list[dict[str, Any]], heartbeat: dt.datetime) -> None:
     custom = client.CustomObjectsApi(api)
     with kubeapi.ignoring(409):
         custom.create_cluster_custom_object(
@@ -228,16 +228,6 @@ def _write_report(api: client.ApiClient, node: str, pod: str, namespace: str, he
                 "spec": {"nodeName": node},
             },
         )
-    devices = [
-        {
-            "index": i,
-            "healthy": i != 3,
-            "problems": ["uncorrectable ECC errors since the driver loaded: 1"] if i == 3 else [],
-            "utilizationGpuPercent": 0.0,
-            "allocatedPods": [{"namespace": namespace, "name": pod}],
-        }
-        for i in range(8)
-    ]
     custom.patch_cluster_custom_object_status(
         v.GROUP,
         v.VERSION,
@@ -246,12 +236,70 @@ def _write_report(api: client.ApiClient, node: str, pod: str, namespace: str, he
         {
             "status": {
                 "backend": "simulated",
-                "healthy": False,
+                "healthy": all(d.get("healthy", True) for d in devices),
                 "devices": devices,
                 "heartbeatTime": heartbeat.strftime("%Y-%m-%dT%H:%M:%SZ"),
             }
         },
     )
+
+
+ECC_PROBLEM = "uncorrectable ECC errors since the driver loaded: 1"
+
+
+def _write_report(api: client.ApiClient, node: str, pod: str, namespace: str, heartbeat: dt.datetime) -> None:
+    devices = [
+        {
+            "index": i,
+            "healthy": i != 3,
+            "problems": [ECC_PROBLEM] if i == 3 else [],
+            "utilizationGpuPercent": 0.0,
+            "allocatedPods": [{"namespace": namespace, "name": pod}],
+        }
+        for i in range(8)
+    ]
+    _put_report(api, node, devices, heartbeat)
+
+
+def test_a_failing_device_the_device_plugin_withholds_leaves_the_node_schedulable(
+    api: client.ApiClient, core: client.CoreV1Api, namespace: str, rescheduler: Any
+) -> None:
+    """Per-device exclusion: device 7 fails. While the device plugin still advertises it, a new pod
+    could get it: the node is tainted. Once the plugin withholds it (the kubelet keeps it in
+    capacity, not in allocatable) no new pod can: the taint comes off and the node takes a job on
+    its healthy devices, one fewer of them."""
+    pool = f"{namespace}-plugin"
+    with gpu_pool(api, pool, count=1) as nodes:
+        node = nodes[0]
+        try:
+            devices = [
+                {"index": i, "healthy": i != 7, "problems": [ECC_PROBLEM] if i == 7 else [], "utilizationGpuPercent": 0}
+                for i in range(8)
+            ]
+            # The agent reports first: the plugin still advertises the device, so the node is tainted...
+            _put_report(api, node, devices, dt.datetime.now(dt.UTC))
+            wait_for(lambda: v.TAINT_DEVICE_UNHEALTHY in _taints(core, node), timeout=30, what="the taint")
+            # ... until the plugin withholds it: the taint comes off.
+            core.patch_node_status(node, {"status": {"allocatable": {v.RESOURCE_NVIDIA_GPU: "7"}}})
+            wait_for(
+                lambda: v.TAINT_DEVICE_UNHEALTHY not in _taints(core, node),
+                timeout=30,
+                what="the taint taken off once the device plugin withholds the device",
+            )
+            create_job(api, job_doc(namespace, pool, devices=4, name="first", checkpoint=CHECKPOINT))
+            wait_phase(api, namespace, "first", "Running", timeout=90)
+            create_job(api, job_doc(namespace, pool, devices=4, name="second", checkpoint=CHECKPOINT))
+            st = wait_for(
+                lambda: (s := status(api, namespace, "second")).get("phase") == "Pending" and s.get("message") and s,
+                timeout=30,
+                what="the second job waiting",
+            )
+            assert "3 free device(s)" in st["message"], st["message"]
+            assert v.TAINT_DEVICE_UNHEALTHY not in _taints(core, node)
+            read = core.read_node(node).status
+            assert (read.capacity[v.RESOURCE_NVIDIA_GPU], read.allocatable[v.RESOURCE_NVIDIA_GPU]) == ("8", "7")
+        finally:
+            _drop_reports(api, nodes)
 
 
 def test_a_stale_report_does_nothing_until_it_is_fresh(
@@ -293,3 +341,85 @@ def test_a_stale_report_does_nothing_until_it_is_fresh(
             )
         finally:
             _drop_reports(api, nodes)
+
+
+def test_a_policy_stops_an_idle_job_at_its_checkpoint_and_a_user_resumes_it(
+    api: client.ApiClient, core: client.CoreV1Api, namespace: str, crds: list[str], cluster: Cluster
+) -> None:
+    """The agent's reports show the job's devices quiet and empty; a policy (for this test's team
+    only) stops such a job after 5 minutes. The test does not wait the minutes out: once the
+    operator has started counting (``status.health.idleSince``) it moves that mark 10 minutes back.
+    The grace is long (60 s), so the stop comes from the checkpoint the job reports."""
+    custom = client.CustomObjectsApi(api)
+    name = f"idle-{namespace}"
+    policy: dict[str, Any] = {
+        "apiVersion": v.API_VERSION,
+        "kind": "AcceleratorPolicy",
+        "metadata": {"name": name},
+        "spec": {"idle": {"stopAfterMinutes": 5, "action": "stop", "teams": [namespace]}},
+    }
+    custom.create_cluster_custom_object(v.GROUP, v.VERSION, registry.POLICY.plural, policy)
+    settings = _settings(namespace).model_copy(update={"checkpoint_grace_seconds": 60.0})
+    ckpt = {"uri": "pvc://checkpoints/idle", "intervalMinutes": 10}
+    pool = f"{namespace}-idle"
+    try:
+        with running_operator(settings) as runner, gpu_pool(api, pool, count=1) as nodes:
+            try:
+                create_job(api, job_doc(namespace, pool, devices=8, name="sleepy", checkpoint=ckpt, team=namespace))
+                wait_phase(api, namespace, "sleepy", "Running", timeout=90)
+                pod = wait_for(lambda: _running_pods(core, namespace, "sleepy", 0), timeout=30, what="a pod")[0]
+                quiet = {v.ANNOTATION_SIM_UTILIZATION: "0", v.ANNOTATION_SIM_MEMORY_FRACTION: "0"}
+                core.patch_namespaced_pod(pod.metadata.name, namespace, {"metadata": {"annotations": quiet}})
+                assert run_cluster_pass(api, node_name=nodes[0]).written
+                wait_for(lambda: _health(api, namespace, "sleepy").get("idleSince"), timeout=30, what="idleSince")
+                ten_minutes_ago = (dt.datetime.now(dt.UTC) - dt.timedelta(minutes=10)).strftime("%Y-%m-%dT%H:%M:%SZ")
+                custom.patch_namespaced_custom_object_status(
+                    v.GROUP,
+                    v.VERSION,
+                    namespace,
+                    registry.JOB.plural,
+                    "sleepy",
+                    {"status": {"health": {"idleSince": ten_minutes_ago}}},
+                )
+                wait_for(
+                    lambda: v.ANNOTATION_CHECKPOINT_NOW in _annotations(core, namespace, pod.metadata.name),
+                    timeout=30,
+                    what="the checkpoint-now request on the idle job's pod",
+                )
+                assert status(api, namespace, "sleepy")["phase"] == "Running"  # not before its checkpoint
+                saved = {v.ANNOTATION_CHECKPOINT: "pvc://checkpoints/idle/step-100"}
+                core.patch_namespaced_pod(pod.metadata.name, namespace, {"metadata": {"annotations": saved}})
+
+                st = wait_phase(api, namespace, "sleepy", "Stopped", timeout=30)
+                conds = {c["type"]: c for c in st["conditions"]}
+                assert (conds["Admitted"]["status"], conds["Admitted"]["reason"]) == ("False", "StoppedIdle")
+                assert conds["IdleStop"]["reason"] == "Stopped" and v.ANNOTATION_RESUME in conds["IdleStop"]["message"]
+                assert st["attempt"] == 1 and st["health"]["stoppedTime"]
+                assert "checkpoint written" in st["message"] and f"policy idle-{namespace}" in st["message"]
+                reasons = [r for r, _ in events_of(core, namespace, "sleepy")]
+                assert "IdleStopRequested" in reasons and "StoppedIdle" in reasons, reasons
+                wait_for(
+                    lambda: (
+                        not [p for p in pods_of(core, namespace, "sleepy") if p.metadata.deletion_timestamp is None]
+                    ),
+                    timeout=60,
+                    what="the stopped attempt's pod gone",
+                )
+                assert status(api, namespace, "sleepy")["phase"] == "Stopped"
+
+                # A user resumes it: a new attempt from the checkpoint it wrote.
+                resume = {"metadata": {"annotations": {v.ANNOTATION_RESUME: dt.datetime.now(dt.UTC).isoformat()}}}
+                custom.patch_namespaced_custom_object(
+                    v.GROUP, v.VERSION, namespace, registry.JOB.plural, "sleepy", resume
+                )
+                st = wait_phase(api, namespace, "sleepy", "Running", timeout=60)
+                assert st["attempt"] == 1 and st["resume"]["resumeFrom"] == "pvc://checkpoints/idle/step-100"
+                assert "Resumed" in [r for r, _ in events_of(core, namespace, "sleepy")]
+            finally:
+                _drop_reports(api, nodes)
+    finally:
+        with kubeapi.ignoring(404):
+            custom.delete_cluster_custom_object(v.GROUP, v.VERSION, registry.POLICY.plural, name)
+    assert runner.exception is None, runner.exception
+    errors = unexpected_errors(runner.output, [])
+    assert not errors, "the operator logged errors the test did not expect:\n" + "\n".join(errors)

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from accel_operator.reconcile import health
+from accel_operator.reconcile import node_capacity
 from accel_operator.reconcile.policy_inputs import PolicyInputs
 from accel_operator.reconcile.reports import ReportView
 from accel_operator.reconcile.snapshot import (
@@ -86,9 +86,11 @@ class Observed:
     reservations: dict[JobKey, Reservation] = field(default_factory=dict)
     pool_reservations: dict[str, dict[JobKey, Reservation]] = field(default_factory=dict)
     capacity: dict[str, PoolCapacity] = field(default_factory=dict)
-    # The node agents' reports (read whole each refresh: one small view per node); a node a fresh
-    # report condemns is unusable capacity (reconcile/health.py).
+    # The node agents' reports (read whole each refresh: one small view per node): a node's free
+    # devices and memory, its failing devices, whether it is condemned (reconcile/node_capacity.py).
     reports: dict[str, ReportView] = field(default_factory=dict)
+    # node -> (its view, its report, fresh, the view judged on them): judged again only on a change.
+    judged: dict[str, tuple[NodeView, ReportView | None, bool, NodeView]] = field(default_factory=dict)
     # What the event handlers said changed since the last refresh.
     stale: bool = True  # everything: the next refresh rebuilds
     stale_jobs: set[JobKey] = field(default_factory=set)
@@ -120,7 +122,20 @@ class Observed:
         self.reports = {name: r for name, s in store.items() if (r := _first(s)) is not None}
 
     def _judged(self, nodes: Iterable[NodeView], now: dt.datetime, stale_after: float) -> list[NodeView]:
-        return health.with_condemned(nodes, self.reports, now, stale_after) if self.reports else list(nodes)
+        """``nodes`` as their reports make them (node_capacity.judge), reusing the last judgement
+        of a node whose view, report and freshness are the same objects and answer as then."""
+        out = []
+        for n in nodes:
+            report = self.reports.get(n.name)
+            fresh = report is not None and report.fresh(now, stale_after)
+            seen = self.judged.get(n.name)
+            if seen is not None and seen[0] is n and seen[1] is report and seen[2] == fresh:
+                out.append(seen[3])
+                continue
+            judged = node_capacity.judge(n, report, now, stale_after)
+            self.judged[n.name] = (n, report, fresh, judged)
+            out.append(judged)
+        return out
 
     def rebuild(
         self, idx: Any, job_view: Callable[[JobView], JobView], now: dt.datetime, *, stale_after: float = 900.0
@@ -139,6 +154,7 @@ class Observed:
         self._read_reports(idx)
         found = [n for store in idx.nodes.values() if (n := _first(store)) is not None]
         self.nodes = {n.name: n for n in self._judged(found, now, stale_after)}
+        self.judged = {name: seen for name, seen in self.judged.items() if name in self.nodes}
         self.pool_nodes = {p: {} for p in self.pools}
         for node in self.nodes.values():
             self._place_node(node)

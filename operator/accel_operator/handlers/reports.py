@@ -1,5 +1,6 @@
 """AcceleratorNodeReports (written by the node agents): indexed by node; a change other than the
-heartbeat wakes the jobs on that node, and a change of device health wakes admission too."""
+heartbeat wakes the jobs on that node, and a change of what the node can take (a device's health,
+its free devices and their memory: ``node_capacity.signature``) wakes admission too."""
 
 from __future__ import annotations
 
@@ -12,11 +13,8 @@ from accel_api import registry
 from accel_api import vocabulary as v
 from accel_operator.adapters.kube import reports
 from accel_operator.handlers.scheduler import Scheduler
+from accel_operator.reconcile import node_capacity
 from accel_operator.reconcile.reports import ReportView
-
-
-def _sick(view: ReportView | None) -> tuple[int, ...]:
-    return tuple(d.index for d in view.sick) if view is not None else ()
 
 
 def register(reg: kopf.OperatorRegistry, sched: Scheduler) -> None:
@@ -37,4 +35,5 @@ def register(reg: kopf.OperatorRegistry, sched: Scheduler) -> None:
         if before is not None and view is not None and replace(before, heartbeat=None) == replace(view, heartbeat=None):
             return
         node = view.node if view is not None else (before.node if before is not None else name)
-        sched.report_changed(node, health_changed=_sick(before) != _sick(view))
+        changed = node_capacity.signature(before) != node_capacity.signature(view)
+        sched.report_changed(node, health_changed=changed)

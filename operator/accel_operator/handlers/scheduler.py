@@ -25,7 +25,7 @@ import hashlib
 import logging
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from accel_api import catalog as catalog_mod
@@ -45,10 +45,10 @@ from accel_operator.planning import policy, selection
 from accel_operator.planning.candidates import Plan, PoolOffer, best_per_pool
 from accel_operator.reconcile import actions as act
 from accel_operator.reconcile import consolidate, fallback, health, policy_inputs, resume
-from accel_operator.reconcile.decide import ADMITTED, Decision, decide
+from accel_operator.reconcile.decide import ADMITTED, Decision, decide, gang_of
 from accel_operator.reconcile.snapshot import (
+    AT_REST,
     HOLDING,
-    TERMINAL,
     Gang,
     JobKey,
     JobView,
@@ -238,18 +238,7 @@ class Scheduler:
         if pending.revision is not None and seen >= pending.revision:
             del self.overlay[raw.key]  # the watch caught up
             return raw
-        return JobView(
-            namespace=raw.namespace,
-            name=raw.name,
-            uid=raw.uid,
-            created=raw.created,
-            generation=raw.generation,
-            spec=raw.spec,
-            spec_problems=raw.spec_problems,
-            status=pending.status,
-            deleting=raw.deleting,
-            resource_version=raw.resource_version,
-        )
+        return replace(raw, status=pending.status)
 
     def observe(self, now: dt.datetime) -> Snapshot:
         """Every index entry folded into one snapshot (what a full pass sees)."""
@@ -310,7 +299,7 @@ class Scheduler:
         shapes = self.shapes.get(id(plan))
         if shapes is None:
             ranked = [c for c in best_per_pool(plan.candidates) if c.rank is not None]
-            shapes = tuple((c.pool, Gang(c.nodes, c.devices // max(1, c.nodes))) for c in ranked)
+            shapes = tuple((c.pool, gang_of(c)) for c in ranked)
             self.shapes[id(plan)] = shapes
         return shapes
 
@@ -321,7 +310,7 @@ class Scheduler:
         """The waiting jobs that may fit in ``pools`` (None: any pool) now."""
         out: set[JobKey] = set()
         for key, job in snap.jobs.items():
-            if job.phase in HOLDING or job.phase in TERMINAL:
+            if job.phase in HOLDING or job.phase in AT_REST:
                 continue
             plan = self._cached_plan(job) if pools is not None else None
             if plan is None or pools is None or any(pool in pools for pool, _gang in self._shapes(plan)):
@@ -414,7 +403,7 @@ class Scheduler:
             if job.key in busy:
                 self.dirty.add(job.key)  # its last decision is still being written: next pass
                 continue
-            if job.phase in TERMINAL and job.key not in dirty:
+            if job.phase in AT_REST and job.key not in dirty:
                 phases[job.phase.value] = phases.get(job.phase.value, 0) + 1
                 continue
             if not full and self._still_waits(job, snap, refused):

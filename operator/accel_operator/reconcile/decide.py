@@ -35,7 +35,7 @@ from accel_api.job import AttemptFailure, ResumeStatus
 from accel_operator.planning import explain
 from accel_operator.planning.candidates import Candidate, Plan, best_per_pool
 from accel_operator.reconcile import actions as act
-from accel_operator.reconcile import attempt_held, fallback, names, resume
+from accel_operator.reconcile import attempt_held, fallback, names, node_capacity, resume
 from accel_operator.reconcile.snapshot import (
     HOLDING,
     Blocked,
@@ -125,8 +125,13 @@ def _keep(job: JobView) -> list[Cond]:
 # --- waiting: plan and admit --------------------------------------------------------------------
 
 
-def _gang(c: Candidate) -> Gang:
-    return Gang(nodes=c.nodes, per_node=c.devices // max(1, c.nodes))
+def gang_of(c: Candidate) -> Gang:
+    """The admission shape of ``c``: nodes × devices per node, with the per-device memory need."""
+    memory = c.memory.footprint_bytes if c.memory is not None else 0
+    return Gang(nodes=c.nodes, per_node=c.devices // max(1, c.nodes), memory_bytes=memory)
+
+
+_gang = gang_of
 
 
 def _duration(c: Candidate) -> float:
@@ -157,7 +162,9 @@ def _may_use(snapshot: Snapshot, job: JobView, c: Candidate, now: dt.datetime) -
         return f"pool {c.pool} is gone"
     if not cap.fits(gang):
         shape = f"{gang.nodes} node(s) with {gang.per_node} free device(s) each"
-        return f"{c.pool} has {cap.free_devices} free device(s) on {cap.usable_nodes} usable node(s); needs {shape}"
+        return f"{c.pool} has {cap.free_devices} free device(s) on {cap.usable_nodes} usable node(s); needs {shape}" + (
+            node_capacity.views(cap, gang)
+        )
     blocked = snapshot.blocked.get(c.pool)
     if blocked is not None and blocked.job != job.key:
         ends_in_time = blocked.shadow is not None and now + dt.timedelta(seconds=_duration(c)) <= blocked.shadow
@@ -552,6 +559,18 @@ def _decide(
     if phase in HOLDING:
         held = _holding(job, snapshot, now, bind_timeout, rules)
         return _over_budget(job, policy_gate.holding(job, snapshot, held))
+    if phase is JobPhase.STOPPED:  # stopped for idleness by a policy: until a user resumes it
+        from accel_operator.reconcile import idle_stop
+
+        if not idle_stop.resume_requested(job):
+            return idle_stop.stopped(job)
+        return idle_stop.resumed(job, _waiting_or_resuming(job, snapshot, now, lookup))
+    return _waiting_or_resuming(job, snapshot, now, lookup)
+
+
+def _waiting_or_resuming(job: JobView, snapshot: Snapshot, now: dt.datetime, lookup: resume.Lookup | None) -> Decision:
+    from accel_operator.reconcile import policy_gate
+
     if resume.needs_resume(job):
         return policy_gate.waiting(job, snapshot) or policy_gate.holding(
             job, snapshot, _resuming(job, snapshot, now, lookup)

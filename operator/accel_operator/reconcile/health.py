@@ -2,11 +2,13 @@
 
 Three findings about a running job, each a condition and an event with reasons, some a move:
 
-- **a failing device** on a node the job runs on (the agent's health: uncorrectable ECC, a failed
-  row remap, a device fallen off the bus, a critical XID, hardware throttling) on a *fresh*
-  report: the node is kept free of new work (:func:`node_actions`: a NoSchedule taint, and the
-  snapshot's capacity counts it unusable), the job is asked to checkpoint now, and after the
-  checkpoint (or ``checkpoint_grace``) its attempt ends and a new one is planned elsewhere;
+- **a failing device** the job holds (the agent's health: uncorrectable ECC, a failed row remap,
+  a device fallen off the bus, a critical XID, hardware throttling) on a *fresh* report: the
+  node's capacity drops by that device, and the node is kept free of new work altogether only
+  when the device plugin might hand the device to a new pod (:mod:`node_capacity` says which
+  signal is trusted; :func:`node_actions`: a NoSchedule taint); the job is asked to checkpoint
+  now, and after the checkpoint (or ``checkpoint_grace``) its attempt ends and a new one is
+  planned elsewhere. Jobs on the node's healthy devices stay;
 - **a hung distributed job**: every device of a multi-device training job at ~0% at once while
   all its pods run and the devices still hold their memory, for ``hung_window`` (an NCCL
   collective that never completes): flagged with the nodes, and restarted from its latest
@@ -23,7 +25,7 @@ restarted operator goes on counting where the last one stopped.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -31,10 +33,10 @@ from typing import Any
 from accel_api import vocabulary as v
 from accel_api.enums import JobPhase, WorkloadMode
 from accel_operator.reconcile import actions as act
-from accel_operator.reconcile import names
+from accel_operator.reconcile import idle_stop, names, node_capacity
 from accel_operator.reconcile.decide import ADMITTED, PLANNED, VALID, Cond, Decision
-from accel_operator.reconcile.reports import DeviceReport, ReportView
-from accel_operator.reconcile.snapshot import JobView, NodeView, PodView, Snapshot
+from accel_operator.reconcile.reports import DeviceReport
+from accel_operator.reconcile.snapshot import JobView, PodView, Snapshot
 from accel_operator.reconcile.times import parse_time
 from accel_operator.reconcile.times import stamp as _ts
 
@@ -50,6 +52,7 @@ class MoveReason(StrEnum):
     DEVICE_UNHEALTHY = "device-unhealthy"
     HUNG = "hung"
     CONSOLIDATION = "consolidation"  # reconcile/consolidate.py: room for a gang
+    IDLE_STOP = "idle-stop"  # not a move: a policy stopped the idle job (reconcile/idle_stop.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,37 +78,32 @@ def _clip(text: str) -> str:
 # --- nodes ------------------------------------------------------------------------------------
 
 
-def condemned(reports: Mapping[str, ReportView], now: dt.datetime, stale_after: float) -> frozenset[str]:
-    """Nodes whose fresh report shows a failing device: no new work goes there."""
-    return frozenset(name for name, r in reports.items() if r.sick and r.fresh(now, stale_after))
-
-
 def node_actions(snapshot: Snapshot, rules: Rules) -> tuple[act.NodeAction, ...]:
-    """Taint the nodes a fresh report condemns; untaint those a fresh report clears. A node
-    without a fresh report keeps what it has: nothing is decided on old news."""
+    """Taint the nodes a fresh report condemns (a failing device the device plugin may still hand
+    to a new pod: :mod:`node_capacity`); untaint those a fresh report clears. A node without a
+    fresh report keeps what it has: nothing is decided on old news."""
     out: list[act.NodeAction] = []
     for name, node in sorted(snapshot.nodes.items()):
         report = snapshot.reports.get(name)
         if report is None or not report.fresh(snapshot.now, rules.stale_after):
             continue
         sick = report.sick
-        if sick and not node.health_taint:
+        if not sick and not node.health_taint:
+            continue  # nothing to taint or untaint (the common case: judged no further)
+        judged = node_capacity.judge(node, report, snapshot.now, rules.stale_after)
+        if judged.condemned and not node.health_taint:
             value = "-".join(str(d.index) for d in sick)[:TAINT_VALUE_LIMIT].strip("-")
             why = "; ".join(d.describe() for d in sick)
             out.append(act.TaintNode(name, v.TAINT_DEVICE_UNHEALTHY, value, _clip(why)))
-        elif not sick and node.health_taint:
-            out.append(act.UntaintNode(name, v.TAINT_DEVICE_UNHEALTHY, "every device is healthy again"))
+        elif not judged.condemned and node.health_taint:
+            because = (
+                f"the device plugin withholds the failing device(s) "
+                f"{', '.join(str(d.index) for d in sick)}: the node stays schedulable with fewer devices"
+                if sick
+                else "every device is healthy again"
+            )
+            out.append(act.UntaintNode(name, v.TAINT_DEVICE_UNHEALTHY, because))
     return tuple(out)
-
-
-def with_condemned(
-    nodes: Iterable[NodeView], reports: Mapping[str, ReportView], now: dt.datetime, stale_after: float
-) -> list[NodeView]:
-    """``nodes``, those a fresh report condemns marked so (capacity counts them unusable)."""
-    from dataclasses import replace
-
-    bad = condemned(reports, now, stale_after)
-    return [replace(n, condemned=True) if n.name in bad else n for n in nodes]
 
 
 # --- one running job --------------------------------------------------------------------------
@@ -117,7 +115,7 @@ class Finding:
 
     nodes: tuple[str, ...]
     stale: tuple[str, ...]  # nodes without a fresh report
-    sick: tuple[tuple[str, DeviceReport], ...]  # failing devices on its nodes (fresh reports)
+    sick: tuple[tuple[str, DeviceReport], ...]  # failing devices it holds (fresh reports; see find)
     devices: tuple[DeviceReport, ...]  # the devices its pods hold, on fresh reports
     mapped_everywhere: bool  # every node it runs on maps at least one device to its pods
 
@@ -134,8 +132,11 @@ def find(pods: Sequence[PodView], snapshot: Snapshot, now: dt.datetime, rules: R
         if report is None or not report.fresh(now, rules.stale_after):
             stale.append(node)
             continue
-        sick += [(node, d) for d in report.sick]
         mine = report.devices_of(keys)
+        # Per device: a failing device of the node that is not the job's leaves the job where it
+        # is (the node's capacity drops instead). Where the report maps no device to the job's
+        # pods, which devices it holds is unknown: every failing device of the node counts.
+        sick += [(node, d) for d in report.sick if not mine or d in mine]
         mapped = mapped and bool(mine)
         devices += mine
     return Finding(nodes, tuple(stale), tuple(sick), tuple(devices), mapped and bool(nodes))
@@ -352,9 +353,17 @@ def amend(
                 events.append(act.RecordEvent("Warning", "IdleReservation", why))
         else:
             conds.append(Cond(IDLE, False, "Quiet", f"devices near 0% since {_ts(since)}"))
+        # A policy may stop it (reconcile/idle_stop.py).
+        rule = idle_stop.rule_for(job.spec.team, snapshot.policy.policies)
+        stop = idle_stop.step(
+            job, pods, rule, held, now=now, health=health, grace=rules.checkpoint_grace, conds=conds, events=events
+        )
+        if stop is not None:
+            return stop, MoveReason.IDLE_STOP
     else:
         health["idleSince"] = None
         health["rightSize"] = None
+        idle_stop.clear(health)
         conds.append(Cond(IDLE, False, "Busy"))
     return _amended(decision, conds, events, before, health), None
 

@@ -2,8 +2,10 @@
 
 Only what the rescheduling decisions (:mod:`health`) read: when the report was last written, and
 per device whether it is healthy (and why not), its utilization and memory, and the pods it
-belongs to. A report whose heartbeat is older than the staleness timeout is *stale*: no decision
-is taken on it, so a node whose agent stopped writing is never condemned on old news.
+belongs to, and how many of its processes no pod owns (:mod:`node_capacity` takes a device that
+only something Kubernetes does not know of uses out of the free ones). A report whose heartbeat
+is older than the staleness timeout is *stale*: no decision is taken on it, so a node whose agent
+stopped writing is never condemned on old news.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ class DeviceReport:
     memory_used: int | None = None
     memory_total: int | None = None
     pods: frozenset[PodKey] = frozenset()  # allocated to, or running a process of, these pods
+    stray_processes: int = 0  # processes no pod owns: Kubernetes does not know of them
 
     def describe(self) -> str:
         """``device 3 (uncorrectable ECC errors: 2)``: the device and its first problem."""

@@ -6,7 +6,11 @@ function of one :class:`Snapshot`. Nothing here reads the cluster.
 
 Capacity follows the issue's definition: a pool's free devices are the allocatable devices of its
 Ready, schedulable nodes without a termination taint, minus the requests of every pod bound there
-(ours or not, unless it has ended), minus what admitted jobs reserved and have not bound yet.
+(ours or not, unless it has ended), minus what admitted jobs reserved and have not bound yet. Where
+a node's agent wrote a fresh report, the devices that something Kubernetes does not know of uses
+(a process no pod owns, memory held with no pod: :mod:`node_capacity`) are not free either, and a
+gang that needs more memory per device than the report shows free on the node's clean devices
+does not fit there; a node without a fresh report is counted from Kubernetes' view alone.
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ JobKey = tuple[str, str]  # (namespace, name)
 # Phases in which a job holds (or is about to hold) devices.
 HOLDING = frozenset({JobPhase.ADMITTED, JobPhase.RUNNING})
 TERMINAL = frozenset({JobPhase.SUCCEEDED, JobPhase.FAILED})
+# Phases that hold nothing and wait for nothing: decided again only when the job itself changes.
+AT_REST = TERMINAL | {JobPhase.STOPPED}
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +50,14 @@ class NodeView:
     uid: str = ""  # one incarnation of the node: a node re-created under the same name is another
     provider_id: str = ""  # spec.providerID: aws:///<zone>/<instance-id>, gce://<project>/<zone>/<name>
     termination_taints: frozenset[str] = frozenset()  # which of vocabulary.TERMINATION_TAINTS it carries
+    capacity_devices: int | None = None  # status.capacity (allocatable is lower by what the device plugin withholds)
+    # From a fresh node report (reconcile/node_capacity.py): devices that something Kubernetes does
+    # not know of uses (a process no pod owns, memory held with no pod), off its free devices; the
+    # free memory (bytes, None when not measured) of each device the report shows clean, largest
+    # first. None: no fresh report, Kubernetes' view alone.
+    stray_devices: int = 0
+    clean_memory: tuple[int | None, ...] | None = None
+    sick_devices: int = 0  # devices a fresh report shows failing
 
     @property
     def usable(self) -> bool:
@@ -129,6 +143,8 @@ class JobView:
     status: AcceleratorJobStatus
     deleting: bool = False
     resource_version: str | None = None
+    # A digest of the accel.dev/resume annotation (a user's request to resume a Stopped job); None: unset.
+    resume_request: str | None = None
 
     @property
     def key(self) -> JobKey:
@@ -171,6 +187,7 @@ class Reservation:
 class Gang:
     nodes: int
     per_node: int
+    memory_bytes: int = 0  # per device, as the planner estimates it (0: not known)
 
     @property
     def devices(self) -> int:
@@ -187,6 +204,10 @@ class PoolCapacity:
     usable_nodes: int
     allocated: int  # devices requested by pods bound to usable nodes
     reserved: int  # devices admitted jobs reserved but have not bound yet
+    # Aligned with node_free: the free memory of each free device a fresh report shows, largest
+    # first (UNMEASURED when not measured); None for a node counted from Kubernetes' view alone.
+    node_memory: tuple[tuple[int, ...] | None, ...] = ()
+    unreported_nodes: int = 0  # usable nodes without a fresh report (Kubernetes' view)
 
     @property
     def free_devices(self) -> int:
@@ -196,26 +217,57 @@ class PoolCapacity:
     def whole_free_nodes(self) -> int:
         return sum(1 for f in self.node_free if f >= self.pool.spec.devices_per_node)
 
+    def _memory(self, i: int) -> tuple[int, ...] | None:
+        return self.node_memory[i] if i < len(self.node_memory) else None
+
+    def holds(self, i: int, gang: Gang) -> bool:
+        """Whether node ``i`` has ``gang.per_node`` free devices, each with the gang's memory free
+        (a free device the report does not list, e.g. one a pod left since, is not refused)."""
+        free = self.node_free[i]
+        if free < gang.per_node:
+            return False
+        memory = self._memory(i)
+        if memory is None or gang.memory_bytes <= 0:
+            return True
+        unlisted = max(0, free - len(memory))
+        return sum(1 for m in memory if m >= gang.memory_bytes) + unlisted >= gang.per_node
+
     def fits(self, gang: Gang) -> bool:
         """Whether all of ``gang`` can be placed now, each of its pods on its own node."""
-        return sum(1 for f in self.node_free if f >= gang.per_node) >= gang.nodes
+        return sum(1 for i in range(len(self.node_free)) if self.holds(i, gang)) >= gang.nodes
 
     def take(self, gang: Gang) -> PoolCapacity:
         """This capacity after ``gang`` is placed (best fit: the fullest nodes that still fit)."""
-        free = sorted(self.node_free)
+        order = sorted(range(len(self.node_free)), key=self.node_free.__getitem__)
+        free, memory = list(self.node_free), [self._memory(i) for i in range(len(self.node_free))]
         left = gang.nodes
-        out = []
-        for f in free:
-            if left and f >= gang.per_node:
-                out.append(f - gang.per_node)
+        for i in order:
+            if left and self.holds(i, gang):
+                free[i] -= gang.per_node
+                memory[i] = _trim(memory[i], free[i])
                 left -= 1
-            else:
-                out.append(f)
-        return replace(self, node_free=tuple(out), reserved=self.reserved + gang.devices)
+        node_memory = tuple(memory) if self.node_memory else ()
+        return replace(self, node_free=tuple(free), node_memory=node_memory, reserved=self.reserved + gang.devices)
 
 
-def _place(node_free: list[int], gangs: Iterable[tuple[int, int]]) -> list[int]:
-    """Subtract reservations (nodes, per_node) from per-node free devices, best fit."""
+UNMEASURED = 1 << 62  # a free device whose memory the report does not give: no reason to refuse
+
+
+def _trim(memory: tuple[int, ...] | None, free: int) -> tuple[int, ...] | None:
+    """The listed free memory (largest first) of a node left with ``free`` devices: which devices
+    the device plugin hands out is not ours to choose, so unlisted ones go first, then the largest
+    (what is left is the worst case for the next gang)."""
+    if memory is None:
+        return None
+    memory = tuple(sorted(memory, reverse=True))
+    return memory[max(0, len(memory) - free) :]
+
+
+def _place(
+    node_free: list[int], gangs: Iterable[tuple[int, int]], memory: list[tuple[int, ...] | None] | None = None
+) -> list[int]:
+    """Subtract reservations (nodes, per_node) from per-node free devices, best fit (and from
+    ``memory``, the free devices' memory aligned with ``node_free``, in place)."""
     for nodes, per_node in sorted(gangs, key=lambda g: -g[1]):
         for _ in range(nodes):
             fitting = [i for i, f in enumerate(node_free) if f >= per_node]
@@ -225,9 +277,13 @@ def _place(node_free: list[int], gangs: Iterable[tuple[int, int]]) -> list[int]:
                 if i is None:
                     break
                 node_free[i] = 0
+                if memory is not None:
+                    memory[i] = _trim(memory[i], 0)
                 continue
             i = min(fitting, key=node_free.__getitem__)
             node_free[i] -= per_node
+            if memory is not None:
+                memory[i] = _trim(memory[i], node_free[i])
     return node_free
 
 
@@ -241,22 +297,39 @@ def pool_capacity(
     usable = [n for n in mine if n.usable]
     allocated = 0
     free: list[int] = []
+    memory: list[tuple[int, ...] | None] = []
     for n in usable:
         used = used_by_node.get(n.name, 0)
         allocated += used
-        free.append(max(0, n.devices - used))
+        k8s_free = max(0, n.devices - used)
+        if n.clean_memory is None:
+            free.append(k8s_free)
+            memory.append(None)
+        else:
+            # What Kubernetes counts free, less what the agent sees used by something Kubernetes does
+            # not know of. A device the report attributes to a pod is Kubernetes' to count (a pod
+            # that ended a moment ago is free there before the agent's next report says so).
+            left = max(0, k8s_free - n.stray_devices)
+            free.append(left)
+            memory.append(_trim(tuple(UNMEASURED if m is None else m for m in n.clean_memory), left))
+    unreported = sum(1 for m in memory if m is None)
     if pool.autoscaled:
         # Nodes the autoscaler will bring for pending pods, up to maxNodes.
-        free += [pool.spec.devices_per_node] * max(0, pool.spec.max_nodes - len(mine))
+        extra = max(0, pool.spec.max_nodes - len(mine))
+        free += [pool.spec.devices_per_node] * extra
+        memory += [None] * extra
     gangs = [(r.unbound_nodes, r.per_node) for r in reservations if r.pool == pool.name and r.unbound_nodes]
     reserved = sum(n * p for n, p in gangs)
+    reported = any(m is not None for m in memory)
     return PoolCapacity(
         pool=pool,
-        node_free=tuple(_place(free, gangs)),
+        node_free=tuple(_place(free, gangs, memory)),
         total_nodes=len(mine),
         usable_nodes=len(usable),
         allocated=allocated,
         reserved=reserved,
+        node_memory=tuple(memory) if reported else (),
+        unreported_nodes=unreported,
     )
 
 

@@ -58,7 +58,8 @@ def test_a_job_that_fits_is_admitted_with_its_workload() -> None:
     create = [a for a in d.actions if isinstance(a, act.CreateWorkload)]
     assert create == [act.CreateWorkload(0, "a-a0", "p", 8, 1)]
     assert d.status["workload"] == "a-a0" and d.status["plan"]["pool"] == "p"
-    assert d.admitted == ("p", Gang(1, 8))
+    assert d.admitted is not None and d.admitted[0] == "p"
+    assert (d.admitted[1].nodes, d.admitted[1].per_node) == (1, 8) and d.admitted[1].memory_bytes > 0
 
 
 def test_a_job_that_does_not_fit_waits_with_the_reason_and_blocks_its_pool() -> None:

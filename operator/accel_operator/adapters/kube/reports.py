@@ -37,6 +37,7 @@ def _device(d: Device) -> DeviceReport:
         memory_used=d.memory_used_bytes,
         memory_total=d.memory_total_bytes,
         pods=frozenset(pods),
+        stray_processes=sum(1 for p in d.processes if p.pod is None),
     )
 
 

@@ -8,6 +8,7 @@ without accelerators).
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -55,6 +56,8 @@ def node_view(body: Mapping[str, Any]) -> NodeView | None:
     devices = sum(_quantity(alloc.get(r)) for r in DEVICE_RESOURCES)
     if not devices:
         return None
+    cap = status.get("capacity") or {}
+    capacity = sum(_quantity(cap.get(r)) for r in DEVICE_RESOURCES) if isinstance(cap, Mapping) else 0
     meta, spec = _meta(body), body.get("spec") or {}
     taints = {t.get("key") for t in spec.get("taints") or [] if isinstance(t, Mapping)}
     termination = frozenset(k for k in taints if isinstance(k, str) and k in v.TERMINATION_TAINTS)
@@ -71,6 +74,7 @@ def node_view(body: Mapping[str, Any]) -> NodeView | None:
         uid=str(meta.get("uid") or "")[:64],
         provider_id=str(spec.get("providerID") or "")[:_PROVIDER_ID_LENGTH],
         termination_taints=termination,
+        capacity_devices=capacity or None,
     )
 
 
@@ -202,4 +206,12 @@ def job_view(body: Mapping[str, Any]) -> JobView:
         status=status,
         deleting=meta.get("deletionTimestamp") is not None,
         resource_version=meta.get("resourceVersion"),
+        resume_request=_digest((meta.get("annotations") or {}).get(v.ANNOTATION_RESUME)),
     )
+
+
+def _digest(value: Any) -> str | None:
+    """A short digest of a user's annotation: compared and kept in status, never echoed."""
+    if not isinstance(value, str) or not value:
+        return None
+    return hashlib.blake2b(value.encode(errors="replace"), digest_size=8).hexdigest()
