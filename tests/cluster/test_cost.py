@@ -228,8 +228,12 @@ def test_a_deleted_jobs_money_stays_in_its_teams_total_to_the_cent(
                 for name in ("first", "second"):
                     wait_phase(api, namespace, name, "Running", timeout=60)
                     uids[name] = get_job(api, namespace, name)["metadata"]["uid"]
-                time.sleep(4)
                 for name in ("first", "second"):
+                    wait_for(
+                        lambda n=name: (status(api, namespace, n).get("cost") or {}).get("spentUsd", 0) > 0.02,  # type: ignore[misc]
+                        timeout=30,
+                        what=f"{name} accruing more than two cents",
+                    )
                     wait_for(functools.partial(carried, uids[name]), timeout=15, what=f"{name} carried by the policy")
                 # Deleted while the operator runs.
                 spent_first = status(api, namespace, "first")["cost"]["spentUsd"]
