@@ -15,10 +15,9 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 import kopf
-from prometheus_client import start_http_server
 
 from accel_api import catalog as catalog_mod
-from accel_operator import handlers, logs
+from accel_operator import handlers, logs, metrics_server
 from accel_operator.adapters.aws.checkpoints import S3CheckpointStore
 from accel_operator.adapters.aws.interruptions import SqsInterruptionQueue
 from accel_operator.adapters.gcp.tpu import GoogleTpuNodes
@@ -101,19 +100,21 @@ async def run(
     ctx = context if context is not None else await asyncio.to_thread(build_context, settings)
     registry = kopf.OperatorRegistry()
     handlers.register(registry, ctx)
-    if settings.metrics_port:
-        start_http_server(settings.metrics_port, addr=settings.metrics_address, registry=ctx.metrics.registry)
-        log.info("metrics on %s:%d/metrics", settings.metrics_address, settings.metrics_port)
+    metrics_http = metrics_server.serve(settings, ctx.metrics.registry)  # bounded threads and idle time
     liveness = f"http://0.0.0.0:{settings.liveness_port}/healthz" if settings.liveness_port else None
-    await kopf.operator(
-        registry=registry,
-        clusterwide=not settings.namespaces,
-        namespaces=settings.namespaces,
-        liveness_endpoint=liveness,
-        standalone=True,
-        stop_flag=stop_flag,
-        ready_flag=ready_flag,
-    )
+    try:
+        await kopf.operator(
+            registry=registry,
+            clusterwide=not settings.namespaces,
+            namespaces=settings.namespaces,
+            liveness_endpoint=liveness,
+            standalone=True,
+            stop_flag=stop_flag,
+            ready_flag=ready_flag,
+        )
+    finally:
+        if metrics_http is not None:
+            metrics_http.stop()
 
 
 def main() -> int:
