@@ -51,6 +51,7 @@ from accel_api import vocabulary as v
 from accel_api.pool import AcceleratorPoolSpec
 from accel_localcluster import Cluster, kubeapi, nodes, preempt
 from tests.support import hostile, webhooks
+from tests.support.cluster import free_port
 
 NAME_PREFIX = "fz"
 REQUEST_TIMEOUT_S = 30
@@ -558,7 +559,7 @@ def run(
     except OSError:
         apiserver_offset = 0
     capacity = Capacity()
-    operator = OperatorProcess(cluster.kubeconfig, namespace, log, webhook_port=webhooks.free_port())
+    operator = OperatorProcess(cluster.kubeconfig, namespace, log, webhook_port=free_port())
     tracker = Tracker(api, namespace, phase_bound=phase_bound)
     custom = client.CustomObjectsApi(api)
     lock = threading.Lock()

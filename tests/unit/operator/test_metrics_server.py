@@ -11,22 +11,16 @@ from prometheus_client import CollectorRegistry, Counter
 from accel_api.httpserver import Limits, Server
 from accel_operator import metrics_server
 from accel_operator.settings import OperatorSettings
+from tests.support.cluster import free_port
 
 IDLE_CLIENTS = 300
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 @pytest.fixture
 def server() -> Iterator[Server]:
     registry = CollectorRegistry()
     Counter("accel_operator_test_total", "a counter to find in the scrape", registry=registry).inc(3)
-    settings = OperatorSettings(metrics_port=_free_port(), metrics_address="127.0.0.1")
+    settings = OperatorSettings(metrics_port=free_port(), metrics_address="127.0.0.1")
     limits = Limits(workers=2, max_connections=32, idle_timeout_seconds=0.5)
     s = metrics_server.serve(settings, registry, limits=limits)
     assert s is not None
