@@ -62,6 +62,12 @@ NAMESPACE_TEAM = "research"  # the examples' jobs name research (allowed) or ser
 FIELD_LINE = re.compile(r"^(?:\[)?(?:metadata|spec|status|apiVersion|kind)(?:[.\[][^\s:]*)?:|^\.\.\. and \d+ more$")
 
 
+# The schema validator's wording for a fractional number in an integer field: the field is in the
+# text ("Checked value must be of type integer (default format) in spec.workload.tokens"), not in
+# the cause's ``field``.
+_IN_FIELD = re.compile(r" in (?:spec|metadata)\.[A-Za-z][^\s]*$")
+
+
 class _SendLoader(loader.BoundedLoader):
     """The CLI's bounded loader (aliases, depth, tags) without its own integer-digit rule: a huge
     integer goes to the server, which must refuse it itself."""
@@ -158,7 +164,7 @@ def _names_field(outcome: str, body: dict[str, Any], message: str) -> bool:
         return bool(lines) and all(FIELD_LINE.match(line.strip()) for line in lines)
     causes = (body.get("details") or {}).get("causes") or []
     if causes:  # the API server's validation: one cause per field ("<nil>" for a rule it skipped)
-        return any(c.get("field") not in (None, "", "<nil>") for c in causes)
+        return any(c.get("field") not in (None, "", "<nil>") or _IN_FIELD.search(c.get("message", "")) for c in causes)
     # A decoder's refusal: the field is named in the text (``.metadata.name``, ``ObjectMeta.labels``).
     return bool(re.search(r"(?:metadata|spec|Meta)\.[A-Za-z]|field \"?[a-z]", message))
 
