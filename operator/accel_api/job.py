@@ -41,7 +41,11 @@ class EnvVar(ApiModel):
         min_length=1,
         max_length=bounds.ENV_NAME_LENGTH,
         pattern=patterns.ENV_NAME,
-        json_schema_extra={"not": {"pattern": vocabulary.reserved_env_regex()}},
+        json_schema_extra=patterns.refused_in_crd(
+            vocabulary.reserved_env_regex(),
+            "is reserved for the operator or the container runtime (ACCEL_*, NVIDIA_*, CUDA_VISIBLE_DEVICES, "
+            "TPU_*, LD_*)",
+        ),
     )
     value: str = Field(default="", max_length=bounds.ENV_VALUE_LENGTH)
 
@@ -350,7 +354,10 @@ class Checkpoint(ApiModel):
         max_length=bounds.URI_LENGTH,
         pattern=patterns.CHECKPOINT_URI,
         description="s3://bucket/prefix or pvc://claim/path",
-        json_schema_extra={"not": {"pattern": patterns.CHECKPOINT_ESCAPE}},
+        json_schema_extra=patterns.refused_in_crd(
+            patterns.CHECKPOINT_ESCAPE,
+            "must stay inside its bucket or claim: no '.', '..' (also %2e) or empty path segments and no trailing '/'",
+        ),
     )
     interval_minutes: Annotated[float, Field(ge=bounds.CHECKPOINT_MINUTES_MIN, le=bounds.CHECKPOINT_MINUTES_MAX)] = 30.0
 
@@ -397,7 +404,7 @@ class AcceleratorJobSpec(ApiModel):
         default=None,
         max_length=bounds.DURATION_LENGTH,
         pattern=patterns.DURATION,
-        json_schema_extra={"not": {"pattern": patterns.ZERO_DURATION}},
+        json_schema_extra=patterns.refused_in_crd(patterns.ZERO_DURATION, "must be more than 0s"),
         description="Longest acceptable run time from admission, e.g. 36h or 2d12h; more than 0s, at most 365d.",
     )
     max_cost: Annotated[float, Field(gt=0, le=bounds.USD_MAX)] | None = Field(

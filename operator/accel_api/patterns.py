@@ -1,6 +1,6 @@
 """Regular expressions the models enforce, each with the sentence shown when a value breaks it."""
 
-from typing import Final
+from typing import Any, Final
 
 DNS_LABEL: Final = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 DURATION: Final = r"^([0-9]+(\.[0-9]+)?(d|h|m|s))+$"
@@ -24,3 +24,14 @@ EXPLAINED: Final[dict[str, str]] = {
     ENV_NAME: "must be an environment variable name (letters, digits, '_', '-', '.'; not starting with a digit)",
     TPU_TOPOLOGY: "must be a TPU topology such as 2x4 or 4x4x4 (every dimension 1 to 9999)",
 }
+
+
+def refused_in_crd(pattern: str, message: str) -> dict[str, Any]:
+    """``json_schema_extra`` for a string field whose values matching ``pattern`` the CRD refuses:
+    a CEL rule on the field itself, so the API server names the field and says why
+    (``spec.deadline: Invalid value: "string": must be more than 0s``). A schema ``not: {pattern}``
+    would refuse the same values, reported as ``<nil>: Invalid value: "": "spec.deadline" must not
+    validate the schema (not)``: no field, no reason."""
+    if "'" in pattern:
+        raise ValueError(f"a pattern for a CEL raw string has no quote: {pattern}")
+    return {"x-kubernetes-validations": [{"rule": f"!self.matches(r'{pattern}')", "message": message}]}

@@ -15,10 +15,9 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 import kopf
-from prometheus_client import start_http_server
 
 from accel_api import catalog as catalog_mod
-from accel_operator import handlers, logs
+from accel_operator import handlers, logs, metrics_server
 from accel_operator.adapters.aws.checkpoints import S3CheckpointStore
 from accel_operator.adapters.aws.interruptions import SqsInterruptionQueue
 from accel_operator.adapters.gcp.tpu import GoogleTpuNodes
@@ -35,6 +34,36 @@ from accel_operator.metrics import OperatorMetrics
 from accel_operator.settings import OperatorSettings
 
 log = logging.getLogger("accel_operator")
+
+
+def _kopf_watch_closed_at_shutdown(context: dict[str, object]) -> bool:
+    """kopf leaves its watch-streams (the ``infinite_watch`` async generators) to the event loop's
+    final ``shutdown_asyncgens``; closing one there can raise "generator didn't stop after athrow()"
+    from kopf's ``streaming_block``, because its cleanup awaits a pause-waiter task the loop has
+    already cancelled. The operator has stopped by then and nothing is lost: it is a shutdown race
+    inside kopf, not an error of ours."""
+    generator = context.get("asyncgen")
+    error = context.get("exception")
+    return (
+        getattr(generator, "__qualname__", "") == "infinite_watch"
+        and isinstance(error, RuntimeError)
+        and "didn't stop after athrow" in str(error)
+    )
+
+
+def _install_shutdown_filter(loop: asyncio.AbstractEventLoop) -> None:
+    """Log kopf's watch-stream shutdown race at DEBUG; every other loop error as asyncio would."""
+    previous = loop.get_exception_handler()
+
+    def handle(loop: asyncio.AbstractEventLoop, context: dict[str, object]) -> None:
+        if _kopf_watch_closed_at_shutdown(context):
+            log.debug("kopf watch-stream closed at shutdown: %s", context.get("exception"))
+        elif previous is not None:
+            previous(loop, context)
+        else:
+            loop.default_exception_handler(context)
+
+    loop.set_exception_handler(handle)
 
 
 def build_context(settings: OperatorSettings) -> OperatorContext:
@@ -94,6 +123,7 @@ async def run(
     ready_flag: asyncio.Event | threading.Event | None = None,
 ) -> None:
     """Run the operator until ``stop_flag`` is set (or forever)."""
+    _install_shutdown_filter(asyncio.get_running_loop())
     # The API calls that apply decisions run in threads (the client blocks): as many as pooled connections.
     asyncio.get_running_loop().set_default_executor(
         ThreadPoolExecutor(settings.api_threads, thread_name_prefix="accel-api")
@@ -101,19 +131,21 @@ async def run(
     ctx = context if context is not None else await asyncio.to_thread(build_context, settings)
     registry = kopf.OperatorRegistry()
     handlers.register(registry, ctx)
-    if settings.metrics_port:
-        start_http_server(settings.metrics_port, addr=settings.metrics_address, registry=ctx.metrics.registry)
-        log.info("metrics on %s:%d/metrics", settings.metrics_address, settings.metrics_port)
+    metrics_http = metrics_server.serve(settings, ctx.metrics.registry)  # bounded threads and idle time
     liveness = f"http://0.0.0.0:{settings.liveness_port}/healthz" if settings.liveness_port else None
-    await kopf.operator(
-        registry=registry,
-        clusterwide=not settings.namespaces,
-        namespaces=settings.namespaces,
-        liveness_endpoint=liveness,
-        standalone=True,
-        stop_flag=stop_flag,
-        ready_flag=ready_flag,
-    )
+    try:
+        await kopf.operator(
+            registry=registry,
+            clusterwide=not settings.namespaces,
+            namespaces=settings.namespaces,
+            liveness_endpoint=liveness,
+            standalone=True,
+            stop_flag=stop_flag,
+            ready_flag=ready_flag,
+        )
+    finally:
+        if metrics_http is not None:
+            metrics_http.stop()
 
 
 def main() -> int:

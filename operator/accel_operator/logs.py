@@ -1,7 +1,9 @@
 """The operator's log format: plain text for people, or one JSON object per line for log pipelines.
 
 Every line carries time, level, logger and message; a decision's line also names its ``job``
-(namespace/name). Messages are clipped (tenant text is bounded already; this bounds the rest).
+(namespace/name). Messages are clipped in both formats (tenant text is bounded already; this
+bounds the rest): at most ``MESSAGE_LIMIT`` characters, and in text one line per record, control
+characters escaped, so a value with a newline cannot forge a log line.
 """
 
 from __future__ import annotations
@@ -12,6 +14,31 @@ from typing import Any
 
 MESSAGE_LIMIT = 2000
 _STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime"}
+
+
+def one_line(message: str, limit: int = MESSAGE_LIMIT) -> str:
+    """``message`` cut to ``limit`` characters (saying how many were cut), control characters
+    escaped (a newline becomes ``\\n``)."""
+    cut = len(message) - limit
+    head = message[:limit] if cut > 0 else message
+    if not head.isprintable():
+        head = "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in head)
+    return f"{head}…(+{cut} chars)" if cut > 0 else head
+
+
+class TextFormatter(logging.Formatter):
+    """``time LEVEL logger message`` on one line; a traceback follows on its own lines, its last
+    ``MESSAGE_LIMIT`` characters."""
+
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)s %(name)s %(message)s")
+
+    def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 (logging's name)
+        record.message = one_line(record.message)
+        return super().formatMessage(record)
+
+    def formatException(self, ei: Any) -> str:  # noqa: N802 (logging's name)
+        return super().formatException(ei)[-MESSAGE_LIMIT:]
 
 
 class JsonFormatter(logging.Formatter):
@@ -36,7 +63,7 @@ def configure(fmt: str, level: int = logging.INFO) -> None:
     if fmt == "json":
         handler.setFormatter(JsonFormatter())
     else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+        handler.setFormatter(TextFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)

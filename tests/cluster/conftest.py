@@ -15,9 +15,8 @@ import pytest
 from kubernetes import client, config
 
 from accel_localcluster import Cluster, default_cluster, kubeapi
-from accel_operator.settings import OperatorSettings
-from tests.support.cluster import install_crds, unexpected_errors
-from tests.support.operator import running_operator
+from tests.support.cluster import install_crds
+from tests.support.operator import checked_operator, settings_for
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -77,12 +76,5 @@ def operator(cluster: Cluster, crds: list[str], namespace: str, request: pytest.
     """
     marker = request.node.get_closest_marker("expect_errors")
     expected = list(marker.args) if marker else []
-    settings = OperatorSettings(
-        namespaces=[namespace], liveness_port=0, metrics_port=0, resync_seconds=3.0, bind_timeout_seconds=8.0
-    )
-    with running_operator(settings) as runner:
+    with checked_operator(settings_for(namespace), *expected) as runner:
         yield runner
-    assert not runner.thread.is_alive(), "the operator did not stop"
-    assert runner.exception is None, runner.exception
-    errors = unexpected_errors(runner.output, expected)
-    assert not errors, "the operator logged errors the test did not expect:\n" + "\n".join(errors)

@@ -16,7 +16,7 @@ from kubernetes import client
 from accel_api import registry
 from accel_api import vocabulary as v
 from tests.support import webhooks
-from tests.support.cluster import ROOT, wait_for
+from tests.support.cluster import ROOT, free_port, wait_for
 from tests.support.hostile import EXAMPLES
 
 
@@ -26,7 +26,7 @@ def webhook(api: client.ApiClient, crds: list[str], tmp_path: Path) -> Iterator[
     a webhook left serving would refuse the next tests' jobs."""
     log = (tmp_path / "webhook.log").open("wb")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.support.webhook_main", str(webhooks.free_port())],
+        [sys.executable, "-m", "tests.support.webhook_main", str(free_port())],
         cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
         stdout=log,

@@ -2,11 +2,14 @@
 (manifests/agent/): it writes its node's AcceleratorNodeReport as a status patch, with figures
 that follow the pods bound to the (KWOK) node, and it is refused another node's report."""
 
+import os
+import subprocess
 import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
@@ -14,7 +17,7 @@ from accel_agent import run_cluster_pass
 from accel_api import registry
 from accel_api import vocabulary as v
 from accel_api.pool import AcceleratorPoolSpec
-from accel_localcluster import kubeapi, nodes, preempt
+from accel_localcluster import Cluster, kubeapi, nodes, preempt
 from tests.support.cluster import ROOT, apply_manifests, wait_for
 
 AGENT_NS = "accel-system"
@@ -25,14 +28,16 @@ def _apply_agent_rbac(api: client.ApiClient) -> None:
     apply_manifests(api, [folder / n for n in ("serviceaccount.yaml", "rbac.yaml", "node-restriction.yaml")], AGENT_NS)
 
 
-def _agent_client(api: client.ApiClient, core: client.CoreV1Api, node: str) -> client.ApiClient:
+def _agent_client(
+    api: client.ApiClient, core: client.CoreV1Api, node: str, namespace: str = AGENT_NS, account: str = "accel-agent"
+) -> client.ApiClient:
     """A client holding the agent ServiceAccount's token, bound to an agent pod on ``node``."""
     pod = core.create_namespaced_pod(
-        AGENT_NS,
+        namespace,
         client.V1Pod(
             metadata=client.V1ObjectMeta(name=f"accel-agent-{node}"),
             spec=client.V1PodSpec(
-                service_account_name="accel-agent",
+                service_account_name=account,
                 node_name=node,
                 tolerations=[client.V1Toleration(operator="Exists")],
                 containers=[client.V1Container(name="agent", image="ghcr.io/accel-dev/accel-agent:0.1.0")],
@@ -40,8 +45,8 @@ def _agent_client(api: client.ApiClient, core: client.CoreV1Api, node: str) -> c
         ),
     )
     token = core.create_namespaced_service_account_token(
-        "accel-agent",
-        AGENT_NS,
+        account,
+        namespace,
         client.AuthenticationV1TokenRequest(
             spec=client.V1TokenRequestSpec(
                 audiences=[],
@@ -149,3 +154,80 @@ def test_agent_reports_its_node_under_least_privilege(
             v.GROUP, v.VERSION, registry.NODE_REPORT.plural, own, {"spec": {"nodeName": other}}
         )
     assert refused.value.status == 422 and "spec.nodeName is not its node" in str(refused.value.body)
+
+
+def _overlay(cluster: Cluster, tmp: Path, namespace: str, prefix: str) -> list[dict[str, Any]]:
+    """manifests/agent/ rendered by kustomize under an overlay that installs it in ``namespace``
+    with ``prefix`` on every name: its ServiceAccount, RBAC and admission policy (not the DaemonSet)."""
+    overlay = tmp / "overlay"
+    overlay.mkdir()
+    (overlay / "kustomization.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "kustomize.config.k8s.io/v1beta1",
+                "kind": "Kustomization",
+                "namespace": namespace,
+                "namePrefix": prefix,
+                "resources": [os.path.relpath(ROOT / "manifests" / "agent", overlay)],
+            }
+        )
+    )
+    built = subprocess.run(
+        [str(cluster.bin / "kubectl"), "kustomize", str(overlay)],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    ).stdout
+    return [d for d in yaml.safe_load_all(built) if d and d["kind"] not in ("DaemonSet", "Service")]
+
+
+def test_the_own_node_policy_follows_an_overlays_namespace_and_prefix(
+    api: client.ApiClient, core: client.CoreV1Api, cluster: Cluster, gpu_nodes: list[str], tmp_path: Path
+) -> None:
+    """Installed by kustomize in another namespace under a name prefix, the agent still writes its
+    node's report and is still refused another node's (name or spec.nodeName)."""
+    own, other = gpu_nodes
+    namespace, prefix = f"agents-{uuid.uuid4().hex[:6]}", f"t{uuid.uuid4().hex[:4]}-"
+    objs = _overlay(cluster, tmp_path, namespace, prefix)
+    binding = next(d for d in objs if d["kind"] == "ValidatingAdmissionPolicyBinding")
+    assert binding["spec"]["paramRef"] == {
+        "name": f"{prefix}accel-agent",
+        "namespace": namespace,
+        "parameterNotFoundAction": "Deny",
+    }
+    kubeapi.ensure_namespace(api, namespace)
+    try:
+        for doc in objs:
+            kubeapi.apply(api, doc)
+        agent_api = _agent_client(api, core, own, namespace, f"{prefix}accel-agent")
+        # A policy applied moments ago takes a little while to be enforced: wait for the refusal.
+        denied = wait_for(
+            lambda: (r := run_cluster_pass(agent_api, node_name=other)) and not r.written and r,
+            timeout=30,
+            what="the overlay's policy refusing another node's report",
+        )
+        assert denied.write_error and "may only write the AcceleratorNodeReport of its own node" in denied.write_error
+        result = run_cluster_pass(agent_api, node_name=own)
+        assert result.written, result.write_error
+        with pytest.raises(ApiException) as refused:
+            client.CustomObjectsApi(agent_api).patch_cluster_custom_object(
+                v.GROUP, v.VERSION, registry.NODE_REPORT.plural, own, {"spec": {"nodeName": other}}
+            )
+        assert refused.value.status == 422 and "spec.nodeName is not its node" in str(refused.value.body)
+    finally:
+        # The binding first: without its ServiceAccount it would refuse every report (fail closed).
+        adm = client.AdmissionregistrationV1Api(api)
+        rbac = client.RbacAuthorizationV1Api(api)
+        for doc in objs:
+            name, kind = doc["metadata"]["name"], doc["kind"]
+            with kubeapi.ignoring(404):
+                if kind == "ValidatingAdmissionPolicyBinding":
+                    adm.delete_validating_admission_policy_binding(name)
+                elif kind == "ValidatingAdmissionPolicy":
+                    adm.delete_validating_admission_policy(name)
+                elif kind == "ClusterRole":
+                    rbac.delete_cluster_role(name)
+                elif kind == "ClusterRoleBinding":
+                    rbac.delete_cluster_role_binding(name)
+        core.delete_namespace(namespace, propagation_policy="Background", grace_period_seconds=0)

@@ -31,7 +31,7 @@ from tests.support.jobs import (
     wait_phase,
     workloads_of,
 )
-from tests.support.operator import running_operator
+from tests.support.operator import running_operator, settings_for
 
 PRICE = 3.6  # USD per device-hour: a cent every five device-seconds
 DEVICES = 2
@@ -51,15 +51,7 @@ def _policy(name: str, team: str, limit: float) -> dict[str, Any]:
 
 
 def _operator_settings(namespace: str) -> OperatorSettings:
-    return OperatorSettings(
-        namespaces=[namespace],
-        liveness_port=0,
-        metrics_port=0,
-        resync_seconds=3.0,
-        bind_timeout_seconds=8.0,
-        cost_interval_seconds=1.0,
-        cost_write_seconds=1.0,
-    )
+    return settings_for(namespace, cost_interval_seconds=1.0, cost_write_seconds=1.0)
 
 
 def test_a_preempted_and_resumed_job_costs_what_the_timestamps_say_across_a_restart(

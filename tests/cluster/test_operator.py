@@ -4,7 +4,6 @@ ClusterRole from manifests/operator/rbac.yaml."""
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -21,7 +20,7 @@ from accel_api import registry
 from accel_api import vocabulary as v
 from accel_localcluster import kubeapi
 from tests.support import webhooks
-from tests.support.cluster import ROOT, token_kubeconfig, wait_for
+from tests.support.cluster import ROOT, free_port, token_kubeconfig, wait_for
 from tests.support.jobs import create_job, end_pods, events_of, gpu_pool, job_doc, wait_phase
 
 EXAMPLES = ROOT / "examples"
@@ -120,9 +119,7 @@ def test_operator_runs_under_its_least_privilege_role(
     """The whole lifecycle (watch, admit, create the workload, post events, see it succeed) with
     the ServiceAccount token of manifests/operator/rbac.yaml: a missing verb fails here."""
     kubeconfig = token_kubeconfig(api, core, tmp_path)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        metrics_port = s.getsockname()[1]
+    metrics_port = free_port()
     env = {
         **os.environ,
         "KUBECONFIG": str(kubeconfig),
@@ -132,7 +129,7 @@ def test_operator_runs_under_its_least_privilege_role(
         "ACCEL_OPERATOR_METRICS_ADDRESS": "127.0.0.1",
         "ACCEL_OPERATOR_LOG_FORMAT": "json",
         # The admission webhooks too: their configurations, the policies and the namespaces' teams.
-        "ACCEL_OPERATOR_WEBHOOK_PORT": str(webhooks.free_port()),
+        "ACCEL_OPERATOR_WEBHOOK_PORT": str(free_port()),
         "ACCEL_OPERATOR_WEBHOOK_HOST": "127.0.0.1",
         "ACCEL_OPERATOR_WEBHOOK_ADDRESS": "127.0.0.1",
         "ACCEL_OPERATOR_COST_INTERVAL_SECONDS": "1",

@@ -25,7 +25,7 @@ from accel_api import vocabulary as v
 from accel_localcluster import Cluster, kubeapi
 from accel_operator.settings import OperatorSettings
 from tests.support import webhooks
-from tests.support.cluster import unexpected_errors, wait_for
+from tests.support.cluster import free_port, unexpected_errors, wait_for
 from tests.support.jobs import create_job, events_of, get_job, gpu_pool, job_doc, status, wait_phase, workloads_of
 from tests.support.operator import running_operator
 
@@ -79,7 +79,7 @@ def operator_with_webhook(
         liveness_port=0,
         metrics_port=0,
         resync_seconds=3.0,
-        webhook_port=webhooks.free_port(),
+        webhook_port=free_port(),
         webhook_host="127.0.0.1",
         webhook_address="127.0.0.1",
     )

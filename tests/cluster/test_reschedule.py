@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-import socket
 import subprocess
 import sys
 import urllib.request
@@ -25,18 +24,16 @@ from accel_api import registry
 from accel_api import vocabulary as v
 from accel_localcluster import Cluster, kubeapi
 from accel_operator.settings import OperatorSettings
-from tests.support.cluster import token_kubeconfig, unexpected_errors, wait_for
+from tests.support.cluster import free_port, token_kubeconfig, unexpected_errors, wait_for
 from tests.support.jobs import create_job, events_of, gpu_pool, job_doc, pods_of, status, wait_phase
-from tests.support.operator import running_operator
+from tests.support.operator import checked_operator, running_operator, settings_for
 
 CHECKPOINT = {"uri": "pvc://checkpoints/reschedule", "intervalMinutes": 10}
 
 
 def _settings(namespace: str) -> OperatorSettings:
-    return OperatorSettings(
-        namespaces=[namespace],
-        liveness_port=0,
-        metrics_port=0,
+    return settings_for(
+        namespace,
         resync_seconds=2.0,
         bind_timeout_seconds=20.0,
         checkpoint_grace_seconds=3.0,
@@ -48,11 +45,8 @@ def _settings(namespace: str) -> OperatorSettings:
 @pytest.fixture
 def rescheduler(cluster: Cluster, crds: list[str], namespace: str) -> Iterator[Any]:
     """The operator in-process with short rescheduling windows; fails on unexpected log errors."""
-    with running_operator(_settings(namespace)) as runner:
+    with checked_operator(_settings(namespace)) as runner:
         yield runner
-    assert runner.exception is None, runner.exception
-    errors = unexpected_errors(runner.output, [])
-    assert not errors, "the operator logged errors the test did not expect:\n" + "\n".join(errors)
 
 
 def _drop_reports(api: client.ApiClient, nodes: list[str]) -> None:
@@ -94,9 +88,7 @@ def test_a_failing_device_taints_its_node_and_moves_the_job_under_least_privileg
     api: client.ApiClient, core: client.CoreV1Api, namespace: str, crds: list[str], tmp_path: Path
 ) -> None:
     kubeconfig = token_kubeconfig(api, core, tmp_path)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        metrics_port = s.getsockname()[1]
+    metrics_port = free_port()
     env = {
         **os.environ,
         "KUBECONFIG": str(kubeconfig),

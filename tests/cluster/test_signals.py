@@ -21,10 +21,10 @@ from kubernetes import client
 from accel_api import vocabulary as v
 from accel_localcluster import preempt
 from accel_operator.settings import OperatorSettings
-from tests.support.cluster import ROOT, token_kubeconfig, unexpected_errors, wait_for
+from tests.support.cluster import ROOT, token_kubeconfig, wait_for
 from tests.support.jobs import create_job, end_pods, events_of, gpu_pool, job_doc, pods_of, status, wait_phase
 from tests.support.moto_server import REGION, MotoServer, moto_server
-from tests.support.operator import running_operator
+from tests.support.operator import checked_operator, settings_for
 from tests.support.tpu_standin import TpuStandin, tpu_standin
 
 TPU_TOLERATION = [{"key": v.TAINT_TPU, "operator": "Exists", "effect": "NoSchedule"}]
@@ -47,9 +47,7 @@ def queue(moto: MotoServer, namespace: str, monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def _settings(namespace: str, **kw: Any) -> OperatorSettings:
-    return OperatorSettings(
-        namespaces=[namespace], liveness_port=0, metrics_port=0, resync_seconds=3.0, bind_timeout_seconds=8.0, **kw
-    )
+    return settings_for(namespace, **kw)
 
 
 def _sqs_settings(namespace: str, moto: MotoServer, url: str) -> OperatorSettings:
@@ -59,11 +57,8 @@ def _sqs_settings(namespace: str, moto: MotoServer, url: str) -> OperatorSetting
 
 @contextmanager
 def _operator(settings: OperatorSettings, *expected: str) -> Iterator[None]:
-    with running_operator(settings) as runner:
+    with checked_operator(settings, *expected):
         yield
-    assert runner.exception is None, runner.exception
-    errors = unexpected_errors(runner.output, list(expected))
-    assert not errors, "the operator logged errors the test did not expect:\n" + "\n".join(errors)
 
 
 def _taints(core: client.CoreV1Api, node: str) -> dict[str, str]:

@@ -23,10 +23,10 @@ from kubernetes import client
 from accel_api import vocabulary as v
 from accel_localcluster import Cluster, preempt
 from accel_operator.settings import OperatorSettings
-from tests.support.cluster import unexpected_errors, wait_for
+from tests.support.cluster import free_port, unexpected_errors, wait_for
 from tests.support.jobs import create_job, end_pods, events_of, gpu_pool, job_doc, pods_of, status, wait_phase
-from tests.support.moto_server import CREDENTIALS, REGION, MotoServer, free_port, moto_server
-from tests.support.operator import RunningOperator, running_operator
+from tests.support.moto_server import CREDENTIALS, REGION, MotoServer, moto_server
+from tests.support.operator import RunningOperator, checked_operator, running_operator, settings_for
 
 
 @pytest.fixture(scope="module")
@@ -42,21 +42,8 @@ def spot_operator(
     """The operator in-process (as the ``operator`` fixture), reading S3 checkpoints from moto."""
     for key, value in CREDENTIALS.items():
         monkeypatch.setenv(key, value)
-    settings = OperatorSettings(
-        namespaces=[namespace],
-        liveness_port=0,
-        metrics_port=0,
-        resync_seconds=3.0,
-        bind_timeout_seconds=8.0,
-        s3_endpoint_url=moto.endpoint,
-        s3_region=REGION,
-    )
-    with running_operator(settings) as runner:
+    with checked_operator(settings_for(namespace, s3_endpoint_url=moto.endpoint, s3_region=REGION)) as runner:
         yield runner
-    assert not runner.thread.is_alive(), "the operator did not stop"
-    assert runner.exception is None, runner.exception
-    errors = unexpected_errors(runner.output, [])
-    assert not errors, "the operator logged errors the test did not expect:\n" + "\n".join(errors)
 
 
 def _checkpoints(moto: MotoServer, bucket: str, *, complete: list[int], partial: list[int]) -> None:

@@ -9,9 +9,11 @@ import logging
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from accel_operator import app
 from accel_operator.settings import OperatorSettings
+from tests.support.cluster import unexpected_errors
 
 
 class RunningOperator:
@@ -57,3 +59,29 @@ def running_operator(settings: OperatorSettings, *, timeout: float = 60) -> Iter
         running.thread.join(timeout)
         root.removeHandler(handler)
         root.setLevel(previous_level)
+
+
+def settings_for(namespace: str, **overrides: Any) -> OperatorSettings:
+    """Settings of an operator under test: it watches ``namespace`` only (cluster-scoped pools and
+    nodes as always), serves no liveness or metrics port, decides every job again every 3 s and
+    releases an unbound gang after 8 s; ``overrides`` (any settings field) on top."""
+    base: dict[str, Any] = {
+        "namespaces": [namespace],
+        "liveness_port": 0,
+        "metrics_port": 0,
+        "resync_seconds": 3.0,
+        "bind_timeout_seconds": 8.0,
+    }
+    return OperatorSettings(**{**base, **overrides})
+
+
+@contextmanager
+def checked_operator(settings: OperatorSettings, *expected: str) -> Iterator[RunningOperator]:
+    """:func:`running_operator`; afterwards the test fails if the operator did not stop, raised, or
+    logged an error line that matches none of the ``expected`` patterns."""
+    with running_operator(settings) as runner:
+        yield runner
+    assert not runner.thread.is_alive(), "the operator did not stop"
+    assert runner.exception is None, runner.exception
+    errors = unexpected_errors(runner.output, list(expected))
+    assert not errors, "the operator logged errors the test did not expect:\n" + "\n".join(errors)

@@ -1,17 +1,17 @@
 """A small stand-in validator for Kubernetes structural (OpenAPI v3.0) schemas, for unit tests.
 
 What it checks: types, required fields, enums, numeric minimum/maximum (with the exclusive
-flags), string pattern (also negated with ``not``) and minLength/maxLength, array
-minItems/maxItems, object maxProperties, nullable, maps (additionalProperties) and unknown fields
-(which the API server would prune).
+flags), string pattern and minLength/maxLength, array minItems/maxItems, object maxProperties,
+nullable, maps (additionalProperties) and unknown fields (which the API server would prune); of the
+CEL rules, only those of the form ``!self.matches(r'RE')`` on a string (``patterns.refused_in_crd``).
 
 What it does NOT check, so passing here is not proof that the API server accepts a document:
 - ``minProperties``, ``uniqueItems``, ``multipleOf``, ``format``;
-- ``x-kubernetes-validations`` (CEL rules), ``x-kubernetes-list-type``/``-map-keys`` and
+- other ``x-kubernetes-validations`` (CEL rules), ``x-kubernetes-list-type``/``-map-keys`` and
   ``x-kubernetes-int-or-string``;
 - regex dialect: patterns are run with Python's ``re`` (the server uses Go's RE2, which lacks
   backreferences and lookaround and anchors differently in places);
-- ``oneOf``/``anyOf``/``allOf`` (``not`` only around a pattern), defaults and pruning itself,
+- ``oneOf``/``anyOf``/``allOf``/``not``, defaults and pruning itself,
   and the estimated CEL cost.
 
 The real check is the cluster test that sends every example to the local kube-apiserver with
@@ -21,6 +21,7 @@ strict field validation (tests/cluster/test_smoke.py); this validator keeps unit
 import re
 from typing import Any
 
+_NOT_MATCHES = re.compile(r"!self\.matches\(r'([^']*)'\)")
 _TYPES: dict[str, tuple[type, ...]] = {
     "object": (dict,),
     "array": (list,),
@@ -43,9 +44,10 @@ def validate(value: Any, schema: dict[str, Any], path: str = "") -> list[str]:
     if not ok:
         return [f"{where}: expected {kind}, got {type(value).__name__}"]
     problems: list[str] = []
-    negated = schema.get("not", {})
-    if isinstance(value, str) and "pattern" in negated and re.search(negated["pattern"], value):
-        problems.append(f"{where}: {value!r} matches the forbidden {negated['pattern']}")
+    for rule in schema.get("x-kubernetes-validations", []):
+        refused = _NOT_MATCHES.fullmatch(rule["rule"])
+        if refused and isinstance(value, str) and re.search(refused.group(1), value):
+            problems.append(f"{where}: {rule['message']} (got {value!r})")
     if "enum" in schema and value not in schema["enum"]:
         problems.append(f"{where}: {value!r} not in {schema['enum']}")
     if kind in ("integer", "number"):

@@ -1,10 +1,8 @@
-"""Helpers for cluster tests that run the admission webhooks: a free port, whether the managed
+"""Helpers for cluster tests that run the admission webhooks: whether the managed
 configurations are registered, and their removal (a webhook left registered would judge the next
 tests' jobs)."""
 
 from __future__ import annotations
-
-import socket
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -12,13 +10,6 @@ from kubernetes.client.exceptions import ApiException
 from accel_localcluster import kubeapi
 from accel_operator.handlers import admission
 from tests.support.cluster import wait_for
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def configured(api: client.ApiClient) -> bool:

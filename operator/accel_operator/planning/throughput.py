@@ -509,8 +509,13 @@ def _inference(w: JobProfile, accel: Accelerator, layout: Layout) -> ThroughputE
     calls_per_replica = _steps(w, layout)
     tokens_per_second = per_call * replicas / call
     flops_per_token = 2.0 * s.active_matmul_params
-    mfu = flops_per_token * (w.batch * (w.prompt_len + w.new_tokens)) * replicas / call
-    mfu /= accel.flops(a) * layout.devices
+    # The model FLOPs the call really does: every prompt and generated token goes through the
+    # layers, but the vocabulary head runs once for the prompt (its last position) and once per
+    # decode step, as the time above counts it. Charging the head for every prompt token put the
+    # MFU of a small model with a large vocabulary and a long prompt above 1.
+    done = 2.0 * s.layers * s.active_layer_matmul_params * w.batch * (w.prompt_len + w.new_tokens)
+    done += 2.0 * s.vocab * s.hidden * w.batch * (1 + w.new_tokens)
+    mfu = done * replicas / call / (accel.flops(a) * layout.devices)
     breakdown = (("prefill", prefill), ("decode", w.new_tokens * decode))
     return ThroughputEstimate(
         step_seconds=call,

@@ -122,3 +122,35 @@ def test_step_time_is_positive_and_tokens_consistent(devices: int, micro_batch: 
     assert t.step_seconds > 0 and t.duration_seconds > 0
     assert t.tokens_per_second == pytest.approx(micro_batch * 2048 * devices / t.step_seconds)
     assert 0 < t.mfu < H100.mfu
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    layers=st.sampled_from([1, 2, 32]),
+    hidden_heads=st.sampled_from([(64, 1), (256, 4), (4096, 32), (8192, 64)]),
+    vocab=st.sampled_from([2, 32000, 131072, 2**22]),
+    batch=st.sampled_from([1, 8, 4096, 65536]),
+    prompt_len=st.sampled_from([1, 2048, 131072]),
+    new_tokens=st.sampled_from([1, 16, 8192]),
+    devices=st.sampled_from([1, 2, 8, 16]),
+)
+def test_inference_mfu_is_a_fraction_of_the_peak(
+    layers: int,
+    hidden_heads: tuple[int, int],
+    vocab: int,
+    batch: int,
+    prompt_len: int,
+    new_tokens: int,
+    devices: int,
+) -> None:
+    # Found by the hardening fuzz: 1 layer, hidden 64, vocab 131072, batch 4096, prompt 2048, one
+    # new token on 16 devices reported an MFU of 1.93 (the head charged for every prompt token).
+    hidden, heads = hidden_heads
+    spec = (
+        job()
+        .arch({"layers": layers, "hidden": hidden, "heads": heads, "vocab": vocab})
+        .workload(mode="inference", batch=batch, promptLen=prompt_len, newTokens=new_tokens, tokens=10**9)
+        .spec()
+    )
+    t = throughput.estimate(profile.from_spec(spec), H100, Layout(devices, max(1, devices // 8)))
+    assert 0 < t.mfu <= 1, t.mfu

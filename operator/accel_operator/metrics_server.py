@@ -1,0 +1,43 @@
+"""The operator's ``/metrics`` port: Prometheus text served by :class:`accel_api.httpserver.Server`.
+
+Every pod that can reach the operator's pod can open connections to this port, so it runs on the
+same bounded server as the node agent's (``1 + workers`` threads however many connections are
+open, silent connections closed after ``idle_timeout_seconds``, request heads capped), not on
+``prometheus_client.start_http_server``, which spends a thread per connection and never times
+an idle one out (2,000 idle clients held 2,000 threads). Bound to ``settings.metrics_address``.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from accel_api.httpserver import Limits, Response, Route, Server
+from accel_operator.settings import OperatorSettings
+
+log = logging.getLogger("accel_operator")
+LIMITS = Limits()
+
+
+def route(registry: CollectorRegistry) -> Route:
+    """``/metrics``; anything else is a 404."""
+
+    def answer(path: str) -> Response:
+        if path == "/metrics":
+            return 200, CONTENT_TYPE_LATEST, generate_latest(registry)
+        return 404, "text/plain; charset=utf-8", b"not found: try /metrics\n"
+
+    return answer
+
+
+def serve(settings: OperatorSettings, registry: CollectorRegistry, *, limits: Limits = LIMITS) -> Server | None:
+    """Start serving ``registry`` on ``metrics_address:metrics_port`` in daemon threads; None when
+    ``metrics_port`` is 0 (off). The caller stops the server when the operator stops."""
+    if not settings.metrics_port:
+        return None
+    server = Server(
+        route(registry), host=settings.metrics_address, port=settings.metrics_port, limits=limits, name="accel-metrics"
+    )
+    log.info("metrics on %s:%d/metrics", settings.metrics_address, server.port)
+    return server
