@@ -362,6 +362,14 @@ def _after_failure(
     )
 
 
+def _held(job: JobView, type_: str, reason: str) -> Cond:
+    """A true condition as it stands: the message the decision that set it wrote is kept, so a
+    later decision that holds it (a watch event, the resync) writes no status for it."""
+    prior = next((c for c in job.status.conditions if c.type == type_), None)
+    same = prior is not None and prior.status == "True" and prior.reason == reason
+    return Cond(type_, True, reason, (prior.message or "") if same and prior is not None else "")
+
+
 def _holding(
     job: JobView, snapshot: Snapshot, now: dt.datetime, bind_timeout: float, rules: fallback.SpotRules
 ) -> Decision:
@@ -372,7 +380,7 @@ def _holding(
     pods = _attempt_pods(snapshot, job)
     plan = st.plan
     nodes = plan.nodes if plan is not None and plan.nodes else 1
-    base = (Cond(VALID, True, "SpecValid"), Cond(PLANNED, True, "Planned"), Cond(ADMITTED, True, "Admitted"))
+    base = (Cond(VALID, True, "SpecValid"), _held(job, PLANNED, "Planned"), _held(job, ADMITTED, "Admitted"))
     if wl is None:
         if st.phase is JobPhase.RUNNING:
             failure = AttemptFailure(
@@ -441,7 +449,7 @@ def _holding(
     reported = resume.reported_newer(job, pods, now)
     return Decision(
         phase=JobPhase.RUNNING,
-        conditions=(*base, Cond(RUNNING, True, "Running")),
+        conditions=(*base, _held(job, RUNNING, "Running")),
         status={"lastCheckpoint": reported} if reported is not None else {},
         reason="running",
     )

@@ -12,6 +12,7 @@ from accel_api.enums import JobPhase
 from accel_operator.reconcile import actions as act
 from accel_operator.reconcile.decide import Decision, decide
 from accel_operator.reconcile.snapshot import Blocked, Gang
+from accel_operator.reconcile.status import settle_status
 from tests.support.reconcile import T0, World
 
 LATER = T0 + dt.timedelta(seconds=30)
@@ -272,3 +273,29 @@ def test_a_running_job_over_budget_carries_the_condition_and_keeps_running(over:
     assert d.phase is JobPhase.RUNNING
     assert not d.actions  # nothing is deleted or stopped
     assert _cond(d, "OverBudget") == ((True, "BudgetExceeded") if over else None)
+
+
+def _settled(before: dict[str, Any], d: Decision) -> dict[str, Any] | None:
+    """The status a job has after the operator wrote ``d`` (None: nothing to write)."""
+    new = settle_status(before, d, 1)
+    if new is None:
+        return None
+    merged = {**before, **{k: v for k, v in new.items() if v is not None}}
+    return {k: v for k, v in merged.items() if not (k in new and new[k] is None)}
+
+
+def test_holding_an_admission_writes_no_status_until_something_changes() -> None:
+    # One status write for the admission, one for Running; the decisions in between (the
+    # workload's and the pods' watch events) and after (the resync) hold what was written.
+    w = World().pool("p", nodes=1)
+    admitted = _settled({}, decide(w.job("a", "p", devices=8), w.snapshot(), T0))
+    assert admitted is not None and admitted["phase"] == "Admitted"
+    w.workload("a", 0, active=1)
+    waiting = decide(w.job("a", "p", devices=8, status=admitted), w.snapshot(), T0)
+    assert waiting.phase is JobPhase.ADMITTED and _settled(admitted, waiting) is None
+    w.pod("a", 0, 0, node="p-0")
+    running = _settled(admitted, decide(w.job("a", "p", devices=8, status=admitted), w.snapshot(), T0))
+    assert running is not None and running["phase"] == "Running"
+    held = decide(w.job("a", "p", devices=8, status=running), w.snapshot(), LATER)
+    assert held.phase is JobPhase.RUNNING and _settled(running, held) is None
+    assert next(c["message"] for c in running["conditions"] if c["type"] == "Admitted").startswith("admitted")
