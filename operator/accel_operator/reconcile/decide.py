@@ -33,7 +33,7 @@ from accel_api import bounds
 from accel_api.enums import FailureKind, JobPhase
 from accel_api.job import AttemptFailure, ResumeStatus
 from accel_operator.planning import explain
-from accel_operator.planning.candidates import Candidate, Plan, best_per_pool
+from accel_operator.planning.candidates import Candidate, Plan, ranked_per_pool
 from accel_operator.reconcile import actions as act
 from accel_operator.reconcile import fallback, names, resume
 from accel_operator.reconcile.snapshot import (
@@ -45,7 +45,7 @@ from accel_operator.reconcile.snapshot import (
     Snapshot,
     WorkloadView,
 )
-from accel_operator.reconcile.status import plan_status
+from accel_operator.reconcile.status import plan_wire
 from accel_operator.reconcile.times import parse_time
 from accel_operator.reconcile.times import stamp as _ts
 
@@ -176,7 +176,7 @@ def _waiting(job: JobView, snapshot: Snapshot, now: dt.datetime) -> Decision:
         )
     if not plan.schedulable:
         status: dict[str, Any] = {
-            "plan": plan_status(plan).model_dump(by_alias=True, mode="json"),
+            "plan": plan_wire(plan),
             "message": _clip(plan.reason),
         }
         return Decision(
@@ -186,7 +186,7 @@ def _waiting(job: JobView, snapshot: Snapshot, now: dt.datetime) -> Decision:
             actions=_event_if_new(job, JobPhase.UNSCHEDULABLE, "NoPlacement", "Warning", plan.reason),
             reason=plan.reason,
         )
-    ranked = [c for c in best_per_pool(plan.candidates) if c.rank is not None]
+    ranked = ranked_per_pool(plan)
     first = ranked[0]
     why_not: list[str] = []
     for c in ranked:
@@ -203,7 +203,7 @@ def _waiting(job: JobView, snapshot: Snapshot, now: dt.datetime) -> Decision:
     # shadow (a sort of its reservations) is not computed again.
     blocked = snapshot.blocked.get(first.pool) or blocked_for(snapshot, job, first.pool, _gang(first), now)
     status = {
-        "plan": plan_status(plan).model_dump(by_alias=True, mode="json"),
+        "plan": plan_wire(plan),
         "message": _clip(reason),
         "workload": None,
     }
@@ -243,7 +243,7 @@ def _admit(
             )
         )
     status = {
-        "plan": plan_status(plan, chosen=c).model_dump(by_alias=True, mode="json"),
+        "plan": plan_wire(plan, chosen=c),
         "attempt": attempt,
         "workload": workload,
         "admittedTime": _ts(now),

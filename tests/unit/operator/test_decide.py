@@ -9,10 +9,11 @@ from typing import Any
 import pytest
 
 from accel_api.enums import JobPhase
+from accel_api.job import AcceleratorJobStatus
 from accel_operator.reconcile import actions as act
 from accel_operator.reconcile.decide import Decision, decide
 from accel_operator.reconcile.snapshot import Blocked, Gang
-from accel_operator.reconcile.status import settle_status
+from accel_operator.reconcile.status import holds, settle_status
 from tests.support.reconcile import T0, World
 
 LATER = T0 + dt.timedelta(seconds=30)
@@ -298,4 +299,10 @@ def test_holding_an_admission_writes_no_status_until_something_changes() -> None
     assert running is not None and running["phase"] == "Running"
     held = decide(w.job("a", "p", devices=8, status=running), w.snapshot(), LATER)
     assert held.phase is JobPhase.RUNNING and _settled(running, held) is None
+    # The scheduler's shortcut (no serialising) says the same as the full comparison.
+    assert holds(AcceleratorJobStatus.model_validate(running), held, 1)
+    assert holds(AcceleratorJobStatus.model_validate(admitted), waiting, 1)
+    moved = replace(held, conditions=(*held.conditions[:-1], replace(held.conditions[-1], message="other")))
+    assert not holds(AcceleratorJobStatus.model_validate(running), moved, 1) and _settled(running, moved) is not None
+    assert not holds(AcceleratorJobStatus.model_validate(running), held, 2)  # a new generation is written
     assert next(c["message"] for c in running["conditions"] if c["type"] == "Admitted").startswith("admitted")
