@@ -439,7 +439,8 @@ class KubeWorkloadClient:
         meta = body["metadata"]
         what = f"creating {body['kind']} {meta['namespace']}/{meta['name']}"
         try:
-            create(meta["namespace"], body)
+            # The answer (the created object) is not read: no deserialising a V1Job per admission.
+            create(meta["namespace"], body, _preload_content=False).drain_conn()
         except ApiException as exc:
             if exc.status != 409:
                 raise _translate(exc, what) from exc
