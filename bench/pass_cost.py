@@ -137,9 +137,15 @@ async def run(args: argparse.Namespace) -> None:
     sched = w.scheduler
     sched.full_pass = False
     profiler = cProfile.Profile() if args.profile else None
-    if profiler and args.profile_all:
+    if profiler and (args.profile_all or args.profile_first):
         profiler.enable()
     first = await _pass(w)
+    if profiler and args.profile_first:
+        profiler.disable()
+        out = io.StringIO()
+        pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(args.top)
+        print(out.getvalue())
+        return
     _settle(w)
     settle = await _pass(w)
     _settle(w)
@@ -196,6 +202,7 @@ def main() -> int:
     p.add_argument("--events", type=int, default=20, help="single-event passes of each kind (default 20)")
     p.add_argument("--profile", action="store_true", help="cProfile the full and single-event passes")
     p.add_argument("--profile-all", action="store_true", help="with --profile: the first passes too")
+    p.add_argument("--profile-first", action="store_true", help="with --profile: only the first pass, by own time")
     p.add_argument("--top", type=int, default=40)
     args = p.parse_args()
     asyncio.run(run(args))
