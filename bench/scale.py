@@ -534,6 +534,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         print(f"{len(made)} nodes in {len(burst_pools + rate_pools)} pools ready", flush=True)
 
         extra = {"ACCEL_OPERATOR_RESYNC_SECONDS": str(args.resync)}
+        if args.bind_timeout is not None:
+            extra["ACCEL_OPERATOR_BIND_TIMEOUT_SECONDS"] = str(args.bind_timeout)
         profile = workdir / "operator.prof" if args.profile else None
         with operator_process(kubeconfig, args.metrics_port, op_log, extra, profile, traced=args.tracemalloc) as proc:
 
@@ -730,6 +732,12 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--timeout", type=float, default=600.0, help="deadline of each wait (default 600 s)")
     p.add_argument("--settle", type=float, default=3.0, help="pause before and between phases (default 3 s)")
     p.add_argument("--resync", type=float, default=60.0, help="ACCEL_OPERATOR_RESYNC_SECONDS (default 60)")
+    p.add_argument(
+        "--bind-timeout",
+        type=float,
+        help="ACCEL_OPERATOR_BIND_TIMEOUT_SECONDS (default: the operator's, 120 s). On a machine too loaded for "
+        "the control plane to bind pods within it, gangs are released and admitted again: churn, not admissions",
+    )
     p.add_argument("--metrics-port", type=int, default=int(os.environ.get("ACCEL_BENCH_METRICS_PORT", "0")) or None)
     p.add_argument("--node-threads", type=int, default=16, help="threads creating nodes (default 16)")
     p.add_argument("--profile", action="store_true", help="run the operator under cProfile (operator.prof)")

@@ -133,12 +133,12 @@ ENV_TPU_WORKER_HOSTNAMES: Final = "TPU_WORKER_HOSTNAMES"  # multi-host TPU: ever
 # Conventions of launchers rather than the operator's contract (launchers disagree on what
 # WORLD_SIZE counts), so a tenant's spec.env value replaces the operator's. The contract's own
 # copies (ACCEL_NODE_RANK, ACCEL_NNODES, ACCEL_DEVICES) are reserved and always present.
-RDZV_MASTER_ADDR: Final = "MASTER_ADDR"  # <workload>-0.<service>: the rank-0 pod
+RDZV_MASTER_ADDR: Final = "MASTER_ADDR"  # <workload>-0.<service>: the rank-0 pod (one node: 127.0.0.1)
 RDZV_MASTER_PORT: Final = "MASTER_PORT"
 RDZV_WORLD_SIZE: Final = "WORLD_SIZE"  # devices in the whole job
 RDZV_NODE_RANK: Final = "NODE_RANK"
 RENDEZVOUS_ENV: Final = (RDZV_MASTER_ADDR, RDZV_MASTER_PORT, RDZV_WORLD_SIZE, RDZV_NODE_RANK)
-RENDEZVOUS_PORT: Final = 29500  # torch.distributed's default; the headless Service names it
+RENDEZVOUS_PORT: Final = 29500  # torch.distributed's default; a gang's headless Service names it
 RENDEZVOUS_PORT_NAME: Final = "rendezvous"
 # Set by the Job controller on every pod of an Indexed Job (read through the downward API).
 ANNOTATION_JOB_COMPLETION_INDEX: Final = "batch.kubernetes.io/job-completion-index"

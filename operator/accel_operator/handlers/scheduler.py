@@ -42,7 +42,7 @@ from accel_operator.adapters.kube.reschedule import RescheduleClient
 from accel_operator.handlers.observed import Observed
 from accel_operator.metrics import OperatorMetrics
 from accel_operator.planning import policy, selection
-from accel_operator.planning.candidates import Plan, PoolOffer, best_per_pool
+from accel_operator.planning.candidates import Plan, PoolOffer, ranked_per_pool
 from accel_operator.reconcile import actions as act
 from accel_operator.reconcile import consolidate, fallback, health, policy_inputs, resume
 from accel_operator.reconcile.decide import ADMITTED, Decision, decide, gang_of
@@ -56,7 +56,7 @@ from accel_operator.reconcile.snapshot import (
     Snapshot,
     WorkloadView,
 )
-from accel_operator.reconcile.status import settle_status
+from accel_operator.reconcile.status import holds, settle_status
 from accel_operator.reconcile.times import parse_time
 from accel_operator.settings import OperatorSettings
 
@@ -298,7 +298,7 @@ class Scheduler:
     def _shapes(self, plan: Plan) -> tuple[tuple[str, Gang], ...]:
         shapes = self.shapes.get(id(plan))
         if shapes is None:
-            ranked = [c for c in best_per_pool(plan.candidates) if c.rank is not None]
+            ranked = ranked_per_pool(plan)
             shapes = tuple((c.pool, gang_of(c)) for c in ranked)
             self.shapes[id(plan)] = shapes
         return shapes
@@ -421,7 +421,7 @@ class Scheduler:
                 lookup=self.lookups.get(job.key),
                 rules=self.spot_rules,
             )
-            if job.phase is JobPhase.RUNNING:
+            if decision.phase is JobPhase.RUNNING:  # running, or starting to (health.amend says why)
                 decision, moved = health.amend(decision, job, snap, now, rules)
                 if moved is not None:
                     self.metrics.moves.labels(moved.value).inc()
@@ -526,8 +526,11 @@ class Scheduler:
             self.node_acting.pop((action.node, type(action).__name__), None)
 
     def _apply(self, job: JobView, decision: Decision, snap: Snapshot) -> None:
-        current = job.status.model_dump(by_alias=True, mode="json", exclude_none=True)
-        new = settle_status(current, decision, job.generation)
+        current: dict[str, Any] = {}
+        new: dict[str, Any] | None = None
+        if not holds(job.status, decision, job.generation):  # the common case, without serialising
+            current = job.status.model_dump(by_alias=True, mode="json", exclude_none=True)
+            new = settle_status(current, decision, job.generation)
         if new is None and not decision.actions:
             return
         self.metrics.decisions.labels(decision.phase.value).inc()

@@ -125,3 +125,21 @@ def best_per_pool(candidates: tuple[Candidate, ...] | list[Candidate]) -> list[C
         if seen is None or (seen.rank is None and (c.fits, -c.problem_count) > (seen.fits, -seen.problem_count)):
             best[c.pool] = c
     return list(best.values())
+
+
+# Plans are shared by every job of one effective spec (the scheduler caches them): what is read
+# from a plan on every decision is kept per plan object, held here so its id is not reused.
+_RANKED: dict[int, tuple[Plan, tuple[Candidate, ...]]] = {}
+_RANKED_LIMIT = 4096
+
+
+def ranked_per_pool(plan: Plan) -> tuple[Candidate, ...]:
+    """Each pool's best candidate among the ranked (feasible) ones, best first; memoised per plan."""
+    hit = _RANKED.get(id(plan))
+    if hit is not None and hit[0] is plan:
+        return hit[1]
+    if len(_RANKED) >= _RANKED_LIMIT:
+        _RANKED.clear()
+    ranked = tuple(c for c in best_per_pool(plan.candidates) if c.rank is not None)
+    _RANKED[id(plan)] = (plan, ranked)
+    return ranked

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True, slots=True)
 class CreateWorkload:
-    """Create (idempotently) the batch Job and headless Service of one attempt."""
+    """Create (idempotently) the batch Job of one attempt (and a gang's headless Service)."""
 
     attempt: int
     name: str

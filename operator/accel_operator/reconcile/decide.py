@@ -33,7 +33,7 @@ from accel_api import bounds
 from accel_api.enums import FailureKind, JobPhase
 from accel_api.job import AttemptFailure, ResumeStatus
 from accel_operator.planning import explain
-from accel_operator.planning.candidates import Candidate, Plan, best_per_pool
+from accel_operator.planning.candidates import Candidate, Plan, ranked_per_pool
 from accel_operator.reconcile import actions as act
 from accel_operator.reconcile import attempt_held, fallback, names, node_capacity, resume
 from accel_operator.reconcile.snapshot import (
@@ -45,7 +45,7 @@ from accel_operator.reconcile.snapshot import (
     Snapshot,
     WorkloadView,
 )
-from accel_operator.reconcile.status import plan_status
+from accel_operator.reconcile.status import plan_wire
 from accel_operator.reconcile.times import parse_time
 from accel_operator.reconcile.times import stamp as _ts
 
@@ -183,7 +183,7 @@ def _waiting(job: JobView, snapshot: Snapshot, now: dt.datetime) -> Decision:
         )
     if not plan.schedulable:
         status: dict[str, Any] = {
-            "plan": plan_status(plan).model_dump(by_alias=True, mode="json"),
+            "plan": plan_wire(plan),
             "message": _clip(plan.reason),
         }
         return Decision(
@@ -193,7 +193,7 @@ def _waiting(job: JobView, snapshot: Snapshot, now: dt.datetime) -> Decision:
             actions=_event_if_new(job, JobPhase.UNSCHEDULABLE, "NoPlacement", "Warning", plan.reason),
             reason=plan.reason,
         )
-    ranked = [c for c in best_per_pool(plan.candidates) if c.rank is not None]
+    ranked = ranked_per_pool(plan)
     first = ranked[0]
     why_not: list[str] = []
     for c in ranked:
@@ -210,7 +210,7 @@ def _waiting(job: JobView, snapshot: Snapshot, now: dt.datetime) -> Decision:
     # shadow (a sort of its reservations) is not computed again.
     blocked = snapshot.blocked.get(first.pool) or blocked_for(snapshot, job, first.pool, _gang(first), now)
     status = {
-        "plan": plan_status(plan).model_dump(by_alias=True, mode="json"),
+        "plan": plan_wire(plan),
         "message": _clip(reason),
         "workload": None,
     }
@@ -250,7 +250,7 @@ def _admit(
             )
         )
     status = {
-        "plan": plan_status(plan, chosen=c).model_dump(by_alias=True, mode="json"),
+        "plan": plan_wire(plan, chosen=c),
         "attempt": attempt,
         "workload": workload,
         "admittedTime": _ts(now),
@@ -370,6 +370,14 @@ def _after_failure(
     )
 
 
+def _held(job: JobView, type_: str, reason: str) -> Cond:
+    """A true condition as it stands: the message the decision that set it wrote is kept, so a
+    later decision that holds it (a watch event, the resync) writes no status for it."""
+    prior = next((c for c in job.status.conditions if c.type == type_), None)
+    same = prior is not None and prior.status == "True" and prior.reason == reason
+    return Cond(type_, True, reason, (prior.message or "") if same and prior is not None else "")
+
+
 def _holding(
     job: JobView, snapshot: Snapshot, now: dt.datetime, bind_timeout: float, rules: fallback.SpotRules
 ) -> Decision:
@@ -380,7 +388,7 @@ def _holding(
     pods = _attempt_pods(snapshot, job)
     plan = st.plan
     nodes = plan.nodes if plan is not None and plan.nodes else 1
-    base = (Cond(VALID, True, "SpecValid"), Cond(PLANNED, True, "Planned"), Cond(ADMITTED, True, "Admitted"))
+    base = (Cond(VALID, True, "SpecValid"), _held(job, PLANNED, "Planned"), _held(job, ADMITTED, "Admitted"))
     if wl is None:
         if st.phase is JobPhase.RUNNING:
             failure = AttemptFailure(
@@ -450,7 +458,7 @@ def _holding(
     reported = resume.reported_newer(job, pods, now)
     return Decision(
         phase=JobPhase.RUNNING,
-        conditions=(*base, Cond(RUNNING, True, "Running")),
+        conditions=(*base, _held(job, RUNNING, "Running")),
         status={"lastCheckpoint": reported} if reported is not None else {},
         reason="running",
     )

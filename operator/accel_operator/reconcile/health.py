@@ -233,8 +233,11 @@ def amend(
     decision: Decision, job: JobView, snapshot: Snapshot, now: dt.datetime, rules: Rules
 ) -> tuple[Decision, MoveReason | None]:
     """``decision`` for a running job, with what the node reports add: conditions, events, the
-    health markers, a checkpoint-now request, or a move (a new attempt) in its place."""
-    if job.spec is None or job.phase is not JobPhase.RUNNING or decision.phase is not JobPhase.RUNNING:
+    health markers, a checkpoint-now request, or a move (a new attempt) in its place. The
+    decision that makes an admitted job Running is amended too: its conditions are written with
+    it, not by a second status write at the next event."""
+    running = job.phase in (JobPhase.ADMITTED, JobPhase.RUNNING) and decision.phase is JobPhase.RUNNING
+    if job.spec is None or not running:
         return decision, None
     pods = [
         p for p in snapshot.pods_by_job.get(job.key, ()) if p.attempt == job.status.attempt and p.node and not p.ended

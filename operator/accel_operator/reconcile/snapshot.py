@@ -16,7 +16,7 @@ does not fit there; a node without a fresh report is counted from Kubernetes' vi
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
@@ -343,6 +343,38 @@ class Blocked:
     extra: int  # devices free at that time beyond what it needs
 
 
+class _Layered(Mapping[JobKey, Reservation]):
+    """The reservations of a snapshot plus those admitted since in the same pass: each admission
+    copies only what the pass added, not every reservation (thousands at full size)."""
+
+    __slots__ = ("_added", "_base")
+
+    def __init__(self, base: Mapping[JobKey, Reservation], added: dict[JobKey, Reservation]) -> None:
+        self._base = base
+        self._added = added
+
+    @classmethod
+    def on(cls, under: Mapping[JobKey, Reservation], key: JobKey, r: Reservation) -> _Layered:
+        if isinstance(under, _Layered):
+            return cls(under._base, {**under._added, key: r})
+        return cls(under, {key: r})
+
+    def __getitem__(self, key: JobKey) -> Reservation:
+        if key in self._added:
+            return self._added[key]
+        return self._base[key]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._added or key in self._base
+
+    def __iter__(self) -> Iterator[JobKey]:
+        yield from (k for k in self._base if k not in self._added)
+        yield from self._added
+
+    def __len__(self) -> int:
+        return len(self._base) + sum(1 for k in self._added if k not in self._base)
+
+
 @dataclass(frozen=True)
 class Snapshot:
     now: dt.datetime
@@ -366,9 +398,8 @@ class Snapshot:
     def with_admission(self, key: JobKey, pool: str, gang: Gang, expected_end: dt.datetime | None) -> Snapshot:
         cap = dict(self.capacity)
         cap[pool] = cap[pool].take(gang)
-        res = dict(self.reservations)
-        res[key] = Reservation(key, pool, gang.nodes, gang.per_node, 0, expected_end)
-        return replace(self, capacity=MappingProxyType(cap), reservations=MappingProxyType(res))
+        added = Reservation(key, pool, gang.nodes, gang.per_node, 0, expected_end)
+        return replace(self, capacity=MappingProxyType(cap), reservations=_Layered.on(self.reservations, key, added))
 
     def with_blocked(self, pool: str, blocked: Blocked) -> Snapshot:
         if pool in self.blocked:

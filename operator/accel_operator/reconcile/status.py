@@ -8,7 +8,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from accel_api.enums import CapacityType
-from accel_api.job import Alternative, PlanStatus
+from accel_api.job import AcceleratorJobStatus, Alternative, PlanStatus
 from accel_operator.planning import explain
 from accel_operator.planning.candidates import Candidate, Plan, best_per_pool
 
@@ -66,6 +66,26 @@ def plan_status(plan: Plan, chosen: Candidate | None = None) -> PlanStatus:
     )
 
 
+# Every job of one effective spec shares its plan object (the scheduler caches plans): its wire
+# form is made once per (plan, chosen candidate), held here so the ids are not reused. Shared:
+# callers must not change the dict.
+_WIRE: dict[tuple[int, int], tuple[Plan, Candidate | None, dict[str, Any]]] = {}
+_WIRE_LIMIT = 4096
+
+
+def plan_wire(plan: Plan, chosen: Candidate | None = None) -> dict[str, Any]:
+    """:func:`plan_status` as JSON (camelCase), memoised per plan object and chosen candidate."""
+    key = (id(plan), id(chosen))
+    hit = _WIRE.get(key)
+    if hit is not None and hit[0] is plan and hit[1] is chosen:
+        return hit[2]
+    if len(_WIRE) >= _WIRE_LIMIT:
+        _WIRE.clear()
+    wire: dict[str, Any] = plan_status(plan, chosen).model_dump(by_alias=True, mode="json")
+    _WIRE[key] = (plan, chosen, wire)
+    return wire
+
+
 # --- a decision as a status write --------------------------------------------------------------
 
 
@@ -82,12 +102,34 @@ def _now() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def holds(status: AcceleratorJobStatus, decision: Decision, generation: int | None) -> bool:
+    """Whether ``status`` already is what ``decision`` asks for, read on the model itself: the
+    common case (a held job decided again on an event or the resync) without serialising the
+    status. False means "maybe not": :func:`settle_status` then compares the wire values."""
+    if decision.status or status.phase is not decision.phase or status.observed_generation != generation:
+        return False
+    have = status.conditions
+    if len(have) != len(decision.conditions):
+        return False
+    for c, d in zip(have, decision.conditions, strict=True):
+        if (
+            c.type != d.type
+            or c.status != ("True" if d.ok else "False")
+            or c.reason != d.reason
+            or (c.message or None) != (d.message[:1000] or None)
+            or c.observed_generation != generation
+        ):
+            return False
+    return True
+
+
 def settle_status(current: dict[str, Any], decision: Decision, generation: int | None) -> dict[str, Any] | None:
     """The merge patch that gives a job the status ``decision`` asks for, or None when the job
     already has it. Each condition keeps its ``lastTransitionTime`` while its status holds, so a
     decision repeated by a timer or after a restart writes nothing."""
     before = {c.get("type"): c for c in current.get("conditions") or []}
     conditions = []
+    now = _now()
     for cond in decision.conditions:
         status = "True" if cond.ok else "False"
         prior = before.get(cond.type)
@@ -98,7 +140,7 @@ def settle_status(current: dict[str, Any], decision: Decision, generation: int |
                 "status": status,
                 "reason": cond.reason,
                 "message": cond.message[:1000] or None,
-                "lastTransitionTime": prior["lastTransitionTime"] if held and prior else _now(),
+                "lastTransitionTime": prior["lastTransitionTime"] if held and prior else now,
                 "observedGeneration": generation,
             }
         )

@@ -9,9 +9,11 @@ from typing import Any
 import pytest
 
 from accel_api.enums import JobPhase
+from accel_api.job import AcceleratorJobStatus
 from accel_operator.reconcile import actions as act
 from accel_operator.reconcile.decide import Decision, decide
 from accel_operator.reconcile.snapshot import Blocked, Gang
+from accel_operator.reconcile.status import holds, settle_status
 from tests.support.reconcile import T0, World
 
 LATER = T0 + dt.timedelta(seconds=30)
@@ -305,3 +307,35 @@ def test_a_failure_keeps_what_the_attempt_held_and_the_batch_jobs_times() -> Non
     assert gone.status["lastFailure"]["reason"] == "WorkloadDeleted"
     assert gone.status["lastFailure"]["held"]["admittedTime"] == "2026-11-26T12:00:00Z"
     assert "endTime" not in gone.status["lastFailure"]["held"]  # nothing recorded: the failure's time stands
+
+
+def _settled(before: dict[str, Any], d: Decision) -> dict[str, Any] | None:
+    """The status a job has after the operator wrote ``d`` (None: nothing to write)."""
+    new = settle_status(before, d, 1)
+    if new is None:
+        return None
+    merged = {**before, **{k: v for k, v in new.items() if v is not None}}
+    return {k: v for k, v in merged.items() if not (k in new and new[k] is None)}
+
+
+def test_holding_an_admission_writes_no_status_until_something_changes() -> None:
+    # One status write for the admission, one for Running; the decisions in between (the
+    # workload's and the pods' watch events) and after (the resync) hold what was written.
+    w = World().pool("p", nodes=1)
+    admitted = _settled({}, decide(w.job("a", "p", devices=8), w.snapshot(), T0))
+    assert admitted is not None and admitted["phase"] == "Admitted"
+    w.workload("a", 0, active=1)
+    waiting = decide(w.job("a", "p", devices=8, status=admitted), w.snapshot(), T0)
+    assert waiting.phase is JobPhase.ADMITTED and _settled(admitted, waiting) is None
+    w.pod("a", 0, 0, node="p-0")
+    running = _settled(admitted, decide(w.job("a", "p", devices=8, status=admitted), w.snapshot(), T0))
+    assert running is not None and running["phase"] == "Running"
+    held = decide(w.job("a", "p", devices=8, status=running), w.snapshot(), LATER)
+    assert held.phase is JobPhase.RUNNING and _settled(running, held) is None
+    # The scheduler's shortcut (no serialising) says the same as the full comparison.
+    assert holds(AcceleratorJobStatus.model_validate(running), held, 1)
+    assert holds(AcceleratorJobStatus.model_validate(admitted), waiting, 1)
+    moved = replace(held, conditions=(*held.conditions[:-1], replace(held.conditions[-1], message="other")))
+    assert not holds(AcceleratorJobStatus.model_validate(running), moved, 1) and _settled(running, moved) is not None
+    assert not holds(AcceleratorJobStatus.model_validate(running), held, 2)  # a new generation is written
+    assert next(c["message"] for c in running["conditions"] if c["type"] == "Admitted").startswith("admitted")

@@ -108,6 +108,24 @@ def test_a_busy_healthy_job_gets_conditions_and_nothing_else() -> None:
     assert d.actions == () and "health" not in d.status
 
 
+@pytest.mark.parametrize("reported", [True, False])
+def test_the_decision_that_starts_a_job_carries_the_report_conditions(reported: bool) -> None:
+    # Admitted -> Running is amended too: the conditions go out with that status write, not
+    # with a second write at the job's next event.
+    w = _world()
+    admitted = {**_running("a"), "phase": "Admitted"}
+    admitted.pop("startTime")
+    job = w.job("a", "p", devices=8, status=admitted)
+    w.workload("a", 0, active=1)
+    w.pod("a", 0, 0, node="p-0")
+    if reported:
+        w.report("p-0", pods=_mine("a-a0-0"))
+    d, moved = _run(w, job)
+    assert moved is None and d.phase is JobPhase.RUNNING and d.status["startTime"]
+    assert _cond(d, "NodeReports") == ((True, "Fresh") if reported else (False, "ReportStale"))
+    assert _events(d) == ["Running"]
+
+
 def test_a_failing_device_asks_for_a_checkpoint_first_naming_the_device_and_error() -> None:
     w = _world()
     job = _one_node_job(w)

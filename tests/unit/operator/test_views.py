@@ -5,9 +5,13 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import pytest
+
 from accel_api import vocabulary as v
+from accel_api.job import AcceleratorJob, AcceleratorJobStatus
 from accel_operator.adapters.kube import views, workloads
 from accel_operator.reconcile import names
+from tests.support.jobs import job_doc
 from tests.unit.operator.test_workloads import spec
 
 
@@ -80,3 +84,58 @@ def test_a_workload_carries_the_times_kubernetes_recorded_and_nothing_made_up() 
     for status in ({}, {"startTime": "x" * 5000, "completionTime": 7}, {"startTime": "yesterday"}):
         wl = views.workload_view({**job, "status": status})
         assert wl is not None and (wl.start_time, wl.end_time) == (None, None)
+
+
+# --- job views share what equal jobs carry ---------------------------------------------------
+
+_STATUS: dict[str, Any] = {
+    "phase": "Running",
+    "attempt": 1,
+    "conditions": [
+        {"type": "Valid", "status": "True", "reason": "SpecValid", "lastTransitionTime": "2026-11-26T12:00:00Z"},
+        {"type": "Admitted", "status": "True", "reason": "Admitted", "message": "admitted attempt 1 on p"},
+    ],
+    "plan": {"pool": "p", "accelerator": "h100-80gb", "devices": 8, "nodes": 1, "reason": "cheapest"},
+}
+
+
+def _job_body(name: str, status: dict[str, Any] | None = None) -> dict[str, Any]:
+    doc = job_doc("ml", "p", devices=8, name=name)
+    doc["metadata"].update(uid=f"uid-{name}", resourceVersion="7", generation=1)
+    doc["status"] = copy.deepcopy(status if status is not None else _STATUS)
+    return doc
+
+
+def test_job_views_of_equal_jobs_share_their_parsed_values_and_equal_a_whole_parse() -> None:
+    a, b = views.job_view(_job_body("a")), views.job_view(_job_body("b"))
+    assert a.spec is not None and a.spec is b.spec
+    assert a.status.plan is b.status.plan and a.status.conditions[1] is b.status.conditions[1]
+    whole = AcceleratorJob.model_validate(_job_body("a"))
+    assert a.spec == whole.spec and a.status == whole.status
+    assert whole.status is not None
+    assert a.status.model_dump(by_alias=True, exclude_none=True) == whole.status.model_dump(
+        by_alias=True, exclude_none=True
+    )
+
+
+@pytest.mark.parametrize(
+    "status",
+    [
+        {**_STATUS, "plan": {"devices": "many"}},
+        {**_STATUS, "conditions": [{"type": "Valid", "status": "Maybe"}]},
+        {**_STATUS, "conditions": "Valid"},
+        {**_STATUS, "attempt": -1},
+    ],
+    ids=["plan", "condition", "conditions-not-a-list", "attempt"],
+)
+def test_an_unreadable_status_is_decided_from_scratch_every_time(status: dict[str, Any]) -> None:
+    for _ in range(2):  # the second time from the shared table, if anything was kept
+        view = views.job_view(_job_body("a", status))
+        assert view.status == AcceleratorJobStatus() and view.spec is not None
+
+
+def test_an_invalid_spec_keeps_its_problems_when_shared() -> None:
+    body = _job_body("a")
+    body["spec"]["workload"]["microBatch"] = 0
+    first, again = views.job_view(body), views.job_view(copy.deepcopy(body))
+    assert first.spec is None and first.spec_problems and again.spec_problems == first.spec_problems

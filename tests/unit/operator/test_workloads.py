@@ -114,7 +114,7 @@ CASES = [
             v.ENV_NNODES: "1",
             v.ENV_NPROC_PER_NODE: "1",
             v.RDZV_WORLD_SIZE: "1",
-            v.RDZV_MASTER_ADDR: "llama-a0-0.llama-a0",
+            v.RDZV_MASTER_ADDR: "127.0.0.1",  # one node: rank 0 is the pod itself
             v.RDZV_MASTER_PORT: "29500",
             v.ENV_RESUME_FROM: "",
             v.ENV_ACCELERATOR: "h100-80gb",
@@ -186,7 +186,11 @@ def test_build(
     assert "activeDeadlineSeconds" not in j["spec"]
     pod = pod_of(j)
     assert pod["restartPolicy"] == "Never"
-    assert pod["subdomain"] == svc["metadata"]["name"] == j["metadata"]["name"] == w.name
+    assert j["metadata"]["name"] == w.name
+    if w.nodes > 1:  # a gang's pods meet through the headless Service's DNS names
+        assert svc is not None and pod["subdomain"] == svc["metadata"]["name"] == w.name
+    else:  # one pod alone: no Service, no DNS name to resolve
+        assert svc is None and "subdomain" not in pod
     assert pod["nodeSelector"] == selector
     (container,) = pod["containers"]
     assert container["name"] == "main"
@@ -253,7 +257,8 @@ def test_pod_failure_policy_rules_in_the_order_the_operator_reads() -> None:
 
 
 def test_owner_references_and_labels_lead_back_to_the_job() -> None:
-    j, svc = build(spec(attempt=2))
+    j, svc = build(spec(attempt=2, devices=16, nodes=2))
+    assert svc is not None
     owner = {
         "apiVersion": "accel.dev/v1alpha1",
         "kind": "AcceleratorJob",
@@ -277,8 +282,8 @@ def test_owner_references_and_labels_lead_back_to_the_job() -> None:
 
 
 def test_service_is_headless_and_selects_this_attempt() -> None:
-    _, svc = build(spec(attempt=1))
-    assert svc["spec"]["clusterIP"] == "None"
+    _, svc = build(spec(attempt=1, devices=16, nodes=2))
+    assert svc is not None and svc["spec"]["clusterIP"] == "None"
     assert svc["spec"]["publishNotReadyAddresses"] is True
     assert svc["spec"]["selector"] == {v.LABEL_JOB: "llama", v.LABEL_ATTEMPT: "1"}
     assert svc["spec"]["ports"] == [{"name": "rendezvous", "port": 29500, "targetPort": 29500, "protocol": "TCP"}]
@@ -367,7 +372,8 @@ def test_names_are_valid_labels_with_room_for_the_pod_index(name: str, attempt: 
     assert len(got) <= MAX_NAME_LENGTH
     assert DNS_LABEL.match(f"{got}-65535") and len(f"{got}-65535") <= 63
     assert workload_name(name, attempt) == got  # deterministic
-    j, svc = build(spec(name=name, attempt=attempt, pool_name=LONG))
+    j, svc = build(spec(name=name, attempt=attempt, pool_name=LONG, devices=16, nodes=2))
+    assert svc is not None
     for value in [*j["metadata"]["labels"].values(), *svc["spec"]["selector"].values()]:
         assert len(value) <= 63 and LABEL_VALUE.match(value), value
     assert j["metadata"]["ownerReferences"][0]["name"] == name  # the full name, never shortened
@@ -435,7 +441,7 @@ def test_failed_rule(job_obj: dict[str, Any], rule: int | None) -> None:
 
 def test_fake_creates_once_records_calls_and_fails_on_demand() -> None:
     fake = FakeWorkloadClient()
-    j, svc = build(spec())
+    j, svc = build(spec(devices=16, nodes=2))
     assert fake.create(j, svc) is True
     assert fake.create(j, svc) is False
     assert list(fake.jobs) == [("ml", "llama-a0")] and list(fake.services) == [("ml", "llama-a0")]
@@ -443,7 +449,7 @@ def test_fake_creates_once_records_calls_and_fails_on_demand() -> None:
     with pytest.raises(ClusterUnavailable):
         fake.create(j, svc)
     assert fake.fail_next is None
-    other = replace(spec(), job_uid="another")
+    other = replace(spec(devices=16, nodes=2), job_uid="another")
     with pytest.raises(WorkloadConflict):
         fake.create(*build(other))
     fake.delete("ml", "llama-a0")
@@ -454,13 +460,25 @@ def test_fake_creates_once_records_calls_and_fails_on_demand() -> None:
     assert not fake.calls
 
 
+def test_a_one_node_attempt_gets_no_service() -> None:
+    fake = FakeWorkloadClient()
+    j, svc = build(spec())
+    assert svc is None
+    assert fake.create(j, svc) is True and fake.create(j, svc) is False
+    assert list(fake.jobs) == [("ml", "llama-a0")] and not fake.services
+    fake.delete("ml", "llama-a0")  # no Service to delete is fine
+    assert not fake.jobs
+
+
 def test_unreachable_api_server_is_cluster_unavailable() -> None:
     cfg = client.Configuration()
     cfg.host = "https://127.0.0.1:9"  # discard port: nothing listens, the connection is refused
     cfg.retries = 0
     kube = KubeWorkloadClient(client.ApiClient(cfg))
     with pytest.raises(ClusterUnavailable, match="creating Service ml/llama-a0"):
-        kube.create(*build(spec()))
+        kube.create(*build(spec(devices=16, nodes=2)))
+    with pytest.raises(ClusterUnavailable, match="creating Job ml/llama-a0"):
+        kube.create(*build(spec()))  # one node: no Service, the Job first
     with pytest.raises(ClusterUnavailable, match="deleting Job ml/llama-a0"):
         kube.delete("ml", "llama-a0")
 

@@ -79,7 +79,8 @@ class KubeJobWriter:
             ),
         )
         try:
-            self._events.create_namespaced_event(ref.namespace, body)
+            # The created Event is not read back (not deserialised).
+            self._events.create_namespaced_event(ref.namespace, body, _preload_content=False).drain_conn()
         except (ApiException, urllib3.exceptions.HTTPError) as exc:
             # An event is information, not state: losing one must not stop a decision.
             raise ClusterUnavailable(f"event on {ref.namespace}/{ref.name}: {exc}") from exc

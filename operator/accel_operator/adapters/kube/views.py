@@ -14,10 +14,15 @@ from typing import Any
 
 from accel_api import InvalidResource, bounds
 from accel_api import vocabulary as v
-from accel_api.job import AcceleratorJobSpec, AcceleratorJobStatus
+from accel_api.base import Condition
+from accel_api.job import AcceleratorJobSpec, AcceleratorJobStatus, PlanStatus
 from accel_api.loader import parse_as
 from accel_api.pool import AcceleratorPool
+from accel_operator.adapters.kube.interned import Interner
 from accel_operator.reconcile.snapshot import JobView, NodeView, PodView, PoolView, WorkloadView
+
+# Job specs, plans and conditions: one parsed value per distinct wire value (see ``interned``).
+SHARED = Interner()
 
 DEVICE_RESOURCES = (v.RESOURCE_NVIDIA_GPU, v.RESOURCE_GOOGLE_TPU)
 MANAGED_BY = v.MANAGED_BY_VALUE
@@ -183,16 +188,41 @@ def pool_view(body: Mapping[str, Any]) -> tuple[PoolView | None, tuple[str, ...]
     return PoolView(name=name, spec=pool.spec), ()
 
 
+def _job_spec(raw: dict[str, Any]) -> tuple[AcceleratorJobSpec | None, tuple[str, ...]]:
+    try:
+        return parse_as(AcceleratorJobSpec, raw), ()
+    except InvalidResource as exc:
+        return None, tuple(exc.problems)
+
+
+def _plan(raw: Any) -> PlanStatus:
+    return PlanStatus.model_validate(raw)
+
+
+def _condition(raw: Any) -> Condition:
+    return Condition.model_validate(raw)
+
+
+def _job_status(raw: dict[str, Any]) -> AcceleratorJobStatus:
+    """The status, its plan and conditions shared with the jobs that carry the same ones (the
+    same validation as one ``model_validate`` of the whole: raises ValueError the same way)."""
+    plan, conditions = raw.pop("plan", None), raw.pop("conditions", None)
+    status = AcceleratorJobStatus.model_validate(raw)
+    update: dict[str, Any] = {}
+    if plan is not None:
+        update["plan"] = SHARED.get("plan", plan, _plan)
+    if conditions is not None:
+        if not isinstance(conditions, list):
+            raise ValueError("status.conditions: not a list")
+        update["conditions"] = [SHARED.get("condition", c, _condition) for c in conditions[: bounds.CONDITIONS_ITEMS]]
+    return status.model_copy(update=update) if update else status
+
+
 def job_view(body: Mapping[str, Any]) -> JobView:
     meta = _meta(body)
-    problems: tuple[str, ...] = ()
-    spec: AcceleratorJobSpec | None
+    spec, problems = SHARED.get("spec", dict(body.get("spec") or {}), _job_spec)
     try:
-        spec = parse_as(AcceleratorJobSpec, dict(body.get("spec") or {}))
-    except InvalidResource as exc:
-        spec, problems = None, tuple(exc.problems)
-    try:
-        status = AcceleratorJobStatus.model_validate(dict(body.get("status") or {}))
+        status = _job_status(dict(body.get("status") or {}))
     except ValueError:
         status = AcceleratorJobStatus()  # unreadable status (hand-edited): decide from scratch
     return JobView(

@@ -1,7 +1,7 @@
 """One attempt of an AcceleratorJob as Kubernetes objects, and the port that creates them.
 
-``build`` is pure: a ``WorkloadSpec`` (the plan of one attempt) in, a ``batch/v1`` Job and its
-headless ``v1`` Service out, as wire dicts. The Job is Indexed (one pod per node, all or
+``build`` is pure: a ``WorkloadSpec`` (the plan of one attempt) in, a ``batch/v1`` Job and, for
+a gang of several nodes, its headless ``v1`` Service out, as wire dicts. The Job is Indexed (one pod per node, all or
 nothing), never retried by Kubernetes (``backoffLimit: 0``) and ends with a ``podFailurePolicy``
 rule that tells a disruption (``RULE_DISRUPTION``: the operator starts a new attempt) from a
 failure of the program (``RULE_EXIT_CODE``); ``failed_rule`` reads which one ended it.
@@ -21,6 +21,10 @@ Decisions worth knowing:
   what ``WORLD_SIZE`` counts), so a tenant value replaces ours (one entry, no duplicate). The
   operator's own copies (``ACCEL_NODE_RANK``, ``ACCEL_NNODES``, ``ACCEL_DEVICES``) and the
   Service cannot be overridden.
+- The headless Service exists only for a gang of several nodes: it gives the pods the DNS names
+  (``<workload>-<index>.<workload>``) the other nodes reach rank 0 and each other by. A one-node
+  attempt has no one to meet: its ``MASTER_ADDR`` is the loopback address and it gets no Service
+  (one API write fewer per admission, and one object fewer per running job).
 - The container may not gain privileges (no escalation, every capability dropped, the
   runtime's seccomp profile) but ``runAsNonRoot`` is not forced: tenant images vary and many
   training images run as root; a platform that wants it adds a Pod Security admission level.
@@ -70,6 +74,8 @@ _HASH: Final = 8
 _FAILED_RULE: Final = re.compile(r"matching FailJob rule at index (\d+)")
 _ANNOTATIONS_VOLUME: Final = "accel-annotations"
 _MESSAGE_LENGTH: Final = 1024
+# A one-node attempt's rendezvous: rank 0 is the pod itself.
+LOOPBACK: Final = "127.0.0.1"
 
 
 class UnbuildableWorkload(ValueError):
@@ -211,8 +217,9 @@ def _env(w: WorkloadSpec) -> list[dict[str, Any]]:
         (v.ENV_NNODES, str(w.nodes)),
         (v.ENV_NPROC_PER_NODE, str(w.devices_per_pod)),
     ]
+    master = f"{name}-0.{name}" if w.nodes > 1 else LOOPBACK
     rendezvous: list[tuple[str, str | dict[str, Any]]] = [
-        (v.RDZV_MASTER_ADDR, f"{name}-0.{name}"),
+        (v.RDZV_MASTER_ADDR, master),
         (v.RDZV_MASTER_PORT, str(v.RENDEZVOUS_PORT)),
         (v.RDZV_WORLD_SIZE, str(w.devices)),
         (v.RDZV_NODE_RANK, _index()),
@@ -288,9 +295,12 @@ def _pod(w: WorkloadSpec) -> dict[str, Any]:
         "path": v.POD_ANNOTATIONS_FILE.removeprefix(v.POD_ANNOTATIONS_DIR + "/"),
         "fieldRef": {"fieldPath": "metadata.annotations"},
     }
+    # A gang's pods resolve as <name>-<index>.<name> (the Indexed Job sets the hostname, the
+    # headless Service of that name the subdomain); one pod alone needs no DNS name.
+    dns = {"subdomain": w.name} if w.nodes > 1 else {}
     return {
         "restartPolicy": "Never",
-        "subdomain": w.name,  # the Indexed Job sets hostname <name>-<index>
+        **dns,
         "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
@@ -316,8 +326,9 @@ def _pod_failure_policy() -> dict[str, Any]:
     return {"rules": [rules[i] for i in sorted(rules)]}
 
 
-def build(w: WorkloadSpec) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The ``batch/v1`` Job and the headless ``v1`` Service of one attempt, as wire dicts."""
+def build(w: WorkloadSpec) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """The ``batch/v1`` Job and the headless ``v1`` Service of one attempt, as wire dicts (no
+    Service for a one-node attempt: see the module's docstring)."""
     _check(w)
     name = w.name
     # The label holds the job's name only up to 63 characters (then a hash): the annotation holds
@@ -343,6 +354,8 @@ def build(w: WorkloadSpec) -> tuple[dict[str, Any], dict[str, Any]]:
             "template": {"metadata": {"labels": labels(w), "annotations": dict(notes)}, "spec": _pod(w)},
         },
     }
+    if w.nodes <= 1:
+        return job, None
     service = {
         "apiVersion": "v1",
         "kind": "Service",
@@ -382,14 +395,15 @@ def failed_rule(job: Mapping[str, Any]) -> int | None:
 
 
 class WorkloadClient(Protocol):
-    def create(self, job: dict[str, Any], service: dict[str, Any]) -> bool:
-        """Create the Service, then the Job. True if the Job was created now, False if this
+    def create(self, job: dict[str, Any], service: dict[str, Any] | None) -> bool:
+        """Create the Service (if any), then the Job. True if the Job was created now, False if this
         owner's Job already existed (a retried reconcile). Raises ``WorkloadConflict`` if the name
         belongs to another owner."""
         ...
 
     def delete(self, namespace: str, name: str) -> None:
-        """Delete the Job (its pods in the background) and the Service; gone already is fine."""
+        """Delete the Job (its pods in the background) and the Service; gone already is fine (a
+        one-node attempt never had a Service)."""
         ...
 
 
@@ -435,7 +449,8 @@ class KubeWorkloadClient:
         meta = body["metadata"]
         what = f"creating {body['kind']} {meta['namespace']}/{meta['name']}"
         try:
-            create(meta["namespace"], body)
+            # The answer (the created object) is not read: no deserialising a V1Job per admission.
+            create(meta["namespace"], body, _preload_content=False).drain_conn()
         except ApiException as exc:
             if exc.status != 409:
                 raise _translate(exc, what) from exc
@@ -452,9 +467,10 @@ class KubeWorkloadClient:
             raise WorkloadConflict(f"{body['kind']} {meta['namespace']}/{meta['name']} exists with another owner")
         return False
 
-    def create(self, job: dict[str, Any], service: dict[str, Any]) -> bool:
+    def create(self, job: dict[str, Any], service: dict[str, Any] | None) -> bool:
         # The Service first: the pods' DNS names exist before the first pod asks for them.
-        self._create_one(service, self._core.create_namespaced_service, self._core.read_namespaced_service)
+        if service is not None:
+            self._create_one(service, self._core.create_namespaced_service, self._core.read_namespaced_service)
         return self._create_one(job, self._batch.create_namespaced_job, self._batch.read_namespaced_job)
 
     def delete(self, namespace: str, name: str) -> None:
@@ -487,15 +503,16 @@ class FakeWorkloadClient:
             exc, self.fail_next = self.fail_next, None
             raise exc
 
-    def create(self, job: dict[str, Any], service: dict[str, Any]) -> bool:
+    def create(self, job: dict[str, Any], service: dict[str, Any] | None) -> bool:
         key = (job["metadata"]["namespace"], job["metadata"]["name"])
         self.calls.append(("create", *key))
         self._maybe_fail()
         for store, body in ((self.services, service), (self.jobs, job)):
             existing = store.get(key)
-            if existing is not None and _owner_uid(existing) != _owner_uid(body):
+            if body is not None and existing is not None and _owner_uid(existing) != _owner_uid(body):
                 raise WorkloadConflict(f"{body['kind']} {key[0]}/{key[1]} exists with another owner")
-        self.services.setdefault(key, copy.deepcopy(service))
+        if service is not None:
+            self.services.setdefault(key, copy.deepcopy(service))
         if key in self.jobs:
             return False
         self.jobs[key] = copy.deepcopy(job)
