@@ -43,6 +43,7 @@ from accel_api.policy import AcceleratorPolicy
 from accel_operator.reconcile import actions as act
 from accel_operator.reconcile import health
 from accel_operator.reconcile.decide import Cond, Decision
+from accel_operator.reconcile.messages import clip as _clip
 from accel_operator.reconcile.snapshot import HOLDING, TERMINAL, Gang, JobKey, JobView, Snapshot
 from accel_operator.reconcile.times import parse_time
 from accel_operator.reconcile.times import stamp as _ts
@@ -50,7 +51,6 @@ from accel_operator.reconcile.times import stamp as _ts
 # The condition on a gang that fragmentation keeps waiting, and on a job being moved for one.
 CONSOLIDATION = "Consolidation"
 EVENT = "Consolidating"  # the event on the moved job and on the waiting one
-MESSAGE_LIMIT = 1000
 
 
 class Stage(StrEnum):
@@ -92,10 +92,6 @@ def rules_from(
         settle=settle,
         source=", ".join(sorted(n for n, _ in said))[:200],
     )
-
-
-def _clip(text: str) -> str:
-    return text if len(text) <= MESSAGE_LIMIT else text[: MESSAGE_LIMIT - 1] + "…"
 
 
 def _name(key: JobKey) -> str:

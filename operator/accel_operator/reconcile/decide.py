@@ -36,6 +36,7 @@ from accel_operator.planning import explain
 from accel_operator.planning.candidates import Candidate, Plan, ranked_per_pool
 from accel_operator.reconcile import actions as act
 from accel_operator.reconcile import attempt_held, fallback, names, node_capacity, resume
+from accel_operator.reconcile.messages import clip as _clip
 from accel_operator.reconcile.snapshot import (
     HOLDING,
     Blocked,
@@ -56,7 +57,6 @@ RESUMED, SPOT_FALLBACK = "Resumed", "SpotFallback"
 STICKY = (RESUMED, SPOT_FALLBACK)
 # The workload's podFailurePolicy: rule 0 is a disruption (a preemption), rule 1 a failed container.
 DISRUPTION_RULE = "rule at index 0"
-MESSAGE_LIMIT = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,10 +85,6 @@ class Decision:
     @property
     def message(self) -> str:
         return self.reason
-
-
-def _clip(text: str) -> str:
-    return text if len(text) <= MESSAGE_LIMIT else text[: MESSAGE_LIMIT - 1] + "…"
 
 
 def _event_if_new(job: JobView, phase: JobPhase, reason: str, type_: str, message: str) -> tuple[act.Action, ...]:

@@ -24,11 +24,11 @@ from enum import StrEnum
 from typing import Final
 
 from accel_api import vocabulary as v
+from accel_operator.reconcile.messages import clip as _clip
 from accel_operator.reconcile.snapshot import JobKey, NodeView, PodView
 
 TOKEN_LENGTH: Final = 128  # the annotation value; a job compares it, nobody parses it
 _UNSAFE: Final = re.compile(r"[^A-Za-z0-9._:/@+-]")
-MESSAGE_LIMIT: Final = 1000
 POD_NAMES_IN_MESSAGE: Final = 5
 REASON_CHECKPOINT_REQUESTED: Final = "CheckpointRequested"
 REASON_NODE_PREEMPTED: Final = "NodePreempted"
@@ -112,10 +112,6 @@ class Response:
     @property
     def jobs(self) -> tuple[JobKey, ...]:
         return tuple(e.job for e in self.events)
-
-
-def _clip(text: str) -> str:
-    return text if len(text) <= MESSAGE_LIMIT else text[: MESSAGE_LIMIT - 1] + "…"
 
 
 def _names(pods: Iterable[str]) -> str:

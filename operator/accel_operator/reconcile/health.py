@@ -35,6 +35,7 @@ from accel_api.enums import JobPhase, WorkloadMode
 from accel_operator.reconcile import actions as act
 from accel_operator.reconcile import idle_stop, names, node_capacity
 from accel_operator.reconcile.decide import ADMITTED, PLANNED, VALID, Cond, Decision
+from accel_operator.reconcile.messages import clip as _clip
 from accel_operator.reconcile.reports import DeviceReport
 from accel_operator.reconcile.snapshot import JobView, PodView, Snapshot
 from accel_operator.reconcile.times import parse_time
@@ -42,7 +43,6 @@ from accel_operator.reconcile.times import stamp as _ts
 
 # Condition types this module writes on running jobs.
 REPORTS, DEVICES, HUNG, IDLE = "NodeReports", "DevicesHealthy", "Hung", "Idle"
-MESSAGE_LIMIT = 1000
 TAINT_VALUE_LIMIT = 63  # a taint value is a label value
 
 
@@ -69,10 +69,6 @@ class Rules:
     # A job moved this often is not moved again (a flapping agent, a job that hangs every time):
     # it is flagged and left to its own timeouts.
     max_moves: int = 5
-
-
-def _clip(text: str) -> str:
-    return text if len(text) <= MESSAGE_LIMIT else text[: MESSAGE_LIMIT - 1] + "…"
 
 
 # --- nodes ------------------------------------------------------------------------------------

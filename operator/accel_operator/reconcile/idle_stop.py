@@ -34,17 +34,13 @@ from accel_api.policy import AcceleratorPolicy
 from accel_operator.reconcile import actions as act
 from accel_operator.reconcile import names
 from accel_operator.reconcile.decide import ADMITTED, PLANNED, VALID, Cond, Decision
+from accel_operator.reconcile.messages import clip as _clip
 from accel_operator.reconcile.snapshot import JobView, PodView
 from accel_operator.reconcile.times import parse_time
 from accel_operator.reconcile.times import stamp as _ts
 
 IDLE, IDLE_STOP = "Idle", "IdleStop"
-MESSAGE_LIMIT = 1000
 REASON = "idle-stop"  # the checkpoint request's reason (a metrics label)
-
-
-def _clip(text: str) -> str:
-    return text if len(text) <= MESSAGE_LIMIT else text[: MESSAGE_LIMIT - 1] + "…"
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,11 +23,11 @@ from accel_api.enums import JobPhase
 from accel_operator.planning import policy
 from accel_operator.reconcile import actions as act
 from accel_operator.reconcile.decide import ADMITTED, VALID, Cond, Decision
+from accel_operator.reconcile.messages import MESSAGE_LIMIT
 from accel_operator.reconcile.snapshot import HOLDING, JobView, Snapshot
 
 POLICY = "PolicyCompliant"  # the condition type
 SHOWN = 5  # violations spelled out in a message; the rest are counted
-MESSAGE_LIMIT = 1000
 MEMO_LIMIT = 50_000  # evaluations kept per folded policy inputs
 
 
