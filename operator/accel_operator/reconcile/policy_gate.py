@@ -22,8 +22,8 @@ from dataclasses import replace
 from accel_api.enums import JobPhase
 from accel_operator.planning import policy
 from accel_operator.reconcile import actions as act
+from accel_operator.reconcile import messages
 from accel_operator.reconcile.decide import ADMITTED, VALID, Cond, Decision
-from accel_operator.reconcile.messages import MESSAGE_LIMIT
 from accel_operator.reconcile.snapshot import HOLDING, JobView, Snapshot
 
 POLICY = "PolicyCompliant"  # the condition type
@@ -55,7 +55,7 @@ def describe(found: list[policy.Violation]) -> str:
     text = "; ".join(str(v) for v in found[:SHOWN])
     if len(found) > SHOWN:
         text += f"; and {len(found) - SHOWN} more"
-    return text if len(text) <= MESSAGE_LIMIT else text[: MESSAGE_LIMIT - 1] + "…"
+    return messages.clip(text)
 
 
 def _event_if_new(job: JobView, cond: Cond, type_: str, reason: str, message: str) -> tuple[act.Action, ...]:
@@ -79,7 +79,7 @@ def waiting(job: JobView, snapshot: Snapshot) -> Decision | None:
         return Decision(
             phase=JobPhase.UNSCHEDULABLE,
             conditions=(Cond(VALID, True, "SpecValid"), cond),
-            status={"plan": None, "workload": None, "message": f"not admitted: {message}"[:MESSAGE_LIMIT]},
+            status={"plan": None, "workload": None, "message": messages.clip(f"not admitted: {message}")},
             actions=_event_if_new(job, cond, "Warning", "PolicyViolation", message),
             reason=message,
         )
@@ -93,7 +93,7 @@ def waiting(job: JobView, snapshot: Snapshot) -> Decision | None:
     return Decision(
         phase=JobPhase.PENDING,
         conditions=(Cond(VALID, True, "SpecValid"), cond, Cond(ADMITTED, False, "BudgetExhausted", message)),
-        status={"workload": None, "message": f"queued: {message}"[:MESSAGE_LIMIT]},
+        status={"workload": None, "message": messages.clip(f"queued: {message}")},
         actions=_event_if_new(job, cond, "Normal", "BudgetExhausted", message),
         reason=message,
     )

@@ -11,6 +11,7 @@ import pytest
 from accel_api.enums import JobPhase
 from accel_operator.reconcile import actions as act
 from accel_operator.reconcile.decide import Decision, decide
+from accel_operator.reconcile.messages import MESSAGE_LIMIT
 from tests.support.reconcile import T0, World
 
 SPOT: dict[str, Any] = {"spot": {"policy": "prefer"}}
@@ -130,6 +131,28 @@ def test_several_violations_are_all_named_up_to_a_limit() -> None:
     # In order: the namespace's team, then each policy's rules (a before b).
     assert rules == ["namespace-team", "spot-needs-checkpoint", "max-devices", "max-devices", "spot-needs-checkpoint"]
     assert cond[2].endswith("; and 2 more")  # b's two max-devices
+
+
+def _long_name(i: int) -> str:
+    return f"{'p' * 60}.{'q' * 60}.{'r' * 60}.{i}"  # a policy name near the 253-character limit
+
+
+@pytest.mark.parametrize("queued", [False, True])
+def test_a_long_message_is_clipped_once_with_an_ellipsis(queued: bool) -> None:
+    w = World().pool("p")
+    for i in range(7):
+        if queued:
+            spend = [{"team": "research", "period": "monthly", "spentUsd": 1000, "limitUsd": 1000}]
+            w.policy(_long_name(i), spend=spend, budgets=[{"team": "research", "limitUsd": 1000}])
+        else:
+            w.policy(_long_name(i), maxDevicesPerJob=2)
+    d = decide(w.job("a", "p", devices=8), w.snapshot(), T0)
+    assert d.phase is (JobPhase.PENDING if queued else JobPhase.UNSCHEDULABLE)
+    cond = _cond(d, "PolicyCompliant")
+    assert cond is not None and len(cond[2]) == MESSAGE_LIMIT and cond[2].endswith("…")
+    message = d.status["message"]
+    assert message.startswith("queued: " if queued else "not admitted: ")
+    assert len(message) == MESSAGE_LIMIT and message.endswith("…"), "cut with the ellipsis, not mid-word"
 
 
 # --- budgets: queue or refuse as the policy says --------------------------------------------------
