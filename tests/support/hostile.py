@@ -22,6 +22,7 @@ import math
 import random
 import re
 import traceback
+import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -195,6 +196,12 @@ def paths(node: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
 OPERATIONS = ("set", "delete", "add", "repeat", "wrap")
 
 
+def _stable_key(value: Any) -> int:
+    """A key number from ``value`` that every process computes alike (``hash()`` of a str is
+    salted per process, so a seed would not reproduce its documents in another run)."""
+    return zlib.crc32(str(value).encode("utf-8", "surrogatepass")) % 1000
+
+
 def mutate(doc: dict[str, Any], op: str, where: int, value: Any) -> dict[str, Any]:
     """A copy of ``doc`` with one change at path number ``where`` (modulo the path count)."""
     out = copy.deepcopy(doc)
@@ -211,7 +218,7 @@ def mutate(doc: dict[str, Any], op: str, where: int, value: Any) -> dict[str, An
     elif op == "delete":
         del parent[last]
     elif op == "add" and isinstance(parent, dict):
-        parent[f"x{abs(hash(str(value))) % 1000}"] = value
+        parent[f"x{_stable_key(value)}"] = value
     elif op == "repeat":
         parent[last] = [parent[last]] * 200 if not isinstance(parent[last], list) else parent[last] * 50
     elif op == "wrap":
