@@ -306,8 +306,7 @@ def inputs(
     view = snapshot.pools.get(pool)
     if view is None:
         return {}, []
-    selector = tuple(view.selector.items())  # once, not per node (PoolView.owns builds it per call)
-    nodes = {n.name: n for n in snapshot.nodes.values() if n.usable and all(n.labels.get(k) == x for k, x in selector)}
+    nodes = {n.name: n for n in snapshot.nodes.values() if n.usable and view.owns(n)}
     free = {name: max(0, n.devices - snapshot.node_used.get(name, 0)) for name, n in nodes.items()}
     occupants: list[Occupant] = []
     for key, job in snapshot.jobs.items():

@@ -115,16 +115,23 @@ class WorkloadView:
 class PoolView:
     name: str
     spec: AcceleratorPoolSpec
+    # The selector's pairs, built once with the view: ``owns`` runs for every node of every pool
+    # each time a snapshot is folded.
+    _match: tuple[tuple[str, str], ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        from accel_api import vocabulary
+
+        pairs = self.spec.node_selector or {vocabulary.LABEL_POOL: self.name}
+        object.__setattr__(self, "_match", tuple(pairs.items()))
 
     @property
     def selector(self) -> Mapping[str, str]:
         """The labels that put a node in this pool (the pool's nodeSelector, else our pool label)."""
-        from accel_api import vocabulary
-
-        return self.spec.node_selector or {vocabulary.LABEL_POOL: self.name}
+        return MappingProxyType(dict(self._match))
 
     def owns(self, node: NodeView) -> bool:
-        return all(node.labels.get(k) == v for k, v in self.selector.items())
+        return all(node.labels.get(k) == v for k, v in self._match)
 
     @property
     def autoscaled(self) -> bool:
