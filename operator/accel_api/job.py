@@ -621,12 +621,18 @@ class HealthStatus(ApiModel):
     move_requested_time: bounds.Time | None = Field(
         default=None, description="When a checkpoint-now was asked before moving the job off a sick device."
     )
+    move_checkpoint_step: Annotated[int, Field(ge=0, le=bounds.GENERATION_MAX)] | None = Field(
+        default=None, description="The step of the latest checkpoint when the move was asked: it waits for a later one."
+    )
     move_reason: bounds.Message | None = None
     right_size: RightSize | None = None
     moves: bounds.Count = 0
     consolidation: ConsolidationMove | None = None
     stop_requested_time: bounds.Time | None = Field(
         default=None, description="When a checkpoint-now was asked before stopping the job for idleness."
+    )
+    stop_checkpoint_step: Annotated[int, Field(ge=0, le=bounds.GENERATION_MAX)] | None = Field(
+        default=None, description="The step of the latest checkpoint when the stop was asked: it waits for a later one."
     )
     stopped_time: bounds.Time | None = Field(default=None, description="When a policy stopped the job for idleness.")
     resume_seen: str | None = Field(

@@ -41,7 +41,7 @@ from accel_api.enums import JobPhase
 from accel_api.job import ConsolidationMove, HealthStatus
 from accel_api.policy import AcceleratorPolicy
 from accel_operator.reconcile import actions as act
-from accel_operator.reconcile import health
+from accel_operator.reconcile import checkpoint_since, health
 from accel_operator.reconcile.decide import Cond, Decision
 from accel_operator.reconcile.messages import clip as _clip
 from accel_operator.reconcile.snapshot import HOLDING, TERMINAL, Gang, JobKey, JobView, Snapshot
@@ -421,7 +421,7 @@ def start(job: JobView, order: Order, snapshot: Snapshot, now: dt.datetime, rule
         targets=list(order.targets),
         attempt=job.status.attempt,
         requested_time=_ts(now),
-        checkpoint_step=job.status.last_checkpoint.step if job.status.last_checkpoint is not None else None,
+        checkpoint_step=checkpoint_since.step_at_request(job.status),
     )
     message = _clip(
         f"moving to make room for {_name(order.gang)}, which needs whole nodes ({', '.join(order.targets)}): "
@@ -442,16 +442,8 @@ def start(job: JobView, order: Order, snapshot: Snapshot, now: dt.datetime, rule
 
 
 def _saved_since(job: JobView, m: ConsolidationMove) -> bool:
-    """Whether the job wrote a checkpoint after the request: a later step than the one it had then
-    (timestamps in status have whole seconds, so a checkpoint seen in the request's second would
-    pass a comparison of times); by time only when no step is known."""
-    last = job.status.last_checkpoint
-    if last is None:
-        return False
-    if last.step is not None and m.checkpoint_step is not None:
-        return last.step > m.checkpoint_step
-    saved_at, asked = parse_time(last.time), parse_time(m.requested_time)
-    return saved_at is not None and asked is not None and saved_at > asked
+    """Whether the job wrote a checkpoint after the request (:mod:`checkpoint_since`: by step)."""
+    return checkpoint_since.written_since(job.status.last_checkpoint, m.checkpoint_step, parse_time(m.requested_time))
 
 
 def carry(

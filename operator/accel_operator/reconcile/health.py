@@ -33,7 +33,7 @@ from typing import Any
 from accel_api import vocabulary as v
 from accel_api.enums import JobPhase, WorkloadMode
 from accel_operator.reconcile import actions as act
-from accel_operator.reconcile import idle_stop, names, node_capacity
+from accel_operator.reconcile import checkpoint_since, idle_stop, names, node_capacity
 from accel_operator.reconcile.decide import ADMITTED, PLANNED, VALID, Cond, Decision
 from accel_operator.reconcile.messages import clip as _clip
 from accel_operator.reconcile.reports import DeviceReport
@@ -204,6 +204,7 @@ def _move(
         "idleSince": None,
         "hungSince": None,
         "moveRequestedTime": None,
+        "moveCheckpointStep": None,
         "rightSize": None,
         "moveReason": _clip(why),
         "moves": int(health.get("moves") or 0) + 1,
@@ -277,7 +278,8 @@ def amend(
         if not checkpointable:
             return _move(job, health, MoveReason.DEVICE_UNHEALTHY, why, from_checkpoint=False)
         if requested is None:
-            health.update(moveRequestedTime=_ts(now), moveReason=why)
+            step_then = checkpoint_since.step_at_request(job.status)
+            health.update(moveRequestedTime=_ts(now), moveReason=why, moveCheckpointStep=step_then)
             # The event first: it is the record a person reads, even if the request fails.
             events.append(
                 act.RecordEvent(
@@ -289,11 +291,9 @@ def amend(
             pod_keys = tuple((p.namespace, p.name) for p in pods)
             events.append(act.RequestCheckpoint(pod_keys, _ts(now), MoveReason.DEVICE_UNHEALTHY.value))
         else:
-            checkpoint = job.status.last_checkpoint
-            saved = parse_time(checkpoint.time if checkpoint is not None else None)
-            if (saved is not None and saved >= requested) or (
-                now - requested
-            ).total_seconds() >= rules.checkpoint_grace:
+            step_then = health.get("moveCheckpointStep")
+            saved = checkpoint_since.written_since(job.status.last_checkpoint, step_then, requested)
+            if saved or (now - requested).total_seconds() >= rules.checkpoint_grace:
                 return _move(job, health, MoveReason.DEVICE_UNHEALTHY, why, from_checkpoint=True)
         return _amended(decision, conds, events, before, health), None
     if f.stale and requested is not None and (now - requested).total_seconds() >= rules.checkpoint_grace:
@@ -303,7 +303,7 @@ def amend(
     if not f.stale:
         conds.append(Cond(DEVICES, True, "Healthy"))
         if requested is not None:
-            health.update(moveRequestedTime=None, moveReason=None)  # the device recovered first
+            health.update(moveRequestedTime=None, moveReason=None, moveCheckpointStep=None)  # recovered first
 
     if f.stale or not f.mapped_everywhere:
         return _amended(decision, conds, events, before, health), None  # markers kept as they are

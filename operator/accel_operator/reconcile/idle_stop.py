@@ -32,7 +32,7 @@ from accel_api import vocabulary as v
 from accel_api.enums import IdleAction, JobPhase
 from accel_api.policy import AcceleratorPolicy
 from accel_operator.reconcile import actions as act
-from accel_operator.reconcile import names
+from accel_operator.reconcile import checkpoint_since, names
 from accel_operator.reconcile.decide import ADMITTED, PLANNED, VALID, Cond, Decision
 from accel_operator.reconcile.messages import clip as _clip
 from accel_operator.reconcile.snapshot import JobView, PodView
@@ -78,6 +78,7 @@ def _had(job: JobView, type_: str, reason: str) -> bool:
 def clear(health: dict[str, Any]) -> None:
     """The devices are busy again: a pending stop request is withdrawn."""
     health["stopRequestedTime"] = None
+    health["stopCheckpointStep"] = None
 
 
 def step(
@@ -118,14 +119,17 @@ def step(
     requested = parse_time(health.get("stopRequestedTime"))
     if requested is None:
         health["stopRequestedTime"] = _ts(now)
+        health["stopCheckpointStep"] = checkpoint_since.step_at_request(job.status)
         message = _clip(f"{idle}: checkpoint requested; the job stops within {grace:.0f}s")
         conds.append(Cond(IDLE_STOP, False, "CheckpointRequested", message))
         events.append(act.RecordEvent("Warning", "IdleStopRequested", message))
         events.append(act.RequestCheckpoint(tuple((p.namespace, p.name) for p in pods), _ts(now), REASON))
         return None
-    saved = parse_time(job.status.last_checkpoint.time if job.status.last_checkpoint is not None else None)
-    if saved is not None and saved >= requested:
-        return _stop(job, health, f"{idle}; checkpoint written at {_ts(saved)}", now)
+    checkpoint = job.status.last_checkpoint
+    saved = parse_time(checkpoint.time if checkpoint is not None else None)
+    if checkpoint_since.written_since(checkpoint, health.get("stopCheckpointStep"), requested):
+        at = f" at {_ts(saved)}" if saved is not None else ""
+        return _stop(job, health, f"{idle}; checkpoint written{at}", now)
     if (now - requested).total_seconds() >= grace:
         last = f"its latest checkpoint ({_ts(saved)})" if saved is not None else "no checkpoint reported yet"
         return _stop(job, health, f"{idle}; no checkpoint within {grace:.0f}s of the request, {last}", now)
@@ -147,7 +151,9 @@ def _stop(job: JobView, health: dict[str, Any], why: str, now: dt.datetime) -> D
         "idleSince": None,
         "hungSince": None,
         "moveRequestedTime": None,
+        "moveCheckpointStep": None,
         "stopRequestedTime": None,
+        "stopCheckpointStep": None,
         "stoppedTime": _ts(now),
         "resumeSeen": job.resume_request,
     }

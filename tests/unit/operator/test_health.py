@@ -175,6 +175,48 @@ def test_the_move_waits_for_the_checkpoint_or_the_grace(
     assert "from its latest checkpoint" in d.reason and "device 3" in d.reason
 
 
+SUB = dt.timedelta(milliseconds=700)  # the request is made 0.7 s into T0's second
+
+
+def _ckpt(step: int | None, at: dt.datetime) -> dict[str, Any]:
+    out: dict[str, Any] = {"uri": f"s3://ckpt/a/step-{step or 0}", "time": _ts(at)}  # whole seconds, as status holds
+    return out if step is None else {**out, "step": step}
+
+
+@pytest.mark.parametrize(
+    ("then", "later", "moves"),
+    [
+        # step 9 written at T0+0.4 s, before the request at T0+0.7 s; status says T0 for both, so
+        # a comparison of times (saved >= requested) took it for the asked-for checkpoint.
+        ((9, T0), (9, T0), False),
+        ((9, T0), (10, T0), True),  # a later step in the request's own second is new
+        ((9, T0 - dt.timedelta(minutes=5)), (10, T0 + dt.timedelta(seconds=1)), True),
+        (None, (3, T0), False),  # no checkpoint at the request, no step to compare: the same second is not later
+        (None, (3, T0 + dt.timedelta(seconds=1)), True),  # ... a later second is
+        ((None, T0), (None, T0), False),  # the job reports no steps: times decide, strictly later
+        ((None, T0), (None, T0 + dt.timedelta(seconds=1)), True),
+    ],
+)
+def test_the_move_compares_checkpoint_steps_not_whole_second_times(
+    then: tuple[int | None, dt.datetime] | None, later: tuple[int | None, dt.datetime], moves: bool
+) -> None:
+    # The request, made with the checkpoint ``then`` on record.
+    w = _world()
+    on_record: dict[str, Any] = {"lastCheckpoint": _ckpt(*then)} if then is not None else {}
+    job = _one_node_job(w, **on_record)
+    w.report("p-0", pods=_mine("a-a0-0"), sick={3: ECC})
+    asked, moved = _run(w, job, T0 + SUB)
+    assert moved is None and asked.status["health"]["moveRequestedTime"] == _ts(T0)
+    assert asked.status["health"]["moveCheckpointStep"] == (then[0] if then is not None else None)
+    # The next decision, within the grace, with the checkpoint ``later`` on record.
+    w = _world()
+    job = _one_node_job(w, health_status=asked.status["health"], lastCheckpoint=_ckpt(*later))
+    w.report("p-0", pods=_mine("a-a0-0"), sick={3: ECC})
+    d, moved = _run(w, job, T0 + dt.timedelta(seconds=2))
+    assert (moved is health.MoveReason.DEVICE_UNHEALTHY) is moves
+    assert d.phase is (JobPhase.PENDING if moves else JobPhase.RUNNING)
+
+
 def test_a_job_without_checkpoint_on_a_failing_device_moves_at_once_from_the_start() -> None:
     w = _world()
     job = _one_node_job(w, checkpoint=False)

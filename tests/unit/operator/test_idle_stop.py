@@ -191,6 +191,38 @@ def test_the_stop_waits_for_the_checkpoint_or_the_grace(
     assert _events(d) == ["StoppedIdle"] and v.ANNOTATION_RESUME in d.reason
 
 
+def _stamp(t: dt.datetime) -> str:
+    return t.strftime("%Y-%m-%dT%H:%M:%SZ")  # whole seconds, as status holds them
+
+
+@pytest.mark.parametrize(
+    ("step_then", "step_later", "later_at", "stops"),
+    [
+        (9, 9, T0, False),  # step 9 written 0.3 s before the request, in its second: not the asked-for one
+        (9, 10, T0, True),  # a later step in the same second is
+        (None, None, T0, False),  # no steps reported: times decide, and the same second is not later
+        (None, None, T0 + dt.timedelta(seconds=1), True),
+    ],
+)
+def test_the_stop_compares_checkpoint_steps_not_whole_second_times(
+    step_then: int | None, step_later: int | None, later_at: dt.datetime, stops: bool
+) -> None:
+    def ckpt(step: int | None, at: dt.datetime) -> dict[str, Any]:
+        out: dict[str, Any] = {"uri": "s3://ckpt/a/step-9", "time": _stamp(at)}
+        return out if step is None else {**out, "step": step}
+
+    policy = {"stopAfterMinutes": 60, "action": "stop"}
+    w = _world(policy)
+    asked, _ = _run(w, _job(w, lastCheckpoint=ckpt(step_then, T0)), T0 + dt.timedelta(milliseconds=700))
+    assert _cond(asked, "IdleStop") == (False, "CheckpointRequested")
+    assert asked.status["health"]["stopCheckpointStep"] == step_then
+    w = _world(policy)
+    job = _job(w, health_status=asked.status["health"], lastCheckpoint=ckpt(step_later, later_at))
+    d, moved = _run(w, job, T0 + dt.timedelta(seconds=2))
+    assert (moved is health.MoveReason.IDLE_STOP) is stops
+    assert d.phase is (JobPhase.STOPPED if stops else JobPhase.RUNNING)
+
+
 def test_a_job_without_checkpoint_is_not_stopped_unless_the_policy_says_so() -> None:
     w = _world({"stopAfterMinutes": 60, "action": "stop"})
     d, moved = _run(w, _job(w, checkpoint=False))
