@@ -687,6 +687,10 @@ class SpotStatus(ApiModel):
         Field(max_length=bounds.STATUS_PREEMPTION_TIMES),
     ] = Field(default_factory=list)
     on_demand: bool = Field(default=False, description="Fell back to on-demand pools: the planner offers no spot.")
+    preemptions_at_fallback: bounds.Count | None = Field(
+        default=None,
+        description="status.preemptions when the job fell back: spot.maxPreemptions counts the preemptions since.",
+    )
 
 
 class ResumeStatus(ApiModel):

@@ -315,16 +315,19 @@ def _after_failure(
             **spot,
             "recentPreemptions": recent[-bounds.STATUS_PREEMPTION_TIMES :],
             "onDemand": fallback.on_demand(st) or fell_back is not None,
+            **({"preemptionsAtFallback": count} if fell_back is not None else {}),
         }
         counters: dict[str, Any] = {"preemptions": count, "spot": spot}
+        used = fallback.counted(st, count)  # since the fallback, once fallen back
     else:
         count, limit, field_name = st.retries + 1, job.spec.max_retries, "maxRetries"
         counters = {"retries": count}
+        used = count
     old = st.workload or names.workload_name(job.name, st.attempt)
-    if count <= limit or fell_back is not None:
+    if used <= limit or fell_back is not None:
         message = (
             f"attempt {st.attempt} ended: {failure.kind.value.lower()}{where}: {failure.reason}; "
-            f"retrying as attempt {st.attempt + 1} ({count} of {field_name} {limit})"
+            f"retrying as attempt {st.attempt + 1} ({used} of {field_name} {limit})"
         )
         events: tuple[act.Action, ...] = (act.RecordEvent("Warning", "Retrying", _clip(message)),)
         conditions: tuple[Cond, ...] = (

@@ -6,6 +6,11 @@ preemptions within ``SpotRules.window_seconds``. ``require`` never falls back (t
 spot only: it fails at the limit); ``never`` runs on on-demand already. Once fallen back,
 ``status.spot.onDemand`` holds and the planner sees the job as ``spot.policy: never``
 (:func:`effective_spec`), so it picks only on-demand candidates.
+
+``status.preemptions`` stays the job's total. Once fallen back, ``spot.maxPreemptions`` counts the
+preemptions since the fallback (``status.spot.preemptionsAtFallback`` keeps the total then): an
+on-demand node can still be disrupted (maintenance, eviction), and a job that fell back *instead of
+failing* must not fail at its first disruption there.
 """
 
 from __future__ import annotations
@@ -72,6 +77,13 @@ def check(
                 "the spot pools keep failing; falling back to on-demand pools (spot.policy prefer)",
             )
     return None
+
+
+def counted(status: AcceleratorJobStatus, count: int) -> int:
+    """Of ``count`` preemptions in all, those that count against ``spot.maxPreemptions``: all of
+    them before the fallback, those since it after."""
+    at = status.spot.preemptions_at_fallback if status.spot is not None else None
+    return count - at if on_demand(status) and at is not None else count
 
 
 def effective_spec(spec: AcceleratorJobSpec, status: AcceleratorJobStatus) -> AcceleratorJobSpec:

@@ -310,6 +310,44 @@ def test_after_max_preemptions_a_prefer_job_falls_back_to_on_demand(
     assert ("FellBackToOnDemand" in _kinds(d)) is fell_back
 
 
+def test_the_fallback_keeps_the_preemption_total_and_where_the_count_starts_again() -> None:
+    w = _two_pools()
+    st = {**_running(preemptions=1), "plan": {**_running()["plan"], "pool": "spot"}}
+    job = w.job("a", "spot", devices=8, status=st, checkpoint=S3, spot={"policy": "prefer", "maxPreemptions": 1})
+    _disrupt(w)
+    d = decide(job, w.snapshot(), PREEMPTED)
+    assert d.status["preemptions"] == 2  # the total, as the printer column shows it
+    assert d.status["spot"]["onDemand"] is True and d.status["spot"]["preemptionsAtFallback"] == 2
+
+
+@pytest.mark.parametrize(
+    ("total", "at_fallback", "phase"),
+    [
+        (2, 2, JobPhase.PENDING),  # the first disruption on on-demand: 1 of spot.maxPreemptions 1
+        (3, 2, JobPhase.FAILED),  # the second: 2 of 1, and no second fallback
+        (2, 1, JobPhase.FAILED),
+        (5, 5, JobPhase.PENDING),  # fell back early (the window rule), counted from there
+    ],
+)
+def test_a_fallen_back_job_counts_its_preemptions_from_the_fallback(
+    total: int, at_fallback: int, phase: JobPhase
+) -> None:
+    """spot.maxPreemptions is what a job bears before it fails; a prefer job falls back *instead of*
+    failing, so the on-demand attempts get the limit afresh (the total stays in status.preemptions)."""
+    w = _two_pools()
+    spot = {"onDemand": True, "preemptionsAtFallback": at_fallback}
+    st = {**_running(preemptions=total, spot=spot), "plan": {**_running()["plan"], "pool": "od"}}
+    job = w.job("a", "od", devices=8, status=st, checkpoint=S3, spot={"policy": "prefer", "maxPreemptions": 1})
+    _disrupt(w)
+    d = decide(job, w.snapshot(), PREEMPTED)
+    assert d.phase is phase
+    assert d.status["preemptions"] == total + 1
+    assert d.status["spot"]["onDemand"] is True and d.status["spot"]["preemptionsAtFallback"] == at_fallback
+    assert _cond(d, "SpotFallback") is None and "FellBackToOnDemand" not in _kinds(d)
+    if phase is JobPhase.PENDING:
+        assert f"({total + 1 - at_fallback} of spot.maxPreemptions 1)" in d.reason
+
+
 def test_a_spot_pool_that_keeps_failing_within_the_window_sends_the_job_to_on_demand() -> None:
     w = _two_pools()
     recent = [_ts(PREEMPTED - dt.timedelta(minutes=m)) for m in (50, 20)]
