@@ -48,9 +48,7 @@ import importlib
 import importlib.util
 import json
 import os
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -58,6 +56,12 @@ import traceback
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))  # the repository root: bench.gpu.common, when run as a script
+
+from bench.gpu import common  # noqa: E402
 
 STEPS = 4
 DDP_BUCKET_CAP_MB = 25  # DistributedDataParallel's default
@@ -178,53 +182,23 @@ QUAD_FIRST_RUN = (
 )
 
 # Device names as CUDA reports them → the planner catalog's ids (as in measure_training.py).
-_CATALOG_IDS = (
-    ("H100 80GB", "h100-80gb"),
-    ("H200", "h200-141gb"),
-    ("B200", "b200"),
-    ("A100-SXM4-80GB", "a100-80gb"),
-    ("A100 80GB", "a100-80gb"),
-    ("A100-SXM4-40GB", "a100-40gb"),
-)
-
-
-def _arch_label(c: Config, n_params: int) -> str:
-    size = n_params / 1e9
-    return f"{c.kind}-{size:.1f}b" if size >= 1 else f"{c.kind}-{n_params / 1e6:.0f}m"
-
-
 # ----------------------------------------------------------------------------------------- worker
 
 
 def _build(c: Config, torch: Any, transformers: Any) -> Any:
-    if c.kind == "llama":
-        cfg = transformers.LlamaConfig(
-            hidden_size=c.hidden,
-            intermediate_size=c.inter,
-            num_hidden_layers=c.layers,
-            num_attention_heads=c.heads,
-            num_key_value_heads=c.kv_heads,
-            vocab_size=c.vocab,
-            max_position_embeddings=max(2048, c.seq),
-            tie_word_embeddings=False,
-            use_cache=False,
-        )
-    else:
-        cfg = transformers.GPT2Config(
-            n_embd=c.hidden,
-            n_layer=c.layers,
-            n_head=c.heads,
-            vocab_size=c.vocab,
-            n_positions=max(1024, c.seq),
-            use_cache=False,
-        )
-    with torch.device("cuda"):
-        try:
-            model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa")
-        except TypeError:  # older signatures
-            cfg._attn_implementation = "sdpa"
-            model = transformers.AutoModelForCausalLM.from_config(cfg)
-    model = model.to("cuda")
+    cfg = common.hf_config(
+        transformers,
+        kind=c.kind,
+        hidden=c.hidden,
+        inter=c.inter,
+        layers=c.layers,
+        heads=c.heads,
+        kv_heads=c.kv_heads,
+        vocab=c.vocab,
+        positions=max(2048 if c.kind == "llama" else 1024, c.seq),
+        use_cache=False,
+    )
+    model = common.from_config(torch, transformers, cfg).to("cuda")
     if c.precision == "bf16":
         model = model.to(torch.bfloat16)
     return model
@@ -270,22 +244,6 @@ def _wrap(c: Config, model: Any, torch: Any, local_rank: int) -> tuple[Any, dict
     return model, {"reduce_fp32": c.precision == "amp_bf16", "reshard_after_forward": reshard}
 
 
-def _nvml_used(torch: Any) -> int | None:
-    if importlib.util.find_spec("pynvml") is None:
-        return None
-    try:
-        pynvml = importlib.import_module("pynvml")
-        pynvml.nvmlInit()
-        index = torch.cuda.current_device()
-        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-        if visible:
-            index = int(visible.split(",")[index])
-        handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-        return int(pynvml.nvmlDeviceGetMemoryInfo(handle).used)
-    except Exception:  # noqa: BLE001 - NVML is optional
-        return None
-
-
 def _status(status_dir: Path, rank: int, payload: dict[str, Any]) -> None:
     (status_dir / f"rank{rank}.json").write_text(json.dumps(payload), encoding="utf-8")
 
@@ -304,10 +262,7 @@ def _measure(c: Config, torch: Any, transformers: Any, rank: int, local_rank: in
         phase = "wrap"
         model, how = _wrap(c, model, torch, local_rank)
         local |= how
-        if c.optimizer == "adamw":
-            opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
-        else:
-            opt = torch.optim.SGD(model.parameters(), lr=1e-4, momentum=0.9)
+        opt = common.optimizer(torch, c.optimizer, model.parameters())
         gen = torch.Generator(device="cuda").manual_seed(1000 + rank)
         ids = torch.randint(0, c.vocab, (c.micro_batch, c.seq), device="cuda", generator=gen)
         gc.collect()
@@ -334,7 +289,7 @@ def _measure(c: Config, torch: Any, transformers: Any, rank: int, local_rank: in
         local |= {
             "peak_alloc": int(torch.cuda.max_memory_allocated()),
             "peak_reserved": int(torch.cuda.max_memory_reserved()),
-            "nvml_used_after": _nvml_used(torch),
+            "nvml_used_after": common.nvml_used(torch),
             "step_s": statistics.median(times[1:]),
             "loss": float(loss.detach().float().item()),
         }
@@ -350,30 +305,8 @@ def _measure(c: Config, torch: Any, transformers: Any, rank: int, local_rank: in
         traceback.print_exc()
     finally:
         model = opt = ids = loss = None
-        gc.collect()
-        torch.cuda.synchronize()
-        torch.cuda.empty_cache()
+        common.release(torch)
     return local
-
-
-def _environment(torch: Any, transformers: Any, devices: int) -> dict[str, Any]:
-    props = torch.cuda.get_device_properties(torch.cuda.current_device())
-    nccl = None
-    try:
-        v = torch.cuda.nccl.version()
-        nccl = ".".join(str(x) for x in v) if isinstance(v, tuple) else str(v)
-    except Exception:  # noqa: BLE001
-        pass
-    return {
-        "accelerator": next((cid for key, cid in _CATALOG_IDS if key in props.name), None),
-        "gpu": props.name,
-        "sms": props.multi_processor_count,
-        "gpu_mem_total": int(props.total_memory),
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        "nccl": nccl if devices > 1 else None,
-        "tf32_matmul": bool(torch.backends.cuda.matmul.allow_tf32),
-    }
 
 
 def _row(c: Config, ranks: list[dict[str, Any]], devices: int, env: dict[str, Any]) -> dict[str, Any]:
@@ -381,7 +314,7 @@ def _row(c: Config, ranks: list[dict[str, Any]], devices: int, env: dict[str, An
     n_params = next((r["n_params"] for r in ranks if "n_params" in r), None)
     row: dict[str, Any] = {
         "mode": "train",
-        "arch": _arch_label(c, n_params) if n_params else c.name.split("-")[0] + "-" + c.name.split("-")[1],
+        "arch": common.arch_label(c.kind, n_params) if n_params else c.name.split("-")[0] + "-" + c.name.split("-")[1],
         "kind": c.kind,
         "hidden": c.hidden,
         "layers": c.layers,
@@ -445,7 +378,7 @@ def worker(names: list[str], out: Path, status_dir: Path) -> int:
     dist.init_process_group(
         "nccl", timeout=datetime.timedelta(seconds=PG_TIMEOUT_S), device_id=torch.device("cuda", local_rank)
     )
-    env = _environment(torch, transformers, world)
+    env = common.environment(torch, transformers, distributed=world > 1)
     names_seen: list[Any] = [None] * world
     dist.all_gather_object(names_seen, env["gpu"])
     if len(set(names_seen)) > 1:
@@ -465,8 +398,7 @@ def worker(names: list[str], out: Path, status_dir: Path) -> int:
         _status(status_dir, rank, {"config": name, "phase": "done", "oom": local["oom"]})
         if rank == 0:
             row = _row(c, gathered, world, env)
-            with out.open("a", encoding="utf-8") as f:
-                f.write(json.dumps(row) + "\n")
+            common.append_row(out, row)
             shown = "OOM" if row.get("oom") else row.get("error") or f"peak {row['peak_alloc'] / 1e9:.2f} GB"
             speed = f", {row['tokens_per_s']:,.0f} tok/s" if "tokens_per_s" in row else ""
             print(f"{world}x {name:44} {shown}{speed}  ({time.perf_counter() - t0:.1f}s)", flush=True)
@@ -480,10 +412,7 @@ def worker(names: list[str], out: Path, status_dir: Path) -> int:
 
 
 def _done(out: Path, devices: int) -> set[str]:
-    if not out.is_file():
-        return set()
-    rows = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines() if line.strip()]
-    return {r["config"] for r in rows if r.get("devices") == devices}
+    return {r["config"] for r in common.rows(out) if r.get("devices") == devices}
 
 
 def launch(configs: list[Config], devices: int, out: Path, launch_timeout_s: int, status_root: Path) -> int:
@@ -496,28 +425,9 @@ def launch(configs: list[Config], devices: int, out: Path, launch_timeout_s: int
     while pending:
         for f in status_dir.glob("rank*.json"):
             f.unlink()
-        cmd = [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            f"--nproc_per_node={devices}",
-            str(Path(__file__).resolve()),
-            "--worker",
-            "--out",
-            str(out),
-            "--status-dir",
-            str(status_dir),
-            "--only",
-            ",".join(c.name for c in pending),
-        ]
-        proc = subprocess.Popen(cmd, start_new_session=True)  # its own group: a timeout ends every rank
-        try:
-            rc = proc.wait(timeout=launch_timeout_s)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            rc = -1
+        names = [c.name for c in pending]
+        script = str(Path(__file__).resolve())
+        rc = common.torchrun(script, devices, out=out, status_dir=status_dir, names=names, timeout_s=launch_timeout_s)
         done = _done(out, devices)
         left = [c for c in pending if c.name not in done]
         if rc == 0 or not left:
@@ -539,8 +449,7 @@ def launch(configs: list[Config], devices: int, out: Path, launch_timeout_s: int
             "oom": oom,
             "error": f"launch ended with {rc}; rank states: {ranks}",
         }
-        with out.open("a", encoding="utf-8") as fh:
-            fh.write(json.dumps(row) + "\n")
+        common.append_row(out, row)
         print(f"{devices}x {broken.name}: launch died ({rc}), recorded {'oom' if oom else 'error'}", flush=True)
         pending = left[1:]
     return 1 if failures else 0
@@ -558,12 +467,9 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     configs = list(SINGLE if args.devices == 1 else MULTI)
     if args.only:
-        wanted = [n.strip() for n in args.only.split(",") if n.strip()]
-        by_name = {c.name: c for c in CONFIGS}
-        unknown = [n for n in wanted if n not in by_name]
+        configs, unknown = common.chosen(CONFIGS, args.only)
         if unknown:
             parser.error(f"unknown configuration(s): {', '.join(unknown)}; see --list")
-        configs = [by_name[n] for n in wanted]
     if args.list:
         for c in configs if args.only else CONFIGS:
             print(c.name, json.dumps({k: v for k, v in asdict(c).items() if k != "name"}))
@@ -572,12 +478,7 @@ def main(argv: list[str]) -> int:
         parser.error("--out is required")
     if args.worker:
         return worker([c.name for c in configs], args.out, args.status_dir or args.out.parent)
-    for key, value in (
-        ("NCCL_NVLS_ENABLE", "0"),
-        ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"),
-        ("NVSHMEM_DISABLE_NVLS", "1"),
-    ):
-        os.environ.setdefault(key, value)  # no NVLink multicast
+    common.no_nvlink_multicast()
     status_root = args.status_dir or Path(tempfile.gettempdir()) / "measure_distributed"
     return launch(configs, args.devices, args.out, args.launch_timeout, status_root)
 

@@ -41,9 +41,7 @@ import gc
 import importlib
 import json
 import os
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -51,6 +49,12 @@ import traceback
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))  # the repository root: bench.gpu.common, when run as a script
+
+from bench.gpu import common  # noqa: E402
 
 STEPS = 4
 STAGES = 2
@@ -118,8 +122,6 @@ CONFIGS: tuple[Config, ...] = (
     _c("llama-7b", 2, 2048, 8, ckpt=True),
 )
 
-_CATALOG_IDS = (("H100 80GB", "h100-80gb"), ("H200", "h200-141gb"), ("A100-SXM4-80GB", "a100-80gb"))
-
 
 def _stage_module(torch: Any, model: Any, lo: int, hi: int, *, first: bool, last: bool, autocast: bool) -> Any:
     """Stage ``[lo, hi)`` of a ``LlamaForCausalLM`` as a module whose forward takes ids (first) or hidden states.
@@ -159,23 +161,19 @@ def _stage_module(torch: Any, model: Any, lo: int, hi: int, *, first: bool, last
 
 
 def _build(c: Config, torch: Any, transformers: Any, rank: int) -> tuple[Any, int]:
-    cfg = transformers.LlamaConfig(
-        hidden_size=c.hidden,
-        intermediate_size=c.inter,
-        num_hidden_layers=c.layers,
-        num_attention_heads=c.heads,
-        num_key_value_heads=c.kv_heads,
-        vocab_size=c.vocab,
-        max_position_embeddings=max(2048, c.seq),
-        tie_word_embeddings=False,
+    cfg = common.hf_config(
+        transformers,
+        kind="llama",
+        hidden=c.hidden,
+        inter=c.inter,
+        layers=c.layers,
+        heads=c.heads,
+        kv_heads=c.kv_heads,
+        vocab=c.vocab,
+        positions=max(2048, c.seq),
         use_cache=False,
     )
-    with torch.device("cuda"):
-        try:
-            model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa")
-        except TypeError:
-            cfg._attn_implementation = "sdpa"
-            model = transformers.AutoModelForCausalLM.from_config(cfg)
+    model = common.from_config(torch, transformers, cfg)
     n_params = sum(p.numel() for p in model.parameters())
     if c.precision == "bf16":
         model = model.to(torch.bfloat16)
@@ -192,19 +190,6 @@ def _build(c: Config, torch: Any, transformers: Any, rank: int) -> tuple[Any, in
     gc.collect()
     torch.cuda.empty_cache()
     return stage, n_params
-
-
-def _nvml_used(torch: Any) -> int | None:
-    try:
-        pynvml = importlib.import_module("pynvml")
-        pynvml.nvmlInit()
-        index = torch.cuda.current_device()
-        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-        if visible:
-            index = int(visible.split(",")[index])
-        return int(pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(index)).used)
-    except Exception:  # noqa: BLE001 - NVML is optional
-        return None
 
 
 def _measure(c: Config, torch: Any, transformers: Any, rank: int, dist: Any) -> dict[str, Any]:
@@ -252,7 +237,7 @@ def _measure(c: Config, torch: Any, transformers: Any, rank: int, dist: Any) -> 
         local |= {
             "peak_alloc": int(torch.cuda.max_memory_allocated()),
             "peak_reserved": int(torch.cuda.max_memory_reserved()),
-            "nvml_used_after": _nvml_used(torch),
+            "nvml_used_after": common.nvml_used(torch),
             "step_s": statistics.median(times[1:]),
             "step_times": times,
         }
@@ -265,29 +250,8 @@ def _measure(c: Config, torch: Any, transformers: Any, rank: int, dist: Any) -> 
         traceback.print_exc()
     finally:
         stage_mod = opt = sched = None
-        gc.collect()
-        torch.cuda.synchronize()
-        torch.cuda.empty_cache()
+        common.release(torch)
     return local
-
-
-def _environment(torch: Any, transformers: Any) -> dict[str, Any]:
-    props = torch.cuda.get_device_properties(torch.cuda.current_device())
-    try:
-        v = torch.cuda.nccl.version()
-        nccl = ".".join(str(x) for x in v) if isinstance(v, tuple) else str(v)
-    except Exception:  # noqa: BLE001
-        nccl = None
-    return {
-        "accelerator": next((cid for key, cid in _CATALOG_IDS if key in props.name), None),
-        "gpu": props.name,
-        "sms": props.multi_processor_count,
-        "gpu_mem_total": int(props.total_memory),
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        "nccl": nccl,
-        "tf32_matmul": bool(torch.backends.cuda.matmul.allow_tf32),
-    }
 
 
 def _row(c: Config, ranks: list[dict[str, Any]], env: dict[str, Any]) -> dict[str, Any]:
@@ -350,7 +314,7 @@ def worker(names: list[str], out: Path, status_dir: Path) -> int:
     dist.init_process_group(
         "nccl", timeout=datetime.timedelta(seconds=PG_TIMEOUT_S), device_id=torch.device("cuda", local_rank)
     )
-    env = _environment(torch, transformers)
+    env = common.environment(torch, transformers, distributed=True)
     if rank == 0:
         print(f"{STAGES} × {env['gpu']}, torch {env['torch']}, transformers {env['transformers']}", flush=True)
     by_name = {c.name: c for c in CONFIGS}
@@ -363,8 +327,7 @@ def worker(names: list[str], out: Path, status_dir: Path) -> int:
         dist.all_gather_object(gathered, local)
         if rank == 0:
             row = _row(c, gathered, env)
-            with out.open("a", encoding="utf-8") as f:
-                f.write(json.dumps(row) + "\n")
+            common.append_row(out, row)
             shown = (
                 "OOM"
                 if row.get("oom")
@@ -379,9 +342,7 @@ def worker(names: list[str], out: Path, status_dir: Path) -> int:
 
 
 def _done(out: Path) -> set[str]:
-    if not out.is_file():
-        return set()
-    return {json.loads(line)["config"] for line in out.read_text(encoding="utf-8").splitlines() if line.strip()}
+    return {r["config"] for r in common.rows(out)}
 
 
 def launch(configs: list[Config], out: Path, timeout_s: int, status_dir: Path) -> int:
@@ -390,28 +351,9 @@ def launch(configs: list[Config], out: Path, timeout_s: int, status_dir: Path) -
     pending = [c for c in configs if c.name not in _done(out)]
     failures = 0
     while pending:
-        cmd = [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            f"--nproc_per_node={STAGES}",
-            str(Path(__file__).resolve()),
-            "--worker",
-            "--out",
-            str(out),
-            "--status-dir",
-            str(status_dir),
-            "--only",
-            ",".join(c.name for c in pending),
-        ]
-        proc = subprocess.Popen(cmd, start_new_session=True)
-        try:
-            rc = proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            rc = -1
+        names = [c.name for c in pending]
+        script = str(Path(__file__).resolve())
+        rc = common.torchrun(script, STAGES, out=out, status_dir=status_dir, names=names, timeout_s=timeout_s)
         left = [c for c in pending if c.name not in _done(out)]
         if rc == 0 or not left:
             break
@@ -420,8 +362,7 @@ def launch(configs: list[Config], out: Path, timeout_s: int, status_dir: Path) -
             break
         broken = left[0]
         row = {**asdict(broken), "config": broken.name, "oom": None, "error": f"launch ended with {rc}"}
-        with out.open("a", encoding="utf-8") as f:
-            f.write(json.dumps(row) + "\n")
+        common.append_row(out, row)
         pending = left[1:]
     return 1 if failures else 0
 
@@ -437,12 +378,9 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     configs = list(CONFIGS)
     if args.only:
-        by_name = {c.name: c for c in CONFIGS}
-        wanted = [n.strip() for n in args.only.split(",") if n.strip()]
-        unknown = [n for n in wanted if n not in by_name]
+        configs, unknown = common.chosen(CONFIGS, args.only)
         if unknown:
             parser.error(f"unknown configuration(s): {', '.join(unknown)}; see --list")
-        configs = [by_name[n] for n in wanted]
     if args.list:
         for c in configs:
             print(c.name, json.dumps({k: v for k, v in asdict(c).items() if k != "name"}))
@@ -452,12 +390,7 @@ def main(argv: list[str]) -> int:
     status_dir = args.status_dir or Path(tempfile.gettempdir()) / "measure_pipeline"
     if args.worker:
         return worker([c.name for c in configs], args.out, status_dir)
-    for key, value in (
-        ("NCCL_NVLS_ENABLE", "0"),
-        ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"),
-        ("NVSHMEM_DISABLE_NVLS", "1"),
-    ):
-        os.environ.setdefault(key, value)  # no NVLink multicast
+    common.no_nvlink_multicast()
     return launch(configs, args.out, args.launch_timeout, status_dir)
 
 

@@ -35,7 +35,6 @@ The default list runs in about 2–3 minutes on one H100 80GB.
 from __future__ import annotations
 
 import argparse
-import gc
 import importlib
 import json
 import statistics
@@ -44,6 +43,12 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))  # the repository root: bench.gpu.common, when run as a script
+
+from bench.gpu import common  # noqa: E402
 
 STEPS = 4
 # --profile: kernel-name fragments → category, first match wins (for the throughput model's terms).
@@ -178,40 +183,20 @@ CONFIGS: tuple[Config, ...] = (
 )
 
 
-def _arch_label(c: Config, n_params: int) -> str:
-    size = n_params / 1e9
-    return f"{c.kind}-{size:.1f}b" if size >= 1 else f"{c.kind}-{n_params / 1e6:.0f}m"
-
-
 def _build(c: Config, torch: Any, transformers: Any) -> Any:
-    if c.kind == "llama":
-        cfg = transformers.LlamaConfig(
-            hidden_size=c.hidden,
-            intermediate_size=c.inter,
-            num_hidden_layers=c.layers,
-            num_attention_heads=c.heads,
-            num_key_value_heads=c.kv_heads,
-            vocab_size=c.vocab,
-            max_position_embeddings=max(2048, c.seq, c.prompt_len + c.new_tokens),
-            tie_word_embeddings=False,
-            use_cache=c.mode == "infer",
-        )
-    else:
-        cfg = transformers.GPT2Config(
-            n_embd=c.hidden,
-            n_layer=c.layers,
-            n_head=c.heads,
-            vocab_size=c.vocab,
-            n_positions=max(1024, c.seq, c.prompt_len + c.new_tokens),
-            use_cache=c.mode == "infer",
-        )
-    with torch.device("cuda"):
-        try:
-            model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation=c.attn)
-        except TypeError:  # older signatures: set the implementation on the config
-            cfg._attn_implementation = c.attn
-            model = transformers.AutoModelForCausalLM.from_config(cfg)
-    model = model.to("cuda")
+    cfg = common.hf_config(
+        transformers,
+        kind=c.kind,
+        hidden=c.hidden,
+        inter=c.inter,
+        layers=c.layers,
+        heads=c.heads,
+        kv_heads=c.kv_heads,
+        vocab=c.vocab,
+        positions=max(2048 if c.kind == "llama" else 1024, c.seq, c.prompt_len + c.new_tokens),
+        use_cache=c.mode == "infer",
+    )
+    model = common.from_config(torch, transformers, cfg, c.attn).to("cuda")
     if c.precision == "bf16" or c.mode == "infer":
         model = model.to(torch.bfloat16)
     return model
@@ -234,7 +219,7 @@ def _common(c: Config, model: Any) -> dict[str, Any]:
     n_params = sum(p.numel() for p in model.parameters())
     row: dict[str, Any] = {
         "mode": c.mode,
-        "arch": _arch_label(c, n_params),
+        "arch": common.arch_label(c.kind, n_params),
         "kind": c.kind,
         "hidden": c.hidden,
         "layers": c.layers,
@@ -309,10 +294,7 @@ def _train_model(c: Config, torch: Any, transformers: Any, profile: bool = False
     model.train()
     if c.grad_ckpt:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    if c.optimizer == "adamw":
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
-    else:
-        opt = torch.optim.SGD(model.parameters(), lr=1e-4, momentum=0.9)
+    opt = common.optimizer(torch, c.optimizer, model.parameters())
     row = _common(c, model)
     row |= {"optimizer": c.optimizer, "seq": c.seq, "micro_batch": c.micro_batch, "grad_ckpt": c.grad_ckpt}
     if c.recompute != "none":
@@ -415,36 +397,8 @@ def _infer(c: Config, torch: Any, transformers: Any) -> dict[str, Any]:
 
 
 # Device names as CUDA reports them → the planner catalog's ids (plan_accuracy.py reads "accelerator").
-_CATALOG_IDS = (
-    ("H100 80GB", "h100-80gb"),
-    ("H200", "h200-141gb"),
-    ("B200", "b200"),
-    ("A100-SXM4-80GB", "a100-80gb"),
-    ("A100 80GB", "a100-80gb"),
-    ("A100-SXM4-40GB", "a100-40gb"),
-    ("A10G", "a10g"),
-    ("L4", "l4"),
-    ("T4", "t4"),
-)
-
-
-def _environment(torch: Any, transformers: Any) -> dict[str, Any]:
-    props = torch.cuda.get_device_properties(0)
-    catalog_id = next((cid for key, cid in _CATALOG_IDS if key in props.name), None)
-    return {
-        "accelerator": catalog_id,
-        "gpu": props.name,
-        "sms": props.multi_processor_count,
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        "tf32_matmul": bool(torch.backends.cuda.matmul.allow_tf32),
-    }
-
-
 def _free(torch: Any) -> None:
-    gc.collect()
-    torch.cuda.synchronize()
-    torch.cuda.empty_cache()
+    common.release(torch)
     torch.cuda.reset_peak_memory_stats()
 
 
@@ -488,7 +442,7 @@ def main(argv: list[str]) -> int:
         print("no CUDA device", file=sys.stderr)
         return 1
     transformers.logging.set_verbosity_error()
-    env = _environment(torch, transformers)
+    env = common.environment(torch, transformers)
     print(f"{env['gpu']} ({env['sms']} SMs), torch {env['torch']}, transformers {env['transformers']}", flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
@@ -502,8 +456,7 @@ def main(argv: list[str]) -> int:
             row = {"config": c.name, "error": f"{type(exc).__name__}: {exc}"}
         _free(torch)
         row |= env
-        with args.out.open("a", encoding="utf-8") as f:
-            f.write(json.dumps(row) + "\n")
+        common.append_row(args.out, row)
         peak = row.get("peak_alloc")
         shown = f"peak {peak / 1e9:.2f} GB" if isinstance(peak, int) else row.get("error", "")
         speed = f", {row['tokens_per_s']:,.0f} tok/s" if "tokens_per_s" in row else ""

@@ -1,0 +1,204 @@
+"""What the GPU measurement scripts share: the model they build, the figures they read off the
+device, the environment they record, and the ``torchrun`` launches of the distributed ones.
+
+``measure_training.py``, ``measure_distributed.py`` and ``measure_pipeline.py`` import this as
+``bench.gpu.common`` (each puts the repository root on ``sys.path``, so ``python
+bench/gpu/<script>.py`` still runs from anywhere). Like them it needs no ``torch`` or
+``transformers`` to import: both are passed in, untyped, by the caller.
+"""
+
+from __future__ import annotations
+
+import gc
+import importlib
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+# Substrings of torch.cuda.get_device_properties().name → the catalog id, first match wins.
+CATALOG_IDS = (
+    ("H100 80GB", "h100-80gb"),
+    ("H200", "h200-141gb"),
+    ("B200", "b200"),
+    ("A100-SXM4-80GB", "a100-80gb"),
+    ("A100 80GB", "a100-80gb"),
+    ("A100-SXM4-40GB", "a100-40gb"),
+    ("A10G", "a10g"),
+    ("L4", "l4"),
+    ("T4", "t4"),
+)
+
+
+def catalog_id(gpu_name: str) -> str | None:
+    """The accelerator catalog's id for a CUDA device name, or None for a card it does not list."""
+    return next((cid for key, cid in CATALOG_IDS if key in gpu_name), None)
+
+
+def arch_label(kind: str, n_params: int) -> str:
+    """``llama-1.1b``, ``gpt2-124m``: the model family and its size."""
+    size = n_params / 1e9
+    return f"{kind}-{size:.1f}b" if size >= 1 else f"{kind}-{n_params / 1e6:.0f}m"
+
+
+def hf_config(
+    transformers: Any,
+    *,
+    kind: str,
+    hidden: int,
+    inter: int,
+    layers: int,
+    heads: int,
+    kv_heads: int,
+    vocab: int,
+    positions: int,
+    use_cache: bool,
+) -> Any:
+    """A Hugging Face ``LlamaConfig`` (untied embeddings) or, for ``kind`` gpt2, a ``GPT2Config``
+    (which has no separate MLP width or key/value heads)."""
+    if kind == "llama":
+        return transformers.LlamaConfig(
+            hidden_size=hidden,
+            intermediate_size=inter,
+            num_hidden_layers=layers,
+            num_attention_heads=heads,
+            num_key_value_heads=kv_heads,
+            vocab_size=vocab,
+            max_position_embeddings=positions,
+            tie_word_embeddings=False,
+            use_cache=use_cache,
+        )
+    return transformers.GPT2Config(
+        n_embd=hidden, n_layer=layers, n_head=heads, vocab_size=vocab, n_positions=positions, use_cache=use_cache
+    )
+
+
+def from_config(torch: Any, transformers: Any, cfg: Any, attn: str = "sdpa") -> Any:
+    """A randomly initialised causal LM from ``cfg``, built on the GPU, with the attention ``attn``."""
+    with torch.device("cuda"):
+        try:
+            return transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation=attn)
+        except TypeError:  # older signatures: set the implementation on the config
+            cfg._attn_implementation = attn
+            return transformers.AutoModelForCausalLM.from_config(cfg)
+
+
+def optimizer(torch: Any, name: str, params: Any) -> Any:
+    """``adamw``: fused AdamW; anything else: SGD with momentum (both lr 1e-4)."""
+    if name == "adamw":
+        return torch.optim.AdamW(params, lr=1e-4, fused=True)
+    return torch.optim.SGD(params, lr=1e-4, momentum=0.9)
+
+
+def release(torch: Any) -> None:
+    """Give back what the last configuration left: collect, wait for the device, empty the cache."""
+    gc.collect()
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+
+
+def nvml_used(torch: Any) -> int | None:
+    """This process's device's used memory as NVML sees it (the physical index behind
+    ``CUDA_VISIBLE_DEVICES``), or None without nvidia-ml-py or on any NVML error."""
+    if importlib.util.find_spec("pynvml") is None:
+        return None
+    try:
+        pynvml = importlib.import_module("pynvml")
+        pynvml.nvmlInit()
+        index = torch.cuda.current_device()
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        if visible:
+            index = int(visible.split(",")[index])
+        return int(pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(index)).used)
+    except Exception:  # noqa: BLE001 - NVML is optional
+        return None
+
+
+def _nccl_version(torch: Any) -> str | None:
+    try:
+        v = torch.cuda.nccl.version()
+    except Exception:  # noqa: BLE001 - no NCCL in this build
+        return None
+    return ".".join(str(x) for x in v) if isinstance(v, tuple) else str(v)
+
+
+def environment(torch: Any, transformers: Any, *, distributed: bool | None = None) -> dict[str, Any]:
+    """The card and software versions every row carries. ``distributed`` None: one process (no
+    total memory, no NCCL); True/False: a torchrun rank, with the NCCL version where it is used."""
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    env: dict[str, Any] = {"accelerator": catalog_id(props.name), "gpu": props.name, "sms": props.multi_processor_count}
+    if distributed is not None:
+        env["gpu_mem_total"] = int(props.total_memory)
+    env |= {"torch": torch.__version__, "transformers": transformers.__version__}
+    if distributed is not None:
+        env["nccl"] = _nccl_version(torch) if distributed else None
+    env["tf32_matmul"] = bool(torch.backends.cuda.matmul.allow_tf32)
+    return env
+
+
+# --- rows and launches -----------------------------------------------------------------------------
+
+
+def append_row(out: Path, row: dict[str, Any]) -> None:
+    """One JSON line appended to ``out``."""
+    with out.open("a", encoding="utf-8") as f:
+        f.write(json.dumps(row) + "\n")
+
+
+def rows(out: Path) -> list[dict[str, Any]]:
+    """The rows already in ``out`` (none when it does not exist)."""
+    if not out.is_file():
+        return []
+    return [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def chosen(configs: Sequence[Any], only: str | None) -> tuple[list[Any], list[str]]:
+    """The configurations ``--only`` names, in its order (all of ``configs`` without it), and the
+    names it gave that are not configurations."""
+    if not only:
+        return list(configs), []
+    by_name = {c.name: c for c in configs}
+    wanted = [n.strip() for n in only.split(",") if n.strip()]
+    return [by_name[n] for n in wanted if n in by_name], [n for n in wanted if n not in by_name]
+
+
+def no_nvlink_multicast() -> None:
+    """NCCL, torch's symmetric memory and NVSHMEM without NVLink multicast (unless set already)."""
+    for key, value in (
+        ("NCCL_NVLS_ENABLE", "0"),
+        ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"),
+        ("NVSHMEM_DISABLE_NVLS", "1"),
+    ):
+        os.environ.setdefault(key, value)
+
+
+def torchrun(script: str, processes: int, *, out: Path, status_dir: Path, names: Iterable[str], timeout_s: int) -> int:
+    """``script --worker`` under ``torchrun --standalone --nproc_per_node=processes`` for the
+    configurations ``names``; its exit status, or -1 when it ran past ``timeout_s`` (every rank killed)."""
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc_per_node={processes}",
+        script,
+        "--worker",
+        "--out",
+        str(out),
+        "--status-dir",
+        str(status_dir),
+        "--only",
+        ",".join(names),
+    ]
+    proc = subprocess.Popen(cmd, start_new_session=True)  # its own group: a timeout ends every rank
+    try:
+        return proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        return -1
