@@ -15,57 +15,29 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import statistics
+import sys
 import time
-from typing import Any
+from pathlib import Path
 
-from accel_api import catalog
-from accel_api.job import AcceleratorJobSpec, AcceleratorJobStatus
-from accel_api.pool import AcceleratorPoolSpec
-from accel_operator.adapters.kube.jobs import FakeJobWriter
-from accel_operator.adapters.kube.workloads import FakeWorkloadClient
-from accel_operator.handlers.scheduler import Indices, Scheduler
-from accel_operator.metrics import OperatorMetrics
+from accel_api.job import AcceleratorJobSpec
+from accel_operator.handlers.scheduler import Scheduler
 from accel_operator.reconcile import health
 from accel_operator.reconcile.decide import decide
 from accel_operator.reconcile.reports import DeviceReport, ReportView
-from accel_operator.reconcile.snapshot import JobView, NodeView, PodView, PoolView, WorkloadView
-from accel_operator.settings import OperatorSettings
 
-NOW = dt.datetime(2026, 11, 26, 12, 0, tzinfo=dt.UTC)
-SPEC = {
-    "team": "research",
-    "image": "trainer:1",
-    "model": {"parameters": 1_000_000_000},
-    "workload": {"mode": "training", "tokens": 1_000_000_000},
-    "checkpoint": {"uri": "s3://ckpt/x", "intervalMinutes": 10},
-}
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))  # the repository root: bench.sched_world, when run as a script
+
+from bench.sched_world import NOW, SPEC, add_pools, add_running, indexes, scheduler  # noqa: E402
 
 
 def build(nodes: int) -> Scheduler:
-    idx: dict[str, dict[Any, Any]] = {k: {} for k in ("pools", "nodes", "pods", "workloads", "jobs", "reports")}
+    idx = indexes("reports")
     spec = AcceleratorJobSpec.model_validate(SPEC)
-    for p in range(10):
-        pool = f"pool-{p}"
-        doc = {"provider": "aws", "accelerator": "h100-80gb", "devicesPerNode": 8, "maxNodes": nodes}
-        idx["pools"][pool] = [(PoolView(pool, AcceleratorPoolSpec.model_validate(doc)), ())]
+    add_pools(idx, nodes)
     for i in range(nodes):
-        pool, node, job = f"pool-{i % 10}", f"node-{i}", f"job-{i}"
-        idx["nodes"][node] = [NodeView(node, {"accel.dev/pool": pool}, 8)]
-        status = AcceleratorJobStatus.model_validate(
-            {
-                "phase": "Running",
-                "attempt": 0,
-                "workload": f"{job}-a0",
-                "startTime": "2026-11-26T11:00:00Z",
-                "plan": {"pool": pool, "accelerator": "h100-80gb", "devices": 8, "nodes": 1, "durationSeconds": 36000},
-            }
-        )
-        view = JobView("ns", job, f"uid-{i}", NOW, 1, spec, (), status)
-        idx["jobs"][("ns", job)] = [view]
-        pod = PodView("ns", f"{job}-a0-0", node, "Running", 8, ("ns", job), 0)
-        idx["pods"].setdefault(("ns", job), []).append(pod)
-        idx["pods"].setdefault(node, []).append(pod)
-        idx["workloads"][("ns", f"{job}-a0")] = [WorkloadView("ns", f"{job}-a0", ("ns", job), 0, active=1)]
+        pod = add_running(idx, i, spec=spec, devices=8)
         util = 0.0 if i % 10 == 3 else 90.0
         devices = tuple(
             DeviceReport(
@@ -79,16 +51,10 @@ def build(nodes: int) -> Scheduler:
             )
             for d in range(8)
         )
+        node = pod.node
+        assert node is not None
         idx["reports"][node] = [ReportView(node, NOW - dt.timedelta(seconds=30), devices)]
-    sched = Scheduler(
-        settings=OperatorSettings(),
-        catalog=catalog.default(),
-        writer=FakeJobWriter(),
-        workloads=FakeWorkloadClient(),
-        metrics=OperatorMetrics(),
-    )
-    sched.indices = Indices(**idx)
-    return sched
+    return scheduler(idx)
 
 
 def main() -> None:
