@@ -12,18 +12,15 @@ The policy is removed afterwards (it is cluster-wide).
 
 from __future__ import annotations
 
-import copy
 import time
 from collections.abc import Callable
 from typing import Any
 
 from kubernetes import client
 
-from accel_api import load_documents, registry
+from accel_api import registry
 from accel_api import vocabulary as v
-from accel_api.pool import AcceleratorPoolSpec
-from accel_localcluster import kubeapi, nodes
-from accel_localcluster.control_plane import REPO
+from accel_localcluster import demo_pools, kubeapi
 
 POOL = "demo-h100-frag"
 POLICY = "demo-consolidation"
@@ -35,29 +32,18 @@ Wait = Callable[[str, Callable[[], Any], float], bool]
 
 def clean(api: client.ApiClient) -> None:
     """Remove what an earlier run left: the pool, its nodes and the policy."""
-    core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+    custom = client.CustomObjectsApi(api)
     with kubeapi.ignoring(404):
         custom.delete_cluster_custom_object(v.GROUP, v.VERSION, registry.POLICY.plural, POLICY)
-    with kubeapi.ignoring(404):
-        custom.delete_cluster_custom_object(v.GROUP, v.VERSION, registry.POOL.plural, POOL)
-    for node in core.list_node(label_selector=f"{v.LABEL_POOL}={POOL}").items:
-        with kubeapi.ignoring(404):
-            core.delete_node(node.metadata.name)
+    demo_pools.remove_pool(api, POOL)
 
 
 def _job(namespace: str, name: str, devices: int) -> dict[str, Any]:
-    """examples/01 (a 1.1B fine-tune) on ``devices`` GPUs of the pool, checkpointing to a PVC."""
-    doc = copy.deepcopy(next(iter(load_documents((REPO / "examples" / "01-finetune-single-gpu.yaml").read_text()))))
-    doc["metadata"] = {"name": name, "namespace": namespace}
-    doc["spec"]["placement"] = {"pools": [POOL], "minDevices": devices, "maxDevices": devices}
-    doc["spec"]["checkpoint"] = {"uri": f"pvc://checkpoints/{name}", "intervalMinutes": 10}
-    return dict(doc)
+    return demo_pools.example_job(namespace, name, POOL, devices)
 
 
 def _status(custom: client.CustomObjectsApi, namespace: str, name: str) -> dict[str, Any]:
-    obj = custom.get_namespaced_custom_object(v.GROUP, v.VERSION, namespace, registry.JOB.plural, name)
-    st: dict[str, Any] = obj.get("status") or {}
-    return st
+    return demo_pools.job_status(custom, namespace, name)
 
 
 def _pods(core: client.CoreV1Api, namespace: str, name: str, attempt: int) -> list[Any]:
@@ -95,20 +81,7 @@ def _where(core: client.CoreV1Api, namespace: str) -> str:
 
 def run(api: client.ApiClient, namespace: str, wait: Wait, timeout: float) -> None:
     core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
-    pool = {
-        "apiVersion": v.API_VERSION,
-        "kind": "AcceleratorPool",
-        "metadata": {"name": POOL},
-        "spec": {
-            "provider": "aws",
-            "accelerator": "h100-80gb",
-            "devicesPerNode": 8,
-            "maxNodes": 3,
-            "tolerations": [{"key": v.TAINT_GPU, "operator": "Exists", "effect": "NoSchedule"}],
-        },
-    }
-    kubeapi.apply(api, pool)
-    made = nodes.ensure_nodes(core, nodes.node_manifests(POOL, AcceleratorPoolSpec.model_validate(pool["spec"]), 3))
+    made = demo_pools.make_pool(api, POOL, 3)
     print(f"pool {POOL}: 8x h100-80gb on three simulated nodes {', '.join(made)}")
     kubeapi.ensure_namespace(api, namespace)
     first, second = SMALL

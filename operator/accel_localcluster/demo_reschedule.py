@@ -10,7 +10,6 @@ ends the attempt and runs the job again on the healthy node.
 
 from __future__ import annotations
 
-import copy
 import os
 import subprocess
 import sys
@@ -21,11 +20,9 @@ from typing import Any
 
 from kubernetes import client
 
-from accel_api import load_documents, registry
+from accel_api import registry
 from accel_api import vocabulary as v
-from accel_api.pool import AcceleratorPoolSpec
-from accel_localcluster import kubeapi, nodes
-from accel_localcluster.control_plane import REPO
+from accel_localcluster import demo_pools, kubeapi
 
 POOL = "demo-h100-sick"
 JOB = "fragile"
@@ -33,14 +30,7 @@ JOB = "fragile"
 
 def clean(api: client.ApiClient) -> None:
     """Remove what an earlier run left: the pool, its nodes and their reports."""
-    core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
-    with kubeapi.ignoring(404):
-        custom.delete_cluster_custom_object(v.GROUP, v.VERSION, registry.POOL.plural, POOL)
-    for node in core.list_node(label_selector=f"{v.LABEL_POOL}={POOL}").items:
-        with kubeapi.ignoring(404):
-            custom.delete_cluster_custom_object(v.GROUP, v.VERSION, registry.NODE_REPORT.plural, node.metadata.name)
-        with kubeapi.ignoring(404):
-            core.delete_node(node.metadata.name)
+    demo_pools.remove_pool(api, POOL, reports=True)
 
 
 def _agents(kubeconfig: Path, names: list[str]) -> list[subprocess.Popen[bytes]]:
@@ -66,18 +56,12 @@ def _reported(custom: client.CustomObjectsApi, node: str, healthy: bool) -> bool
 
 
 def _job(namespace: str) -> dict[str, Any]:
-    """examples/01 (a 1.1B fine-tune) on all 8 GPUs of one node of the pool, with a checkpoint."""
-    doc = copy.deepcopy(next(iter(load_documents((REPO / "examples" / "01-finetune-single-gpu.yaml").read_text()))))
-    doc["metadata"] = {"name": JOB, "namespace": namespace}
-    doc["spec"]["placement"] = {"pools": [POOL], "minDevices": 8, "maxDevices": 8}
-    doc["spec"]["checkpoint"] = {"uri": "pvc://checkpoints/fragile", "intervalMinutes": 10}
-    return dict(doc)
+    """examples/01 on all 8 GPUs of one node of the pool, with a checkpoint."""
+    return demo_pools.example_job(namespace, JOB, POOL, 8)
 
 
 def _status(custom: client.CustomObjectsApi, namespace: str) -> dict[str, Any]:
-    obj = custom.get_namespaced_custom_object(v.GROUP, v.VERSION, namespace, registry.JOB.plural, JOB)
-    st: dict[str, Any] = obj.get("status") or {}
-    return st
+    return demo_pools.job_status(custom, namespace, JOB)
 
 
 def _pod_node(core: client.CoreV1Api, namespace: str, attempt: int) -> str | None:
@@ -95,20 +79,7 @@ def run(
     timeout: float,
 ) -> None:
     core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
-    pool = {
-        "apiVersion": v.API_VERSION,
-        "kind": "AcceleratorPool",
-        "metadata": {"name": POOL},
-        "spec": {
-            "provider": "aws",
-            "accelerator": "h100-80gb",
-            "devicesPerNode": 8,
-            "maxNodes": 2,
-            "tolerations": [{"key": v.TAINT_GPU, "operator": "Exists", "effect": "NoSchedule"}],
-        },
-    }
-    kubeapi.apply(api, pool)
-    made = nodes.ensure_nodes(core, nodes.node_manifests(POOL, AcceleratorPoolSpec.model_validate(pool["spec"]), 2))
+    made = demo_pools.make_pool(api, POOL, 2)
     print(f"pool {POOL}: 8x h100-80gb on two simulated nodes {', '.join(made)}")
     kubeapi.ensure_namespace(api, namespace)
     kubeapi.apply(api, _job(namespace))
