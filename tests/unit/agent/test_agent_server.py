@@ -1,10 +1,8 @@
 """The metrics port stays bounded: threads, open connections and time, whatever clients do."""
 
 import contextlib
-import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 
@@ -12,6 +10,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from accel_agent.server import Limits, LoopHealth, Server, serve
+from tests.support import http_clients
+from tests.support.http_clients import connect, ends_soon, request
 
 IDLE_CLIENTS = 500
 
@@ -28,49 +28,10 @@ def server() -> Iterator[Server]:
         s.stop()
 
 
-def connect(port: int) -> socket.socket:
-    return socket.create_connection(("127.0.0.1", port), timeout=5)
-
-
-def ends_soon(sock: socket.socket, within: float = 2.0) -> bool:
-    """The server closes the connection (EOF or reset) within ``within`` seconds."""
-    sock.settimeout(within)
-    try:
-        while sock.recv(65536):
-            pass
-    except TimeoutError:
-        return False
-    except OSError:
-        return True
-    return True
-
-
-def request(port: int, raw: bytes) -> bytes:
-    with connect(port) as sock:
-        sock.sendall(raw)
-        chunks = []
-        while chunk := sock.recv(65536):
-            chunks.append(chunk)
-    return b"".join(chunks)
-
-
 def test_many_idle_connections_cost_no_threads_and_do_not_block_probes(server: Server) -> None:
-    threads_before = threading.active_count()
-    idle = [connect(server.port) for _ in range(IDLE_CLIENTS)]
-    try:
-        started = time.perf_counter()
-        answer = request(server.port, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-        took = time.perf_counter() - started
-        assert answer.startswith(b"HTTP/1.1 200 OK\r\n") and answer.endswith(b"\r\n\r\nok\n")
-        assert took < 1.5, took
-        assert threading.active_count() <= threads_before  # 1 waiting thread + 2 workers, started before
-        assert server.open_connections <= 32
-        # Every idle client is closed: the oldest to make room, the rest after the idle timeout.
-        assert all(ends_soon(sock, within=3.0) for sock in idle)
-        assert server.open_connections == 0
-    finally:
-        for sock in idle:
-            sock.close()
+    answer, took = http_clients.through_idle_crowd(server, IDLE_CLIENTS, "/healthz", max_connections=32)
+    assert answer.startswith(b"HTTP/1.1 200 OK\r\n") and answer.endswith(b"\r\n\r\nok\n")
+    assert took < 1.5, took
 
 
 def test_threads_are_fixed_at_start(server: Server) -> None:
