@@ -14,21 +14,14 @@ from accel_api.enums import JobPhase
 from accel_operator.adapters.kube.reschedule import FakeRescheduleClient
 from accel_operator.reconcile import actions as act
 from accel_operator.reconcile import health, resume
-from accel_operator.reconcile.decide import Decision, decide
+from accel_operator.reconcile.decide import decide
 from accel_operator.reconcile.snapshot import JobView, NodeView
+from tests.support import decisions
 from tests.support.reconcile import T0, World
 
-RULES = health.Rules()
+RULES = decisions.RULES
 CHECKPOINT = {"uri": "s3://ckpt/a", "intervalMinutes": 10}
 ECC = "uncorrectable ECC errors since the driver loaded: 2"
-
-
-def _ts(t: dt.datetime) -> str:
-    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _ago(seconds: float) -> str:
-    return _ts(T0 - dt.timedelta(seconds=seconds))
 
 
 def _running(name: str, *, devices: int = 8, nodes: int = 1, **extra: Any) -> dict[str, Any]:
@@ -36,8 +29,8 @@ def _running(name: str, *, devices: int = 8, nodes: int = 1, **extra: Any) -> di
         "phase": "Running",
         "attempt": 0,
         "workload": f"{name}-a0",
-        "admittedTime": _ago(3600),
-        "startTime": _ago(3600),
+        "admittedTime": decisions.ago(3600),
+        "startTime": decisions.ago(3600),
         "plan": {
             "pool": "p",
             "accelerator": "h100-80gb",
@@ -79,20 +72,6 @@ def _mine(pod: str) -> dict[int, tuple[str, ...]]:
     return dict.fromkeys(range(8), (pod,))
 
 
-def _run(w: World, job: JobView, now: dt.datetime = T0) -> tuple[Decision, health.MoveReason | None]:
-    snap = w.snapshot(now)
-    return health.amend(decide(job, snap, now), job, snap, now, RULES)
-
-
-def _cond(d: Decision, type_: str) -> tuple[bool, str] | None:
-    c = next((c for c in d.conditions if c.type == type_), None)
-    return None if c is None else (c.ok, c.reason)
-
-
-def _events(d: Decision) -> list[str]:
-    return [a.reason for a in d.actions if isinstance(a, act.RecordEvent)]
-
-
 # --- (a) a failing device ----------------------------------------------------------------------
 
 
@@ -100,11 +79,11 @@ def test_a_busy_healthy_job_gets_conditions_and_nothing_else() -> None:
     w = _world()
     job = _one_node_job(w)
     w.report("p-0", pods=_mine("a-a0-0"))
-    d, moved = _run(w, job)
+    d, moved = decisions.run(w, job)
     assert moved is None and d.phase is JobPhase.RUNNING
-    assert _cond(d, "NodeReports") == (True, "Fresh")
-    assert _cond(d, "DevicesHealthy") == (True, "Healthy")
-    assert _cond(d, "Idle") == (False, "Busy")
+    assert decisions.cond(d, "NodeReports") == (True, "Fresh")
+    assert decisions.cond(d, "DevicesHealthy") == (True, "Healthy")
+    assert decisions.cond(d, "Idle") == (False, "Busy")
     assert d.actions == () and "health" not in d.status
 
 
@@ -120,26 +99,26 @@ def test_the_decision_that_starts_a_job_carries_the_report_conditions(reported: 
     w.pod("a", 0, 0, node="p-0")
     if reported:
         w.report("p-0", pods=_mine("a-a0-0"))
-    d, moved = _run(w, job)
+    d, moved = decisions.run(w, job)
     assert moved is None and d.phase is JobPhase.RUNNING and d.status["startTime"]
-    assert _cond(d, "NodeReports") == ((True, "Fresh") if reported else (False, "ReportStale"))
-    assert _events(d) == ["Running"]
+    assert decisions.cond(d, "NodeReports") == ((True, "Fresh") if reported else (False, "ReportStale"))
+    assert decisions.events(d) == ["Running"]
 
 
 def test_a_failing_device_asks_for_a_checkpoint_first_naming_the_device_and_error() -> None:
     w = _world()
     job = _one_node_job(w)
     w.report("p-0", pods=_mine("a-a0-0"), sick={3: ECC})
-    d, moved = _run(w, job)
+    d, moved = decisions.run(w, job)
     assert moved is None and d.phase is JobPhase.RUNNING
-    assert _cond(d, "DevicesHealthy") == (False, "DeviceUnhealthy")
+    assert decisions.cond(d, "DevicesHealthy") == (False, "DeviceUnhealthy")
     assert [a for a in d.actions if isinstance(a, act.RequestCheckpoint)] == [
-        act.RequestCheckpoint((("ns", "a-a0-0"),), _ts(T0), "device-unhealthy")
+        act.RequestCheckpoint((("ns", "a-a0-0"),), decisions.stamp(T0), "device-unhealthy")
     ]
-    assert _events(d) == ["DeviceUnhealthy"]
+    assert decisions.events(d) == ["DeviceUnhealthy"]
     message = next(a.message for a in d.actions if isinstance(a, act.RecordEvent))
     assert "node p-0: device 3 (uncorrectable ECC" in message
-    assert d.status["health"]["moveRequestedTime"] == _ts(T0)
+    assert d.status["health"]["moveRequestedTime"] == decisions.stamp(T0)
 
 
 @pytest.mark.parametrize(
@@ -157,16 +136,18 @@ def test_the_move_waits_for_the_checkpoint_or_the_grace(
     w = _world()
     extra: dict[str, Any] = {}
     if checkpoint_ago is not None:
-        extra["lastCheckpoint"] = {"uri": "s3://ckpt/a/step-9", "time": _ago(checkpoint_ago)}
-    job = _one_node_job(w, health_status={"moveRequestedTime": _ago(requested_ago), "moveReason": "x"}, **extra)
+        extra["lastCheckpoint"] = {"uri": "s3://ckpt/a/step-9", "time": decisions.ago(checkpoint_ago)}
+    job = _one_node_job(
+        w, health_status={"moveRequestedTime": decisions.ago(requested_ago), "moveReason": "x"}, **extra
+    )
     w.report("p-0", pods=_mine("a-a0-0"), sick={3: ECC})
-    d, moved = _run(w, job)
+    d, moved = decisions.run(w, job)
     if not moves:
         assert moved is None and d.phase is JobPhase.RUNNING and d.actions == ()
         return
     assert moved is health.MoveReason.DEVICE_UNHEALTHY
     assert d.phase is JobPhase.PENDING
-    assert _cond(d, "Admitted") == (False, "Moved")
+    assert decisions.cond(d, "Admitted") == (False, "Moved")
     assert d.status["attempt"] == 1 and d.status["workload"] is None
     assert d.status["health"]["moves"] == 1 and d.status["health"]["moveRequestedTime"] is None
     assert [a for a in d.actions if isinstance(a, act.DeleteWorkload)] == [
@@ -179,7 +160,10 @@ SUB = dt.timedelta(milliseconds=700)  # the request is made 0.7 s into T0's seco
 
 
 def _ckpt(step: int | None, at: dt.datetime) -> dict[str, Any]:
-    out: dict[str, Any] = {"uri": f"s3://ckpt/a/step-{step or 0}", "time": _ts(at)}  # whole seconds, as status holds
+    out: dict[str, Any] = {
+        "uri": f"s3://ckpt/a/step-{step or 0}",
+        "time": decisions.stamp(at),
+    }  # whole seconds, as status holds
     return out if step is None else {**out, "step": step}
 
 
@@ -205,14 +189,14 @@ def test_the_move_compares_checkpoint_steps_not_whole_second_times(
     on_record: dict[str, Any] = {"lastCheckpoint": _ckpt(*then)} if then is not None else {}
     job = _one_node_job(w, **on_record)
     w.report("p-0", pods=_mine("a-a0-0"), sick={3: ECC})
-    asked, moved = _run(w, job, T0 + SUB)
-    assert moved is None and asked.status["health"]["moveRequestedTime"] == _ts(T0)
+    asked, moved = decisions.run(w, job, T0 + SUB)
+    assert moved is None and asked.status["health"]["moveRequestedTime"] == decisions.stamp(T0)
     assert asked.status["health"]["moveCheckpointStep"] == (then[0] if then is not None else None)
     # The next decision, within the grace, with the checkpoint ``later`` on record.
     w = _world()
     job = _one_node_job(w, health_status=asked.status["health"], lastCheckpoint=_ckpt(*later))
     w.report("p-0", pods=_mine("a-a0-0"), sick={3: ECC})
-    d, moved = _run(w, job, T0 + dt.timedelta(seconds=2))
+    d, moved = decisions.run(w, job, T0 + dt.timedelta(seconds=2))
     assert (moved is health.MoveReason.DEVICE_UNHEALTHY) is moves
     assert d.phase is (JobPhase.PENDING if moves else JobPhase.RUNNING)
 
@@ -221,7 +205,7 @@ def test_a_job_without_checkpoint_on_a_failing_device_moves_at_once_from_the_sta
     w = _world()
     job = _one_node_job(w, checkpoint=False)
     w.report("p-0", pods=_mine("a-a0-0"), sick={0: "fallen off the bus"})
-    d, moved = _run(w, job)
+    d, moved = decisions.run(w, job)
     assert moved is health.MoveReason.DEVICE_UNHEALTHY
     assert not [a for a in d.actions if isinstance(a, act.RequestCheckpoint)]
     assert "from the start" in d.reason
@@ -233,10 +217,10 @@ def test_a_stale_or_missing_report_decides_nothing_and_says_so(age: float | None
     job = _one_node_job(w)
     if age is not None:
         w.report("p-0", pods=_mine("a-a0-0"), sick={3: ECC}, util=0.0, age=age)
-    d, moved = _run(w, job)
+    d, moved = decisions.run(w, job)
     assert moved is None and d.phase is JobPhase.RUNNING and d.actions == ()
-    assert _cond(d, "NodeReports") == (False, "ReportStale")
-    assert _cond(d, "DevicesHealthy") is None and _cond(d, "Idle") is None
+    assert decisions.cond(d, "NodeReports") == (False, "ReportStale")
+    assert decisions.cond(d, "DevicesHealthy") is None and decisions.cond(d, "Idle") is None
     snap = w.snapshot()
     assert health.node_actions(snap, RULES) == ()
     assert snap.capacity["p"].usable_nodes == 2
@@ -244,17 +228,17 @@ def test_a_stale_or_missing_report_decides_nothing_and_says_so(age: float | None
 
 def test_a_requested_move_goes_ahead_when_the_report_goes_stale_after_the_grace() -> None:
     w = _world()
-    job = _one_node_job(w, health_status={"moveRequestedTime": _ago(200), "moveReason": "node p-0: device 3"})
+    job = _one_node_job(w, health_status={"moveRequestedTime": decisions.ago(200), "moveReason": "node p-0: device 3"})
     w.report("p-0", pods=_mine("a-a0-0"), sick={3: ECC}, age=RULES.stale_after + 1)
-    d, moved = _run(w, job)
+    d, moved = decisions.run(w, job)
     assert moved is health.MoveReason.DEVICE_UNHEALTHY and "node p-0: device 3" in d.reason
 
 
 def test_a_device_that_recovers_before_the_move_cancels_it() -> None:
     w = _world()
-    job = _one_node_job(w, health_status={"moveRequestedTime": _ago(30), "moveReason": "x"})
+    job = _one_node_job(w, health_status={"moveRequestedTime": decisions.ago(30), "moveReason": "x"})
     w.report("p-0", pods=_mine("a-a0-0"))
-    d, moved = _run(w, job)
+    d, moved = decisions.run(w, job)
     assert moved is None and d.status["health"]["moveRequestedTime"] is None
 
 
@@ -262,17 +246,21 @@ def test_a_job_moved_too_often_is_flagged_and_left() -> None:
     w = _world()
     job = _one_node_job(w, health_status={"moves": RULES.max_moves})
     w.report("p-0", pods=_mine("a-a0-0"), sick={3: ECC})
-    d, moved = _run(w, job)
+    d, moved = decisions.run(w, job)
     assert moved is None and d.phase is JobPhase.RUNNING
-    assert _cond(d, "DevicesHealthy") == (False, "DeviceUnhealthyMoveLimit")
-    assert _events(d) == ["DeviceUnhealthy"] and not [a for a in d.actions if isinstance(a, act.RequestCheckpoint)]
+    assert decisions.cond(d, "DevicesHealthy") == (False, "DeviceUnhealthyMoveLimit")
+    assert decisions.events(d) == ["DeviceUnhealthy"] and not [
+        a for a in d.actions if isinstance(a, act.RequestCheckpoint)
+    ]
     assert "moved 5 time(s) already" in next(a.message for a in d.actions if isinstance(a, act.RecordEvent))
     w2 = _world()
-    hung = _two_node_job(w2, health_status={"moves": RULES.max_moves, "hungSince": _ago(RULES.hung_window + 1)})
+    hung = _two_node_job(
+        w2, health_status={"moves": RULES.max_moves, "hungSince": decisions.ago(RULES.hung_window + 1)}
+    )
     w2.report("p-0", util=0.0, pods=_mine("g-a0-0"))
     w2.report("p-1", util=0.0, pods=_mine("g-a0-1"))
-    d2, moved2 = _run(w2, hung)
-    assert moved2 is None and _cond(d2, "Hung") == (True, "Hung") and _events(d2) == ["Hung"]
+    d2, moved2 = decisions.run(w2, hung)
+    assert moved2 is None and decisions.cond(d2, "Hung") == (True, "Hung") and decisions.events(d2) == ["Hung"]
 
 
 # --- nodes: taints and capacity ----------------------------------------------------------------
@@ -345,17 +333,17 @@ def test_a_quiet_two_node_job_starts_the_hung_window() -> None:
     job = _two_node_job(w)
     w.report("p-0", util=0.0, pods=_mine("g-a0-0"))
     w.report("p-1", util=0.0, pods=_mine("g-a0-1"))
-    d, moved = _run(w, job)
-    assert moved is None and _cond(d, "Hung") == (False, "Stalling")
-    assert d.status["health"]["hungSince"] == _ts(T0) and d.actions == ()
+    d, moved = decisions.run(w, job)
+    assert moved is None and decisions.cond(d, "Hung") == (False, "Stalling")
+    assert d.status["health"]["hungSince"] == decisions.stamp(T0) and d.actions == ()
 
 
 def test_a_hung_two_node_job_is_restarted_from_its_checkpoint_naming_the_nodes() -> None:
     w = _world()
-    job = _two_node_job(w, health_status={"hungSince": _ago(RULES.hung_window + 1)})
+    job = _two_node_job(w, health_status={"hungSince": decisions.ago(RULES.hung_window + 1)})
     w.report("p-0", util=0.0, pods=_mine("g-a0-0"))
     w.report("p-1", util=0.0, pods=_mine("g-a0-1"))
-    d, moved = _run(w, job)
+    d, moved = decisions.run(w, job)
     assert moved is health.MoveReason.HUNG and d.phase is JobPhase.PENDING
     assert "p-0, p-1" in d.reason and "hung" in d.reason and "from its latest checkpoint" in d.reason
     assert act.DeleteWorkload("g-a0", "moved: hung") in d.actions
@@ -363,23 +351,23 @@ def test_a_hung_two_node_job_is_restarted_from_its_checkpoint_naming_the_nodes()
 
 def test_a_hung_job_without_checkpoint_is_flagged_once() -> None:
     w = _world()
-    job = _two_node_job(w, checkpoint=False, health_status={"hungSince": _ago(RULES.hung_window + 1)})
+    job = _two_node_job(w, checkpoint=False, health_status={"hungSince": decisions.ago(RULES.hung_window + 1)})
     w.report("p-0", util=0.0, pods=_mine("g-a0-0"))
     w.report("p-1", util=0.0, pods=_mine("g-a0-1"))
-    d, moved = _run(w, job)
-    assert moved is None and _cond(d, "Hung") == (True, "Hung") and _events(d) == ["Hung"]
+    d, moved = decisions.run(w, job)
+    assert moved is None and decisions.cond(d, "Hung") == (True, "Hung") and decisions.events(d) == ["Hung"]
     flagged = w.job(
         "g",
         "p",
         devices=16,
         status={
             **_running("g", devices=16, nodes=2),
-            "health": {"hungSince": _ago(RULES.hung_window + 1)},
+            "health": {"hungSince": decisions.ago(RULES.hung_window + 1)},
             "conditions": [{"type": "Hung", "status": "True", "reason": "Hung"}],
         },
     )
-    d2, _ = _run(w, flagged)
-    assert _events(d2) == []
+    d2, _ = decisions.run(w, flagged)
+    assert decisions.events(d2) == []
 
 
 @pytest.mark.parametrize(
@@ -389,7 +377,10 @@ def test_a_hung_job_without_checkpoint_is_flagged_once() -> None:
 def test_not_hung(case: str) -> None:
     w = _world()
     job = w.job(
-        "g", "p", devices=16, status={**_running("g", devices=16, nodes=2), "health": {"hungSince": _ago(9999)}}
+        "g",
+        "p",
+        devices=16,
+        status={**_running("g", devices=16, nodes=2), "health": {"hungSince": decisions.ago(9999)}},
     )
     w.workload("g", 0, active=2)
     w.pod("g", 0, 0, node="p-0")
@@ -405,7 +396,7 @@ def test_not_hung(case: str) -> None:
 
         devs = tuple(replace(d, utilization=80.0) if d.index == 1 else d for d in r.devices)
         snap_reports["p-1"] = [replace(r, devices=devs)]
-    d, moved = _run(w, job)
+    d, moved = decisions.run(w, job)
     assert moved is None
     if case == "a node not mapped":
         assert "health" not in d.status  # nothing judged: markers kept
@@ -420,21 +411,21 @@ def test_an_idle_job_starts_the_window_then_is_flagged_with_a_suggestion() -> No
     w = _world()
     job = _one_node_job(w)
     w.report("p-0", util=0.0, memory=0.01, pods=_mine("a-a0-0"))
-    d, _ = _run(w, job)
-    assert _cond(d, "Idle") == (False, "Quiet") and d.status["health"]["idleSince"] == _ts(T0)
+    d, _ = decisions.run(w, job)
+    assert decisions.cond(d, "Idle") == (False, "Quiet") and d.status["health"]["idleSince"] == decisions.stamp(T0)
     later = T0 + dt.timedelta(seconds=RULES.idle_window)
     w2 = _world()
-    job2 = _one_node_job(w2, health_status={"idleSince": _ts(T0)})
+    job2 = _one_node_job(w2, health_status={"idleSince": decisions.stamp(T0)})
     w2.report("p-0", util=0.0, memory=0.01, pods=_mine("a-a0-0"), now=later)
-    d2, moved = _run(w2, job2, later)
+    d2, moved = decisions.run(w2, job2, later)
     assert moved is None and d2.phase is JobPhase.RUNNING
-    assert _cond(d2, "Idle") == (True, "IdleReservation") and _events(d2) == ["IdleReservation"]
+    assert decisions.cond(d2, "Idle") == (True, "IdleReservation") and decisions.events(d2) == ["IdleReservation"]
     assert d2.status["health"]["rightSize"] == {
         "accelerator": "h100-80gb",
         "devices": 4,
         "reason": "8 × h100-80gb sat idle: try 4 (check the memory fit with accelctl plan)",
     }
-    assert d2.status["health"]["idleSince"] == _ts(T0)  # the marker holds
+    assert d2.status["health"]["idleSince"] == decisions.stamp(T0)  # the marker holds
 
 
 @pytest.mark.parametrize(
@@ -447,7 +438,7 @@ def test_an_idle_job_starts_the_window_then_is_flagged_with_a_suggestion() -> No
 )
 def test_hung_or_idle(memory: float, mode: str, hung: bool, idle: bool) -> None:
     w = _world()
-    st = {**_running("a"), "health": {"hungSince": _ago(99_999), "idleSince": _ago(99_999)}}
+    st = {**_running("a"), "health": {"hungSince": decisions.ago(99_999), "idleSince": decisions.ago(99_999)}}
     job = w.job("a", "p", devices=8, status=st, checkpoint=CHECKPOINT)
     if mode == "inference":
         assert job.spec is not None
@@ -459,17 +450,17 @@ def test_hung_or_idle(memory: float, mode: str, hung: bool, idle: bool) -> None:
     w.workload("a", 0, active=1)
     w.pod("a", 0, 0, node="p-0")
     w.report("p-0", util=0.0, memory=memory, pods=_mine("a-a0-0"))
-    d, moved = _run(w, job)
+    d, moved = decisions.run(w, job)
     assert (moved is health.MoveReason.HUNG) is hung
-    assert (_cond(d, "Idle") == (True, "IdleReservation")) is idle
+    assert (decisions.cond(d, "Idle") == (True, "IdleReservation")) is idle
 
 
 def test_a_busy_job_clears_the_idle_marker() -> None:
     w = _world()
-    job = _one_node_job(w, health_status={"idleSince": _ago(5000), "rightSize": {"devices": 4}})
+    job = _one_node_job(w, health_status={"idleSince": decisions.ago(5000), "rightSize": {"devices": 4}})
     w.report("p-0", util=50.0, pods=_mine("a-a0-0"))
-    d, _ = _run(w, job)
-    assert _cond(d, "Idle") == (False, "Busy")
+    d, _ = decisions.run(w, job)
+    assert decisions.cond(d, "Idle") == (False, "Busy")
     assert d.status["health"]["idleSince"] is None and d.status["health"]["rightSize"] is None
 
 

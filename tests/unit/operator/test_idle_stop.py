@@ -16,17 +16,14 @@ from accel_api.policy import AcceleratorPolicy, IdleRules
 from accel_operator.adapters.kube import views
 from accel_operator.reconcile import actions as act
 from accel_operator.reconcile import health, idle_stop
-from accel_operator.reconcile.decide import Decision, decide
+from accel_operator.reconcile.decide import decide
 from accel_operator.reconcile.snapshot import JobView
+from tests.support import decisions
 from tests.support.reconcile import T0, World
 
-RULES = health.Rules()
+RULES = decisions.RULES
 CHECKPOINT = {"uri": "s3://ckpt/a", "intervalMinutes": 10}
 IDLE_2H = (T0 - dt.timedelta(hours=2)).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _ago(seconds: float) -> str:
-    return (T0 - dt.timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _world(idle: dict[str, Any] | None = None) -> World:
@@ -41,8 +38,8 @@ def _job(w: World, *, checkpoint: bool = True, health_status: dict[str, Any] | N
         "phase": "Running",
         "attempt": 0,
         "workload": "a-a0",
-        "admittedTime": _ago(4 * 3600),
-        "startTime": _ago(4 * 3600),
+        "admittedTime": decisions.ago(4 * 3600),
+        "startTime": decisions.ago(4 * 3600),
         "plan": {"pool": "p", "accelerator": "h100-80gb", "devices": 8, "nodes": 1, "costUsd": 100.0},
         "health": {"idleSince": IDLE_2H, **(health_status or {})},
         **status,
@@ -54,24 +51,6 @@ def _job(w: World, *, checkpoint: bool = True, health_status: dict[str, Any] | N
     # Every device quiet and empty: idle, not hung (a hung collective keeps its memory).
     w.report("p-0", util=0.0, memory=0.0, pods=dict.fromkeys(range(8), ("a-a0-0",)))
     return job
-
-
-def _run(w: World, job: JobView, now: dt.datetime = T0) -> tuple[Decision, health.MoveReason | None]:
-    snap = w.snapshot(now)
-    return health.amend(decide(job, snap, now), job, snap, now, RULES)
-
-
-def _cond(d: Decision, type_: str) -> tuple[bool, str] | None:
-    c = next((c for c in d.conditions if c.type == type_), None)
-    return None if c is None else (c.ok, c.reason)
-
-
-def _events(d: Decision) -> list[str]:
-    return [a.reason for a in d.actions if isinstance(a, act.RecordEvent)]
-
-
-def _requests(d: Decision) -> list[act.RequestCheckpoint]:
-    return [a for a in d.actions if isinstance(a, act.RequestCheckpoint)]
 
 
 # --- the policy's rule ------------------------------------------------------------------------------
@@ -124,38 +103,42 @@ def test_the_idle_rule_is_bounded(idle: dict[str, Any]) -> None:
 
 def test_without_a_policy_an_idle_job_is_only_flagged() -> None:
     w = _world()
-    d, moved = _run(w, _job(w))
+    d, moved = decisions.run(w, _job(w))
     assert moved is None and d.phase is JobPhase.RUNNING
-    assert _cond(d, "Idle") == (True, "IdleReservation") and _cond(d, "IdleStop") is None
-    assert not _requests(d)
+    assert decisions.cond(d, "Idle") == (True, "IdleReservation") and decisions.cond(d, "IdleStop") is None
+    assert not decisions.requests(d)
 
 
 def test_a_warn_policy_warns_once() -> None:
     w = _world({"stopAfterMinutes": 60, "action": "warn"})
-    d, moved = _run(w, _job(w))
+    d, moved = decisions.run(w, _job(w))
     assert moved is None and d.phase is JobPhase.RUNNING
-    assert _cond(d, "IdleStop") == (False, "WouldStop") and "IdleLimit" in _events(d) and not _requests(d)
+    assert (
+        decisions.cond(d, "IdleStop") == (False, "WouldStop")
+        and "IdleLimit" in decisions.events(d)
+        and not decisions.requests(d)
+    )
     w2 = _world({"stopAfterMinutes": 60, "action": "warn"})
     warned = [{"type": "IdleStop", "status": "False", "reason": "WouldStop"}]
-    d2, _ = _run(w2, _job(w2, conditions=warned))
-    assert _cond(d2, "IdleStop") == (False, "WouldStop") and "IdleLimit" not in _events(d2)
+    d2, _ = decisions.run(w2, _job(w2, conditions=warned))
+    assert decisions.cond(d2, "IdleStop") == (False, "WouldStop") and "IdleLimit" not in decisions.events(d2)
 
 
 def test_within_the_window_nothing_happens() -> None:
     w = _world({"stopAfterMinutes": 180, "action": "stop"})
-    d, moved = _run(w, _job(w, health_status={"stopRequestedTime": _ago(30)}))
-    assert moved is None and _cond(d, "IdleStop") is None and not _requests(d)
+    d, moved = decisions.run(w, _job(w, health_status={"stopRequestedTime": decisions.ago(30)}))
+    assert moved is None and decisions.cond(d, "IdleStop") is None and not decisions.requests(d)
     assert d.status["health"]["stopRequestedTime"] is None
 
 
 def test_a_stop_policy_asks_for_a_checkpoint_first() -> None:
     w = _world({"stopAfterMinutes": 60, "action": "stop"})
-    d, moved = _run(w, _job(w))
+    d, moved = decisions.run(w, _job(w))
     assert moved is None and d.phase is JobPhase.RUNNING
-    assert _cond(d, "IdleStop") == (False, "CheckpointRequested")
-    assert _requests(d) == [act.RequestCheckpoint((("ns", "a-a0-0"),), _ago(0), "idle-stop")]
-    assert "IdleStopRequested" in _events(d)
-    assert d.status["health"]["stopRequestedTime"] == _ago(0)
+    assert decisions.cond(d, "IdleStop") == (False, "CheckpointRequested")
+    assert decisions.requests(d) == [act.RequestCheckpoint((("ns", "a-a0-0"),), decisions.ago(0), "idle-stop")]
+    assert "IdleStopRequested" in decisions.events(d)
+    assert d.status["health"]["stopRequestedTime"] == decisions.ago(0)
     message = next(a.message for a in d.actions if isinstance(a, act.RecordEvent) and a.reason == "IdleStopRequested")
     assert "policy idle" in message and "120 min" in message
 
@@ -175,20 +158,25 @@ def test_the_stop_waits_for_the_checkpoint_or_the_grace(
     w = _world({"stopAfterMinutes": 60, "action": "stop"})
     extra: dict[str, Any] = {}
     if checkpoint_ago is not None:
-        extra["lastCheckpoint"] = {"uri": "s3://ckpt/a/step-9", "time": _ago(checkpoint_ago)}
-    job = replace(_job(w, health_status={"stopRequestedTime": _ago(requested_ago)}, **extra), resume_request="r1")
-    d, moved = _run(w, job)
+        extra["lastCheckpoint"] = {"uri": "s3://ckpt/a/step-9", "time": decisions.ago(checkpoint_ago)}
+    job = replace(
+        _job(w, health_status={"stopRequestedTime": decisions.ago(requested_ago)}, **extra), resume_request="r1"
+    )
+    d, moved = decisions.run(w, job)
     if not stops:
-        assert moved is None and d.phase is JobPhase.RUNNING and not _requests(d)
-        assert _cond(d, "IdleStop") == (False, "CheckpointRequested")
+        assert moved is None and d.phase is JobPhase.RUNNING and not decisions.requests(d)
+        assert decisions.cond(d, "IdleStop") == (False, "CheckpointRequested")
         return
     assert moved is health.MoveReason.IDLE_STOP and d.phase is JobPhase.STOPPED
-    assert _cond(d, "Admitted") == (False, "StoppedIdle") and _cond(d, "IdleStop") == (True, "Stopped")
+    assert decisions.cond(d, "Admitted") == (False, "StoppedIdle") and decisions.cond(d, "IdleStop") == (
+        True,
+        "Stopped",
+    )
     assert d.status["attempt"] == 1 and d.status["workload"] is None
-    assert d.status["health"]["stoppedTime"] == _ago(0) and d.status["health"]["resumeSeen"] == "r1"
+    assert d.status["health"]["stoppedTime"] == decisions.ago(0) and d.status["health"]["resumeSeen"] == "r1"
     assert d.status["health"]["stopRequestedTime"] is None and d.status["health"]["idleSince"] is None
     assert [a for a in d.actions if isinstance(a, act.DeleteWorkload)] == [act.DeleteWorkload("a-a0", "stopped: idle")]
-    assert _events(d) == ["StoppedIdle"] and v.ANNOTATION_RESUME in d.reason
+    assert decisions.events(d) == ["StoppedIdle"] and v.ANNOTATION_RESUME in d.reason
 
 
 def _stamp(t: dt.datetime) -> str:
@@ -213,32 +201,32 @@ def test_the_stop_compares_checkpoint_steps_not_whole_second_times(
 
     policy = {"stopAfterMinutes": 60, "action": "stop"}
     w = _world(policy)
-    asked, _ = _run(w, _job(w, lastCheckpoint=ckpt(step_then, T0)), T0 + dt.timedelta(milliseconds=700))
-    assert _cond(asked, "IdleStop") == (False, "CheckpointRequested")
+    asked, _ = decisions.run(w, _job(w, lastCheckpoint=ckpt(step_then, T0)), T0 + dt.timedelta(milliseconds=700))
+    assert decisions.cond(asked, "IdleStop") == (False, "CheckpointRequested")
     assert asked.status["health"]["stopCheckpointStep"] == step_then
     w = _world(policy)
     job = _job(w, health_status=asked.status["health"], lastCheckpoint=ckpt(step_later, later_at))
-    d, moved = _run(w, job, T0 + dt.timedelta(seconds=2))
+    d, moved = decisions.run(w, job, T0 + dt.timedelta(seconds=2))
     assert (moved is health.MoveReason.IDLE_STOP) is stops
     assert d.phase is (JobPhase.STOPPED if stops else JobPhase.RUNNING)
 
 
 def test_a_job_without_checkpoint_is_not_stopped_unless_the_policy_says_so() -> None:
     w = _world({"stopAfterMinutes": 60, "action": "stop"})
-    d, moved = _run(w, _job(w, checkpoint=False))
-    assert moved is None and d.phase is JobPhase.RUNNING and not _requests(d)
-    assert _cond(d, "IdleStop") == (False, "NoCheckpoint") and "IdleLimit" in _events(d)
+    d, moved = decisions.run(w, _job(w, checkpoint=False))
+    assert moved is None and d.phase is JobPhase.RUNNING and not decisions.requests(d)
+    assert decisions.cond(d, "IdleStop") == (False, "NoCheckpoint") and "IdleLimit" in decisions.events(d)
     w2 = _world({"stopAfterMinutes": 60, "action": "stop", "stopWithoutCheckpoint": True})
-    d2, moved2 = _run(w2, _job(w2, checkpoint=False))
-    assert moved2 is health.MoveReason.IDLE_STOP and d2.phase is JobPhase.STOPPED and not _requests(d2)
+    d2, moved2 = decisions.run(w2, _job(w2, checkpoint=False))
+    assert moved2 is health.MoveReason.IDLE_STOP and d2.phase is JobPhase.STOPPED and not decisions.requests(d2)
     assert "its work is lost" in d2.reason
 
 
 def test_devices_busy_again_withdraw_the_request() -> None:
     w = _world({"stopAfterMinutes": 60, "action": "stop"})
-    job = _job(w, health_status={"stopRequestedTime": _ago(30)})
+    job = _job(w, health_status={"stopRequestedTime": decisions.ago(30)})
     w.report("p-0", util=80.0, memory=0.5, pods=dict.fromkeys(range(8), ("a-a0-0",)))
-    d, moved = _run(w, job)
+    d, moved = decisions.run(w, job)
     assert moved is None and d.phase is JobPhase.RUNNING
     assert d.status["health"]["stopRequestedTime"] is None and d.status["health"]["idleSince"] is None
 
@@ -247,8 +235,8 @@ def test_a_stale_report_stops_nothing() -> None:
     w = _world({"stopAfterMinutes": 60, "action": "stop"})
     job = _job(w)
     w.report("p-0", util=0.0, memory=0.0, pods=dict.fromkeys(range(8), ("a-a0-0",)), age=RULES.stale_after + 1)
-    d, moved = _run(w, job)
-    assert moved is None and not _requests(d) and _cond(d, "NodeReports") == (False, "ReportStale")
+    d, moved = decisions.run(w, job)
+    assert moved is None and not decisions.requests(d) and decisions.cond(d, "NodeReports") == (False, "ReportStale")
 
 
 # --- a Stopped job ----------------------------------------------------------------------------------
@@ -259,7 +247,7 @@ def _stopped(w: World, resume: str | None, seen: str | None = "r1") -> JobView:
         "phase": "Stopped",
         "attempt": 1,
         "plan": {"pool": "p", "accelerator": "h100-80gb", "devices": 8, "nodes": 1},
-        "health": {"stoppedTime": _ago(600), "resumeSeen": seen},
+        "health": {"stoppedTime": decisions.ago(600), "resumeSeen": seen},
         "conditions": [{"type": "Admitted", "status": "False", "reason": "StoppedIdle", "message": "stopped"}],
     }
     job = replace(w.job("a", "p", devices=8, status=st, checkpoint=CHECKPOINT), resume_request=resume)
@@ -273,7 +261,7 @@ def test_a_stopped_job_stays_stopped_without_a_new_resume_request(resume: str | 
     job = _stopped(w, resume, seen)
     d = decide(job, w.snapshot(), T0)
     assert d.phase is JobPhase.STOPPED and d.actions == () and d.status == {}
-    assert _cond(d, "Admitted") == (False, "StoppedIdle")
+    assert decisions.cond(d, "Admitted") == (False, "StoppedIdle")
 
 
 @pytest.mark.parametrize(("resume", "seen"), [("r2", "r1"), ("r1", None)])
@@ -282,7 +270,7 @@ def test_a_new_resume_request_plans_the_job_again_from_its_checkpoint(resume: st
     job = _stopped(w, resume, seen)
     d = decide(job, w.snapshot(), T0)
     assert d.phase is JobPhase.PENDING
-    assert _events(d)[0] == "Resumed" and any(isinstance(a, act.ResolveCheckpoint) for a in d.actions)
+    assert decisions.events(d)[0] == "Resumed" and any(isinstance(a, act.ResolveCheckpoint) for a in d.actions)
     assert d.status["health"]["stoppedTime"] is None
 
 

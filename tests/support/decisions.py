@@ -1,0 +1,49 @@
+"""What the table tests of the node-report decisions (``reconcile/health.py``,
+``reconcile/idle_stop.py``) read off a decision: one amended decision for a small world, its
+conditions, events and checkpoint requests, and status timestamps relative to ``T0``."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from accel_operator.reconcile import actions as act
+from accel_operator.reconcile import health
+from accel_operator.reconcile.decide import Decision, decide
+from accel_operator.reconcile.snapshot import JobView
+from tests.support.reconcile import T0, World
+
+RULES = health.Rules()
+
+
+def stamp(t: dt.datetime) -> str:
+    """A status timestamp (whole seconds, UTC)."""
+    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def ago(seconds: float) -> str:
+    """The status timestamp ``seconds`` before ``T0``."""
+    return stamp(T0 - dt.timedelta(seconds=seconds))
+
+
+def run(
+    w: World, job: JobView, now: dt.datetime = T0, rules: health.Rules = RULES
+) -> tuple[Decision, health.MoveReason | None]:
+    """``decide`` for ``job`` in ``w``'s snapshot at ``now``, amended by what the node reports say."""
+    snap = w.snapshot(now)
+    return health.amend(decide(job, snap, now), job, snap, now, rules)
+
+
+def cond(d: Decision, type_: str) -> tuple[bool, str] | None:
+    """The decision's condition ``type_`` as (ok, reason), or None when it sets none."""
+    c = next((c for c in d.conditions if c.type == type_), None)
+    return None if c is None else (c.ok, c.reason)
+
+
+def events(d: Decision) -> list[str]:
+    """The reasons of the events the decision records, in order."""
+    return [a.reason for a in d.actions if isinstance(a, act.RecordEvent)]
+
+
+def requests(d: Decision) -> list[act.RequestCheckpoint]:
+    """The checkpoint-now requests the decision makes."""
+    return [a for a in d.actions if isinstance(a, act.RequestCheckpoint)]
