@@ -34,6 +34,18 @@ CATALOG_IDS = (
     ("T4", "t4"),
 )
 
+# The model shapes the distributed and pipeline scripts measure (the shared calibration set's):
+# name → kind, hidden, layers, heads, kv_heads, inter, vocab.
+SHAPES: dict[str, tuple[str, int, int, int, int, int, int]] = {
+    "llama-125m": ("llama", 768, 12, 12, 12, 2048, 32000),
+    "llama-350m": ("llama", 1024, 24, 16, 16, 2816, 32000),
+    "llama-1.1b": ("llama", 2048, 22, 32, 4, 5632, 32000),
+    "llama-3b": ("llama", 3200, 26, 32, 32, 8640, 32000),
+    "llama-7b": ("llama", 4096, 32, 32, 32, 11008, 32000),
+    "gpt2-124m": ("gpt2", 768, 12, 12, 12, 3072, 50257),
+    "gpt2-355m": ("gpt2", 1024, 24, 16, 16, 4096, 50257),
+}
+
 
 def catalog_id(gpu_name: str) -> str | None:
     """The accelerator catalog's id for a CUDA device name, or None for a card it does not list."""

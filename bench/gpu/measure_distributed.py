@@ -87,16 +87,7 @@ class Config:
     grad_ckpt: bool = False
 
 
-_SHAPES: dict[str, tuple[str, int, int, int, int, int, int]] = {
-    # name: kind, hidden, layers, heads, kv_heads, inter, vocab (same shapes as the shared calibration set)
-    "llama-125m": ("llama", 768, 12, 12, 12, 2048, 32000),
-    "llama-350m": ("llama", 1024, 24, 16, 16, 2816, 32000),
-    "llama-1.1b": ("llama", 2048, 22, 32, 4, 5632, 32000),
-    "llama-3b": ("llama", 3200, 26, 32, 32, 8640, 32000),
-    "llama-7b": ("llama", 4096, 32, 32, 32, 11008, 32000),
-    "gpt2-124m": ("gpt2", 768, 12, 12, 12, 3072, 50257),
-    "gpt2-355m": ("gpt2", 1024, 24, 16, 16, 4096, 50257),
-}
+_SHAPES = common.SHAPES  # name: kind, hidden, layers, heads, kv_heads, inter, vocab
 
 
 def _c(model: str, sharding: str, micro_batch: int, seq: int, *, ckpt: bool = False, **kw: Any) -> Config:

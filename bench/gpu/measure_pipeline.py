@@ -78,14 +78,7 @@ class Config:
     precision: str = "amp_bf16"
 
 
-_SHAPES: dict[str, tuple[int, int, int, int, int, int]] = {
-    # name: hidden, layers, heads, kv_heads, inter, vocab (measure_distributed.py's Llama shapes)
-    "llama-125m": (768, 12, 12, 12, 2048, 32000),
-    "llama-350m": (1024, 24, 16, 16, 2816, 32000),
-    "llama-1.1b": (2048, 22, 32, 4, 5632, 32000),
-    "llama-3b": (3200, 26, 32, 32, 8640, 32000),
-    "llama-7b": (4096, 32, 32, 32, 11008, 32000),
-}
+_SHAPES = {name: shape[1:] for name, shape in common.SHAPES.items() if shape[0] == "llama"}  # the Llama shapes
 
 
 def _c(
