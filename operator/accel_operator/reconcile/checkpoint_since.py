@@ -5,8 +5,11 @@ consolidation move).
 Status times have whole seconds, so a checkpoint written a fraction of a second *before* the
 request, in the same second, would pass ``saved >= requested``, and the attempt would end on the
 old checkpoint. Steps do not have that blind spot: a checkpoint is new when its step is later than
-the step the job had reported when it was asked. Only when a step is unknown (the job reported
-none, or had no checkpoint then) do the times decide, and then only a later second counts.
+the step the job had reported when it was asked. With no step on record at the request (the job
+had no checkpoint then, or the request was recorded before steps were kept) the times decide: a
+checkpoint with a step counts from the request's own second on (the operator stamps a reported
+checkpoint when it sees it, so one seen in that second came with or after the request), one
+without a step (a status written by hand) only from a later second.
 """
 
 from __future__ import annotations
@@ -30,4 +33,6 @@ def written_since(last: CheckpointStatus | None, step_then: int | None, asked: d
     if last.step is not None and step_then is not None:
         return last.step > step_then
     saved = parse_time(last.time)
-    return saved is not None and asked is not None and saved > asked
+    if saved is None or asked is None:
+        return False
+    return saved >= asked if last.step is not None else saved > asked

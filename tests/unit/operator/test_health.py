@@ -175,8 +175,7 @@ def _ckpt(step: int | None, at: dt.datetime) -> dict[str, Any]:
         ((9, T0), (9, T0), False),
         ((9, T0), (10, T0), True),  # a later step in the request's own second is new
         ((9, T0 - dt.timedelta(minutes=5)), (10, T0 + dt.timedelta(seconds=1)), True),
-        (None, (3, T0), False),  # no checkpoint at the request, no step to compare: the same second is not later
-        (None, (3, T0 + dt.timedelta(seconds=1)), True),  # ... a later second is
+        (None, (3, T0), True),  # no checkpoint at the request: any one since is new, in the same second too
         ((None, T0), (None, T0), False),  # the job reports no steps: times decide, strictly later
         ((None, T0), (None, T0 + dt.timedelta(seconds=1)), True),
     ],

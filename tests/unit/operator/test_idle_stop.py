@@ -179,31 +179,29 @@ def test_the_stop_waits_for_the_checkpoint_or_the_grace(
     assert decisions.events(d) == ["StoppedIdle"] and v.ANNOTATION_RESUME in d.reason
 
 
-def _stamp(t: dt.datetime) -> str:
-    return t.strftime("%Y-%m-%dT%H:%M:%SZ")  # whole seconds, as status holds them
-
-
 @pytest.mark.parametrize(
     ("step_then", "step_later", "later_at", "stops"),
     [
         (9, 9, T0, False),  # step 9 written 0.3 s before the request, in its second: not the asked-for one
         (9, 10, T0, True),  # a later step in the same second is
+        ("absent", 3, T0, True),  # no checkpoint at the request: the first one is new, in the same second too
         (None, None, T0, False),  # no steps reported: times decide, and the same second is not later
         (None, None, T0 + dt.timedelta(seconds=1), True),
     ],
 )
 def test_the_stop_compares_checkpoint_steps_not_whole_second_times(
-    step_then: int | None, step_later: int | None, later_at: dt.datetime, stops: bool
+    step_then: int | str | None, step_later: int | None, later_at: dt.datetime, stops: bool
 ) -> None:
-    def ckpt(step: int | None, at: dt.datetime) -> dict[str, Any]:
-        out: dict[str, Any] = {"uri": "s3://ckpt/a/step-9", "time": _stamp(at)}
+    def ckpt(step: int | str | None, at: dt.datetime) -> dict[str, Any]:
+        out: dict[str, Any] = {"uri": "s3://ckpt/a/step-9", "time": decisions.stamp(at)}
         return out if step is None else {**out, "step": step}
 
     policy = {"stopAfterMinutes": 60, "action": "stop"}
     w = _world(policy)
-    asked, _ = decisions.run(w, _job(w, lastCheckpoint=ckpt(step_then, T0)), T0 + dt.timedelta(milliseconds=700))
+    on_record: dict[str, Any] = {} if step_then == "absent" else {"lastCheckpoint": ckpt(step_then, T0)}
+    asked, _ = decisions.run(w, _job(w, **on_record), T0 + dt.timedelta(milliseconds=700))
     assert decisions.cond(asked, "IdleStop") == (False, "CheckpointRequested")
-    assert asked.status["health"]["stopCheckpointStep"] == step_then
+    assert asked.status["health"]["stopCheckpointStep"] == (None if step_then == "absent" else step_then)
     w = _world(policy)
     job = _job(w, health_status=asked.status["health"], lastCheckpoint=ckpt(step_later, later_at))
     d, moved = decisions.run(w, job, T0 + dt.timedelta(seconds=2))
