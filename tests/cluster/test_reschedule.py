@@ -388,8 +388,13 @@ def test_a_policy_stops_an_idle_job_at_its_checkpoint_and_a_user_resumes_it(
                 assert conds["IdleStop"]["reason"] == "Stopped" and v.ANNOTATION_RESUME in conds["IdleStop"]["message"]
                 assert st["attempt"] == 1 and st["health"]["stoppedTime"]
                 assert "checkpoint written" in st["message"] and f"policy idle-{namespace}" in st["message"]
-                reasons = [r for r, _ in events_of(core, namespace, "sleepy")]
-                assert "IdleStopRequested" in reasons and "StoppedIdle" in reasons, reasons
+                # The events follow the status write that made the job Stopped: wait for them.
+                wanted = {"IdleStopRequested", "StoppedIdle"}
+                wait_for(
+                    lambda: wanted <= {r for r, _ in events_of(core, namespace, "sleepy")},
+                    timeout=30,
+                    what="the IdleStopRequested and StoppedIdle events",
+                )
                 wait_for(
                     lambda: (
                         not [p for p in pods_of(core, namespace, "sleepy") if p.metadata.deletion_timestamp is None]
