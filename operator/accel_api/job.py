@@ -536,6 +536,11 @@ class AttemptCost(ApiModel):
     end: bounds.Time | None = Field(default=None, description="When the attempt ended; nothing accrues after it.")
     preempted: bool = False
     lost_device_seconds: _Seconds = 0.0
+    rolled_up: bool = Field(
+        default=False,
+        description="Folded into the operator's durable cost rollup: the cost counters and reports count it from "
+        "there (it outlives the job).",
+    )
 
 
 class CostTotals(ApiModel):
@@ -576,6 +581,9 @@ class CostStatus(ApiModel):
         Field(max_length=COST_ATTEMPTS),
     ] = Field(default_factory=list)
     folded: CostTotals | None = Field(default=None, description="Attempts dropped from the list, summed.")
+    rolled_up_folded: CostTotals | None = Field(
+        default=None, description="Attempts dropped from the list that were in the cost rollup already, summed."
+    )
     over_budget: OverBudget | None = None
     updated: bounds.Time | None = None
 

@@ -146,7 +146,8 @@ def accrue(
             end, preempted = attempt_held.failure_end(failure), failure.kind is FailureKind.PREEMPTION
         else:
             end, preempted = None, False
-        cost = _close(cost, entry.attempt, end, preempted, job, reported=_reported_lost(job, entry.attempt))
+        lost = _reported_lost(job, entry.attempt)
+        cost = _close(cost, entry.attempt, end, preempted, _checkpoint(job), reported=lost)
     plan = st.plan
     admitted = _time(st.admitted_time)
     held = plan is not None and plan.pool and plan.devices and admitted is not None
@@ -175,7 +176,7 @@ def accrue(
         end = completion_end(job, workload)
         preempted = failure is not None and failure.attempt == st.attempt and failure.kind is FailureKind.PREEMPTION
         lost = _reported_lost(job, st.attempt)
-        cost = _close(cost, st.attempt, end, preempted and st.phase is JobPhase.FAILED, job, reported=lost)
+        cost = _close(cost, st.attempt, end, preempted and st.phase is JobPhase.FAILED, _checkpoint(job), reported=lost)
     return ledger.with_totals(cost.model_copy(update={"updated": ledger.fmt(now)}))
 
 
@@ -188,8 +189,28 @@ def _reported_lost(job: JobView, attempt: int) -> float | None:
     return failure.lost_device_seconds
 
 
+def _checkpoint(job: JobView) -> dt.datetime | None:
+    checkpoint = job.status.last_checkpoint
+    return _time(checkpoint.time) if checkpoint is not None else None
+
+
+def at_deletion(cost: CostStatus, end: dt.datetime) -> CostStatus:
+    """A deleted job's ledger with every open attempt closed at ``end`` (when the operator saw the
+    deletion): the time since the last accrual is charged at the attempt's last price."""
+    for entry in cost.attempts:
+        if entry.end is None:
+            cost = _close(cost, entry.attempt, end, False, None, reported=None)
+    return ledger.with_totals(cost)
+
+
 def _close(
-    cost: CostStatus, attempt: int, end: dt.datetime | None, preempted: bool, job: JobView, *, reported: float | None
+    cost: CostStatus,
+    attempt: int,
+    end: dt.datetime | None,
+    preempted: bool,
+    checkpoint: dt.datetime | None,
+    *,
+    reported: float | None,
 ) -> CostStatus:
     entry = next((a for a in cost.attempts if a.attempt == attempt), None)
     if entry is None or entry.end is not None:
@@ -216,14 +237,13 @@ def _close(
                 last.idle_fraction,
             ),
         )
-    checkpoint = job.status.last_checkpoint
     return ledger.close(
         cost,
         ledger.AttemptEnd(
             attempt,
             end,
             preempted=preempted,
-            checkpoint=_time(checkpoint.time) if checkpoint is not None else None,
+            checkpoint=checkpoint,
             reported_lost_device_seconds=reported,
         ),
     )
