@@ -95,7 +95,7 @@ class KubeCostWriter:
             else:
                 cm = self._core.replace_namespaced_config_map(name, namespace, body)
         except ApiException as exc:
-            if exc.status in (404, 409):
+            if exc.status == 409 or (exc.status == 404 and version is not None):
                 raise RollupConflict(f"configmap {namespace}/{name} changed meanwhile ({exc.status})") from exc
             raise ClusterUnavailable(f"configmap {namespace}/{name}: {exc.status} {exc.reason}") from exc
         except urllib3.exceptions.HTTPError as exc:
