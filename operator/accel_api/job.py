@@ -659,6 +659,9 @@ class AttemptHeld(ApiModel):
     )
 
 
+EARLIER_FAILURES = 8
+
+
 class AttemptFailure(ApiModel):
     """How an attempt ended when it did not succeed: a failure of the program or a preemption."""
 
@@ -709,6 +712,15 @@ class AcceleratorJobStatus(ApiModel):
     admitted_time: bounds.Time | None = None
     retries: bounds.Count = 0
     last_failure: AttemptFailure | None = None
+    earlier_failures: Annotated[
+        list[AttemptFailure],
+        BeforeValidator(bounds.keep_last(EARLIER_FAILURES)),
+        Field(max_length=EARLIER_FAILURES),
+    ] = Field(
+        default_factory=list,
+        description="The failures before lastFailure (their messages dropped), so the cost ledger charges every "
+        "attempt that ran, even two that ended between two of its ticks.",
+    )
     preemptions: bounds.Count = 0
     last_checkpoint: CheckpointStatus | None = None
     resume: ResumeStatus | None = None

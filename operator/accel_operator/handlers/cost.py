@@ -163,6 +163,13 @@ class Accountant:
             failure = st.last_failure
             held = failure.held if failure is not None else None
             failed = self._quote(snap, held.pool, quotes) if held is not None else None
+            held_prices: dict[str, accrual.Price] = {}
+            for earlier in st.earlier_failures:
+                q = self._quote(snap, earlier.held.pool, quotes) if earlier.held is not None else None
+                if q is not None and earlier.held is not None:
+                    held_prices[earlier.held.pool] = accrual.Price(
+                        q.usd_per_device_hour, q.on_demand_usd_per_device_hour
+                    )
             ledgers[key] = accrual.accrue(
                 job,
                 self.known.get(job.uid),
@@ -173,6 +180,7 @@ class Accountant:
                 failed_price=accrual.Price(failed.usd_per_device_hour, failed.on_demand_usd_per_device_hour)
                 if failed
                 else None,
+                held_prices=held_prices,
             )
         # Team spending per policy: the deleted jobs' settled figures and every live job's ledger;
         # what the policy carries for a job is its ledger as its status holds it after this step.
