@@ -144,18 +144,27 @@ def fold(
     (its whole ledger, the attempts folded earlier included) becomes its report row."""
     pending = {p.uid: p for p in rollup.pending}
     done = set(pending[job.uid].attempts) if job.uid in pending else set()
-    buckets = {(b.day, b.team, b.pool, b.capacity_type): figures(b.f) for b in rollup.buckets}
+    changed: dict[tuple[str, str, str, CapacityType], ledger.Figures] = {}
     added: list[int] = []
     for entry in attempts:
         if entry.attempt in done or entry.rolled_up:
             continue
         for day, f in attempt_days(entry).items():
             key = (day.isoformat(), job.team, entry.pool, entry.capacity_type)
-            buckets[key] = buckets.get(key, ledger.Figures()) + f
+            changed[key] = changed.get(key, ledger.Figures()) + f
         done.add(entry.attempt)
         added.append(entry.attempt)
     if not added and gone is None:
         return rollup
+    # Only the buckets this fold touches are made anew (a rollup holds thousands).
+    buckets: dict[tuple[str, str, str, CapacityType], Bucket] = {
+        (b.day, b.team, b.pool, b.capacity_type): b for b in rollup.buckets
+    }
+    for key, f in changed.items():
+        old_bucket = buckets.get(key)
+        total = f if old_bucket is None else figures(old_bucket.f) + f
+        d, t, p, c = key
+        buckets[key] = Bucket(day=d, team=t, pool=p, capacity_type=c, f=wire(total))
     old = pending.get(job.uid)
     mark = Pending(
         uid=job.uid,
@@ -168,9 +177,10 @@ def fold(
         jobs.append(_summary(job, summary, gone))
     return rollup.model_copy(
         update={
-            "buckets": [
-                Bucket(day=d, team=t, pool=p, capacity_type=c, f=wire(f)) for (d, t, p, c), f in sorted(buckets.items())
-            ],
+            # A new key is put in order; otherwise the order stands.
+            "buckets": [buckets[k] for k in sorted(buckets)]
+            if len(buckets) > len(rollup.buckets)
+            else list(buckets.values()),
             "pending": [*kept, mark],
             "jobs": jobs[-ROLLUP_JOBS:],
             "revision": rollup.revision + 1,
@@ -239,18 +249,30 @@ def bound(rollup: CostRollup, now: dt.datetime) -> CostRollup:
             moved.append(buckets.pop(0))
     jobs = list(rollup.jobs)
     out = rollup if not moved else _with(rollup, buckets, moved, jobs)
-    while size(out) > ROLLUP_BYTES and (out.jobs or out.buckets):
-        jobs = list(out.jobs)
-        buckets = list(out.buckets)
-        moved = []
-        if jobs:
-            del jobs[: max(1, len(jobs) // 8)]
-        else:
-            day = min(b.day for b in buckets)
-            moved = [b for b in buckets if b.day == day]
-            buckets = [b for b in buckets if b.day != day]
-        out = _with(out, buckets, moved, jobs)
+    excess = size(out) - ROLLUP_BYTES
+    if excess <= 0:
+        return out
+    # Over the size: the oldest job summaries go first, then the oldest days fold into ``before``
+    # (each item's share of the JSON measured once; a little more is taken than measured, as
+    # ``before`` grows by what it receives).
+    jobs, buckets, moved = list(out.jobs), sorted(out.buckets, key=lambda b: b.day), []
+    while excess > 0 and jobs:
+        excess -= _item_size(jobs.pop(0))
+    while excess > -4096 and buckets:
+        day = buckets[0].day
+        while buckets and buckets[0].day == day:
+            b = buckets.pop(0)
+            moved.append(b)
+            excess -= _item_size(b)
+    out = _with(out, buckets, moved, jobs)
+    while size(out) > ROLLUP_BYTES and out.buckets:  # rarely: ``before`` grew by more than measured
+        day = min(b.day for b in out.buckets)
+        out = _with(out, [b for b in out.buckets if b.day != day], [b for b in out.buckets if b.day == day], [])
     return out
+
+
+def _item_size(item: Bucket | JobSummary) -> int:
+    return len(json.dumps(item.model_dump(by_alias=True, mode="json", exclude_none=True), separators=(",", ":"))) + 1
 
 
 def _with(rollup: CostRollup, buckets: list[Bucket], moved: list[Bucket], jobs: list[JobSummary]) -> CostRollup:
