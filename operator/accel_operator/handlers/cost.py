@@ -329,6 +329,7 @@ class Accountant:
             except RollupConflict as exc:
                 log.info("cost rollup not written: %s; reading it again", exc)
                 self.stored = None
+                await self._load_rollup()  # folded next step, on what is there now
                 return ledgers, writes
             except ClusterUnavailable as exc:
                 log.info("cost rollup not written: %s", exc)
