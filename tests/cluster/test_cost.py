@@ -431,8 +431,10 @@ def test_deleted_jobs_stay_in_the_counters_and_the_report_to_the_cent_across_a_r
             counted = _counter(port, team, pool)
         logs.append(first.output)
         spent_running = sum(d["f"][0] for d in running["days"])
+        # Charged up to the DELETED event (it comes a fraction of a second after the delete call
+        # returned): at least what its status said last, within a cent of the deletion.
         upper = DEVICES * (deleted_by - admitted.timestamp()) * PRICE / 3600
-        assert last_written <= spent_running + 1e-6 and spent_running <= upper + 1e-6, (
+        assert last_written <= spent_running + 1e-6 and spent_running < upper + 0.005, (
             last_written,
             spent_running,
             upper,

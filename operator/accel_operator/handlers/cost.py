@@ -265,6 +265,8 @@ class Accountant:
             if uid in uids or uid in self.gone:
                 continue
             end = min(self.deleted_at.get(uid, now), now)
+            how = "its DELETED event" if uid in self.deleted_at else "when it was seen gone"
+            log.info("job %s/%s deleted: its open attempt is charged up to %s (%s)", who.namespace, who.name, end, how)
             closed = accrual.at_deletion(cost, end)
             self.gone[uid] = (who, closed, end)
             self.final_spend[uid] = teamspend.LiveJob(uid, who.team, closed)
