@@ -115,6 +115,11 @@ class Accountant:
             await asyncio.sleep(pause)
             sched = self.scheduler
             if not sched.ready or sched.indices is None or not sched.elector.leading():
+                # What a later leadership would find gone is not known from here: a job seen
+                # last long ago may have ended since (its old ledger must not be closed at its
+                # deletion). Deletions while not leading are those of an operator that was down.
+                self.previous.clear()
+                self.deleted_at.clear()
                 continue
             t0 = time.monotonic()
             try:
