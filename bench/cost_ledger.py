@@ -8,7 +8,10 @@
 3. ``accelctl cost report`` row building over --jobs ledgers (by team);
 4. one policy's team-totals step (``teamspend.step``: 20 teams, a monthly and a daily budget
    each) over --jobs ledgers, a tenth of them deleted since the last step, and the size of the
-   ``status.ledger`` it writes.
+   ``status.ledger`` it writes;
+5. the durable cost rollup (``rollup.fold``): every attempt of --jobs ledgers folded (as after
+   they all ended), --jobs deleted jobs' summaries, and a rollup filled to its bounds (400 days
+   x 12 teams/pools, the longest names) bounded (``rollup.bound``), with its JSON size.
 """
 
 from __future__ import annotations
@@ -19,10 +22,11 @@ import datetime as dt
 import json
 import time
 
+from accel_api.costrollup import Bucket, CostRollup
 from accel_api.enums import CapacityType
 from accel_api.job import AcceleratorJobSpec, AcceleratorJobStatus, CostStatus
 from accel_api.policy import AcceleratorPolicySpec
-from accel_operator.reconcile import accrual, costreport, ledger, teamspend
+from accel_operator.reconcile import accrual, costreport, ledger, rollup, teamspend
 from accel_operator.reconcile.snapshot import JobView
 
 T0 = dt.datetime(2026, 11, 1, tzinfo=dt.UTC)
@@ -93,6 +97,36 @@ def main() -> None:
     print(
         f"team totals step over {args.jobs} ledgers ({len(done.folded)} deleted, folded): {took:.2f} s; "
         f"status.ledger {size / 1024:.0f} KiB ({len(done.ledger.carried)} carried)"
+    )
+    _rollup_figures(costs, now)
+
+
+def _rollup_figures(costs: list[costreport.JobCost], now: dt.datetime) -> None:
+    stored = CostRollup()
+    t0 = time.perf_counter()
+    for c in costs:
+        stored = rollup.fold(stored, rollup.JobId(c.name, c.namespace, c.name, c.team), c.cost.attempts)
+    fold = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    for c in costs:
+        stored = rollup.fold(stored, rollup.JobId(c.name, c.namespace, c.name, c.team), [], gone=now, summary=c.cost)
+    gone = time.perf_counter() - t0
+    print(
+        f"rollup: {len(costs)} jobs' attempts folded in {fold:.2f} s, {len(costs)} deletions in {gone:.2f} s; "
+        f"{len(stored.buckets)} buckets, {rollup.size(stored) / 1024:.0f} KiB before bounding"
+    )
+    big = []
+    for d in range(440):
+        day = (now - dt.timedelta(days=d)).date().isoformat()
+        for k in range(12):
+            big.append(Bucket(day=day, team="t" * 63, pool=f"{'p' * 240}-{k}", f=[1.0] * 7))
+    full = stored.model_copy(update={"buckets": big})
+    t0 = time.perf_counter()
+    bounded = rollup.bound(full, now)
+    print(
+        f"rollup bounded from {len(big)} buckets ({rollup.size(full) / 1024:.0f} KiB) in "
+        f"{time.perf_counter() - t0:.2f} s: {len(bounded.buckets)} buckets, {len(bounded.jobs)} summaries, "
+        f"{rollup.size(bounded) / 1024:.0f} KiB"
     )
 
 

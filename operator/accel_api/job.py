@@ -536,6 +536,11 @@ class AttemptCost(ApiModel):
     end: bounds.Time | None = Field(default=None, description="When the attempt ended; nothing accrues after it.")
     preempted: bool = False
     lost_device_seconds: _Seconds = 0.0
+    rolled_up: bool = Field(
+        default=False,
+        description="Folded into the operator's durable cost rollup: the cost counters and reports count it from "
+        "there (it outlives the job).",
+    )
 
 
 class CostTotals(ApiModel):
@@ -576,6 +581,9 @@ class CostStatus(ApiModel):
         Field(max_length=COST_ATTEMPTS),
     ] = Field(default_factory=list)
     folded: CostTotals | None = Field(default=None, description="Attempts dropped from the list, summed.")
+    rolled_up_folded: CostTotals | None = Field(
+        default=None, description="Attempts dropped from the list that were in the cost rollup already, summed."
+    )
     over_budget: OverBudget | None = None
     updated: bounds.Time | None = None
 
@@ -657,6 +665,9 @@ class AttemptHeld(ApiModel):
     )
 
 
+EARLIER_FAILURES = 8
+
+
 class AttemptFailure(ApiModel):
     """How an attempt ended when it did not succeed: a failure of the program or a preemption."""
 
@@ -711,6 +722,15 @@ class AcceleratorJobStatus(ApiModel):
     admitted_time: bounds.Time | None = None
     retries: bounds.Count = 0
     last_failure: AttemptFailure | None = None
+    earlier_failures: Annotated[
+        list[AttemptFailure],
+        BeforeValidator(bounds.keep_last(EARLIER_FAILURES)),
+        Field(max_length=EARLIER_FAILURES),
+    ] = Field(
+        default_factory=list,
+        description="The failures before lastFailure (their messages dropped), so the cost ledger charges every "
+        "attempt that ran, even two that ended between two of its ticks.",
+    )
     preemptions: bounds.Count = 0
     last_checkpoint: CheckpointStatus | None = None
     resume: ResumeStatus | None = None

@@ -239,6 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     api = kubeapi.api_client(cluster.kubeconfig)
     core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
     kubeapi.install_crds(api)
+    kubeapi.ensure_namespace(api, "accel-system")  # the operator's cost rollup (a ConfigMap) lives there
     _label_teams(core)
 
     docs = [d for p in sorted(EXAMPLES.glob("*.yaml")) for d in load_documents(p.read_text(), source=p.name)]

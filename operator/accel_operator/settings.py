@@ -120,6 +120,13 @@ class OperatorSettings(BaseSettings):
         description="A running job's status.cost is written at most this often (at once when an attempt starts "
         "or ends or a budget is crossed); team spending and metrics follow every accrual.",
     )
+    cost_rollup: str = Field(
+        default="accel-cost-rollup",
+        max_length=253,
+        description="The ConfigMap in cost_rollup_namespace that keeps what ended attempts cost after their jobs "
+        "are deleted (the cost counters and reports read it); empty: off (the counters drop deleted jobs).",
+    )
+    cost_rollup_namespace: str = Field(default="accel-system", max_length=63)
     aws_region: str = Field(
         default="", max_length=32, description="Live EC2 spot prices for `price.source: live` pools; empty: off."
     )

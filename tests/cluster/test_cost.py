@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+import json
 import time
+import urllib.request
 import uuid
 from typing import Any
 
@@ -18,7 +20,7 @@ from accel_api import registry
 from accel_api import vocabulary as v
 from accel_localcluster import kubeapi, preempt
 from accel_operator.settings import OperatorSettings
-from tests.support.cluster import unexpected_errors, wait_for
+from tests.support.cluster import free_port, unexpected_errors, wait_for
 from tests.support.jobs import (
     create_job,
     end_pods,
@@ -179,8 +181,9 @@ def test_a_deleted_jobs_money_stays_in_its_teams_total_to_the_cent(
     api: client.ApiClient, core: client.CoreV1Api, crds: list[str], namespace: str
 ) -> None:
     """Two jobs run and accrue; one is deleted while the operator runs, the other while it is
-    stopped. The team's spending in the policy status keeps both jobs' money, each as its status
-    said last, once (ticks after the fold change nothing)."""
+    stopped. The team's spending in the policy status keeps both jobs' money once (ticks after
+    the fold change nothing): the first up to its deletion (as the cost rollup's row of it says,
+    at least what its status said last), the second as its status said last."""
     custom = client.CustomObjectsApi(api)
     pool = f"{namespace}-od"
     policy = f"{namespace}-budget"
@@ -228,7 +231,7 @@ def test_a_deleted_jobs_money_stays_in_its_teams_total_to_the_cent(
                     )
                     wait_for(functools.partial(carried, uids[name]), timeout=15, what=f"{name} carried by the policy")
                 # Deleted while the operator runs.
-                spent_first = status(api, namespace, "first")["cost"]["spentUsd"]
+                written_first = status(api, namespace, "first")["cost"]["spentUsd"]
                 delete("first")
                 wait_for(
                     lambda: uids["first"] in ledger_of().get("settledUids", []),
@@ -236,6 +239,10 @@ def test_a_deleted_jobs_money_stays_in_its_teams_total_to_the_cent(
                     what="the deleted job folded into the settled totals",
                 )
                 assert carried(uids["first"]) is None
+                cm = core.read_namespaced_config_map("accel-cost-rollup", namespace)
+                (row,) = [j for j in json.loads(cm.data["rollup.json"])["jobs"] if j["uid"] == uids["first"]]
+                spent_first = sum(d["f"][0] for d in row["days"])
+                assert written_first <= spent_first + 1e-6, (written_first, spent_first)
             logs.append(first.output)
             # Deleted while the operator is stopped: the policy's status still carries it as its
             # status said last.
@@ -328,5 +335,125 @@ def test_an_attempt_that_ran_and_failed_while_the_operator_was_down_is_charged(
     assert abs(cost["spentUsd"] - expected) < 0.005, (cost, expected)
     first_attempt = cost["attempts"][0]
     assert first_attempt["attempt"] == 0 and first_attempt["end"] == held["endTime"]
+    for text in logs:
+        assert not unexpected_errors(text, []), unexpected_errors(text, [])
+
+
+def _counter(port: int, team: str, pool: str) -> float | None:
+    """``accel_cost_usd_total`` of (team, pool, on-demand) from the operator's /metrics."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "accel_cost_usd_total" and sample.labels == {
+                "team": team,
+                "pool": pool,
+                "capacity_type": "on-demand",
+            }:
+                return float(sample.value)
+    return None
+
+
+def _report(capsys: Any, namespace: str, by: str) -> dict[str, dict[str, Any]]:
+    from accel_operator.cli import main as cli
+
+    argv = ["cost", "report", "--by", by, "--since", "30d", "-o", "json", "--rollup-namespace", namespace]
+    assert cli.main(argv) == 0
+    return {r["key"]: r for r in json.loads(capsys.readouterr().out)["rows"]}
+
+
+def test_deleted_jobs_stay_in_the_counters_and_the_report_to_the_cent_across_a_restart(
+    api: client.ApiClient, core: client.CoreV1Api, crds: list[str], namespace: str, capsys: Any
+) -> None:
+    """A job runs and succeeds, then is deleted; another is deleted while it runs. The cost
+    counter on /metrics and `accelctl cost report --since 30d` (team and job rows) still count
+    both: the finished one to the cent of its final ledger, the running one up to its deletion
+    (at least what its status said last). An operator restart changes nothing."""
+    pool = f"{namespace}-od"
+    team = f"team-{uuid.uuid4().hex[:6]}"
+    custom = client.CustomObjectsApi(api)
+    logs: list[str] = []
+
+    def settings(port: int) -> OperatorSettings:
+        return _operator_settings(namespace).model_copy(update={"metrics_port": port, "metrics_address": "127.0.0.1"})
+
+    def rollup() -> dict[str, Any]:
+        cm = core.read_namespaced_config_map("accel-cost-rollup", namespace)
+        return dict(json.loads(cm.data["rollup.json"]))
+
+    def summary(uid: str) -> dict[str, Any] | None:
+        try:
+            return next((j for j in rollup().get("jobs", []) if j["uid"] == uid), None)
+        except client.ApiException:
+            return None
+
+    def delete(name: str) -> tuple[float, float]:
+        before = time.time()
+        custom.delete_namespaced_custom_object(v.GROUP, v.VERSION, namespace, registry.JOB.plural, name)
+        return before, time.time()
+
+    with gpu_pool(api, pool, count=1, capacityType="on-demand", price={"onDemandPerDeviceHour": PRICE}):
+        port = free_port()
+        with running_operator(settings(port)) as first:
+            create_job(api, job_doc(namespace, pool, devices=DEVICES, name="done", team=team))
+            wait_phase(api, namespace, "done", "Running", timeout=60)
+            time.sleep(4)
+            end_pods(core, namespace, "done", 0)
+            wait_phase(api, namespace, "done", "Succeeded", timeout=60)
+            done = wait_for(
+                lambda: (
+                    (c := status(api, namespace, "done").get("cost") or {}).get("attempts")
+                    and all(a.get("rolledUp") for a in c["attempts"])
+                    and c
+                ),
+                timeout=30,
+                what="the finished attempt folded into the rollup and marked",
+            )
+            uid_done = get_job(api, namespace, "done")["metadata"]["uid"]
+            assert done["spentUsd"] > 0.005
+            delete("done")
+            wait_for(lambda: summary(uid_done), timeout=30, what="the deleted job's row in the rollup")
+            create_job(api, job_doc(namespace, pool, devices=DEVICES, name="running", team=team))
+            wait_phase(api, namespace, "running", "Running", timeout=60)
+            admitted = _t(status(api, namespace, "running")["admittedTime"])
+            wait_for(
+                lambda: (status(api, namespace, "running").get("cost") or {}).get("spentUsd", 0) > 0.01,
+                timeout=30,
+                what="the running job accruing",
+            )
+            uid_running = get_job(api, namespace, "running")["metadata"]["uid"]
+            last_written = status(api, namespace, "running")["cost"]["spentUsd"]
+            _, deleted_by = delete("running")
+            running = wait_for(lambda: summary(uid_running), timeout=30, what="the running job folded at its deletion")
+            time.sleep(2.5)  # more ticks: nothing moves
+            counted = _counter(port, team, pool)
+        logs.append(first.output)
+        spent_running = sum(d["f"][0] for d in running["days"])
+        # Charged up to the DELETED event (it comes a fraction of a second after the delete call
+        # returned): at least what its status said last, within a cent of the deletion.
+        upper = DEVICES * (deleted_by - admitted.timestamp()) * PRICE / 3600
+        assert last_written <= spent_running + 1e-6 and spent_running < upper + 0.005, (
+            last_written,
+            spent_running,
+            upper,
+        )
+        assert round(sum(d["f"][0] for d in summary(uid_done)["days"]), 2) == round(done["spentUsd"], 2)  # type: ignore[index]
+        expected = done["spentUsd"] + spent_running
+        assert counted is not None and abs(counted - expected) < 0.005, (counted, expected)
+        teams = _report(capsys, namespace, "team")
+        assert abs(teams[team]["spentUsd"] - expected) < 0.005 and teams[team]["jobs"] == 2, teams
+        jobs = _report(capsys, namespace, "job")
+        assert abs(jobs[f"{namespace}/done"]["spentUsd"] - done["spentUsd"]) < 0.005, jobs
+        assert abs(jobs[f"{namespace}/running"]["spentUsd"] - spent_running) < 0.005, jobs
+        # A restart: the counter starts from the rollup, not from zero, and does not double.
+        port = free_port()
+        with running_operator(settings(port)) as second:
+            again = wait_for(lambda: _counter(port, team, pool), timeout=30, what="the counter after the restart")
+            time.sleep(2.5)
+            assert _counter(port, team, pool) == again
+        logs.append(second.output)
+    assert abs(again - counted) < 1e-6, (again, counted)
     for text in logs:
         assert not unexpected_errors(text, []), unexpected_errors(text, [])

@@ -186,6 +186,13 @@ def test_operator_runs_under_its_least_privilege_role(
                 what="the team's spending in the policy status",
             )
             assert (_status(api, namespace, "rbac") or {})["cost"]["spentUsd"] > 0
+            # The durable cost rollup (a ConfigMap in the operator's namespace) under the same
+            # role: the finished attempt folded into it (create, then get and update by name).
+            wait_for(
+                lambda: any(b["team"] == f"{namespace}-team" for b in _rollup(core).get("buckets", [])),
+                timeout=30,
+                what="the finished attempt in the cost rollup",
+            )
         finally:
             proc.terminate()
             proc.wait(timeout=30)
@@ -199,6 +206,14 @@ def test_operator_runs_under_its_least_privilege_role(
     assert any(r.get("logger") == "accel_operator.scheduler" and r.get("job") for r in records), text[-2000:]
     # RBAC denials name the user; a 403 for a namespace being deleted (another test's) does not.
     assert "is forbidden: User" not in text, text[-3000:]
+
+
+def _rollup(core: client.CoreV1Api) -> dict[str, Any]:
+    try:
+        cm = core.read_namespaced_config_map("accel-cost-rollup", "accel-system")
+    except client.ApiException:
+        return {}
+    return dict(json.loads((cm.data or {}).get("rollup.json") or "{}"))
 
 
 def test_waiting_job_is_replanned_when_pools_appear(api: client.ApiClient, namespace: str, operator: Any) -> None:

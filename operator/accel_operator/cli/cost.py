@@ -4,7 +4,9 @@ ledgers in ``status.cost``, the policies' budgets in ``status.spend``).
 ``-o table|csv|json`` print rows (spent, lost to preemption, idle, the on-demand equivalent, spot
 savings, the planner's forecast, device-hours, jobs); ``-o html`` writes one self-contained file
 with charts (see :mod:`accel_operator.cli.costhtml`). ``--from-file`` reads a List of
-AcceleratorJobs (and AcceleratorPolicies) from YAML instead of the cluster.
+AcceleratorJobs (and AcceleratorPolicies, and the rollup's ConfigMap) from YAML instead of the
+cluster. Deleted jobs count from the operator's durable cost rollup (the ConfigMap
+``--rollup`` in ``--rollup-namespace``), so a 30-day report includes the jobs deleted in those days.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from accel_api import durations, loader
+from accel_api.costrollup import CostRollup
 from accel_api.job import CostStatus
 from accel_api.policy import AcceleratorPolicyStatus
 from accel_operator.cli.errors import UsageError
@@ -40,6 +43,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     report.add_argument("--out", metavar="FILE", help="html: where to write (default cost-report.html)")
     report.add_argument("-n", "--namespace", help="only this namespace's jobs (default: all)")
     report.add_argument("--from-file", metavar="FILE", help="read jobs and policies from YAML, not the cluster")
+    report.add_argument(
+        "--rollup", default="accel-cost-rollup", help="the operator's cost rollup ConfigMap (deleted jobs); '' for none"
+    )
+    report.add_argument("--rollup-namespace", default="accel-system", help="the namespace of --rollup")
 
 
 def _objects(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -57,11 +64,36 @@ def _objects(args: argparse.Namespace) -> list[dict[str, Any]]:
 
     try:
         api = api_client()
-        return costs.list_jobs(api, args.namespace) + costs.list_policies(api)
+        out = costs.list_jobs(api, args.namespace) + costs.list_policies(api)
+        stored = costs.read_rollup(api, args.rollup_namespace, args.rollup) if args.rollup else None
     except ClusterUnavailable as exc:
         raise UsageError(f"cannot read the cluster: {exc}") from exc
     except Exception as exc:  # no kubeconfig, refused connection: say so, no traceback
         raise UsageError(f"cannot reach the cluster: {str(exc)[:300]}") from exc
+    if stored is not None:
+        out.append({"kind": ROLLUP_KIND, "rollup": stored})
+    return out
+
+
+ROLLUP_KIND = "accel.dev/CostRollup"  # an in-process marker for the rollup read from the cluster
+
+
+def folded(objects: list[dict[str, Any]], name: str) -> CostRollup | None:
+    """The cost rollup among ``objects``: read from the cluster, or its ConfigMap in a file."""
+    for obj in objects:
+        if obj.get("kind") == ROLLUP_KIND and isinstance(obj.get("rollup"), CostRollup):
+            return obj["rollup"]  # type: ignore[no-any-return]
+        meta = obj.get("metadata") or {}
+        if obj.get("kind") == "ConfigMap" and name and meta.get("name") == name:
+            from accel_operator.adapters.kube.client import ClusterUnavailable
+            from accel_operator.adapters.kube.costs import parse_rollup
+
+            data = obj.get("data")
+            try:
+                return parse_rollup(data if isinstance(data, dict) else None)
+            except ClusterUnavailable as exc:
+                raise UsageError(f"{name}: {exc}") from exc
+    return None
 
 
 def job_costs(objects: list[dict[str, Any]], namespace: str | None = None) -> list[JobCost]:
@@ -81,7 +113,15 @@ def job_costs(objects: list[dict[str, Any]], namespace: str | None = None) -> li
             cost = CostStatus.model_validate(raw)
         except ValidationError:
             continue
-        out.append(JobCost(str(meta.get("namespace", ""))[:63], str(meta.get("name", ""))[:253], team[:63], cost))
+        out.append(
+            JobCost(
+                str(meta.get("namespace", ""))[:63],
+                str(meta.get("name", ""))[:253],
+                team[:63],
+                cost,
+                str(meta.get("uid", ""))[:128],
+            )
+        )
     return out
 
 
@@ -110,13 +150,16 @@ def run(args: argparse.Namespace) -> int:
     start = now - dt.timedelta(seconds=seconds)
     objects = _objects(args)
     jobs = job_costs(objects, args.namespace)
+    stored = folded(objects, args.rollup)
+    if stored is not None and args.namespace:  # only this namespace's deleted jobs: no team or pool buckets
+        stored = _only_namespace(stored, args.namespace)
     by = By(args.by)
-    rows = costreport.rows(jobs, by, start, now)
+    rows = costreport.rows(jobs, by, start, now, stored)
     if args.output == "html":
         from accel_operator.cli import costhtml
 
         out = Path(args.out or "cost-report.html")
-        out.write_text(costhtml.render(jobs, rows, by, (start, now), budgets(objects)), encoding="utf-8")
+        out.write_text(costhtml.render(jobs, rows, by, (start, now), budgets(objects), folded=stored), encoding="utf-8")
         print(f"wrote {out} ({out.stat().st_size // 1024} KiB; open it in a browser, it needs no network)")
         return 0
     table = [r.as_dict() for r in rows]
@@ -140,6 +183,18 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(render_table(table, by))
     return 0
+
+
+def _only_namespace(stored: CostRollup, namespace: str) -> CostRollup:
+    """The rollup as one namespace sees it: its deleted jobs' summaries as daily buckets (the
+    team buckets mix namespaces, so they are left out)."""
+    from accel_api.costrollup import Bucket
+
+    jobs = [j for j in stored.jobs if j.namespace == namespace]
+    buckets = [
+        Bucket(day=d.day, team=j.team, pool=d.pool, capacity_type=d.capacity_type, f=d.f) for j in jobs for d in j.days
+    ]
+    return CostRollup(buckets=buckets, jobs=jobs, pending=stored.pending)
 
 
 def render_table(table: list[dict[str, Any]], by: By) -> str:

@@ -14,6 +14,7 @@ import html
 import re
 from typing import Any
 
+from accel_api.costrollup import CostRollup
 from accel_operator.cli.errors import UsageError
 from accel_operator.reconcile import costreport
 from accel_operator.reconcile.costreport import By, JobCost, Row
@@ -26,7 +27,13 @@ def _safe(text: str) -> str:
 
 
 def render(
-    jobs: list[JobCost], rows: list[Row], by: By, window: tuple[dt.datetime, dt.datetime], budgets: list[dict[str, Any]]
+    jobs: list[JobCost],
+    rows: list[Row],
+    by: By,
+    window: tuple[dt.datetime, dt.datetime],
+    budgets: list[dict[str, Any]],
+    *,
+    folded: CostRollup | None = None,
 ) -> str:
     start, end = window
     try:
@@ -36,7 +43,7 @@ def render(
         raise UsageError("-o html needs plotly: pip install 'accel-operator[report]'") from exc
 
     charts: list[tuple[str, Any]] = []
-    days = costreport.daily(jobs, start, end)
+    days = costreport.daily(jobs, start, end, folded)
     over_time = go.Figure()
     for team in sorted(days):
         points = sorted(days[team].items())
@@ -46,7 +53,7 @@ def render(
     over_time.update_layout(barmode="stack", yaxis_title="USD per day", xaxis_title="day (UTC)")
     charts.append(("Cost over time by team", over_time))
 
-    teams = costreport.rows(jobs, By.TEAM, start, end)
+    teams = costreport.rows(jobs, By.TEAM, start, end, folded)
     names = [_safe(r.key) for r in teams]
     savings = go.Figure()
     savings.add_bar(name="spent", x=names, y=[round(r.totals.spent_usd, 2) for r in teams])
@@ -70,7 +77,7 @@ def render(
     idle.update_layout(barmode="stack", yaxis_title="USD")
     charts.append(("Idle waste (allocated devices node reports showed at ~0%)", idle))
 
-    per_job = costreport.rows(jobs, By.JOB, start, end)[:50]
+    per_job = costreport.rows(jobs, By.JOB, start, end, folded)[:50]
     forecast = go.Figure()
     job_names = [_safe(r.key) for r in per_job]
     forecast.add_bar(name="forecast", x=job_names, y=[round(r.forecast_usd, 2) for r in per_job])

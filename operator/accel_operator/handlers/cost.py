@@ -6,6 +6,13 @@ scheduler's own indexes hold: no second copy of them), prices each pool
 each policy's ``status.spend`` and ``status.ledger`` (team totals that outlive the jobs), a pool's
 ``PriceLive`` condition, an ``OverBudget`` event on a running job whose team is at its limit (it
 is never stopped), and the cost metrics, derived from the ledgers so a restart counts nothing twice.
+
+The durable cost rollup (``reconcile.rollup``, a ConfigMap): every attempt that has ended is folded
+into it and then marked ``rolledUp`` in its job's ledger; a job seen deleted has its remaining
+attempts folded, the running one closed at the deletion. The rollup is written before the marks,
+and each fold is keyed by (job uid, attempt) in the same write, so an operator killed between
+the two folds nothing twice and loses nothing. The cost counters are the rollup plus the live
+jobs' unfolded attempts: they never go down when a job is deleted or the operator restarts.
 """
 
 from __future__ import annotations
@@ -22,16 +29,19 @@ from typing import Any
 import kopf
 
 from accel_api import catalog as catalog_mod
+from accel_api import registry
+from accel_api import vocabulary as v
+from accel_api.costrollup import CostRollup
 from accel_api.job import CostStatus, OverBudget
 from accel_api.policy import SpendLedger, TeamSpend
 from accel_operator.adapters.kube.client import ClusterUnavailable
-from accel_operator.adapters.kube.costs import CostWriter
+from accel_operator.adapters.kube.costs import CostWriter, RollupConflict
 from accel_operator.adapters.kube.jobs import JobGone, JobRef, JobWriter
 from accel_operator.adapters.pricebook import PriceBook, Quote
 from accel_operator.context import OperatorContext
 from accel_operator.handlers.scheduler import Scheduler
 from accel_operator.metrics import CostKey, OperatorMetrics
-from accel_operator.reconcile import accrual, ledger, names, teamspend
+from accel_operator.reconcile import accrual, ledger, names, rollup, teamspend
 from accel_operator.reconcile.snapshot import HOLDING, TERMINAL, JobKey, JobView, Snapshot
 
 log = logging.getLogger("accel_operator.cost")
@@ -40,7 +50,7 @@ log = logging.getLogger("accel_operator.cost")
 def _wire(cost: CostStatus) -> dict[str, Any]:
     """The merge patch of ``status.cost``: optional keys the ledger dropped are nulled."""
     out: dict[str, Any] = cost.model_dump(by_alias=True, mode="json", exclude_none=True)
-    for key in ("forecastUsd", "folded", "overBudget"):
+    for key in ("forecastUsd", "folded", "rolledUpFolded", "overBudget"):
         out.setdefault(key, None)
     return out
 
@@ -56,7 +66,7 @@ def _shape(cost: CostStatus | None) -> tuple[object, ...]:
     if cost is None:
         return ()
     policy = cost.over_budget.policy if cost.over_budget is not None else None
-    return (policy, cost.forecast_usd, *((a.attempt, a.end, a.preempted) for a in cost.attempts))
+    return (policy, cost.forecast_usd, *((a.attempt, a.end, a.preempted, a.rolled_up) for a in cost.attempts))
 
 
 def _same(a: CostStatus | None, b: CostStatus) -> bool:
@@ -85,6 +95,19 @@ class Accountant:
     # base of the next step until the watch shows a newer revision (never an older copy).
     policy_known: dict[str, tuple[str, SpendLedger, list[TeamSpend]]] = field(default_factory=dict)
     spend_memo: teamspend.Memo = field(default_factory=dict)  # finished jobs' period figures
+    final_spend: dict[str, teamspend.LiveJob] = field(default_factory=dict)  # seen deleted this step
+    # The durable rollup (ConfigMap ``rollup_name`` in ``rollup_namespace``; empty name: off), as
+    # last read or written, and the resourceVersion it is at.
+    rollup_namespace: str = ""
+    rollup_name: str = ""
+    stored: CostRollup | None = None
+    rollup_version: str | None = None
+    # uid -> (who, its ledger as the last step computed it): a job missing from the next snapshot
+    # was deleted, and is folded from this.
+    previous: dict[str, tuple[rollup.JobId, CostStatus]] = field(default_factory=dict)
+    # uid -> (who, its ledger closed at the deletion, when): deleted jobs not folded yet.
+    gone: dict[str, tuple[rollup.JobId, CostStatus, dt.datetime]] = field(default_factory=dict)
+    deleted_at: dict[str, dt.datetime] = field(default_factory=dict)  # uid -> when the DELETED event came
 
     async def run(self, stop: asyncio.Event | None = None) -> None:
         pause = self.interval
@@ -92,6 +115,11 @@ class Accountant:
             await asyncio.sleep(pause)
             sched = self.scheduler
             if not sched.ready or sched.indices is None or not sched.elector.leading():
+                # What a later leadership would find gone is not known from here: a job seen
+                # last long ago may have ended since (its old ledger must not be closed at its
+                # deletion). Deletions while not leading are those of an operator that was down.
+                self.previous.clear()
+                self.deleted_at.clear()
                 continue
             t0 = time.monotonic()
             try:
@@ -140,6 +168,13 @@ class Accountant:
             failure = st.last_failure
             held = failure.held if failure is not None else None
             failed = self._quote(snap, held.pool, quotes) if held is not None else None
+            held_prices: dict[str, accrual.Price] = {}
+            for earlier in st.earlier_failures:
+                q = self._quote(snap, earlier.held.pool, quotes) if earlier.held is not None else None
+                if q is not None and earlier.held is not None:
+                    held_prices[earlier.held.pool] = accrual.Price(
+                        q.usd_per_device_hour, q.on_demand_usd_per_device_hour
+                    )
             ledgers[key] = accrual.accrue(
                 job,
                 self.known.get(job.uid),
@@ -150,6 +185,7 @@ class Accountant:
                 failed_price=accrual.Price(failed.usd_per_device_hour, failed.on_demand_usd_per_device_hour)
                 if failed
                 else None,
+                held_prices=held_prices,
             )
         # Team spending per policy: the deleted jobs' settled figures and every live job's ledger;
         # what the policy carries for a job is its ledger as its status holds it after this step.
@@ -199,7 +235,9 @@ class Accountant:
             watched = pol.status.ledger if pol.status is not None else None
             mine = self.policy_known.get(name)
             base = teamspend.newest(mine[1] if mine is not None and mine[0] == uid else None, watched)
-            steps[name] = teamspend.step(pol.spec, base, live, existing, now, memo=self.spend_memo)
+            steps[name] = teamspend.step(
+                pol.spec, base, live, existing, now, memo=self.spend_memo, final=self.final_spend
+            )
         for uid in set(self.spend_memo) - existing:
             del self.spend_memo[uid]
         return steps
@@ -207,16 +245,123 @@ class Accountant:
     async def step(self, now: dt.datetime) -> None:
         t0 = time.perf_counter()
         snap = self.scheduler.observe(now)
+        self._note_gone(snap, now)
         ledgers, steps, writes, quotes = await asyncio.to_thread(self._compute, snap, now)
+        ledgers, writes = await self._fold(snap, ledgers, writes, now)
         await asyncio.gather(*(self._write_job(snap, key, cost, before) for key, cost, before in writes))
         if any(self.known.get(snap.jobs[key].uid) is not cost for key, cost, _ in writes):
             # A job's write failed: the policies carry its ledger as its status still holds it.
             live = self._live(snap, ledgers, {})
             steps = await asyncio.to_thread(self._teams, snap, live, now)
         await self._write_policies(snap, steps)
+        self.final_spend.clear()
         await self._pool_conditions(snap, quotes, now)
         self._counters(snap, ledgers)
         self.metrics.accrual_seconds.observe(time.perf_counter() - t0)
+
+    # --- the durable rollup -------------------------------------------------------------------------
+
+    def _note_gone(self, snap: Snapshot, now: dt.datetime) -> None:
+        """Jobs the last step computed that the snapshot no longer holds were deleted: each is
+        closed at its deletion (the DELETED event's time, else now) and queued for the rollup
+        and the policies' settled totals."""
+        uids = {job.uid for job in snap.jobs.values()}
+        for uid, (who, cost) in self.previous.items():
+            if uid in uids or uid in self.gone:
+                continue
+            end = min(self.deleted_at.get(uid, now), now)
+            how = "its DELETED event" if uid in self.deleted_at else "when it was seen gone"
+            log.info("job %s/%s deleted: its open attempt is charged up to %s (%s)", who.namespace, who.name, end, how)
+            closed = accrual.at_deletion(cost, end)
+            self.gone[uid] = (who, closed, end)
+            self.final_spend[uid] = teamspend.LiveJob(uid, who.team, closed)
+        for uid in [u for u in self.deleted_at if u not in self.previous or u in uids]:
+            if now - self.deleted_at[uid] > dt.timedelta(hours=1):
+                del self.deleted_at[uid]
+
+    async def _load_rollup(self) -> bool:
+        if not self.rollup_name:
+            return False
+        if self.stored is not None:
+            return True
+        try:
+            self.stored, self.rollup_version = await asyncio.to_thread(
+                self.costs.read_rollup, self.rollup_namespace, self.rollup_name
+            )
+        except ClusterUnavailable as exc:
+            log.warning("cost rollup %s/%s not read: %s", self.rollup_namespace, self.rollup_name, exc)
+            return False
+        return True
+
+    async def _fold(
+        self,
+        snap: Snapshot,
+        ledgers: dict[JobKey, CostStatus],
+        writes: list[tuple[JobKey, CostStatus, OverBudget | None]],
+        now: dt.datetime,
+    ) -> tuple[dict[JobKey, CostStatus], list[tuple[JobKey, CostStatus, OverBudget | None]]]:
+        """Fold the ended attempts and the deleted jobs into the rollup, write it, then mark the
+        folded attempts in the jobs' ledgers (they are written with the mark this step)."""
+        self.previous = {}
+        for key, cost in ledgers.items():
+            job = snap.jobs[key]
+            if job.spec is not None:
+                who = rollup.JobId(job.uid, job.namespace, job.name, job.spec.team, cost.forecast_usd)
+                self.previous[job.uid] = (who, cost)
+        if not await self._load_rollup():
+            if not self.rollup_name:
+                self.gone.clear()
+            return ledgers, writes
+        assert self.stored is not None
+        value = self.stored
+        pending = rollup.pending_of(value)
+        for key, cost in ledgers.items():
+            job = snap.jobs[key]
+            ended = rollup.foldable(cost, pending.get(job.uid, ()))
+            if ended and job.uid in self.previous:
+                value = rollup.fold(value, self.previous[job.uid][0], ended)
+        for uid, (who, cost, end) in sorted(self.gone.items()):
+            value = rollup.fold(value, who, rollup.unfolded(cost, pending.get(uid, ())), gone=end, summary=cost)
+        marked = {
+            job.uid: [a.attempt for a in job.status.cost.attempts if a.rolled_up]
+            for job in snap.jobs.values()
+            if job.status.cost is not None
+        }
+        value = rollup.bound(rollup.prune(value, marked, {j.uid for j in snap.jobs.values()}, now), now)
+        if value is not self.stored:
+            try:
+                self.rollup_version = await asyncio.to_thread(
+                    self.costs.write_rollup, self.rollup_namespace, self.rollup_name, value, self.rollup_version
+                )
+            except RollupConflict as exc:
+                log.info("cost rollup not written: %s; reading it again", exc)
+                self.stored = None
+                await self._load_rollup()  # folded next step, on what is there now
+                return ledgers, writes
+            except ClusterUnavailable as exc:
+                log.info("cost rollup not written: %s", exc)
+                return ledgers, writes
+            self.stored = value
+            if self.gone:
+                log.info("%d deleted job(s) folded into the cost rollup", len(self.gone))
+            self.gone.clear()
+        # Every attempt the rollup holds is marked in its job's ledger (written this step; a mark
+        # whose write failed is made again next step, as the key stays pending until then).
+        pending = rollup.pending_of(self.stored)
+        out = {k: (c, b) for k, c, b in writes}
+        for key, cost in list(ledgers.items()):
+            job = snap.jobs[key]
+            held = pending.get(job.uid, frozenset())
+            todo = [a.attempt for a in cost.attempts if a.attempt in held and not a.rolled_up]
+            if not todo:
+                continue
+            marked_cost = ledger.mark_rolled_up(cost, todo)
+            ledgers[key] = marked_cost
+            before = out[key][1] if key in out else (job.status.cost.over_budget if job.status.cost else None)
+            out[key] = (marked_cost, before)
+            if job.uid in self.previous:
+                self.previous[job.uid] = (self.previous[job.uid][0], marked_cost)
+        return ledgers, [(k, c, b) for k, (c, b) in out.items()]
 
     async def _write_policies(self, snap: Snapshot, steps: Mapping[str, teamspend.Step]) -> None:
         """Each policy's spending and ledger in one status write (so a job is folded into the
@@ -294,13 +439,29 @@ class Accountant:
                 log.info("price condition of pool %s not written: %s", name, exc)
 
     def _counters(self, snap: Snapshot, ledgers: Mapping[JobKey, CostStatus]) -> None:
+        """The cost counters: the rollup (everything folded) plus each live job's unfolded
+        attempts. With the rollup on but unread, the counters keep their last values (a counter
+        that dropped the folded money would go down)."""
+        if self.rollup_name and self.stored is None:
+            return
         spent: dict[CostKey, float] = {}
         lost: dict[CostKey, float] = {}
         idle: dict[CostKey, float] = {}
+        for (team, pool, capacity), t in rollup.counters(self.stored).items():
+            k = (team, pool, capacity.value)
+            spent[k] = spent.get(k, 0.0) + t.spent_usd
+            lost[k] = lost.get(k, 0.0) + t.lost_to_preemption_usd
+            idle[k] = idle.get(k, 0.0) + t.idle_usd
+        pending = rollup.pending_of(self.stored)
+        live: list[tuple[str, str, CostStatus]] = [
+            (uid, who.team, cost)
+            for uid, (who, cost, _) in self.gone.items()  # deleted, not folded yet
+        ]
         for key, cost in ledgers.items():
             job = snap.jobs[key]
-            team = job.spec.team if job.spec is not None else ""
-            for (pool, capacity), t in accrual.by_pool(cost).items():
+            live.append((job.uid, job.spec.team if job.spec is not None else "", cost))
+        for uid, team, cost in live:
+            for (pool, capacity), t in rollup.live_by_pool(cost, pending.get(uid, ())).items():
                 k = (team, pool, capacity.value)
                 spent[k] = spent.get(k, 0.0) + t.spent_usd
                 lost[k] = lost.get(k, 0.0) + t.lost_to_preemption_usd
@@ -318,7 +479,24 @@ def register(reg: kopf.OperatorRegistry, sched: Scheduler, ctx: OperatorContext)
         catalog=ctx.catalog,
         interval=ctx.settings.cost_interval_seconds,
         write_every=ctx.settings.cost_write_seconds,
+        rollup_namespace=ctx.settings.cost_rollup_namespace,
+        rollup_name=ctx.settings.cost_rollup,
     )
+
+    @kopf.on.event(v.GROUP, v.VERSION, registry.JOB.plural, registry=reg)
+    async def job_deleted_for_cost(type: str | None, body: kopf.Body, **_: Any) -> None:
+        """When a job was deleted (its open attempt is charged up to then): the deletion timestamp
+        if it has one, else the time the event came."""
+        if type != "DELETED":
+            return
+        uid = str(body.get("metadata", {}).get("uid") or "")
+        stamp = body.get("metadata", {}).get("deletionTimestamp")
+        when = dt.datetime.now(dt.UTC)
+        if isinstance(stamp, str):
+            with contextlib.suppress(ValueError):
+                when = min(when, ledger.parse(stamp))
+        if uid and len(accountant.deleted_at) < 100_000:
+            accountant.deleted_at[uid] = when
 
     @kopf.on.startup(registry=reg)
     async def start_accounting(memo: kopf.Memo, **_: Any) -> None:

@@ -14,7 +14,7 @@ its failure record kept (``lastFailure.held``: pool, devices, admission, the bat
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from accel_api.enums import CapacityType, FailureKind, JobPhase
@@ -87,35 +87,38 @@ def completion_end(job: JobView, workload: WorkloadView | None) -> dt.datetime |
     )
 
 
-def unseen(cost: CostStatus, job: JobView, price: Price | None) -> CostStatus:
-    """``cost`` with the attempt the latest failure ended charged from its record, when the ledger
-    has no entry for it (it never saw it running): from its admission (else its batch Job's
-    start) to its end, at ``price`` (its pool's; None: the pool is gone, nothing is charged).
+def unseen(cost: CostStatus, job: JobView, price_of: Callable[[str], Price | None]) -> CostStatus:
+    """``cost`` with every ended attempt that the ledger has no entry for (it never saw it running:
+    it ran between two ticks, or while the operator was down) charged from its failure record
+    (``lastFailure``, ``earlierFailures``): from its admission (else its batch Job's start) to its
+    end, at its pool's price (``price_of``; None: the pool is gone, nothing is charged).
     Idempotent: once the entry exists this adds nothing (the ledger's watermark)."""
     st = job.status
-    failure = st.last_failure
-    if failure is None or failure.held is None or price is None or failure.attempt >= st.attempt:
-        return cost  # the current attempt is charged from the status itself
-    if any(a.attempt == failure.attempt for a in cost.attempts):
-        return cost
-    held = failure.held
-    start = _time(held.admitted_time) or _time(held.start_time)
-    end = attempt_held.failure_end(failure)
-    if start is None or end is None or end <= start or not held.devices:
-        return cost
-    return ledger.record(
-        cost,
-        ledger.Observation(
-            attempt=failure.attempt,
-            pool=held.pool,
-            capacity_type=held.capacity_type,
-            devices=held.devices,
-            start=start,
-            end=end,
-            usd_per_device_hour=price.usd_per_device_hour,
-            on_demand_usd_per_device_hour=price.on_demand_usd_per_device_hour,
-        ),
-    )
+    for failure in attempt_held.failures(st):
+        if failure.held is None or failure.attempt >= st.attempt:
+            continue  # the current attempt is charged from the status itself
+        if any(a.attempt == failure.attempt for a in cost.attempts):
+            continue
+        price = price_of(failure.held.pool)
+        held = failure.held
+        start = _time(held.admitted_time) or _time(held.start_time)
+        end = attempt_held.failure_end(failure)
+        if price is None or start is None or end is None or end <= start or not held.devices:
+            continue
+        cost = ledger.record(
+            cost,
+            ledger.Observation(
+                attempt=failure.attempt,
+                pool=held.pool,
+                capacity_type=held.capacity_type,
+                devices=held.devices,
+                start=start,
+                end=end,
+                usd_per_device_hour=price.usd_per_device_hour,
+                on_demand_usd_per_device_hour=price.on_demand_usd_per_device_hour,
+            ),
+        )
+    return cost
 
 
 def accrue(
@@ -127,26 +130,34 @@ def accrue(
     *,
     workload: WorkloadView | None = None,
     failed_price: Price | None = None,
+    held_prices: Mapping[str, Price] | None = None,
 ) -> CostStatus:
     """The job's ledger after this step. ``known``: what this process wrote last (the watch may
     not show it yet); ``price``: the price in force for the job's pool now (None: the pool is
     gone, nothing new accrues); ``workload``: the current attempt's batch Job, if it is there;
-    ``failed_price``: the price of the pool of the attempt ``lastFailure`` ended."""
+    ``failed_price``: the price of the pool of the attempt ``lastFailure`` ended; ``held_prices``:
+    the prices of the pools of the attempts ``earlierFailures`` ended, by pool."""
     st = job.status
     cost = ledger.merge(known, st.cost)
     if cost.forecast_usd is None and st.plan is not None and st.plan.cost_usd is not None:
         cost = cost.model_copy(update={"forecast_usd": st.plan.cost_usd})
     failure = st.last_failure
-    cost = unseen(cost, job, failed_price)
+    prices = dict(held_prices or {})
+    if failure is not None and failure.held is not None and failed_price is not None:
+        prices[failure.held.pool] = failed_price
+    cost = unseen(cost, job, prices.get)
+    recorded = {f.attempt: f for f in attempt_held.failures(st)}
     # Attempts before the current one have ended.
     for entry in list(cost.attempts):
         if entry.end is not None or entry.attempt >= st.attempt:
             continue  # the current attempt ends below, if the job has finished
-        if failure is not None and failure.attempt == entry.attempt:
-            end, preempted = attempt_held.failure_end(failure), failure.kind is FailureKind.PREEMPTION
+        record = recorded.get(entry.attempt)
+        if record is not None:
+            end, preempted = attempt_held.failure_end(record), record.kind is FailureKind.PREEMPTION
         else:
             end, preempted = None, False
-        cost = _close(cost, entry.attempt, end, preempted, job, reported=_reported_lost(job, entry.attempt))
+        lost = _reported_lost(job, entry.attempt)
+        cost = _close(cost, entry.attempt, end, preempted, _checkpoint(job), reported=lost)
     plan = st.plan
     admitted = _time(st.admitted_time)
     held = plan is not None and plan.pool and plan.devices and admitted is not None
@@ -175,21 +186,39 @@ def accrue(
         end = completion_end(job, workload)
         preempted = failure is not None and failure.attempt == st.attempt and failure.kind is FailureKind.PREEMPTION
         lost = _reported_lost(job, st.attempt)
-        cost = _close(cost, st.attempt, end, preempted and st.phase is JobPhase.FAILED, job, reported=lost)
+        cost = _close(cost, st.attempt, end, preempted and st.phase is JobPhase.FAILED, _checkpoint(job), reported=lost)
     return ledger.with_totals(cost.model_copy(update={"updated": ledger.fmt(now)}))
 
 
 def _reported_lost(job: JobView, attempt: int) -> float | None:
     """The lost device-seconds the scheduler recorded for a preempted ``attempt`` (from its last
     complete checkpoint, the spot-resume work's ``lastFailure.lostDeviceSeconds``), if any."""
-    failure = job.status.last_failure
-    if failure is None or failure.attempt != attempt:
-        return None
-    return failure.lost_device_seconds
+    failure = next((f for f in attempt_held.failures(job.status) if f.attempt == attempt), None)
+    return failure.lost_device_seconds if failure is not None else None
+
+
+def _checkpoint(job: JobView) -> dt.datetime | None:
+    checkpoint = job.status.last_checkpoint
+    return _time(checkpoint.time) if checkpoint is not None else None
+
+
+def at_deletion(cost: CostStatus, end: dt.datetime) -> CostStatus:
+    """A deleted job's ledger with every open attempt closed at ``end`` (when the operator saw the
+    deletion): the time since the last accrual is charged at the attempt's last price."""
+    for entry in cost.attempts:
+        if entry.end is None:
+            cost = _close(cost, entry.attempt, end, False, None, reported=None)
+    return ledger.with_totals(cost)
 
 
 def _close(
-    cost: CostStatus, attempt: int, end: dt.datetime | None, preempted: bool, job: JobView, *, reported: float | None
+    cost: CostStatus,
+    attempt: int,
+    end: dt.datetime | None,
+    preempted: bool,
+    checkpoint: dt.datetime | None,
+    *,
+    reported: float | None,
 ) -> CostStatus:
     entry = next((a for a in cost.attempts if a.attempt == attempt), None)
     if entry is None or entry.end is not None:
@@ -216,14 +245,13 @@ def _close(
                 last.idle_fraction,
             ),
         )
-    checkpoint = job.status.last_checkpoint
     return ledger.close(
         cost,
         ledger.AttemptEnd(
             attempt,
             end,
             preempted=preempted,
-            checkpoint=_time(checkpoint.time) if checkpoint is not None else None,
+            checkpoint=checkpoint,
             reported_lost_device_seconds=reported,
         ),
     )

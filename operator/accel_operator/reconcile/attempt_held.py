@@ -10,9 +10,10 @@ admission, and what Kubernetes recorded of it — its batch Job's start and end 
 from __future__ import annotations
 
 import datetime as dt
+from typing import Any
 
 from accel_api.enums import CapacityType
-from accel_api.job import AttemptFailure, AttemptHeld
+from accel_api.job import EARLIER_FAILURES, AcceleratorJobStatus, AttemptFailure, AttemptHeld
 from accel_operator.reconcile.snapshot import JobView, WorkloadView
 from accel_operator.reconcile.times import parse_time, stamp
 
@@ -42,3 +43,20 @@ def failure_end(failure: AttemptFailure) -> dt.datetime | None:
 
 def _held_end(failure: AttemptFailure) -> dt.datetime | None:
     return parse_time(failure.held.end_time) if failure.held is not None else None
+
+
+def earlier(st: AcceleratorJobStatus) -> list[dict[str, Any]]:
+    """``status.earlierFailures`` once a new failure replaces ``lastFailure``: the old one joins the
+    list (its message dropped), the latest ``EARLIER_FAILURES`` kept."""
+    kept = list(st.earlier_failures)
+    if st.last_failure is not None and all(f.attempt != st.last_failure.attempt for f in kept):
+        kept.append(st.last_failure.model_copy(update={"message": None}))
+    return [f.model_dump(by_alias=True, mode="json", exclude_none=True) for f in kept[-EARLIER_FAILURES:]]
+
+
+def failures(st: AcceleratorJobStatus) -> list[AttemptFailure]:
+    """Every failure the status keeps, oldest first (one per attempt: the latest record wins)."""
+    out = {f.attempt: f for f in st.earlier_failures}
+    if st.last_failure is not None:
+        out[st.last_failure.attempt] = st.last_failure
+    return [out[a] for a in sorted(out)]

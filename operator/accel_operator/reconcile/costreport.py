@@ -1,5 +1,11 @@
-"""Cost report rows from the jobs' ledgers: figures per team, job or pool over a window, and per
-day per team (for the charts). Pure: the CLI reads the objects and renders what this returns."""
+"""Cost report rows from the jobs' ledgers and the durable cost rollup: figures per team, job or
+pool over a window, and per day per team (for the charts). Pure: the CLI reads the objects and
+renders what this returns.
+
+With a rollup, an attempt folded into it (marked ``rolledUp`` in its job's ledger, or pending in
+the rollup) counts from the rollup's daily buckets in team and pool rows, and a deleted job's row
+comes from its summary there; the money of deleted jobs is kept per whole UTC day, so their part
+of a window counts every day the window touches."""
 
 from __future__ import annotations
 
@@ -8,8 +14,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from accel_api.costrollup import CostRollup
 from accel_api.job import CostStatus
-from accel_operator.reconcile import ledger
+from accel_operator.reconcile import ledger, rollup
 
 
 class By(StrEnum):
@@ -24,6 +31,7 @@ class JobCost:
     name: str
     team: str
     cost: CostStatus
+    uid: str = ""
 
 
 @dataclass
@@ -65,13 +73,20 @@ COLUMNS = (
 )
 
 
-def rows(jobs: Iterable[JobCost], by: By, start: dt.datetime, end: dt.datetime) -> list[Row]:
+def rows(
+    jobs: Iterable[JobCost], by: By, start: dt.datetime, end: dt.datetime, folded: CostRollup | None = None
+) -> list[Row]:
     """One row per team, job or pool with the figures of [start, end), most spent first. A job's
-    forecast counts for the rows it spent in (split by pool in proportion to its spending)."""
+    forecast counts for the rows it spent in (split by pool in proportion to its spending).
+    ``folded``: the durable rollup (deleted jobs, and the attempts folded into it)."""
     out: dict[str, Row] = {}
+    pending = rollup.pending_of(folded)
+    live: set[str] = set()
     for job in jobs:
         ident = f"{job.namespace}/{job.name}"
-        parts: list[tuple[str, ledger.Figures]] = []
+        live.add(job.uid)
+        mine = pending.get(job.uid, frozenset())
+        parts: list[tuple[str, ledger.Figures, bool]] = []
         for entry in job.cost.attempts:
             t = ledger.Figures()
             for seg in ledger.segments(entry):
@@ -79,26 +94,65 @@ def rows(jobs: Iterable[JobCost], by: By, start: dt.datetime, end: dt.datetime) 
                     t = ledger.add(t, seg.totals(start, end))
             if t.device_seconds > 0 or t.spent_usd > 0:
                 key = job.team if by is By.TEAM else ident if by is By.JOB else entry.pool
-                parts.append((key, t))
-        spent = sum(t.spent_usd for _, t in parts)
-        for key, t in parts:
+                # In team and pool rows a folded attempt counts from the rollup's buckets.
+                counted = folded is None or by is By.JOB or not rollup.is_folded(entry, mine)
+                parts.append((key, t, counted))
+        spent = sum(t.spent_usd for _, t, _ in parts)
+        for key, t, counted in parts:
             row = out.setdefault(key, Row(key))
-            row.totals = ledger.add(row.totals, t)
+            if counted:
+                row.totals = ledger.add(row.totals, t)
             row.jobs.add(ident)
             if job.cost.forecast_usd is not None:
                 share = t.spent_usd / spent if spent > 0 else 1.0 / len(parts)
                 row.forecast_usd += job.cost.forecast_usd * share
+    if folded is not None:
+        _folded_rows(out, folded, by, (start, end), live)
     return sorted(out.values(), key=lambda r: (-r.totals.spent_usd, r.key))
 
 
-def daily(jobs: Iterable[JobCost], start: dt.datetime, end: dt.datetime) -> dict[str, dict[dt.date, ledger.Figures]]:
-    """Per team, the figures of each UTC day in [start, end)."""
+def _folded_rows(
+    out: dict[str, Row], folded: CostRollup, by: By, window: tuple[dt.datetime, dt.datetime], live: set[str]
+) -> None:
+    start, end = window
+    if by is not By.JOB:
+        for b in folded.buckets:
+            if rollup.in_window(b.day, start, end):
+                row = out.setdefault(b.team if by is By.TEAM else b.pool, Row(b.team if by is By.TEAM else b.pool))
+                row.totals = ledger.add(row.totals, rollup.figures(b.f))
+    for s in folded.jobs:
+        if s.uid in live:
+            continue
+        ident = f"{s.namespace}/{s.name}"
+        days = [d for d in s.days if rollup.in_window(d.day, start, end)]
+        spent = sum(d.f[0] for d in days)
+        for d in days:
+            key = s.team if by is By.TEAM else ident if by is By.JOB else d.pool
+            row = out.setdefault(key, Row(key))
+            if by is By.JOB:
+                row.totals = ledger.add(row.totals, rollup.figures(d.f))
+            row.jobs.add(ident)
+            if s.forecast_usd is not None:
+                row.forecast_usd += s.forecast_usd * (d.f[0] / spent if spent > 0 else 1.0 / len(days))
+
+
+def daily(
+    jobs: Iterable[JobCost], start: dt.datetime, end: dt.datetime, folded: CostRollup | None = None
+) -> dict[str, dict[dt.date, ledger.Figures]]:
+    """Per team, the figures of each UTC day in [start, end) (the rollup's days included)."""
     out: dict[str, dict[dt.date, ledger.Figures]] = {}
+    pending = rollup.pending_of(folded)
     for job in jobs:
         team = out.setdefault(job.team, {})
-        for day, t in ledger.days(job.cost).items():
+        cost = job.cost if folded is None else rollup.live_cost(job.cost, pending.get(job.uid, frozenset()))
+        for day, t in ledger.days(cost).items():
             lo = dt.datetime.combine(day, dt.time(), dt.UTC)
             if lo + dt.timedelta(days=1) <= start or lo >= end:
                 continue
             team[day] = ledger.add(team.get(day, ledger.Figures()), t)
+    for b in folded.buckets if folded is not None else ():
+        if rollup.in_window(b.day, start, end):
+            team = out.setdefault(b.team, {})
+            day = dt.date.fromisoformat(b.day)
+            team[day] = ledger.add(team.get(day, ledger.Figures()), rollup.figures(b.f))
     return out

@@ -347,6 +347,7 @@ def _after_failure(
                 "attempt": st.attempt + 1,
                 "workload": None,
                 "lastFailure": wire,
+                "earlierFailures": attempt_held.earlier(st),
                 "message": _clip(message),
             },
             actions=(act.DeleteWorkload(old, "retrying"), *events),
@@ -363,7 +364,13 @@ def _after_failure(
             Cond(RUNNING, False, failure.kind.value),
             Cond(FINISHED, True, "Failed", message),
         ),
-        status={**counters, "lastFailure": wire, "completionTime": _ts(now), "message": _clip(message)},
+        status={
+            **counters,
+            "lastFailure": wire,
+            "earlierFailures": attempt_held.earlier(st),
+            "completionTime": _ts(now),
+            "message": _clip(message),
+        },
         actions=(act.RecordEvent("Warning", "Failed", _clip(message)),),
         reason=message,
     )

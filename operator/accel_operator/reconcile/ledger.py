@@ -21,7 +21,7 @@ keeping their cost; a gap between them then counts as covered) and ``COST_ATTEMP
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from accel_api.enums import CapacityType
@@ -239,9 +239,20 @@ def merge(a: CostStatus | None, b: CostStatus | None) -> CostStatus:
             )
         if entry.end is not None:
             out = _close_as(out, entry)
+        if entry.rolled_up:
+            out = mark_rolled_up(out, [entry.attempt])
     if out.forecast_usd is None and b.forecast_usd is not None:
         out = out.model_copy(update={"forecast_usd": b.forecast_usd})
     return with_totals(out)
+
+
+def mark_rolled_up(cost: CostStatus, attempts: Iterable[int]) -> CostStatus:
+    """``cost`` with ``attempts`` marked as folded into the durable cost rollup (kept by merges)."""
+    wanted = set(attempts)
+    if not any(a.attempt in wanted and not a.rolled_up for a in cost.attempts):
+        return cost
+    marked = [a.model_copy(update={"rolled_up": True}) if a.attempt in wanted else a for a in cost.attempts]
+    return cost.model_copy(update={"attempts": marked})
 
 
 def _close_as(cost: CostStatus, entry: AttemptCost) -> CostStatus:
@@ -260,11 +271,21 @@ def _fold(cost: CostStatus) -> CostStatus:
         return cost
     attempts = list(cost.attempts)
     folded = Figures.of(cost.folded)
+    rolled = Figures.of(cost.rolled_up_folded)
     while len(attempts) > COST_ATTEMPTS:
         old = next((a for a in attempts if a.end is not None), attempts[0])
         attempts.remove(old)
-        folded = folded + _attempt_totals(old)
-    return cost.model_copy(update={"attempts": attempts, "folded": folded.wire()})
+        if old.rolled_up:  # in the rollup already: the counters must not count it again
+            rolled = rolled + _attempt_totals(old)
+        else:
+            folded = folded + _attempt_totals(old)
+    return cost.model_copy(
+        update={
+            "attempts": attempts,
+            "folded": folded.wire() if cost.folded is not None or folded != Figures() else None,
+            "rolled_up_folded": rolled.wire() if cost.rolled_up_folded is not None or rolled != Figures() else None,
+        }
+    )
 
 
 # --- figures ------------------------------------------------------------------------------------
@@ -361,7 +382,7 @@ def _attempt_totals(entry: AttemptCost) -> Figures:
 def totals(cost: CostStatus | None) -> Figures:
     if cost is None:
         return Figures()
-    out = Figures.of(cost.folded)
+    out = Figures.of(cost.folded) + Figures.of(cost.rolled_up_folded)
     for entry in cost.attempts:
         out = add(out, _attempt_totals(entry))
     return out

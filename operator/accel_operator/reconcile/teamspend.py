@@ -19,7 +19,7 @@ carried figures of an older period fold into nothing (they are not in the curren
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 from accel_api.enums import BudgetPeriod
@@ -115,10 +115,13 @@ def step(
     now: dt.datetime,
     *,
     memo: Memo | None = None,
+    final: Mapping[str, LiveJob] | None = None,
 ) -> Step:
     """The policy's ledger after this step and each budget's spending. ``previous``: the newest
     ledger known (what this process wrote, or the policy's status); ``live``: the jobs with a
-    ledger; ``existing``: the uids of every job that exists (a carried job not among them is gone)."""
+    ledger; ``existing``: the uids of every job that exists (a carried job not among them is gone);
+    ``final``: jobs this process saw deleted, with their ledgers closed at the deletion — folded
+    with those figures (newer than what the policy carries), carried or not."""
     prev = previous or SpendLedger()
     keys: set[Key] = {(b.team, b.period) for b in policy.budgets}
     periods_of: dict[str, list[BudgetPeriod]] = {}
@@ -136,21 +139,32 @@ def step(
             settled[key] = _Sum().plus(s, jobs=s.jobs)
 
     # Jobs carried last time that are gone now: folded once, with what was carried.
+    memo = memo if memo is not None else {}
+    final = final or {}
     folded: list[str] = []
-    for c in prev.carried:
-        if c.uid in existing or c.uid in seen:
+    gone: list[tuple[str, str, list[PeriodFigures]]] = [(c.uid, c.team, c.periods) for c in prev.carried]
+    carried_uids = {c.uid for c in prev.carried}
+    # A job beyond the carried bound that this process saw deleted is folded too.
+    gone += [
+        (uid, job.team, []) for uid, job in sorted(final.items()) if uid not in carried_uids and job.team in periods_of
+    ]
+    for uid, team, carried_periods in gone:
+        if uid in existing or uid in seen:
             continue
-        for f in c.periods:
-            key = (c.team, f.period)
+        last = final.get(uid)
+        kept_figures = carried_periods
+        if last is not None and team in periods_of:
+            kept_figures = _figures(uid, last.cost, periods_of[team], starts, now=now, memo={})
+        for f in kept_figures:
+            key = (team, f.period)
             if key in keys and _current(f, starts):
                 settled[key] = settled.get(key, _Sum()).plus(f, jobs=1 if f.spent_usd > 0 else 0)
-        folded.append(c.uid)
-        seen.add(c.uid)
+        folded.append(uid)
+        seen.add(uid)
     done.extend(folded)
 
     # The live jobs' figures in their team's current periods: counted as computed now, carried
     # as their status holds them.
-    memo = memo if memo is not None else {}
     counted: list[tuple[str, list[PeriodFigures]]] = []
     carried: list[CarriedJob] = []
     for job in live:

@@ -127,3 +127,52 @@ def test_a_finished_job_is_charged_to_its_batch_jobs_completion() -> None:
     assert ledger.totals(accrual.accrue(job, None, PRICE, 0.0, T0 + 6 * H, workload=other)).spent_usd == (
         pytest.approx(5 * 2 * 3.6)
     )
+
+
+def test_two_attempts_that_ended_between_two_ticks_are_both_charged() -> None:
+    # Attempt 0 (spot, 2 devices) ran T0..T0+1h and attempt 1 (on demand, 4 devices) T0+1h..T0+2h,
+    # both between two ticks; attempt 2 was admitted at T0+2h. The status keeps attempt 0's
+    # failure in earlierFailures and attempt 1's in lastFailure.
+    status = {
+        "phase": "Running",
+        "attempt": 2,
+        "admittedTime": _ts(T0 + 2 * H),
+        "plan": {"pool": "od", "devices": 4, "nodes": 1, "capacityType": "on-demand"},
+        "earlierFailures": [
+            {"kind": "Preemption", "attempt": 0, "reason": "Terminated", "time": _ts(T0 + H), "held": _held()}
+        ],
+        "lastFailure": {
+            "kind": "Failure",
+            "attempt": 1,
+            "reason": "Error",
+            "time": _ts(T0 + 2 * H),
+            "held": {"pool": "od", "devices": 4, "capacityType": "on-demand", "admittedTime": _ts(T0 + H)},
+        },
+    }
+    job = _job(status)
+    prices = {"spot": PRICE}
+    cost = accrual.accrue(job, None, ODP, 0.0, T0 + 3 * H, failed_price=ODP, held_prices=prices)
+    assert [a.attempt for a in cost.attempts] == [0, 1, 2]
+    zero, one, _ = cost.attempts
+    assert (zero.pool, zero.end, zero.preempted) == ("spot", "2026-11-26T13:00:00Z", True)
+    assert (one.pool, one.end, one.preempted) == ("od", "2026-11-26T14:00:00Z", False)
+    assert ledger.totals(cost).spent_usd == pytest.approx(2 * 3.6 + 4 * 9.0 + 4 * 9.0)
+    # Replayed: nothing more.
+    again = accrual.accrue(job, cost, ODP, 0.0, T0 + 3 * H, failed_price=ODP, held_prices=prices)
+    assert ledger.totals(again).spent_usd == pytest.approx(ledger.totals(cost).spent_usd)
+
+
+def test_a_new_failure_keeps_the_previous_one_in_earlier_failures() -> None:
+    from accel_operator.reconcile import attempt_held
+
+    st = AcceleratorJobStatus.model_validate(
+        {
+            "attempt": 10,
+            "lastFailure": {"kind": "Preemption", "attempt": 9, "reason": "Terminated", "message": "x" * 500},
+            "earlierFailures": [{"kind": "Failure", "attempt": i, "reason": "Error"} for i in range(1, 9)],
+        }
+    )
+    kept = attempt_held.earlier(st)
+    assert [f["attempt"] for f in kept] == list(range(2, 10)) and "message" not in kept[-1]
+    again = AcceleratorJobStatus.model_validate({**st.model_dump(by_alias=True), "earlierFailures": kept})
+    assert attempt_held.earlier(again) == kept  # the same failure is not added twice

@@ -198,17 +198,22 @@ def test_a_deleted_jobs_money_stays_in_the_team_total_once(restart: bool) -> Non
     world.pods.pop(("ns", "a"), None)
     if restart:
         acc = _accountant(world, writer, costs)  # knows only what the policy's status says
+    else:
+        acc.deleted_at["uid-a"] = T0 + 1.5 * HOUR  # the DELETED event's time
     asyncio.run(acc.step(T0 + 2 * HOUR))
     ledger_ = costs.policies["budgets"]["ledger"]
     assert ledger_["carried"] == [] and ledger_["settledUids"] == ["uid-a"]
-    assert _team_spent(costs) == pytest.approx(7.2)
+    # Seen deleted: charged up to the deletion (not only to its last status write); deleted
+    # while the operator was down: what its status and the policy last held.
+    expected = 7.2 if restart else 1.5 * 7.2
+    assert _team_spent(costs) == pytest.approx(expected)
     assert costs.policies["budgets"]["spend"][0]["jobs"] == 1
     # Later ticks, the watch caught up: nothing moves.
     revision = ledger_["revision"]
     asyncio.run(acc.step(T0 + 3 * HOUR))
     _show_policy(world, costs)
     asyncio.run(acc.step(T0 + 4 * HOUR))
-    assert _team_spent(costs) == pytest.approx(7.2)
+    assert _team_spent(costs) == pytest.approx(expected)
     assert costs.policies["budgets"]["ledger"]["revision"] == revision
 
 
@@ -222,6 +227,7 @@ def test_a_lagging_watch_of_the_policy_loses_no_job_this_process_carried() -> No
     asyncio.run(acc.step(T0 + 2 * HOUR))  # carries a and b; the watch does not show it yet
     assert len(costs.policies["budgets"]["ledger"]["carried"]) == 2
     del world.jobs[("ns", "a")], world.jobs[("ns", "b")]
+    acc.deleted_at.update({"uid-a": T0 + 2 * HOUR, "uid-b": T0 + 2 * HOUR})  # deleted right after that step
     world.policies["budgets"] = before
     asyncio.run(acc.step(T0 + 3 * HOUR))
     # Built on the newer copy this process wrote, not on the watch's older one (which has no b).
@@ -254,4 +260,6 @@ def test_the_policy_carries_a_job_as_its_status_holds_it() -> None:
     assert carried() == pytest.approx(3.6)
     del world.jobs[("ns", "a")]
     asyncio.run(acc.step(T0 + 5 * HOUR))
-    assert _team_spent(costs) == pytest.approx(3.6)  # exactly what the job's status said last
+    # Seen deleted by this process: folded with the ledger it computed (to the job's end), not
+    # only what the job's status said last ($3.60).
+    assert _team_spent(costs) == pytest.approx(2 * 7.2)

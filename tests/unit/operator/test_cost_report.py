@@ -186,3 +186,51 @@ def test_no_cluster_is_an_error_not_a_traceback(
     err = capsys.readouterr().err
     assert err.startswith("error: cannot reach the cluster"), err
     assert "Traceback" not in err
+
+
+def test_a_deleted_jobs_money_comes_from_the_rollup_and_a_folded_attempt_counts_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from accel_api.costrollup import CostRollup
+    from accel_operator.adapters.kube.costs import ROLLUP_KEY, rollup_json
+    from accel_operator.reconcile import rollup
+
+    old = _ledger("h100-spot", CapacityType.SPOT, 5, 4.0)  # deleted: only in the rollup
+    eval_ = _ledger("h100-od", CapacityType.ON_DEMAND, 3, 10.0)  # live, its attempts folded and marked
+    stored = rollup.fold(
+        CostRollup(),
+        rollup.JobId("uid-old", "research", "old", "research", 17.0),
+        old.attempts,
+        gone=_now(),
+        summary=old,
+    )
+    stored = rollup.fold(stored, rollup.JobId("uid-eval", "research", "eval", "research"), eval_.attempts)
+    marked = ledger.mark_rolled_up(eval_, [a.attempt for a in eval_.attempts])
+    live = _job("research", "eval", "research", marked)
+    live["metadata"]["uid"] = "uid-eval"
+    configmap = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "accel-cost-rollup", "namespace": "accel-system"},
+        "data": {ROLLUP_KEY: rollup_json(stored)},
+    }
+    path = tmp_path / "objects.yaml"
+    path.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": [live, configmap]}))
+    out = json.loads(_run(capsys, "cost", "report", "--from-file", str(path), "--by", "team", "-o", "json"))
+    (research,) = out["rows"]
+    assert research["spentUsd"] == pytest.approx(4 * 5 * 4.0 + 4 * 3 * 10.0)  # each once
+    assert research["jobs"] == 2
+    out = json.loads(_run(capsys, "cost", "report", "--from-file", str(path), "--by", "job", "-o", "json"))
+    rows = {r["key"]: r for r in out["rows"]}
+    assert rows["research/old"]["spentUsd"] == pytest.approx(80.0)
+    assert rows["research/old"]["forecastUsd"] == pytest.approx(17.0)
+    assert rows["research/eval"]["spentUsd"] == pytest.approx(120.0)
+    out = json.loads(_run(capsys, "cost", "report", "--from-file", str(path), "--by", "pool", "-o", "json"))
+    assert {r["key"]: r["spentUsd"] for r in out["rows"]} == {
+        "h100-spot": pytest.approx(80.0),
+        "h100-od": pytest.approx(120.0),
+    }
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)

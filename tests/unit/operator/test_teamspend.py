@@ -165,3 +165,31 @@ def test_a_finished_jobs_figures_are_kept_between_steps_and_a_changed_ledger_is_
     )
     running = teamspend.step(POLICY, None, _live({"u1"}, now), {"u1"}, now, memo=memo)
     assert "u1" not in memo and running.spend  # a running job's figures change every step: never kept
+
+
+def test_a_job_beyond_the_carried_bound_seen_deleted_keeps_its_money() -> None:
+    """The policy carries the biggest LEDGER_CARRIED_JOBS spenders; one more job, the smallest, is
+    not carried, and this process sees it deleted: it is folded with its ledger at the deletion."""
+    now = T0 + dt.timedelta(hours=1)
+    costs = {
+        f"big{i}": ledger.record(None, ledger.Observation(0, "p", CapacityType.SPOT, 1, T0, now, 2.0, 2.0))
+        for i in range(LEDGER_CARRIED_JOBS)
+    }
+    small = ledger.record(None, ledger.Observation(0, "p", CapacityType.SPOT, 1, T0, now, 1.0, 1.0))
+    live = [teamspend.LiveJob(uid, "red", cost) for uid, cost in costs.items()]
+    first = teamspend.step(POLICY, None, [*live, teamspend.LiveJob("small", "red", small)], {*costs, "small"}, now)
+    assert "small" not in {c.uid for c in first.ledger.carried}
+    total = 2.0 * LEDGER_CARRIED_JOBS + 1.0
+    assert _monthly(first.spend) == pytest.approx(total)
+    later = now + TICK
+    final = ledger.record(small, ledger.Observation(0, "p", CapacityType.SPOT, 1, T0, later, 1.0, 1.0))
+    gone = {"small": teamspend.LiveJob("small", "red", final)}
+    second = teamspend.step(POLICY, first.ledger, live, set(costs), later, final=gone)
+    assert second.folded == ("small",)
+    assert _monthly(second.spend) == pytest.approx(total + 1.0 / 6)  # charged to its deletion
+    third = teamspend.step(POLICY, second.ledger, live, set(costs), later, final=gone)  # replayed
+    assert _monthly(third.spend) == pytest.approx(total + 1.0 / 6)
+
+
+def _monthly(spend: list[TeamSpend]) -> float:
+    return next(s.spent_usd for s in spend if s.team == "red" and s.period is BudgetPeriod.MONTHLY)

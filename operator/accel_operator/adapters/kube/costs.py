@@ -1,22 +1,52 @@
 """Writing what the cost ledger sums up: an AcceleratorPolicy's ``status.spend`` (its teams'
-spending in the current budget period) and an AcceleratorPool's price condition.
+spending in the current budget period), an AcceleratorPool's price condition, and the durable
+cost rollup (a ConfigMap the operator owns: ``accel_api.costrollup``).
 
 ``CostWriter`` is the port; ``KubeCostWriter`` writes the status subresources (merge patch of
-only the keys the ledger owns), ``FakeCostWriter`` records calls and can be told to fail next.
+only the keys the ledger owns) and the rollup (replaced at the resourceVersion it was read at, so
+a second writer's copy is never overwritten blindly), ``FakeCostWriter`` records calls and can be
+told to fail next.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from pydantic import ValidationError
 
 from accel_api import registry
 from accel_api import vocabulary as v
+from accel_api.costrollup import CostRollup
 from accel_operator.adapters.kube.client import ClusterUnavailable
+
+ROLLUP_KEY = "rollup.json"
+
+
+class RollupConflict(ClusterUnavailable):
+    """The rollup changed since it was read (another writer): read it again before folding."""
+
+
+class RollupUnreadable(ClusterUnavailable):
+    """The rollup's ConfigMap holds something that is not a rollup: it is left as it is."""
+
+
+def rollup_json(rollup: CostRollup) -> str:
+    return json.dumps(rollup.model_dump(by_alias=True, mode="json", exclude_none=True), separators=(",", ":"))
+
+
+def parse_rollup(data: dict[str, str] | None) -> CostRollup:
+    text = (data or {}).get(ROLLUP_KEY)
+    if text is None:
+        return CostRollup()
+    try:
+        return CostRollup.model_validate_json(text)
+    except ValidationError as exc:
+        raise RollupUnreadable(f"{ROLLUP_KEY} is not a cost rollup: {str(exc)[:300]}") from exc
 
 
 class CostWriter(Protocol):
@@ -24,10 +54,53 @@ class CostWriter(Protocol):
 
     def patch_pool_status(self, name: str, status: dict[str, Any]) -> None: ...
 
+    def read_rollup(self, namespace: str, name: str) -> tuple[CostRollup, str | None]:
+        """The rollup and the resourceVersion it was read at (None: no ConfigMap yet)."""
+        ...
+
+    def write_rollup(self, namespace: str, name: str, rollup: CostRollup, version: str | None) -> str | None:
+        """Store ``rollup`` if the ConfigMap is still at ``version`` (None: create it); the new version."""
+        ...
+
 
 class KubeCostWriter:
     def __init__(self, api: client.ApiClient) -> None:
         self._custom = client.CustomObjectsApi(api)
+        self._core = client.CoreV1Api(api)
+
+    def read_rollup(self, namespace: str, name: str) -> tuple[CostRollup, str | None]:
+        try:
+            cm = self._core.read_namespaced_config_map(name, namespace)
+        except ApiException as exc:
+            if exc.status == 404:
+                return CostRollup(), None
+            raise ClusterUnavailable(f"configmap {namespace}/{name}: {exc.status} {exc.reason}") from exc
+        except urllib3.exceptions.HTTPError as exc:
+            raise ClusterUnavailable(f"configmap {namespace}/{name}: {exc}") from exc
+        return parse_rollup(cm.data), cm.metadata.resource_version
+
+    def write_rollup(self, namespace: str, name: str, rollup: CostRollup, version: str | None) -> str | None:
+        body = client.V1ConfigMap(
+            metadata=client.V1ObjectMeta(
+                name=name,
+                namespace=namespace,
+                resource_version=version,
+                labels={"app.kubernetes.io/name": "accel-operator", "app.kubernetes.io/component": "cost-rollup"},
+            ),
+            data={ROLLUP_KEY: rollup_json(rollup)},
+        )
+        try:
+            if version is None:
+                cm = self._core.create_namespaced_config_map(namespace, body)
+            else:
+                cm = self._core.replace_namespaced_config_map(name, namespace, body)
+        except ApiException as exc:
+            if exc.status == 409 or (exc.status == 404 and version is not None):
+                raise RollupConflict(f"configmap {namespace}/{name} changed meanwhile ({exc.status})") from exc
+            raise ClusterUnavailable(f"configmap {namespace}/{name}: {exc.status} {exc.reason}") from exc
+        except urllib3.exceptions.HTTPError as exc:
+            raise ClusterUnavailable(f"configmap {namespace}/{name}: {exc}") from exc
+        return str(cm.metadata.resource_version)
 
     def _patch(self, plural: str, name: str, status: dict[str, Any]) -> None:
         try:
@@ -50,8 +123,27 @@ class KubeCostWriter:
 class FakeCostWriter:
     policies: dict[str, dict[str, Any]] = field(default_factory=dict)
     pools: dict[str, dict[str, Any]] = field(default_factory=dict)
+    rollups: dict[tuple[str, str], tuple[str, int]] = field(default_factory=dict)  # -> (its JSON, version)
     calls: list[tuple[str, str]] = field(default_factory=list)
     fail_next: Exception | None = None
+
+    def read_rollup(self, namespace: str, name: str) -> tuple[CostRollup, str | None]:
+        self.calls.append(("read-rollup", name))
+        self._maybe_fail()
+        stored = self.rollups.get((namespace, name))
+        if stored is None:
+            return CostRollup(), None
+        return parse_rollup({ROLLUP_KEY: stored[0]}), str(stored[1])
+
+    def write_rollup(self, namespace: str, name: str, rollup: CostRollup, version: str | None) -> str | None:
+        self.calls.append(("write-rollup", name))
+        self._maybe_fail()
+        stored = self.rollups.get((namespace, name))
+        if (stored is None) != (version is None) or (stored is not None and str(stored[1]) != version):
+            raise RollupConflict(f"configmap {namespace}/{name} changed meanwhile")
+        new = (stored[1] if stored is not None else 0) + 1
+        self.rollups[(namespace, name)] = (rollup_json(rollup), new)
+        return str(new)
 
     def _maybe_fail(self) -> None:
         if self.fail_next is not None:
@@ -100,6 +192,19 @@ def list_jobs(api: client.ApiClient, namespace: str | None = None) -> list[dict[
     if namespace:
         return _list(lambda **kw: custom.list_namespaced_custom_object(v.GROUP, v.VERSION, namespace, plural, **kw))
     return _list(lambda **kw: custom.list_cluster_custom_object(v.GROUP, v.VERSION, plural, **kw))
+
+
+def read_rollup(api: client.ApiClient, namespace: str, name: str) -> CostRollup | None:
+    """The cost rollup (None: there is none, or it cannot be read by this user)."""
+    try:
+        rollup, _ = KubeCostWriter(api).read_rollup(namespace, name)
+    except RollupUnreadable:
+        raise
+    except ClusterUnavailable as exc:
+        if "403" in str(exc):
+            return None
+        raise
+    return rollup
 
 
 def list_policies(api: client.ApiClient) -> list[dict[str, Any]]:

@@ -1,0 +1,103 @@
+"""The durable cost rollup: what ended attempts cost, kept after their jobs are deleted.
+
+A ConfigMap the operator owns (``accel-cost-rollup`` in its namespace, key ``rollup.json``) holds
+one :class:`CostRollup`: the figures of every attempt folded into it, per UTC day, team, pool and
+capacity type (``buckets``); the buckets too old or too many to keep, per team, pool and capacity
+type (``before``: the counters still count them); a bounded list of deleted jobs' summaries (for
+``accelctl cost report --by job``); and the (job uid, attempts) keys folded that the jobs' own
+status does not show yet (``pending``), so a fold is never repeated.
+
+Every list is bounded here (counts) and the whole value by size in ``reconcile.rollup`` (a
+ConfigMap holds at most 1 MiB): the money itself never leaves the rollup, only its detail does —
+old days fold into ``before``, and a job summary beyond the bound is dropped (its money stays in
+the buckets).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import BeforeValidator, Field
+
+from accel_api import bounds
+from accel_api.base import ApiModel
+from accel_api.enums import CapacityType
+
+ROLLUP_DAYS = 400  # daily buckets kept (a 366-day report reads whole days)
+ROLLUP_BUCKETS = 4096
+ROLLUP_KEYS = 1024  # (team, pool, capacity type) totals in ``before``
+ROLLUP_JOBS = 256  # deleted jobs' summaries
+ROLLUP_JOB_DAYS = 8  # days per job summary (older days merge into the first kept)
+ROLLUP_PENDING = 4096  # job uids with folded attempts their status does not show yet
+ROLLUP_ATTEMPTS = 64  # attempts per pending uid
+ROLLUP_BYTES = 900 * 1024  # the JSON's size; a ConfigMap holds 1 MiB
+
+# Seven figures in a fixed order (compact on the wire): spent, lost to preemption, idle,
+# on-demand equivalent (USD), device-seconds, lost device-seconds, idle device-seconds.
+FIGURES = 7
+_Num = Annotated[float, Field(ge=0, le=bounds.STATUS_USD_MAX)]
+Figures7 = Annotated[list[_Num], Field(min_length=FIGURES, max_length=FIGURES)]
+_Day = Annotated[str, Field(pattern=r"^\d{4}-\d{2}-\d{2}$", max_length=10)]
+_Team = Annotated[str, Field(max_length=bounds.DNS_LABEL_LENGTH)]
+_Uid = Annotated[str, Field(min_length=1, max_length=bounds.SHORT_TEXT_LENGTH)]
+
+
+class Bucket(ApiModel):
+    """What the folded attempts of ``team`` spent on ``pool`` (``capacityType``) on one UTC day."""
+
+    day: _Day
+    team: _Team
+    pool: bounds.ObjectName
+    capacity_type: CapacityType = CapacityType.ON_DEMAND
+    f: Figures7
+
+
+class KeyTotals(ApiModel):
+    """Buckets no longer kept per day, summed per (team, pool, capacity type)."""
+
+    team: _Team
+    pool: bounds.ObjectName
+    capacity_type: CapacityType = CapacityType.ON_DEMAND
+    f: Figures7
+
+
+class JobDay(ApiModel):
+    day: _Day
+    pool: bounds.ObjectName
+    capacity_type: CapacityType = CapacityType.ON_DEMAND
+    f: Figures7
+
+
+class JobSummary(ApiModel):
+    """A deleted job's folded figures per day and pool (its report row once it is gone)."""
+
+    uid: _Uid
+    namespace: bounds.ObjectName
+    name: bounds.ObjectName
+    team: _Team
+    forecast_usd: bounds.StatusUsd = None
+    deleted: bounds.Time
+    days: Annotated[
+        list[JobDay], BeforeValidator(bounds.keep_last(ROLLUP_JOB_DAYS)), Field(max_length=ROLLUP_JOB_DAYS)
+    ] = Field(default_factory=list)
+
+
+class Pending(ApiModel):
+    """Attempts of job ``uid`` folded into the rollup that its status does not mark yet (or the
+    job is gone: kept until ``gone`` is old, so a lagging view folds nothing twice)."""
+
+    uid: _Uid
+    attempts: Annotated[list[bounds.Count], Field(max_length=ROLLUP_ATTEMPTS)] = Field(default_factory=list)
+    gone: bounds.Time | None = None
+
+
+class CostRollup(ApiModel):
+    revision: Annotated[int, Field(ge=0, le=bounds.GENERATION_MAX)] = 0
+    buckets: Annotated[list[Bucket], Field(max_length=ROLLUP_BUCKETS)] = Field(default_factory=list)
+    before: Annotated[list[KeyTotals], Field(max_length=ROLLUP_KEYS)] = Field(default_factory=list)
+    jobs: Annotated[list[JobSummary], BeforeValidator(bounds.keep_last(ROLLUP_JOBS)), Field(max_length=ROLLUP_JOBS)] = (
+        Field(default_factory=list)
+    )
+    pending: Annotated[
+        list[Pending], BeforeValidator(bounds.keep_last(ROLLUP_PENDING)), Field(max_length=ROLLUP_PENDING)
+    ] = Field(default_factory=list)

@@ -1,0 +1,159 @@
+"""The accrual step with the durable cost rollup (handlers.cost.Accountant on a small world of
+views, fake writers): an ended attempt is folded into the rollup and then marked in the job's
+ledger; a deleted job's money stays in the counters, also after a restart; an operator killed
+between the rollup write and the mark counts nothing twice."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import datetime as dt
+from typing import Any
+
+import pytest
+
+from accel_api import catalog
+from accel_api.job import AcceleratorJobStatus
+from accel_operator.adapters.kube.client import ClusterUnavailable
+from accel_operator.adapters.kube.costs import FakeCostWriter, RollupConflict
+from accel_operator.adapters.kube.jobs import FakeJobWriter
+from accel_operator.adapters.pricebook import PriceBook
+from accel_operator.handlers.cost import Accountant
+from accel_operator.metrics import OperatorMetrics
+from tests.support.reconcile import T0, World
+
+HOUR = dt.timedelta(hours=1)
+LABELS = {"team": "research", "pool": "spot", "capacity_type": "spot"}
+NS, NAME = "ops", "accel-cost-rollup"
+
+
+def _world() -> World:
+    world = World().pool("spot", capacityType="spot", price={"spotPerDeviceHour": 3.6})
+    world.policy("budgets", budgets=[{"team": "research", "limitUsd": 1000}])
+    status = {
+        "phase": "Running",
+        "attempt": 0,
+        "admittedTime": "2026-11-26T12:00:00Z",
+        "plan": {"pool": "spot", "devices": 2, "nodes": 1, "capacityType": "spot", "costUsd": 20.0},
+    }
+    world.job("a", "spot", devices=2, status=status)
+    world.pod("a", 0, 0, node="spot-0", devices=2)
+    return world
+
+
+def _accountant(world: World, writer: FakeJobWriter, costs: FakeCostWriter) -> Accountant:
+    return Accountant(
+        scheduler=world.scheduler,
+        writer=writer,
+        costs=costs,
+        metrics=OperatorMetrics(),
+        prices=PriceBook(),
+        catalog=catalog.default(),
+        interval=1.0,
+        rollup_namespace=NS,
+        rollup_name=NAME,
+    )
+
+
+def _show(world: World, writer: FakeJobWriter, **extra: Any) -> None:
+    """What the watch delivers after the writes: the job with the status the writer holds."""
+    (view,) = world.jobs[("ns", "a")]
+    status = {
+        **view.status.model_dump(by_alias=True, mode="json", exclude_none=True),
+        **writer.statuses.get(("ns", "a"), {}),
+        **extra,
+    }
+    world.jobs[("ns", "a")] = [dataclasses.replace(view, status=AcceleratorJobStatus.model_validate(status))]
+
+
+def _finish(world: World, writer: FakeJobWriter, at: str = "2026-11-26T14:00:00Z") -> None:
+    _show(world, writer, phase="Succeeded", completionTime=at)
+
+
+def _spent(acc: Accountant) -> float | None:
+    return acc.metrics.registry.get_sample_value("accel_cost_usd_total", LABELS)
+
+
+def _stored(costs: FakeCostWriter) -> Any:
+    rollup, _ = costs.read_rollup(NS, NAME)
+    return rollup
+
+
+def _delete(world: World) -> None:
+    del world.jobs[("ns", "a")]
+    world.pods.pop(("ns", "a"), None)
+
+
+def test_an_ended_attempt_is_folded_marked_and_outlives_its_job_and_a_restart() -> None:
+    world, writer, costs = _world(), FakeJobWriter(), FakeCostWriter()
+    acc = _accountant(world, writer, costs)
+    asyncio.run(acc.step(T0 + HOUR))
+    assert _spent(acc) == pytest.approx(7.2) and _stored(costs).buckets == []  # running: counted live
+    _show(world, writer)
+    _finish(world, writer)  # ended at T0+2h: $14.40
+    asyncio.run(acc.step(T0 + 3 * HOUR))
+    (bucket,) = _stored(costs).buckets
+    assert (bucket.team, bucket.pool, bucket.f[0]) == ("research", "spot", pytest.approx(14.4))
+    assert writer.statuses[("ns", "a")]["cost"]["attempts"][0]["rolledUp"] is True
+    assert _spent(acc) == pytest.approx(14.4)  # counted once: from the rollup, not live too
+    _show(world, writer)
+    _delete(world)
+    asyncio.run(acc.step(T0 + 4 * HOUR))
+    assert _spent(acc) == pytest.approx(14.4)
+    (row,) = _stored(costs).jobs
+    assert (row.namespace, row.name, row.forecast_usd) == ("ns", "a", 20.0)
+    restarted = _accountant(world, writer, costs)
+    asyncio.run(restarted.step(T0 + 5 * HOUR))
+    assert _spent(restarted) == pytest.approx(14.4)
+
+
+def test_a_running_job_deleted_is_charged_up_to_its_deletion_and_kept() -> None:
+    world, writer, costs = _world(), FakeJobWriter(), FakeCostWriter()
+    acc = _accountant(world, writer, costs)
+    asyncio.run(acc.step(T0 + HOUR))
+    _show(world, writer)
+    _delete(world)
+    acc.deleted_at["uid-a"] = T0 + 1.25 * HOUR  # the DELETED event
+    asyncio.run(acc.step(T0 + 2 * HOUR))
+    assert _spent(acc) == pytest.approx(1.25 * 7.2)
+    restarted = _accountant(world, writer, costs)
+    asyncio.run(restarted.step(T0 + 3 * HOUR))
+    assert _spent(restarted) == pytest.approx(1.25 * 7.2)
+    assert sum(b.f[0] for b in _stored(costs).buckets) == pytest.approx(1.25 * 7.2)
+
+
+def test_killed_between_the_rollup_write_and_the_mark_counts_nothing_twice() -> None:
+    world, writer, costs = _world(), FakeJobWriter(), FakeCostWriter()
+    acc = _accountant(world, writer, costs)
+    asyncio.run(acc.step(T0 + HOUR))
+    _show(world, writer)
+    _finish(world, writer)
+    writer.fail_next = ClusterUnavailable("killed before the mark was written")
+    asyncio.run(acc.step(T0 + 3 * HOUR))
+    assert [p.uid for p in _stored(costs).pending] == ["uid-a"]  # folded; the job does not say so yet
+    assert not writer.statuses[("ns", "a")]["cost"]["attempts"][0]["rolledUp"]
+    restarted = _accountant(world, writer, costs)  # knows only the rollup and the job's status
+    asyncio.run(restarted.step(T0 + 3 * HOUR))
+    assert _spent(restarted) == pytest.approx(14.4)
+    assert sum(b.f[0] for b in _stored(costs).buckets) == pytest.approx(14.4)  # not folded again
+    assert writer.statuses[("ns", "a")]["cost"]["attempts"][0]["rolledUp"] is True  # the mark, made again
+    _show(world, writer)
+    asyncio.run(restarted.step(T0 + 4 * HOUR))
+    assert _stored(costs).pending == []  # the status shows the mark: the key is no longer needed
+    assert _spent(restarted) == pytest.approx(14.4)
+
+
+def test_a_rollup_written_by_another_process_is_read_again_not_overwritten() -> None:
+    world, writer, costs = _world(), FakeJobWriter(), FakeCostWriter()
+    acc = _accountant(world, writer, costs)
+    asyncio.run(acc.step(T0 + HOUR))
+    _show(world, writer)
+    _finish(world, writer)
+    costs.fail_next = RollupConflict("changed meanwhile")
+    asyncio.run(acc.step(T0 + 3 * HOUR))  # the read ... then the write conflicts: nothing marked
+    assert not writer.statuses[("ns", "a")]["cost"]["attempts"][0]["rolledUp"]
+    assert _spent(acc) == pytest.approx(14.4)  # counted live meanwhile
+    asyncio.run(acc.step(T0 + 3 * HOUR))  # read again, folded, marked
+    assert sum(b.f[0] for b in _stored(costs).buckets) == pytest.approx(14.4)
+    assert writer.statuses[("ns", "a")]["cost"]["attempts"][0]["rolledUp"] is True
+    assert _spent(acc) == pytest.approx(14.4)

@@ -1,0 +1,205 @@
+"""The durable cost rollup (reconcile.rollup), pure: folding ended attempts once each (keyed by job
+uid and attempt), whatever order, repetition or crash the folds and the marks come in; the
+counters are the rollup plus the live jobs' unfolded attempts and never go down; the bounds keep
+the money while they drop detail."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from accel_api.costrollup import ROLLUP_BUCKETS, ROLLUP_BYTES, ROLLUP_DAYS, ROLLUP_JOBS, CostRollup
+from accel_api.enums import CapacityType
+from accel_api.job import CostStatus
+from accel_operator.reconcile import accrual, ledger, rollup
+
+T0 = dt.datetime(2026, 3, 31, 20, 0, tzinfo=dt.UTC)
+H = dt.timedelta(hours=1)
+
+
+def _attempt(
+    cost: CostStatus | None,
+    attempt: int,
+    start: dt.datetime,
+    end: dt.datetime,
+    *,
+    pool: str = "p",
+    price: float = 3.6,
+    devices: int = 2,
+    close: bool = True,
+) -> CostStatus:
+    out = ledger.record(
+        cost,
+        ledger.Observation(attempt, pool, CapacityType.SPOT, devices, start, end, price, 9.0),
+    )
+    return ledger.close(out, ledger.AttemptEnd(attempt, end)) if close else out
+
+
+def _total(values: dict[rollup.Key, ledger.Figures]) -> float:
+    return sum(f.spent_usd for f in values.values())
+
+
+def _counters(stored: CostRollup, live: dict[str, tuple[str, CostStatus]]) -> dict[rollup.Key, ledger.Figures]:
+    """What the operator exports: the rollup plus every live job's unfolded attempts."""
+    out = rollup.counters(stored)
+    pending = rollup.pending_of(stored)
+    for uid, (team, cost) in live.items():
+        for (pool, capacity), f in rollup.live_by_pool(cost, pending.get(uid, ())).items():
+            key = (team, pool, capacity)
+            out[key] = out.get(key, ledger.Figures()) + f
+    return out
+
+
+def test_an_ended_attempt_is_folded_once_and_counted_once() -> None:
+    cost = _attempt(None, 0, T0, T0 + H)  # 2 devices x 1 h x $3.60
+    who = rollup.JobId("uid-a", "ns", "a", "research")
+    stored = rollup.fold(CostRollup(), who, rollup.foldable(cost, ()))
+    assert _total(rollup.counters(stored)) == pytest.approx(7.2)
+    assert rollup.fold(stored, who, cost.attempts) is stored  # a replayed fold adds nothing
+    # Before the mark reaches the job's status, the pending key keeps it out of the live count.
+    assert _total(_counters(stored, {"uid-a": ("research", cost)})) == pytest.approx(7.2)
+    marked = ledger.mark_rolled_up(cost, [0])
+    assert rollup.foldable(marked, ()) == []
+    assert _total(_counters(stored, {"uid-a": ("research", marked)})) == pytest.approx(7.2)
+    pruned = rollup.prune(stored, {"uid-a": [0]}, {"uid-a"}, T0 + 2 * H)
+    assert pruned.pending == [] and _total(_counters(pruned, {"uid-a": ("research", marked)})) == pytest.approx(7.2)
+
+
+def test_a_deleted_jobs_money_stays_in_the_counters_and_its_row_is_kept() -> None:
+    cost = _attempt(None, 0, T0, T0 + H)
+    cost = _attempt(cost, 1, T0 + 2 * H, T0 + 3 * H, pool="q", close=False)  # running at the deletion
+    who = rollup.JobId("uid-a", "ns", "a", "research", forecast_usd=20.0)
+    stored = rollup.fold(CostRollup(), who, rollup.foldable(cost, ()))
+    cost = ledger.mark_rolled_up(cost, [0])
+    before = _counters(stored, {"uid-a": ("research", cost)})
+    # Deleted at T0+3.5h: the open attempt is charged up to then, then folded with the rest.
+    final = accrual.at_deletion(cost, T0 + 3.5 * H)
+    gone = rollup.fold(stored, who, rollup.unfolded(final, ()), gone=T0 + 3.5 * H, summary=final)
+    after = _counters(gone, {})
+    assert _total(after) == pytest.approx(7.2 + 2 * 1.5 * 3.6)
+    for key, f in before.items():
+        assert after[key].spent_usd >= f.spent_usd - 1e-9  # no counter went down
+    (row,) = gone.jobs
+    assert (row.namespace, row.name, row.forecast_usd) == ("ns", "a", 20.0)
+    assert sum(d.f[0] for d in row.days) == pytest.approx(_total(after))
+    # The deletion seen again (a lagging view) adds nothing.
+    again = rollup.fold(gone, who, final.attempts, gone=T0 + 4 * H, summary=final)
+    assert _total(rollup.counters(again)) == pytest.approx(_total(after)) and len(again.jobs) == 1
+
+
+def test_money_is_split_by_utc_day() -> None:
+    cost = _attempt(None, 0, T0, T0 + 6 * H)  # 20:00 to 02:00 the next day
+    stored = rollup.fold(CostRollup(), rollup.JobId("u", "ns", "a", "t"), cost.attempts)
+    days = {b.day: b.f[0] for b in stored.buckets}
+    assert days == {"2026-03-31": pytest.approx(4 * 7.2), "2026-04-01": pytest.approx(2 * 7.2)}
+    window = (T0 + 5 * H, T0 + 7 * H)  # touches 2026-04-01 only
+    assert [b.day for b in stored.buckets if rollup.in_window(b.day, *window)] == ["2026-04-01"]
+
+
+# Operations on a small world of jobs: an attempt of a job ends, the operator folds (and the
+# rollup write may fail), the marks are written (or fail), a job is deleted, the operator restarts
+# (forgets what it did not store).
+ops = st.lists(
+    st.tuples(
+        st.sampled_from(["end", "fold", "fold-fails", "mark", "mark-fails", "delete", "restart", "prune"]),
+        st.integers(min_value=0, max_value=3),
+    ),
+    min_size=1,
+    max_size=40,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(ops)
+def test_folds_marks_deletions_and_crashes_neither_lose_nor_double_count(steps: list[tuple[str, int]]) -> None:
+    statuses: dict[str, CostStatus] = {}  # the jobs' ledgers as their status holds them
+    teams = {f"uid-{i}": f"team{i % 2}" for i in range(4)}
+    attempts = dict.fromkeys(teams, 0)
+    stored = CostRollup()  # what the ConfigMap holds
+    spent = 0.0  # the hand computation: every ended attempt's money
+    last = _total(_counters(stored, {}))
+    deleted: set[str] = set()
+    now = T0
+    for op, i in steps:
+        uid = f"uid-{i}"
+        now += H
+        if op == "end" and uid not in deleted:
+            n = attempts[uid]
+            statuses[uid] = _attempt(statuses.get(uid), n, now - H, now - H / 2, price=1.0 + i)
+            attempts[uid] = n + 1
+            spent += 2 * 0.5 * (1.0 + i)
+        elif op in ("fold", "fold-fails"):
+            value = stored
+            pending = rollup.pending_of(value)
+            for u, cost in statuses.items():
+                value = rollup.fold(
+                    value, rollup.JobId(u, "ns", u, teams[u]), rollup.foldable(cost, pending.get(u, ()))
+                )
+            if op == "fold":
+                stored = value
+        elif op in ("mark", "mark-fails") and uid in statuses:
+            held = rollup.pending_of(stored).get(uid, frozenset())
+            if op == "mark":
+                statuses[uid] = ledger.mark_rolled_up(statuses[uid], held)
+        elif op == "delete" and uid in statuses:
+            cost = statuses.pop(uid)
+            pending = rollup.pending_of(stored)
+            stored = rollup.fold(
+                stored,
+                rollup.JobId(uid, "ns", uid, teams[uid]),
+                rollup.unfolded(cost, pending.get(uid, ())),
+                gone=now,
+                summary=cost,
+            )
+            deleted.add(uid)
+        elif op == "prune":
+            marked = {u: [a.attempt for a in c.attempts if a.rolled_up] for u, c in statuses.items()}
+            stored = rollup.prune(stored, marked, set(statuses), now)
+        # "restart": nothing in memory survives; everything here is what was stored.
+        total = _total(_counters(stored, {u: (teams[u], c) for u, c in statuses.items()}))
+        assert total == pytest.approx(spent, abs=1e-5)
+        assert total >= last - 1e-6
+        last = total
+
+
+def test_the_bounds_keep_the_money_and_the_size() -> None:
+    stored = CostRollup()
+    long = "p" * 200
+    day0 = T0 - dt.timedelta(days=ROLLUP_DAYS + 40)
+    for d in range(ROLLUP_DAYS + 40):
+        start = day0 + dt.timedelta(days=d)
+        for k in range(12):
+            cost = _attempt(None, 0, start, start + H, pool=f"{long}-{k}")
+            stored = stored.model_copy(
+                update={"buckets": [*stored.buckets, *rollup.fold(CostRollup(), _who(d, k), cost.attempts).buckets]}
+            )
+    for j in range(ROLLUP_JOBS + 10):
+        cost = _attempt(None, 0, T0, T0 + H, pool=f"{long}-{j % 12}")
+        stored = rollup.fold(stored, _who(j, 99), [], gone=T0, summary=cost)
+    money = _total(rollup.counters(stored))
+    bounded = rollup.bound(stored, T0)
+    assert _total(rollup.counters(bounded)) == pytest.approx(money)
+    assert len(bounded.buckets) <= ROLLUP_BUCKETS
+    oldest = (T0 - dt.timedelta(days=ROLLUP_DAYS)).date().isoformat()
+    assert all(b.day >= oldest for b in bounded.buckets)
+    assert rollup.size(bounded) <= ROLLUP_BYTES
+    assert len(bounded.jobs) <= ROLLUP_JOBS
+    # It round-trips through its wire form (what the ConfigMap holds) unchanged.
+    from accel_operator.adapters.kube.costs import parse_rollup, rollup_json
+
+    assert parse_rollup({"rollup.json": rollup_json(bounded)}) == bounded
+
+
+def _who(d: int, k: int) -> rollup.JobId:
+    return rollup.JobId(f"uid-{d}-{k}", "ns", f"j{d}-{k}", f"team{k % 3}")
+
+
+def test_a_gone_jobs_pending_key_is_kept_for_a_while_then_dropped() -> None:
+    cost = _attempt(None, 0, T0, T0 + H)
+    stored = rollup.fold(CostRollup(), rollup.JobId("u", "ns", "a", "t"), cost.attempts, gone=T0 + H, summary=cost)
+    assert rollup.prune(stored, {}, set(), T0 + 2 * H).pending == stored.pending
+    assert rollup.prune(stored, {}, set(), T0 + H + rollup.GONE_KEEP).pending == []
+    assert _total(rollup.counters(rollup.prune(stored, {}, set(), T0 + 30 * H))) == pytest.approx(7.2)
