@@ -87,7 +87,7 @@ class PoolCost:
     """The cost model with one pool's terms resolved once (the planner prices every device count
     of a pool with it: a hot path)."""
 
-    __slots__ = ("_capacity", "_interval", "_notes", "_od", "_rate", "_restart", "_spot", "_spot_pool")
+    __slots__ = ("_capacity", "_interval", "_notes", "_od", "_rate", "_restart", "_spot", "_spot_pool", "terms")
 
     def __init__(
         self,
@@ -110,6 +110,9 @@ class PoolCost:
         self._notes = notes
         self._restart = restart_seconds
         self._interval = checkpoint_interval_seconds
+        # Everything estimate() reads: two pools with equal terms give equal estimates, so the
+        # planner prices a device count once for all of them.
+        self.terms = (capacity_type, self._od, self._spot, rate, notes, restart_seconds, checkpoint_interval_seconds)
 
     def estimate(self, duration_seconds: float, devices: int, nodes: int) -> CostEstimate:
         """Cost of running ``devices`` on ``nodes`` for ``duration_seconds`` of useful work."""
