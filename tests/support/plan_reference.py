@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from accel_api.catalog import Accelerator, Catalog
-from accel_api.enums import AcceleratorKind, CapacityType, Framework, Objective, Precision, SpotPolicy
+from accel_api.enums import AcceleratorKind, CapacityType, Framework, Objective, Precision, Provider, SpotPolicy
 from accel_api.job import AcceleratorJobSpec
 from accel_api.pool import AcceleratorPoolSpec
 from accel_operator.planning import candidates as cand
@@ -270,3 +270,29 @@ def plan(
         counts = _device_counts(pool.devices_per_node, pool.max_nodes, pool.tpu_topology, model_parallel)
         candidates += _candidates(job, _skeleton(job, offer, catalog, counts, steps), memo)
     return _decide(job, candidates, name)
+
+
+def evaluate(
+    spec: AcceleratorJobSpec,
+    accelerator: str,
+    devices: int,
+    catalog: Catalog,
+    *,
+    capacity_type: CapacityType = CapacityType.ON_DEMAND,
+    name: str | None = None,
+) -> Plan:
+    """One placement (``devices`` of ``accelerator`` at catalog prices) without pools."""
+    job = _terms(spec, profile.from_spec(spec))
+    accel = catalog.get(accelerator)
+    per_node = accel.devices_per_node if accel is not None else max(1, devices)
+    offer = PoolOffer(
+        name=f"{accelerator}-{capacity_type.value}",
+        spec=AcceleratorPoolSpec(
+            provider=Provider.GCP if accel is not None and accel.kind is AcceleratorKind.TPU else Provider.AWS,
+            accelerator=accelerator,
+            devices_per_node=min(64, per_node),
+            capacity_type=capacity_type,
+            max_nodes=max(1, -(-devices // per_node)),
+        ),
+    )
+    return _decide(job, _candidates(job, _skeleton(job, offer, catalog, [devices], {}), {}), name)
