@@ -147,8 +147,7 @@ _STEP_CACHE: dict[JobProfile, _StepMemo] = {}
 _STEP_CACHE_JOBS = 32
 
 
-def _step_memo(w: JobProfile) -> _StepMemo:
-    key = w.step_key
+def _step_memo(key: JobProfile) -> _StepMemo:
     found = _STEP_CACHE.get(key)
     if found is None:
         if len(_STEP_CACHE) >= _STEP_CACHE_JOBS:
@@ -274,6 +273,7 @@ def _candidates(
     sk: _Skeleton,
     *,
     speeds: list[throughput.ThroughputEstimate | None],
+    steps: dict[int, int],
     priced: list[_Priced | None],
     feasible: list[tuple[tuple[float, float, int, str], tuple[object, ...]]],
     rest: list[Candidate],
@@ -299,6 +299,7 @@ def _candidates(
     by_time = job.by_time
     free, free_nodes = offer.free_devices, offer.free_nodes
     deadline, max_cost, max_preemptions = job.deadline, job.max_cost, job.max_preemptions
+    busy = free is not None or free_nodes is not None
     for devices, nodes, static_failed, step, speed_slot, cost_slot in sk.entries:
         if step is None:
             rest.append(
@@ -312,7 +313,12 @@ def _candidates(
         if hit is None:
             speed = speeds[speed_slot]
             if speed is None:
-                speed = speeds[speed_slot] = throughput.for_tokens(step[1], w, step[2])
+                # The token count enters only through the steps, which depend only on the
+                # data-parallel degree: counted once per degree.
+                n = steps.get(step[2])
+                if n is None:
+                    n = steps[step[2]] = throughput.steps_for(w, step[2])
+                speed = speeds[speed_slot] = throughput.for_steps(step[1], n)
             c = pricer.estimate(speed.duration_seconds, devices, nodes)
             late = 0
             if deadline is not None and c.expected_seconds > deadline:
@@ -329,17 +335,27 @@ def _candidates(
                 primary *= spot_bonus
             hit = priced[cost_slot] = (speed, c, late, primary, secondary)
         speed, c, late, primary, secondary = hit
-        failed = static_failed | late
         notes = c.notes
-        if free is not None and devices > free:
-            notes = (*notes, f"{free} devices free now: waits for the pool to grow")
-        elif free_nodes is not None and nodes > free_nodes:
-            notes = (*notes, f"{free_nodes} whole nodes free now: waits for the pool to grow")
-        fields = (name, acc_id, devices, nodes, capacity, step[0], speed, c, failed, src, notes)
+        if busy:
+            if free is not None and devices > free:
+                notes = (*notes, f"{free} devices free now: waits for the pool to grow")
+            elif free_nodes is not None and nodes > free_nodes:
+                notes = (*notes, f"{free_nodes} whole nodes free now: waits for the pool to grow")
+        failed = static_failed | late
         if failed or not usable:
-            rest.append(_new(Candidate, (*fields, None, None)))
+            rest.append(
+                _new(
+                    Candidate,
+                    (name, acc_id, devices, nodes, capacity, step[0], speed, c, failed, src, notes, None, None),
+                )
+            )
         else:
-            feasible.append(((primary, secondary, devices, name), fields))
+            feasible.append(
+                (
+                    (primary, secondary, devices, name),
+                    (name, acc_id, devices, nodes, capacity, step[0], speed, c, 0, src, notes),
+                )
+            )
 
 
 def _rank_key(kc: tuple[tuple[float, float, int, str], tuple[object, ...]]) -> tuple[float, float, int, str]:
@@ -378,13 +394,14 @@ def plan(
     """Where ``spec`` should run among ``pools``, with the alternatives and why they lost."""
     job = _terms(spec, profile.from_spec(spec))
     w = job.profile
-    steps = _step_memo(w)
+    step_key = w.step_key
+    steps = _step_memo(step_key)
     model_parallel = w.tensor_parallel * w.pipeline_parallel * w.context_parallel
     # Everything a pool's skeleton depends on besides the pool: the job less its tokens (its
     # profile: precision, framework, shape, layout), its placement and spot rules, whether it
     # checkpoints and how often.
     job_key = (
-        w.step_key,
+        step_key,
         _model_key(spec.placement),
         _model_key(spec.spot),
         spec.checkpoint is None,
@@ -407,10 +424,11 @@ def plan(
 def _price(job: JobTerms, skeletons: Sequence[_Skeleton], jc: _JobCache, name: str | None) -> Plan:
     speeds: list[throughput.ThroughputEstimate | None] = [None] * len(jc.speeds)
     priced: list[_Priced | None] = [None] * len(jc.costs)
+    steps: dict[int, int] = {}  # optimizer steps (or generate() calls) per data-parallel degree
     feasible: list[tuple[tuple[float, float, int, str], tuple[object, ...]]] = []
     rest: list[Candidate] = []
     for sk in skeletons:
-        _candidates(job, sk, speeds=speeds, priced=priced, feasible=feasible, rest=rest)
+        _candidates(job, sk, speeds=speeds, steps=steps, priced=priced, feasible=feasible, rest=rest)
     return _decide(job, feasible, rest, name)
 
 
