@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import operator
 from collections.abc import Sequence
 from typing import NamedTuple, TypeVar
 
@@ -265,6 +266,7 @@ def _skeleton(
     return _Skeleton(offer, cat, accel, src.problems, prices, src.preemption_rate, pricer, tuple(out))
 
 
+_RANK_KEY = operator.itemgetter(0)
 _new = tuple.__new__  # builds a NamedTuple from its fields without the keyword-handling __new__
 
 
@@ -358,10 +360,6 @@ def _candidates(
             )
 
 
-def _rank_key(kc: tuple[tuple[float, float, int, str], tuple[object, ...]]) -> tuple[float, float, int, str]:
-    return kc[0]
-
-
 def _decide(
     job: JobTerms,
     feasible: list[tuple[tuple[float, float, int, str], tuple[object, ...]]],
@@ -370,7 +368,7 @@ def _decide(
 ) -> Plan:
     """Ranks the feasible candidates by the job's objective (the spot preference applied; ties by
     devices, then pool name): the winner first, the ranked losers, then the rest as enumerated."""
-    feasible.sort(key=_rank_key)
+    feasible.sort(key=_RANK_KEY)  # stable: equal keys keep the pools' order
     win: Candidate | None = _new(Candidate, (*feasible[0][1], 1, None)) if feasible else None
     ranked = [win] if win is not None else []
     ranked += [_new(Candidate, (*fields, i, win)) for i, (_, fields) in enumerate(feasible[1:], 2)]
