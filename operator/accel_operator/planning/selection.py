@@ -211,12 +211,17 @@ class _JobCache:
 # cleared when full.
 _JOBS: dict[object, _JobCache] = {}
 _JOBS_LIMIT = 32
+# One job's cache starts again past these: pool offers rebuilt for every plan (new objects, new
+# skeletons) or prices that keep changing (new cost slots) would otherwise grow it, and each plan
+# allocates its tables at the size of the slot counts.
+_JOB_SKELETONS = 4096
+_JOB_SLOTS = 16384
 
 
 def _job_cache(job_key: object) -> _JobCache:
     found = _JOBS.get(job_key)
-    if found is None:
-        if len(_JOBS) >= _JOBS_LIMIT:
+    if found is None or len(found.skeletons) > _JOB_SKELETONS or len(found.costs) > _JOB_SLOTS:
+        if found is None and len(_JOBS) >= _JOBS_LIMIT:
             _JOBS.clear()
         found = _JOBS[job_key] = _JobCache()
     return found

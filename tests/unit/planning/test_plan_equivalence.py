@@ -241,3 +241,23 @@ def _specs(draw: st.DrawFn) -> AcceleratorJobSpec:
 @given(spec=_specs(), pools=st.sampled_from(["bench-50", "mixed"]))
 def test_random_specs_plan_as_before(spec: AcceleratorJobSpec, pools: str) -> None:
     _same(spec, POOL_SETS[pools])
+
+
+def test_a_job_fed_new_pool_objects_and_prices_every_plan_keeps_a_bounded_cache(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The operator builds its offers afresh from each snapshot, and live prices change: each plan
+    # adds skeletons (new offer objects) and cost slots (new prices) to the job's cache, which
+    # starts again past its bounds, and the plans stay the ones made afresh.
+    monkeypatch.setattr(selection, "_JOB_SKELETONS", 2 * len(MIXED))
+    monkeypatch.setattr(selection, "_JOB_SLOTS", 200)
+    spec = job().arch(LLAMA_1B).checkpoint().spot("prefer").spec()
+    sizes = []
+    for i in range(8):
+        offers = [dataclasses.replace(o) for o in MIXED]
+        offers += [pool(f"h100-live-{i}", "h100-80gb", spot=True, max_nodes=16, price=2.0 + i / 100)]
+        assert _difference(selection.plan(spec, offers, CAT), plan_reference.plan(spec, offers, CAT)) is None
+        sizes.append(max((len(c.skeletons), len(c.costs)) for c in selection._JOBS.values()))
+    assert max(s for s, _ in sizes) <= 3 * (len(MIXED) + 1)
+    assert max(c for _, c in sizes) <= 200 + 100
+    assert len(set(sizes)) > 1  # it grew, then started again
