@@ -251,6 +251,7 @@ def test_a_job_fed_new_pool_objects_and_prices_every_plan_keeps_a_bounded_cache(
     # starts again past its bounds, and the plans stay the ones made afresh.
     monkeypatch.setattr(selection, "_JOB_SKELETONS", 2 * len(MIXED))
     monkeypatch.setattr(selection, "_JOB_SLOTS", 200)
+    monkeypatch.setattr(selection, "_JOBS", {})  # this job's cache alone, whatever ran before
     spec = job().arch(LLAMA_1B).checkpoint().spot("prefer").spec()
     sizes = []
     for i in range(8):
