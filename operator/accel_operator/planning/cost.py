@@ -83,11 +83,15 @@ def estimate(
     return pool.estimate(duration_seconds, devices, nodes)
 
 
+# Builds a NamedTuple from all its fields without its keyword-handling __new__ (twice as fast).
+_new = tuple.__new__
+
+
 class PoolCost:
     """The cost model with one pool's terms resolved once (the planner prices every device count
     of a pool with it: a hot path)."""
 
-    __slots__ = ("_capacity", "_interval", "_notes", "_od", "_rate", "_restart", "_spot", "_spot_pool")
+    __slots__ = ("_capacity", "_interval", "_notes", "_od", "_rate", "_restart", "_spot", "_spot_pool", "terms")
 
     def __init__(
         self,
@@ -110,6 +114,9 @@ class PoolCost:
         self._notes = notes
         self._restart = restart_seconds
         self._interval = checkpoint_interval_seconds
+        # Everything estimate() reads: two pools with equal terms give equal estimates, so the
+        # planner prices a device count once for all of them.
+        self.terms = (capacity_type, self._od, self._spot, rate, notes, restart_seconds, checkpoint_interval_seconds)
 
     def estimate(self, duration_seconds: float, devices: int, nodes: int) -> CostEstimate:
         """Cost of running ``devices`` on ``nodes`` for ``duration_seconds`` of useful work."""
@@ -117,7 +124,7 @@ class PoolCost:
         on_demand = device_seconds * self._od
         spot = device_seconds * self._spot
         if not self._spot_pool:
-            return CostEstimate(on_demand, spot, on_demand, duration_seconds, 0.0, 0.0, self._capacity)
+            return _new(CostEstimate, (on_demand, spot, on_demand, duration_seconds, 0.0, 0.0, self._capacity, ()))
         rate = self._rate
         lam = rate * nodes / HOUR  # preemptions per second for the whole job
         if lam <= 0:
@@ -137,4 +144,4 @@ class PoolCost:
                 wall = duration_seconds * growth + self._restart * math.expm1(x)
         preemptions = lam * wall if math.isfinite(wall) else math.inf
         expected = devices * wall * self._spot
-        return CostEstimate(on_demand, spot, expected, wall, preemptions, rate, self._capacity, self._notes)
+        return _new(CostEstimate, (on_demand, spot, expected, wall, preemptions, rate, self._capacity, self._notes))

@@ -14,8 +14,9 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import operator
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 from accel_api.catalog import Accelerator, Catalog
 from accel_api.enums import AcceleratorKind, CapacityType, Framework, Objective, Precision, Provider, SpotPolicy
@@ -134,12 +135,12 @@ def _pool(job: JobTerms, offer: PoolOffer, cat: Catalog) -> PoolTerms:
     return PoolTerms(job, offer, accel, _pool_problems(job.spec, offer, accel), cost.pricing(offer.spec, accel), rate)
 
 
-# Estimates of one accelerator and layout, shared by pools that offer both: per plan() call
-# (throughput for the job's own tokens), and across calls per job less its tokens (step level:
-# memory, step-level speed and the data-parallel degree; None where the layout cannot be built).
-_Memo = dict[tuple[str, float, int, int], throughput.ThroughputEstimate]
+# Step-level estimates (memory, step-level speed and the data-parallel degree; None where the
+# layout cannot be built) per (accelerator, network, devices, nodes), shared by pools that offer
+# the same accelerator and layout.
 _Step = tuple[memory.MemoryEstimate, throughput.ThroughputEstimate, int]
-_StepMemo = dict[tuple[str, float, int, int], _Step | None]
+_StepKey = tuple[str, float, int, int]
+_StepMemo = dict[_StepKey, _Step | None]
 # Step-level estimates of the last jobs planned (memory and step time do not depend on the token
 # count, price or pool): a new job that differs only in ``tokens`` — every resubmission, every
 # re-plan after a preemption with the tokens left — reuses them. Bounded; cleared when full.
@@ -147,14 +148,22 @@ _STEP_CACHE: dict[JobProfile, _StepMemo] = {}
 _STEP_CACHE_JOBS = 32
 
 
-def _step_memo(w: JobProfile) -> _StepMemo:
-    key = w.step_key
+def _step_memo(key: JobProfile) -> _StepMemo:
     found = _STEP_CACHE.get(key)
     if found is None:
         if len(_STEP_CACHE) >= _STEP_CACHE_JOBS:
             _STEP_CACHE.clear()
         found = _STEP_CACHE[key] = {}
     return found
+
+
+# One device count of a pool's skeleton: devices, nodes, the bits of the checks that do not
+# depend on the duration, the step-level estimates (None: no layout), and the slots of the
+# plan's tables where its speed for the job's tokens and its price are kept (see _JobCache).
+_Entry = tuple[int, int, int, _Step | None, int, int]
+# A priced slot: the speed for the job's tokens, the cost, the bits of the duration checks
+# (deadline, maxCost, preemptions) and the objective as ranked (spot preference applied).
+_Priced = tuple[throughput.ThroughputEstimate, cost.CostEstimate, int, float, float]
 
 
 class _Skeleton(NamedTuple):
@@ -170,28 +179,68 @@ class _Skeleton(NamedTuple):
     prices: cost.Pricing | None
     rate: float | None
     pricer: cost.PoolCost | None
-    # devices, nodes, failed bits, estimates key, (memory, step-level speed, data-parallel degree)
-    entries: tuple[tuple[int, int, int, tuple[str, float, int, int], _Step | None], ...]
+    entries: tuple[_Entry, ...]
 
 
-# Skeletons of the last jobs planned (less their tokens), per (id(offer), id(catalog)). Bounded;
+_K = TypeVar("_K")
+
+
+class _JobCache:
+    """What plans of one job less its tokens share: each pool's skeleton, and a slot number per
+    distinct step-level estimate (accelerator, network, devices, nodes) and per distinct price of
+    one (the pool's cost terms and that estimate). A plan keeps its speeds and prices in lists
+    indexed by these slots, so pools of the same accelerator and layout share the speed for the
+    job's tokens, and pools with equal cost terms (the same accelerator at the same prices, rate,
+    restart time and capacity type) share its price: each is computed once per plan."""
+
+    __slots__ = ("costs", "skeletons", "speeds")
+
+    def __init__(self) -> None:
+        self.skeletons: dict[tuple[int, int], _Skeleton] = {}
+        self.speeds: dict[_StepKey, int] = {}
+        self.costs: dict[tuple[object, _StepKey], int] = {}
+
+    def slot(self, table: dict[_K, int], key: _K) -> int:
+        found = table.get(key)
+        if found is None:
+            found = table[key] = len(table)
+        return found
+
+
+# Per job less its tokens (and the rules the skeletons check): the last jobs planned. Bounded;
 # cleared when full.
-_SKELETONS: dict[object, dict[tuple[int, int], _Skeleton]] = {}
-_SKELETON_JOBS = 32
+_JOBS: dict[object, _JobCache] = {}
+_JOBS_LIMIT = 32
+# One job's cache starts again past these: pool offers rebuilt for every plan (new objects, new
+# skeletons) or prices that keep changing (new cost slots) would otherwise grow it, and each plan
+# allocates its tables at the size of the slot counts.
+_JOB_SKELETONS = 4096
+_JOB_SLOTS = 16384
 
 
-def _skeleton(job: JobTerms, offer: PoolOffer, cat: Catalog, counts: Sequence[int], steps: _StepMemo) -> _Skeleton:
+def _job_cache(job_key: object) -> _JobCache:
+    found = _JOBS.get(job_key)
+    if found is None or len(found.skeletons) > _JOB_SKELETONS or len(found.costs) > _JOB_SLOTS:
+        if found is None and len(_JOBS) >= _JOBS_LIMIT:
+            _JOBS.clear()
+        found = _JOBS[job_key] = _JobCache()
+    return found
+
+
+def _skeleton(
+    job: JobTerms, offer: PoolOffer, cat: Catalog, counts: Sequence[int], *, steps: _StepMemo, jc: _JobCache
+) -> _Skeleton:
     src = _pool(job, offer, cat)
     accel, prices, pool = src.accel, src.prices, offer.spec
     per_node = pool.devices_per_node
     if accel is None or prices is None:
-        entries = tuple((n, -(-n // per_node), 0, ("", 0.0, n, 0), None) for n in counts)
+        entries = tuple((n, -(-n // per_node), 0, None, -1, -1) for n in counts)
         return _Skeleton(offer, cat, accel, src.problems, prices, src.preemption_rate, None, entries)
     w = job.profile
     pricer = cost.PoolCost(
         pool.capacity_type, prices, src.preemption_rate, pool.restart_seconds, job.checkpoint_interval
     )
-    out = []
+    out: list[_Entry] = []
     for devices in counts:
         nodes = -(-devices // per_node)
         failed = 0
@@ -214,80 +263,128 @@ def _skeleton(job: JobTerms, offer: PoolOffer, cat: Catalog, counts: Sequence[in
             steps[key] = step
         if step is None:
             failed |= cand.LAYOUT
-        elif not step[0].fits:
+            out.append((devices, nodes, failed, None, -1, -1))
+            continue
+        if not step[0].fits:
             failed |= cand.MEMORY
-        out.append((devices, nodes, failed, key, step))
+        out.append((devices, nodes, failed, step, jc.slot(jc.speeds, key), jc.slot(jc.costs, (pricer.terms, key))))
     return _Skeleton(offer, cat, accel, src.problems, prices, src.preemption_rate, pricer, tuple(out))
 
 
-def _skeletons(job_key: object) -> dict[tuple[int, int], _Skeleton]:
-    found = _SKELETONS.get(job_key)
-    if found is None:
-        if len(_SKELETONS) >= _SKELETON_JOBS:
-            _SKELETONS.clear()
-        found = _SKELETONS[job_key] = {}
-    return found
+_RANK_KEY = operator.itemgetter(0)
+_new = tuple.__new__  # builds a NamedTuple from its fields without the keyword-handling __new__
 
 
-def _candidates(job: JobTerms, sk: _Skeleton, memo: _Memo) -> list[Candidate]:
-    """One candidate per device count of one pool, priced for the job's tokens (a hot loop:
-    locals hoisted on purpose)."""
+def _candidates(
+    job: JobTerms,
+    sk: _Skeleton,
+    *,
+    speeds: list[throughput.ThroughputEstimate | None],
+    steps: dict[int, int],
+    priced: list[_Priced | None],
+    feasible: list[tuple[tuple[float, float, int, str], tuple[object, ...]]],
+    rest: list[Candidate],
+) -> None:
+    """Each device count of one pool priced for the job's tokens: the feasible ones go to
+    ``feasible`` as their rank key and fields (the candidate is built once ranked, in _decide),
+    the rest to ``rest`` as candidates. A hot loop: locals hoisted on purpose."""
     offer = sk.offer
     pool = offer.spec
     name, capacity, acc_id = offer.name, pool.capacity_type, pool.accelerator
     src = PoolTerms(job, offer, sk.accel, sk.problems, sk.prices, sk.rate)
     pricer = sk.pricer
     if pricer is None:
-        return [Candidate(name, acc_id, n, nodes, capacity, None, None, None, 0, src) for n, nodes, *_ in sk.entries]
+        rest += [
+            _new(Candidate, (name, acc_id, n, nodes, capacity, None, None, None, 0, src, (), None, None))
+            for n, nodes, *_ in sk.entries
+        ]
+        return
     w = job.profile
+    usable = not sk.problems
     spot = capacity is CapacityType.SPOT
+    spot_bonus = 1 - cand.SPOT_PREFERENCE if spot and job.prefer_spot else None
+    by_time = job.by_time
     free, free_nodes = offer.free_devices, offer.free_nodes
     deadline, max_cost, max_preemptions = job.deadline, job.max_cost, job.max_preemptions
-    out: list[Candidate] = []
-    for devices, nodes, static_failed, key, step in sk.entries:
+    busy = free is not None or free_nodes is not None
+    for devices, nodes, static_failed, step, speed_slot, cost_slot in sk.entries:
         if step is None:
-            out.append(Candidate(name, acc_id, devices, nodes, capacity, None, None, None, static_failed, src))
+            rest.append(
+                _new(
+                    Candidate,
+                    (name, acc_id, devices, nodes, capacity, None, None, None, static_failed, src, (), None, None),
+                )
+            )
             continue
-        failed = static_failed
-        speed = memo.get(key)
-        if speed is None:
-            speed = memo[key] = throughput.for_tokens(step[1], w, step[2])
-        c = pricer.estimate(speed.duration_seconds, devices, nodes)
-        if deadline is not None and c.expected_seconds > deadline:
-            failed |= cand.DEADLINE
-        if max_cost is not None and c.expected_usd > max_cost:
-            failed |= cand.MAX_COST
-        if spot and c.preemptions > max_preemptions:
-            failed |= cand.PREEMPTIONS
+        hit = priced[cost_slot]
+        if hit is None:
+            speed = speeds[speed_slot]
+            if speed is None:
+                # The token count enters only through the steps, which depend only on the
+                # data-parallel degree: counted once per degree.
+                n = steps.get(step[2])
+                if n is None:
+                    n = steps[step[2]] = throughput.steps_for(w, step[2])
+                speed = speeds[speed_slot] = throughput.for_steps(step[1], n)
+            c = pricer.estimate(speed.duration_seconds, devices, nodes)
+            late = 0
+            if deadline is not None and c.expected_seconds > deadline:
+                late |= cand.DEADLINE
+            if max_cost is not None and c.expected_usd > max_cost:
+                late |= cand.MAX_COST
+            if spot and c.preemptions > max_preemptions:
+                late |= cand.PREEMPTIONS
+            # explain.objective, with the spot preference the ranking applies.
+            primary, secondary = (
+                (c.expected_seconds, c.expected_usd) if by_time else (c.expected_usd, c.expected_seconds)
+            )
+            if spot_bonus is not None:
+                primary *= spot_bonus
+            hit = priced[cost_slot] = (speed, c, late, primary, secondary)
+        speed, c, late, primary, secondary = hit
         notes = c.notes
-        if free is not None and devices > free:
-            notes = (*notes, f"{free} devices free now: waits for the pool to grow")
-        elif free_nodes is not None and nodes > free_nodes:
-            notes = (*notes, f"{free_nodes} whole nodes free now: waits for the pool to grow")
-        out.append(Candidate(name, acc_id, devices, nodes, capacity, step[0], speed, c, failed, src, notes))
-    return out
+        if busy:
+            if free is not None and devices > free:
+                notes = (*notes, f"{free} devices free now: waits for the pool to grow")
+            elif free_nodes is not None and nodes > free_nodes:
+                notes = (*notes, f"{free_nodes} whole nodes free now: waits for the pool to grow")
+        failed = static_failed | late
+        if failed or not usable:
+            rest.append(
+                _new(
+                    Candidate,
+                    (name, acc_id, devices, nodes, capacity, step[0], speed, c, failed, src, notes, None, None),
+                )
+            )
+        else:
+            feasible.append(
+                (
+                    (primary, secondary, devices, name),
+                    (name, acc_id, devices, nodes, capacity, step[0], speed, c, 0, src, notes),
+                )
+            )
 
 
-def _decide(job: JobTerms, candidates: list[Candidate], name: str | None) -> Plan:
-    feasible: list[tuple[tuple[float, float, int, str], Candidate]] = []
-    rest: list[Candidate] = []
-    spot_bonus = 1 - cand.SPOT_PREFERENCE if job.prefer_spot else 1.0
-    for c in candidates:
-        if c.failed or c.source.problems or c.cost is None:
-            rest.append(c)
-            continue
-        primary, secondary = explain.objective(job, c)
-        if c.capacity_type is CapacityType.SPOT:
-            primary *= spot_bonus
-        feasible.append(((primary, secondary, c.devices, c.pool), c))
-    feasible.sort(key=lambda kc: kc[0])
-    # Positional rebuilds: the last two fields are rank and winner.
-    win = Candidate(*feasible[0][1][:-2], 1, None) if feasible else None
+def _decide(
+    job: JobTerms,
+    feasible: list[tuple[tuple[float, float, int, str], tuple[object, ...]]],
+    rest: list[Candidate],
+    name: str | None,
+) -> Plan:
+    """Ranks the feasible candidates by the job's objective (the spot preference applied; ties by
+    devices, then pool name): the winner first, the ranked losers, then the rest as enumerated."""
+    feasible.sort(key=_RANK_KEY)  # stable: equal keys keep the pools' order
+    win: Candidate | None = _new(Candidate, (*feasible[0][1], 1, None)) if feasible else None
     ranked = [win] if win is not None else []
-    ranked += [Candidate(*c[:-2], i, win) for i, (_, c) in enumerate(feasible[1:], 2)]
+    ranked += [_new(Candidate, (*fields, i, win)) for i, (_, fields) in enumerate(feasible[1:], 2)]
     ranked += rest
     reason = explain.decision(job, ranked, len(feasible))
     return Plan(spec=job.spec, profile=job.profile, name=name, candidates=tuple(ranked), winner=win, reason=reason)
+
+
+def _model_key(model: object) -> tuple[object, ...]:
+    """A hashable key of a flat model's values (lists as tuples): cheaper than its repr."""
+    return (type(model), *(tuple(v) if type(v) is list else v for v in vars(model).values()))
 
 
 def plan(
@@ -299,25 +396,43 @@ def plan(
 ) -> Plan:
     """Where ``spec`` should run among ``pools``, with the alternatives and why they lost."""
     job = _terms(spec, profile.from_spec(spec))
-    candidates: list[Candidate] = []
-    memo: _Memo = {}
-    steps = _step_memo(job.profile)
     w = job.profile
+    step_key = w.step_key
+    steps = _step_memo(step_key)
     model_parallel = w.tensor_parallel * w.pipeline_parallel * w.context_parallel
     # Everything a pool's skeleton depends on besides the pool: the job less its tokens (its
-    # profile: precision, framework, shape, layout), its placement and spot rules (their reprs:
-    # the models hold lists, so they do not hash), whether it checkpoints and how often.
-    job_key = (w.step_key, repr(spec.placement), repr(spec.spot), spec.checkpoint is None, job.checkpoint_interval)
-    skeletons = _skeletons(job_key)
+    # profile: precision, framework, shape, layout), its placement and spot rules, whether it
+    # checkpoints and how often.
+    job_key = (
+        step_key,
+        _model_key(spec.placement),
+        _model_key(spec.spot),
+        spec.checkpoint is None,
+        job.checkpoint_interval,
+    )
+    jc = _job_cache(job_key)
+    skeletons = jc.skeletons
     cat_id = id(catalog)
+    todo: list[_Skeleton] = []
     for offer in pools:
         sk = skeletons.get((id(offer), cat_id))
         if sk is None or sk.offer is not offer or sk.catalog is not catalog:
             pool = offer.spec
             counts = _device_counts(pool.devices_per_node, pool.max_nodes, pool.tpu_topology, model_parallel)
-            sk = skeletons[id(offer), cat_id] = _skeleton(job, offer, catalog, counts, steps)
-        candidates += _candidates(job, sk, memo)
-    return _decide(job, candidates, name)
+            sk = skeletons[id(offer), cat_id] = _skeleton(job, offer, catalog, counts, steps=steps, jc=jc)
+        todo.append(sk)
+    return _price(job, todo, jc, name)
+
+
+def _price(job: JobTerms, skeletons: Sequence[_Skeleton], jc: _JobCache, name: str | None) -> Plan:
+    speeds: list[throughput.ThroughputEstimate | None] = [None] * len(jc.speeds)
+    priced: list[_Priced | None] = [None] * len(jc.costs)
+    steps: dict[int, int] = {}  # optimizer steps (or generate() calls) per data-parallel degree
+    feasible: list[tuple[tuple[float, float, int, str], tuple[object, ...]]] = []
+    rest: list[Candidate] = []
+    for sk in skeletons:
+        _candidates(job, sk, speeds=speeds, steps=steps, priced=priced, feasible=feasible, rest=rest)
+    return _decide(job, feasible, rest, name)
 
 
 def evaluate(
@@ -343,7 +458,8 @@ def evaluate(
             max_nodes=max(1, -(-devices // per_node)),
         ),
     )
-    return _decide(job, _candidates(job, _skeleton(job, offer, catalog, [devices], {}), {}), name)
+    jc = _JobCache()
+    return _price(job, [_skeleton(job, offer, catalog, [devices], steps={}, jc=jc)], jc, name)
 
 
 def _default_offer(accel: Accelerator, capacity: CapacityType) -> PoolOffer:

@@ -544,12 +544,21 @@ def steps_for(w: JobProfile, data_parallel: int) -> int:
     return max(1, math.ceil(calls / data_parallel))
 
 
+_new = tuple.__new__
+
+
 def for_tokens(step: ThroughputEstimate, job: JobProfile, data_parallel: int) -> ThroughputEstimate:
     """``step`` (an estimate of ``job`` with any token count) for ``job``'s own tokens: the
     planner caches step-level estimates across jobs that differ only in how long they train."""
-    n = steps_for(job, data_parallel)
-    # Positional: the fields after ``steps`` are kept (a hot path; _replace is several times slower).
-    return ThroughputEstimate(step[0], step[1], n * step[0], n, *step[4:])
+    return for_steps(step, steps_for(job, data_parallel))
+
+
+def for_steps(step: ThroughputEstimate, n: int) -> ThroughputEstimate:
+    """``step`` for ``n`` optimizer steps (training) or generate() calls per replica (inference),
+    as :func:`steps_for` counts them."""
+    # Positional through tuple.__new__: the fields after ``steps`` are kept (a hot path; _replace
+    # is several times slower, the NamedTuple's own __new__ twice as slow).
+    return _new(ThroughputEstimate, (step[0], step[1], n * step[0], n, *step[4:]))
 
 
 def estimate(job: JobProfile, accelerator: Accelerator, layout: Layout) -> ThroughputEstimate:
