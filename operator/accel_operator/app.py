@@ -68,8 +68,10 @@ def _install_shutdown_filter(loop: asyncio.AbstractEventLoop) -> None:
 
 
 def build_context(settings: OperatorSettings) -> OperatorContext:
-    # A pooled connection for every thread that calls: the writes', the events' and the lease's.
-    api = api_client(connections=settings.api_threads + calls.EVENT_THREADS + 1)
+    # A pooled connection for every thread that calls: the scheduler's writes, events and lease
+    # (handlers/calls.py) and the default executor's (costs, early warnings). A thread without
+    # one opens a TLS connection per call and discards it.
+    api = api_client(connections=2 * settings.api_threads + calls.EVENT_THREADS + 1)
     elector: Elector = AlwaysLeader()
     if settings.lease:
         identity = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"

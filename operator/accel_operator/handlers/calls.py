@@ -15,7 +15,8 @@ from the first write to the last: a job whose writes started finishes them, inst
 each call behind the whole burst again (with 1,300 decisions in flight, an admission's workload
 was created a minute after its status). Slots are handed out by priority: decisions that change
 what runs (admit, start, release, fail) before those that only say a job still waits, so a new
-job's admission does not queue behind a backlog's "waiting for capacity" conditions.
+job's admission does not queue behind a backlog's "waiting for capacity" conditions, nor behind
+the cost ledger's writes (every running job's ``status.cost``, in one burst per accrual).
 
 ``EVENT_THREADS + 1`` connections beyond the writes' are what the API client's pool needs
 (``app.build_context``): a thread without a pooled connection opens and discards one per call.
@@ -64,6 +65,7 @@ async def run_in(pool: ThreadPoolExecutor, fn: Callable[..., T], *args: object) 
 # Slot priorities: lower goes first.
 URGENT = 0  # the decision changes what runs or what is reserved
 WAITING = 1  # the decision only records that the job waits (or why)
+BACKGROUND = 2  # bookkeeping that decides nothing: the cost ledger's status writes
 
 
 class Slots:

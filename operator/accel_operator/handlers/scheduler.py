@@ -24,10 +24,10 @@ import datetime as dt
 import hashlib
 import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from accel_api import catalog as catalog_mod
 from accel_api.enums import JobPhase
@@ -63,6 +63,8 @@ from accel_operator.reconcile.times import parse_time
 from accel_operator.settings import OperatorSettings
 
 log = logging.getLogger("accel_operator.scheduler")
+
+T = TypeVar("T")
 
 
 def _int(text: str | None) -> int:
@@ -512,6 +514,12 @@ class Scheduler:
 
     async def _retrying(self, call: str, fn: Any, *args: Any) -> Any:
         return await _retrying(self.metrics, self.call_pools.writes, call, fn, *args)
+
+    async def background_write(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` in a write thread once no decision waits for one (handlers.cost)."""
+        assert self.slots is not None
+        async with self.slots.slot(calls.BACKGROUND):
+            return await calls.run_in(self.call_pools.writes, fn, *args)
 
     def _node_actions(self, snap: Snapshot) -> None:
         """Taint (untaint) the nodes fresh reports condemn (clear); one write per node in flight."""
