@@ -164,3 +164,26 @@ def test_a_waiter_cancelled_as_it_is_handed_the_slot_passes_it_on() -> None:
         return got
 
     assert asyncio.run(run()) == ["second"]
+
+
+def test_a_cost_write_waits_behind_an_admission() -> None:
+    """The cost ledger's writes (handlers.cost) go after every decision that waits for a slot."""
+    w, sched, log = _world(threads=1)
+    w.pool("open", nodes=1)
+    w.job("a", "open")
+    ref = JobRef("ns", "ledger", "uid-ledger")
+
+    async def run() -> None:
+        assert sched.slots is not None
+        await sched.slots.acquire(calls.URGENT)
+        cost = asyncio.create_task(sched.background_write(sched.writer.patch_status, ref, {"cost": {}}))
+        await asyncio.sleep(0)  # queued first
+        await sched.step()
+        await asyncio.sleep(0)
+        sched.slots.release()
+        await cost
+        await _drain(sched)
+
+    asyncio.run(run())
+    writes = [c for c in log.seen if c[0] != "event"]
+    assert writes == [("status", "a"), ("workload", "a"), ("status", "ledger")]
