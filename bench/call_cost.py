@@ -4,8 +4,10 @@ Every admission makes a status merge-patch, a batch Job create and Kubernetes Ev
 through the kubernetes client in a thread. This script makes ``--count`` of each against the
 local control plane through the operator's own adapters (``KubeJobWriter``,
 ``KubeWorkloadClient``) and prints, per call, the calling thread's CPU time (``time.thread_time``:
-the client's serialising, TLS and parsing, not the API server's work or the wait) and the wall
-time. CPU, not wall, is the figure to compare: the machine's load moves wall time several-fold.
+the client's serialising, TLS and parsing, not the API server's work or the wait), the API
+server's and etcd's CPU per call (from /proc, over the whole series: anything else the control
+plane does meanwhile counts too, so run it on an otherwise idle control plane) and the wall time.
+CPU, not wall, is the figure to compare: the machine's load moves wall time several-fold.
 
 Run: ACCEL_CLUSTER_PORT_BASE=... python bench/call_cost.py [--count 200]
 """
@@ -13,6 +15,8 @@ Run: ACCEL_CLUSTER_PORT_BASE=... python bench/call_cost.py [--count 200]
 from __future__ import annotations
 
 import argparse
+import math
+import os
 import statistics
 import sys
 import time
@@ -35,15 +39,31 @@ sys.path.insert(0, str(ROOT))
 from tests.support.jobs import job_doc, pool_doc  # noqa: E402
 
 
-def measure(fn: Callable[[int], object], count: int) -> tuple[float, float]:
-    """Median CPU and wall milliseconds of ``fn(i)`` for ``i`` in ``range(count)``."""
+def process_cpu(pid: int | None) -> float:
+    """User + system CPU seconds of ``pid`` so far (NaN when unknown)."""
+    if pid is None:
+        return math.nan
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return math.nan
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def measure(
+    fn: Callable[[int], object], count: int, pids: dict[str, int | None]
+) -> tuple[float, float, dict[str, float]]:
+    """Median client CPU and wall milliseconds of ``fn(i)`` for ``i`` in ``range(count)``, and the
+    mean CPU milliseconds per call of each process in ``pids``."""
     cpu, wall = [], []
+    before = {k: process_cpu(p) for k, p in pids.items()}
     for i in range(count):
         c0, w0 = time.thread_time(), time.perf_counter()
         fn(i)
         cpu.append((time.thread_time() - c0) * 1e3)
         wall.append((time.perf_counter() - w0) * 1e3)
-    return statistics.median(cpu), statistics.median(wall)
+    server = {k: (process_cpu(p) - before[k]) * 1e3 / count for k, p in pids.items()}
+    return statistics.median(cpu), statistics.median(wall), server
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -109,10 +129,12 @@ def main(argv: list[str] | None = None) -> int:
             job, service = build(spec)
             return workloads.create(job, service)
 
-        print(f"{args.count} calls each (median per call):")
+        pids = {c.name: c.pid for c in cluster.status() if c.name in ("kube-apiserver", "etcd")}
+        print(f"{args.count} calls each (client: median per call; servers: mean per call):")
         for name, fn in (("status merge-patch", patch), ("Event create", event), ("batch Job create", workload)):
-            cpu, wall = measure(fn, args.count)
-            print(f"  {name:<20} {cpu:6.2f} ms CPU  {wall:7.2f} ms wall")
+            cpu, wall, server = measure(fn, args.count, pids)
+            servers = "  ".join(f"{k} {ms:5.2f} ms CPU" for k, ms in server.items())
+            print(f"  {name:<20} client {cpu:5.2f} ms CPU  {wall:7.2f} ms wall  {servers}")
     finally:
         with kubeapi.ignoring(404):
             client.CoreV1Api(api).delete_namespace(namespace)
