@@ -145,6 +145,7 @@ class Scheduler:
     pools: calls.CallPools | None = None
     # One slot per write thread, held by a decision from its status write to its workload's.
     slots: calls.Slots | None = None
+    closed: bool = False  # the operator is stopping: nothing new is started
 
     def __post_init__(self) -> None:
         if self.pools is None:
@@ -510,6 +511,16 @@ class Scheduler:
             if stage is consolidate.Stage.MOVED:
                 self.metrics.moves.labels(health.MoveReason.CONSOLIDATION.value).inc()
 
+    async def close(self) -> None:
+        """At the operator's stop: the writes in flight are cancelled (what they did not write,
+        the next leader decides again from the cluster), then the call pools are shut down."""
+        self.closed = True
+        tasks = list(self.in_flight)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self.call_pools.shutdown()
+
     # --- apply ------------------------------------------------------------------------------
 
     async def _retrying(self, call: str, fn: Any, *args: Any) -> Any:
@@ -557,7 +568,7 @@ class Scheduler:
         if not holds(job.status, decision, job.generation):  # the common case, without serialising
             current = job.status.model_dump(by_alias=True, mode="json", exclude_none=True)
             new = settle_status(current, decision, job.generation)
-        if new is None and not decision.actions:
+        if (new is None and not decision.actions) or self.closed:
             return
         self.metrics.decisions.labels(decision.phase.value).inc()
         if new is not None:
@@ -610,7 +621,7 @@ class Scheduler:
             await asyncio.sleep(1.0)
             self.mark(job.key)
         finally:
-            if events:
+            if events and not self.closed:
                 task = asyncio.create_task(self._record(job, ref, events))
                 self.in_flight.add(task)
                 task.add_done_callback(self.in_flight.discard)

@@ -187,3 +187,29 @@ def test_a_cost_write_waits_behind_an_admission() -> None:
     asyncio.run(run())
     writes = [c for c in log.seen if c[0] != "event"]
     assert writes == [("status", "a"), ("workload", "a"), ("status", "ledger")]
+
+
+def test_closing_cancels_the_writes_in_flight_and_starts_nothing_new() -> None:
+    """At the operator's stop, a decision still waiting for its slot is cancelled, and its events
+    are not sent to the shut-down pools (that raised "cannot schedule new futures after shutdown")."""
+    w, sched, log = _world(threads=1)
+    w.pool("open", nodes=1)
+    w.job("a", "open")
+
+    async def run() -> None:
+        assert sched.slots is not None
+        await sched.slots.acquire(calls.URGENT)
+        await sched.step()
+        await asyncio.sleep(0)
+        tasks = list(sched.in_flight)
+        assert tasks
+        await sched.close()
+        assert all(t.done() for t in tasks)
+        await asyncio.sleep(0)
+        assert not sched.in_flight
+        sched.mark(("ns", "a"))
+        await sched.step()  # a pass after the stop writes nothing
+        assert not sched.in_flight
+
+    asyncio.run(run())
+    assert log.seen == []
