@@ -81,7 +81,7 @@ class Slots:
         return sum(1 for _p, _s, fut in self._waiters if not fut.done())
 
     async def acquire(self, priority: int) -> None:
-        if self._free > 0 and not self.waiting:
+        if self._free > 0:  # then no one waits: release() hands a slot to a waiter before freeing it
             self._free -= 1
             return
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
