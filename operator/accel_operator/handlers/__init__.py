@@ -92,5 +92,6 @@ def register(reg: kopf.OperatorRegistry, ctx: OperatorContext) -> Scheduler:
         if task is not None:
             task.cancel()
         await signals.stop(memo.get("signal_tasks") or ())
+        await sched.close()
 
     return sched

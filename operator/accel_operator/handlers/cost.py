@@ -394,7 +394,8 @@ class Accountant:
         job = snap.jobs[key]
         ref = JobRef(job.namespace, job.name, job.uid)
         try:
-            await asyncio.to_thread(self.writer.patch_status, ref, {"cost": _wire(cost)})
+            # Behind every admission's writes: the ledger is bookkeeping, a burst of it waits.
+            await self.scheduler.background_write(self.writer.patch_status, ref, {"cost": _wire(cost)})
             self.known[job.uid] = cost
             self.written_at[job.uid] = time.monotonic()
             over = cost.over_budget

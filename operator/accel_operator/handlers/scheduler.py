@@ -24,9 +24,10 @@ import datetime as dt
 import hashlib
 import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from accel_api import catalog as catalog_mod
 from accel_api.enums import JobPhase
@@ -39,6 +40,7 @@ from accel_operator.adapters.kube.client import ClusterUnavailable
 from accel_operator.adapters.kube.jobs import JobGone, JobRef, JobWriter
 from accel_operator.adapters.kube.lease import AlwaysLeader, Elector
 from accel_operator.adapters.kube.reschedule import RescheduleClient
+from accel_operator.handlers import calls
 from accel_operator.handlers.observed import Observed
 from accel_operator.metrics import OperatorMetrics
 from accel_operator.planning import policy, selection
@@ -61,6 +63,8 @@ from accel_operator.reconcile.times import parse_time
 from accel_operator.settings import OperatorSettings
 
 log = logging.getLogger("accel_operator.scheduler")
+
+T = TypeVar("T")
 
 
 def _int(text: str | None) -> int:
@@ -137,6 +141,22 @@ class Scheduler:
     checkpoints: CheckpointStore | None = None  # S3 lookups for resumes; None: S3 resumes wait with a reason
     # The answer of the last checkpoint lookup per job (for one attempt): what the next decision reads.
     lookups: dict[JobKey, resume.Lookup] = field(default_factory=dict)
+    # The threads the API calls run in: the lease, the writes and the events each have their own.
+    pools: calls.CallPools | None = None
+    # One slot per write thread, held by a decision from its status write to its workload's.
+    slots: calls.Slots | None = None
+    closed: bool = False  # the operator is stopping: nothing new is started
+
+    def __post_init__(self) -> None:
+        if self.pools is None:
+            self.pools = calls.CallPools(self.settings.api_threads)
+        if self.slots is None:
+            self.slots = calls.Slots(self.settings.api_threads)
+
+    @property
+    def call_pools(self) -> calls.CallPools:
+        assert self.pools is not None
+        return self.pools
 
     @property
     def spot_rules(self) -> fallback.SpotRules:
@@ -345,7 +365,7 @@ class Scheduler:
             self.wake.clear()
             if time.monotonic() - last_tick >= self.settings.lease_seconds / 3:
                 last_tick = time.monotonic()
-                leading = await asyncio.to_thread(self.elector.tick)
+                leading = await calls.run_in(self.call_pools.lease, self.elector.tick)
                 if leading and not was_leading:
                     log.info("this replica leads: it decides and writes")
                     self.overlay.clear()
@@ -491,7 +511,26 @@ class Scheduler:
             if stage is consolidate.Stage.MOVED:
                 self.metrics.moves.labels(health.MoveReason.CONSOLIDATION.value).inc()
 
+    async def close(self) -> None:
+        """At the operator's stop: the writes in flight are cancelled (what they did not write,
+        the next leader decides again from the cluster), then the call pools are shut down."""
+        self.closed = True
+        tasks = list(self.in_flight)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self.call_pools.shutdown()
+
     # --- apply ------------------------------------------------------------------------------
+
+    async def _retrying(self, call: str, fn: Any, *args: Any) -> Any:
+        return await _retrying(self.metrics, self.call_pools.writes, call, fn, *args)
+
+    async def background_write(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` in a write thread once no decision waits for one (handlers.cost)."""
+        assert self.slots is not None
+        async with self.slots.slot(calls.BACKGROUND):
+            return await calls.run_in(self.call_pools.writes, fn, *args)
 
     def _node_actions(self, snap: Snapshot) -> None:
         """Taint (untaint) the nodes fresh reports condemn (clear); one write per node in flight."""
@@ -511,13 +550,11 @@ class Scheduler:
         assert self.reschedule is not None
         try:
             if isinstance(action, act.TaintNode):
-                await _retrying(
-                    self.metrics, "taint_node", self.reschedule.taint, action.node, action.key, action.value
-                )
+                await self._retrying("taint_node", self.reschedule.taint, action.node, action.key, action.value)
                 self.metrics.node_taints.labels("taint").inc()
                 log.warning("node %s tainted %s: %s", action.node, action.key, action.reason)
             else:
-                await _retrying(self.metrics, "untaint_node", self.reschedule.untaint, action.node, action.key)
+                await self._retrying("untaint_node", self.reschedule.untaint, action.node, action.key)
                 self.metrics.node_taints.labels("untaint").inc()
                 log.info("node %s untainted %s: %s", action.node, action.key, action.reason)
         except Exception as exc:  # noqa: BLE001 - count it; the next pass decides again
@@ -531,7 +568,7 @@ class Scheduler:
         if not holds(job.status, decision, job.generation):  # the common case, without serialising
             current = job.status.model_dump(by_alias=True, mode="json", exclude_none=True)
             new = settle_status(current, decision, job.generation)
-        if new is None and not decision.actions:
+        if (new is None and not decision.actions) or self.closed:
             return
         self.metrics.decisions.labels(decision.phase.value).inc()
         if new is not None:
@@ -554,18 +591,25 @@ class Scheduler:
 
     async def _write(self, job: JobView, decision: Decision, new: dict[str, Any] | None, snap: Snapshot) -> None:
         ref = JobRef(job.namespace, job.name, job.uid)
+        events: list[act.RecordEvent] = []
+        assert self.slots is not None
         try:
-            if new is not None:
-                revision = await _retrying(self.metrics, "patch_status", self.writer.patch_status, ref, new)
-                pending = self.overlay.get(job.key)
-                if pending is not None:
-                    pending.revision = _int(revision)
-                    self.observed.touch_job(job.key)  # the next pass drops it once the watch shows it
-            # In the decision's order (events, then the workload). The workload first would admit
-            # sooner, but tests/cluster/test_lifecycle.py's cordon test races the workload's pod
-            # against its cordon after seeing Admitted, and then loses more often.
-            for action in decision.actions:
-                await self._act(job, ref, action, snap)
+            async with self.slots.slot(_priority(decision)):
+                if new is not None:
+                    revision = await self._retrying("patch_status", self.writer.patch_status, ref, new)
+                    pending = self.overlay.get(job.key)
+                    if pending is not None:
+                        pending.revision = _int(revision)
+                        self.observed.touch_job(job.key)  # the next pass drops it once the watch shows it
+                # The state first (the workload, deletions, requests), in the decision's order; its
+                # events go to their own threads after it: a burst's Events never delay the next
+                # admission's writes. An event is recorded only if every action before it in the
+                # decision was applied, as when they ran in line.
+                for action in decision.actions:
+                    if isinstance(action, act.RecordEvent):
+                        events.append(action)
+                    else:
+                        await self._act(job, ref, action, snap)
         except JobGone:
             self.overlay.pop(job.key, None)
             self.observed.touch_job(job.key)
@@ -576,21 +620,34 @@ class Scheduler:
             self.observed.touch_job(job.key)
             await asyncio.sleep(1.0)
             self.mark(job.key)
+        finally:
+            if events and not self.closed:
+                task = asyncio.create_task(self._record(job, ref, events))
+                self.in_flight.add(task)
+                task.add_done_callback(self.in_flight.discard)
 
-    async def _act(self, job: JobView, ref: JobRef, action: act.Action, snap: Snapshot) -> None:
-        if isinstance(action, act.RecordEvent):
-            try:
-                await asyncio.to_thread(self.writer.event, ref, action.type, action.reason, action.message)
-            except ClusterUnavailable as exc:
-                log.info("event %s on %s/%s not recorded: %s", action.reason, *job.key, exc)
+    async def _record(self, job: JobView, ref: JobRef, events: list[act.RecordEvent]) -> None:
+        """Post a decision's events in their order, in the events' own threads (an event is
+        information, not state: one the API server refuses is logged, and the decision stands)."""
+        for event in events:
             log.info(
                 "%s/%s: %s: %s",
                 job.namespace,
                 job.name,
-                action.reason,
-                action.message,
-                extra={"job": f"{job.namespace}/{job.name}", "reason": action.reason},
+                event.reason,
+                event.message,
+                extra={"job": f"{job.namespace}/{job.name}", "reason": event.reason},
             )
+            try:
+                await calls.run_in(
+                    self.call_pools.events, self.writer.event, ref, event.type, event.reason, event.message
+                )
+            except ClusterUnavailable as exc:
+                log.info("event %s on %s/%s not recorded: %s", event.reason, *job.key, exc)
+
+    async def _act(self, job: JobView, ref: JobRef, action: act.Action, snap: Snapshot) -> None:
+        if isinstance(action, act.RecordEvent):
+            await self._record(job, ref, [action])
         elif isinstance(action, act.CreateWorkload):
             assert job.spec is not None
             pool = snap.pools.get(action.pool)
@@ -612,7 +669,7 @@ class Scheduler:
                 avoid_nodes=consolidate.avoid_nodes(job),
             )
             batch_job, service = wl_mod.build(spec)
-            created = await _retrying(self.metrics, "create_workload", self.workloads.create, batch_job, service)
+            created = await self._retrying("create_workload", self.workloads.create, batch_job, service)
             name = str(batch_job["metadata"]["name"])
             view = WorkloadView(namespace=job.namespace, name=name, job=job.key, attempt=action.attempt)
             self.created[(job.namespace, name)] = (view, time.monotonic())
@@ -624,8 +681,7 @@ class Scheduler:
             if self.reschedule is None:
                 return
             for namespace, name in action.pods:
-                await _retrying(
-                    self.metrics,
+                await self._retrying(
                     "annotate_pod",
                     self.reschedule.annotate_pod,
                     namespace,
@@ -639,7 +695,7 @@ class Scheduler:
             asyncio.get_running_loop().call_later(grace, self.mark, job.key)
         elif isinstance(action, act.DeleteWorkload):
             self.created.pop((job.namespace, action.name), None)
-            await _retrying(self.metrics, "delete_workload", self.workloads.delete, job.namespace, action.name)
+            await self._retrying("delete_workload", self.workloads.delete, job.namespace, action.name)
         elif isinstance(action, act.ResolveCheckpoint):
             await self._resolve(job.key, action)
 
@@ -675,18 +731,26 @@ def _with_plans(snap: Snapshot, plans: dict[JobKey, Plan]) -> Snapshot:
     return replace(snap, plans=plans)
 
 
+def _priority(decision: Decision) -> int:
+    """A decision that only says its job still waits writes after those that change what runs."""
+    if decision.phase is JobPhase.PENDING and all(isinstance(a, act.RecordEvent) for a in decision.actions):
+        return calls.WAITING
+    return calls.URGENT
+
+
 def _seconds(decision: Decision) -> float:
     plan = decision.status.get("plan") or {}
     seconds = plan.get("durationSeconds")
     return float(seconds) if isinstance(seconds, int | float) else 0.0
 
 
-async def _retrying(metrics: OperatorMetrics, call: str, fn: Any, *args: Any) -> Any:
-    """``fn(*args)`` in a thread, retried with bounded backoff while the API server is unavailable."""
+async def _retrying(metrics: OperatorMetrics, pool: ThreadPoolExecutor, call: str, fn: Any, *args: Any) -> Any:
+    """``fn(*args)`` in one of ``pool``'s threads, retried with bounded backoff while the API
+    server is unavailable."""
     delay = 0.2
     for attempt in range(5):
         try:
-            return await asyncio.to_thread(fn, *args)
+            return await calls.run_in(pool, fn, *args)
         except ClusterUnavailable:
             if attempt == 4:
                 raise

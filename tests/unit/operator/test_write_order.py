@@ -1,0 +1,215 @@
+"""How the scheduler applies decisions: the state before the events, admissions before "still
+waiting" conditions, and the slots that order them (handlers/calls.py)."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+from accel_operator.adapters.kube.jobs import FakeJobWriter, JobRef
+from accel_operator.adapters.kube.workloads import FakeWorkloadClient
+from accel_operator.handlers import calls
+from accel_operator.handlers.scheduler import Scheduler
+from accel_operator.settings import OperatorSettings
+from tests.support.reconcile import World
+
+
+@dataclass
+class Calls:
+    """The writers' calls, in the order they reached the 'API server'."""
+
+    seen: list[tuple[str, ...]] = field(default_factory=list)
+
+
+class RecordingWriter(FakeJobWriter):
+    def __init__(self, log: Calls) -> None:
+        super().__init__()
+        self.log = log
+
+    def patch_status(self, ref: JobRef, status: dict[str, Any]) -> str:
+        self.log.seen.append(("status", ref.name))
+        return super().patch_status(ref, status)
+
+    def event(self, ref: JobRef, type_: str, reason: str, message: str) -> None:
+        self.log.seen.append(("event", ref.name, reason))
+        super().event(ref, type_, reason, message)
+
+
+class RecordingWorkloads(FakeWorkloadClient):
+    def __init__(self, log: Calls) -> None:
+        super().__init__()
+        self.log = log
+
+    def create(self, job: dict[str, Any], service: dict[str, Any] | None) -> bool:
+        self.log.seen.append(("workload", job["metadata"]["labels"]["accel.dev/job"]))
+        return super().create(job, service)
+
+
+def _world(threads: int = 16) -> tuple[World, Scheduler, Calls]:
+    w = World()
+    log = Calls()
+    sched = w.scheduler
+    sched.settings = OperatorSettings(api_threads=threads)
+    sched.slots = calls.Slots(threads)
+    sched.writer = RecordingWriter(log)
+    sched.workloads = RecordingWorkloads(log)
+    return w, sched, log
+
+
+async def _drain(sched: Scheduler) -> None:
+    while sched.in_flight:  # a write's events are posted by a task it starts
+        await asyncio.gather(*list(sched.in_flight))
+
+
+def test_an_admission_creates_its_workload_before_its_events() -> None:
+    w, sched, log = _world()
+    w.pool("p", nodes=1)
+    w.job("j", "p")
+
+    async def run() -> None:
+        await sched.step()
+        await _drain(sched)
+
+    asyncio.run(run())
+    assert log.seen[:2] == [("status", "j"), ("workload", "j")]
+    assert ("event", "j", "Admitted") in log.seen[2:]
+    assert [e[2] for e in sched.writer.events] == ["Admitted"]  # type: ignore[attr-defined]
+
+
+def test_an_admission_writes_before_a_backlog_of_waiting_jobs() -> None:
+    """One write slot, busy when the pass runs: the admission queued after three waiting jobs'
+    conditions still writes first."""
+    w, sched, log = _world(threads=1)
+    w.pool("full", nodes=1, free=[0])
+    w.pool("open", nodes=1)
+    for i in range(3):
+        w.job(f"w{i}", "full")
+    w.job("a", "open")  # submitted last: decided last in the pass
+
+    async def run() -> None:
+        assert sched.slots is not None
+        await sched.slots.acquire(calls.URGENT)  # an earlier decision still writing
+        await sched.step()
+        await asyncio.sleep(0)  # every decision's writer is queued for the slot
+        assert not log.seen
+        sched.slots.release()
+        await _drain(sched)
+
+    asyncio.run(run())
+    writes = [c for c in log.seen if c[0] != "event"]
+    assert writes[:2] == [("status", "a"), ("workload", "a")]
+    assert sorted(writes[2:]) == [("status", "w0"), ("status", "w1"), ("status", "w2")]
+
+
+def test_slots_go_by_priority_then_arrival() -> None:
+    async def run() -> list[str]:
+        slots = calls.Slots(1)
+        order: list[str] = []
+
+        async def take(name: str, priority: int) -> None:
+            async with slots.slot(priority):
+                order.append(name)
+                await asyncio.sleep(0)
+
+        await slots.acquire(calls.URGENT)
+        tasks = [
+            asyncio.create_task(take("wait-1", calls.WAITING)),
+            asyncio.create_task(take("urgent-1", calls.URGENT)),
+            asyncio.create_task(take("wait-2", calls.WAITING)),
+            asyncio.create_task(take("urgent-2", calls.URGENT)),
+        ]
+        await asyncio.sleep(0)
+        slots.release()
+        await asyncio.gather(*tasks)
+        return order
+
+    assert asyncio.run(run()) == ["urgent-1", "urgent-2", "wait-1", "wait-2"]
+
+
+def test_a_cancelled_waiter_takes_no_slot() -> None:
+    async def run() -> int:
+        slots = calls.Slots(1)
+        await slots.acquire(calls.URGENT)
+        gone = asyncio.create_task(slots.acquire(calls.URGENT))
+        await asyncio.sleep(0)
+        gone.cancel()
+        await asyncio.sleep(0)
+        slots.release()
+        # The slot is free again: the next two acquire one after the other without waiting.
+        await asyncio.wait_for(slots.acquire(calls.WAITING), timeout=1)
+        assert slots.waiting == 0
+        slots.release()
+        return slots._free
+
+    assert asyncio.run(run()) == 1
+
+
+def test_a_waiter_cancelled_as_it_is_handed_the_slot_passes_it_on() -> None:
+    async def run() -> list[str]:
+        slots = calls.Slots(1)
+        got: list[str] = []
+        await slots.acquire(calls.URGENT)
+        first = asyncio.create_task(slots.acquire(calls.URGENT))
+
+        async def second() -> None:
+            await slots.acquire(calls.WAITING)
+            got.append("second")
+
+        other = asyncio.create_task(second())
+        await asyncio.sleep(0)
+        slots.release()  # hands the slot to `first` ...
+        first.cancel()  # ... which is cancelled before it runs: `second` must get it
+        await asyncio.wait_for(other, timeout=1)
+        return got
+
+    assert asyncio.run(run()) == ["second"]
+
+
+def test_a_cost_write_waits_behind_an_admission() -> None:
+    """The cost ledger's writes (handlers.cost) go after every decision that waits for a slot."""
+    w, sched, log = _world(threads=1)
+    w.pool("open", nodes=1)
+    w.job("a", "open")
+    ref = JobRef("ns", "ledger", "uid-ledger")
+
+    async def run() -> None:
+        assert sched.slots is not None
+        await sched.slots.acquire(calls.URGENT)
+        cost = asyncio.create_task(sched.background_write(sched.writer.patch_status, ref, {"cost": {}}))
+        await asyncio.sleep(0)  # queued first
+        await sched.step()
+        await asyncio.sleep(0)
+        sched.slots.release()
+        await cost
+        await _drain(sched)
+
+    asyncio.run(run())
+    writes = [c for c in log.seen if c[0] != "event"]
+    assert writes == [("status", "a"), ("workload", "a"), ("status", "ledger")]
+
+
+def test_closing_cancels_the_writes_in_flight_and_starts_nothing_new() -> None:
+    """At the operator's stop, a decision still waiting for its slot is cancelled, and its events
+    are not sent to the shut-down pools (that raised "cannot schedule new futures after shutdown")."""
+    w, sched, log = _world(threads=1)
+    w.pool("open", nodes=1)
+    w.job("a", "open")
+
+    async def run() -> None:
+        assert sched.slots is not None
+        await sched.slots.acquire(calls.URGENT)
+        await sched.step()
+        await asyncio.sleep(0)
+        tasks = list(sched.in_flight)
+        assert tasks
+        await sched.close()
+        assert all(t.done() for t in tasks)
+        await asyncio.sleep(0)
+        assert not sched.in_flight
+        sched.mark(("ns", "a"))
+        await sched.step()  # a pass after the stop writes nothing
+        assert not sched.in_flight
+
+    asyncio.run(run())
+    assert log.seen == []
