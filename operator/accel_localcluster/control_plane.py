@@ -174,8 +174,10 @@ class Cluster:
         """Stop every component this state folder started; with ``wipe``, drop etcd's data."""
         stopped = []
         for name in reversed(self.COMPONENTS):
-            pids = {p for p in (self._pid(name),) if p is not None} | _running(self.bin / name)
-            for pid in pids:  # also strays whose pidfile was lost (a wiped state folder, a crash)
+            # Also strays whose pidfile was lost (a wiped state folder, a crash), but only those
+            # started for this state folder: another cluster may share the binaries (ACCEL_CLUSTER_BIN).
+            pids = {p for p in (self._pid(name),) if p is not None} | _running(self.bin / name, self.state)
+            for pid in pids:
                 _terminate(pid)
             if pids:
                 stopped.append(name)
@@ -357,13 +359,24 @@ def _ours(pid: int, binary: Path) -> bool:
     return exe.removesuffix(" (deleted)") == str(binary)
 
 
-def _running(binary: Path) -> set[int]:
-    """Pids of live processes running ``binary``."""
+def _running(binary: Path, state: Path) -> set[int]:
+    """Pids of live processes running ``binary`` with an argument under ``state`` (each component
+    is started with its state folder's kubeconfig, certificates or data directory)."""
     found = set()
+    prefix = str(state).rstrip("/") + "/"
     for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and _ours(int(entry.name), binary):
+        if entry.name.isdigit() and _ours(int(entry.name), binary) and _mentions(int(entry.name), prefix):
             found.add(int(entry.name))
     return found
+
+
+def _mentions(pid: int, prefix: str) -> bool:
+    """Whether one of ``pid``'s arguments names a path starting with ``prefix``."""
+    try:
+        args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return any(prefix in arg.decode(errors="replace") for arg in args)
 
 
 def _alive(pid: int) -> bool:
