@@ -113,6 +113,17 @@ def pod_view(body: Mapping[str, Any]) -> PodView | None:
         for c in status.get("conditions") or []
     )
     attempt = labels.get(v.LABEL_ATTEMPT)
+    unschedulable = next(
+        (
+            c
+            for c in status.get("conditions") or []
+            if isinstance(c, Mapping)
+            and c.get("type") == "PodScheduled"
+            and c.get("status") == "False"
+            and c.get("reason") == "Unschedulable"
+        ),
+        None,
+    )
     request = (meta.get("annotations") or {}).get(v.ANNOTATION_CHECKPOINT_NOW)
     reported = (meta.get("annotations") or {}).get(v.ANNOTATION_CHECKPOINT) if ours else None
     return PodView(
@@ -130,6 +141,9 @@ def pod_view(body: Mapping[str, Any]) -> PodView | None:
         # Tenant-written: clipped here (one character over the bound is enough to refuse it),
         # checked against the job's checkpoint URI by reconcile.resume before any use.
         reported_checkpoint=reported[: bounds.URI_LENGTH + 1] if isinstance(reported, str) else None,
+        unschedulable_since=_maybe_time(unschedulable.get("lastTransitionTime"))
+        if unschedulable is not None and not spec.get("nodeName")
+        else None,
     )
 
 
