@@ -217,9 +217,12 @@ def _condition(raw: Any) -> Condition:
     return Condition.model_validate(raw)
 
 
-def _job_status(raw: dict[str, Any]) -> AcceleratorJobStatus:
-    """The status, its plan and conditions shared with the jobs that carry the same ones (the
-    same validation as one ``model_validate`` of the whole: raises ValueError the same way)."""
+def job_status(wire: Mapping[str, Any]) -> AcceleratorJobStatus:
+    """A job's status (wire form), its plan and conditions shared with the jobs that carry the
+    same ones (the same validation as one ``model_validate`` of the whole: raises ValueError the
+    same way). The scheduler's overlay of statuses it wrote uses it too: parsed whole, each held
+    its own plan and conditions (about 11 KB a job) until the watch showed the write."""
+    raw = dict(wire)
     plan, conditions = raw.pop("plan", None), raw.pop("conditions", None)
     status = AcceleratorJobStatus.model_validate(raw)
     update: dict[str, Any] = {}
@@ -236,7 +239,7 @@ def job_view(body: Mapping[str, Any]) -> JobView:
     meta = _meta(body)
     spec, problems = SHARED.get("spec", dict(body.get("spec") or {}), _job_spec)
     try:
-        status = _job_status(dict(body.get("status") or {}))
+        status = job_status(body.get("status") or {})
     except ValueError:
         status = AcceleratorJobStatus()  # unreadable status (hand-edited): decide from scratch
     return JobView(
