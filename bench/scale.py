@@ -536,6 +536,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         extra = {"ACCEL_OPERATOR_RESYNC_SECONDS": str(args.resync)}
         if args.bind_timeout is not None:
             extra["ACCEL_OPERATOR_BIND_TIMEOUT_SECONDS"] = str(args.bind_timeout)
+        if args.malloc_arena_max:
+            # As the Deployment runs it (manifests/operator/deployment.yaml): glibc's arenas capped.
+            extra["MALLOC_ARENA_MAX"] = str(args.malloc_arena_max)
+        out["malloc_arena_max"] = args.malloc_arena_max or None
         profile = workdir / "operator.prof" if args.profile else None
         with operator_process(kubeconfig, args.metrics_port, op_log, extra, profile, traced=args.tracemalloc) as proc:
 
@@ -737,6 +741,13 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         type=float,
         help="ACCEL_OPERATOR_BIND_TIMEOUT_SECONDS (default: the operator's, 120 s). On a machine too loaded for "
         "the control plane to bind pods within it, gangs are released and admitted again: churn, not admissions",
+    )
+    p.add_argument(
+        "--malloc-arena-max",
+        type=int,
+        default=2,
+        help="MALLOC_ARENA_MAX for the operator, as its Deployment sets it (default 2; 0: glibc's default, "
+        "8 arenas per core)",
     )
     p.add_argument("--metrics-port", type=int, default=int(os.environ.get("ACCEL_BENCH_METRICS_PORT", "0")) or None)
     p.add_argument("--node-threads", type=int, default=16, help="threads creating nodes (default 16)")

@@ -27,6 +27,14 @@ from accel_localcluster import stages
 
 REPO = Path(__file__).resolve().parents[2]
 
+# Client settings of the controller manager and the scheduler (see _kcm_args), and the Job
+# controller's workers. KWOK's own client needs none: it is built with an always-allow rate
+# limiter (kwok v0.8, pkg/kwok/cmd). Its pod stages play 4 at a time; a KwokConfiguration
+# document that raises that must set every parallelism (a zero one stops KWOK): not changed.
+CONTROLLER_QPS = 300
+CONTROLLER_BURST = 600
+JOB_SYNCS = 20
+
 
 class ClusterError(RuntimeError):
     """The control plane could not be built, started or reached; the message says where to look."""
@@ -293,10 +301,48 @@ class Cluster:
             # React quickly to nodes that disappear or stop reporting (simulated preemption).
             "--node-monitor-grace-period=20s",
             "--node-monitor-period=2s",
+            # The client's defaults (20 QPS, burst 30) are for small clusters: the Job controller
+            # writes a pod, its status and an Event or two per batch Job, so at 20+ admissions a
+            # second it falls behind the operator and gangs wait for pods that are not created
+            # yet. Operators of large clusters raise these (Kubernetes' own scalability tests run
+            # the controller manager at 100+); the local cluster does the same, and gives the Job
+            # controller more workers than its 5 (each mostly waits on the API server).
+            f"--kube-api-qps={CONTROLLER_QPS}",
+            f"--kube-api-burst={CONTROLLER_BURST}",
+            f"--concurrent-job-syncs={JOB_SYNCS}",
         ]
 
     def _scheduler_args(self) -> list[str]:
-        return self._controller_args(self.ports.scheduler)
+        # kube-scheduler takes its client settings from a config file (the --kube-api-qps flags are
+        # deprecated and ignored once --config is given). Its defaults, 50 QPS and burst 100, bind
+        # at most 50 pods a second with nothing left for its Events; raised as for the controller
+        # manager. With --config the deprecated --kubeconfig and --leader-elect flags are ignored
+        # too, so both are in the file.
+        config = self.state / "kube-scheduler.yaml"
+        config.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "kubescheduler.config.k8s.io/v1",
+                    "kind": "KubeSchedulerConfiguration",
+                    "clientConnection": {
+                        "kubeconfig": str(self.kubeconfig),
+                        "qps": CONTROLLER_QPS,
+                        "burst": CONTROLLER_BURST,
+                    },
+                    "leaderElection": {"leaderElect": False},
+                },
+                sort_keys=False,
+            )
+        )
+        k = str(self.kubeconfig)
+        return [
+            f"--config={config}",
+            f"--authentication-kubeconfig={k}",
+            f"--authorization-kubeconfig={k}",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={self.ports.scheduler}",
+            "--v=1",
+        ]
 
     def _kwok_args(self, stage_file: Path) -> list[str]:
         return [

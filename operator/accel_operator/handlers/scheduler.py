@@ -35,6 +35,7 @@ from accel_api.job import AcceleratorJobStatus
 from accel_api.vocabulary import ANNOTATION_CHECKPOINT_NOW
 from accel_operator.adapters.aws.checkpoints import CheckpointStore
 from accel_operator.adapters.aws.errors import CloudUnavailable
+from accel_operator.adapters.kube import views
 from accel_operator.adapters.kube import workloads as wl_mod
 from accel_operator.adapters.kube.client import ClusterUnavailable
 from accel_operator.adapters.kube.jobs import JobGone, JobRef, JobWriter
@@ -55,6 +56,7 @@ from accel_operator.reconcile.snapshot import (
     JobKey,
     JobView,
     PodView,
+    PoolView,
     Snapshot,
     WorkloadView,
 )
@@ -576,10 +578,12 @@ class Scheduler:
             for k, v in new.items():
                 if v is None:
                     merged.pop(k, None)
-            self.overlay[job.key] = _Pending(AcceleratorJobStatus.model_validate(merged))
+            self.overlay[job.key] = _Pending(views.job_status(merged))  # plan and conditions shared
             self.observed.touch_job(job.key)
         self.acting.add(job.key)
-        task = asyncio.create_task(self._write(job, decision, new, snap))
+        # The write keeps the pools only: a pass's snapshots (one per admission, each with the
+        # reservations admitted before it) would all live as long as their writes were queued.
+        task = asyncio.create_task(self._write(job, decision, new, snap.pools))
         self.in_flight.add(task)
         task.add_done_callback(self.in_flight.discard)
         task.add_done_callback(lambda _: self._acted(job.key))
@@ -589,7 +593,9 @@ class Scheduler:
         if key in self.dirty:
             self.wake.set()  # a pass skipped it while its decision was being applied
 
-    async def _write(self, job: JobView, decision: Decision, new: dict[str, Any] | None, snap: Snapshot) -> None:
+    async def _write(
+        self, job: JobView, decision: Decision, new: dict[str, Any] | None, pools: Mapping[str, PoolView]
+    ) -> None:
         ref = JobRef(job.namespace, job.name, job.uid)
         events: list[act.RecordEvent] = []
         assert self.slots is not None
@@ -609,7 +615,7 @@ class Scheduler:
                     if isinstance(action, act.RecordEvent):
                         events.append(action)
                     else:
-                        await self._act(job, ref, action, snap)
+                        await self._act(job, ref, action, pools)
         except JobGone:
             self.overlay.pop(job.key, None)
             self.observed.touch_job(job.key)
@@ -645,12 +651,12 @@ class Scheduler:
             except ClusterUnavailable as exc:
                 log.info("event %s on %s/%s not recorded: %s", event.reason, *job.key, exc)
 
-    async def _act(self, job: JobView, ref: JobRef, action: act.Action, snap: Snapshot) -> None:
+    async def _act(self, job: JobView, ref: JobRef, action: act.Action, pools: Mapping[str, PoolView]) -> None:
         if isinstance(action, act.RecordEvent):
             await self._record(job, ref, [action])
         elif isinstance(action, act.CreateWorkload):
             assert job.spec is not None
-            pool = snap.pools.get(action.pool)
+            pool = pools.get(action.pool)
             accel = self.catalog.get(pool.spec.accelerator) if pool is not None else None
             if pool is None or accel is None:
                 raise ClusterUnavailable(f"pool {action.pool} or its accelerator is gone")

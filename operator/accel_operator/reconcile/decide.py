@@ -12,7 +12,7 @@ The lifecycle:
                │  ▲        │           │
                ▼  │        │ gang not  └─► failed: retry (new attempt, Pending) or Failed
         Unschedulable      │ bound in time: released, new attempt, Pending
-                           ▼
+                           ▼ (the clock runs while the scheduler finds no node: bind_clock)
                         Pending
 
 Admission is all-or-nothing: a job is admitted only when every pod of its gang has a node with
@@ -35,7 +35,7 @@ from accel_api.job import AttemptFailure, ResumeStatus
 from accel_operator.planning import explain
 from accel_operator.planning.candidates import Candidate, Plan, ranked_per_pool
 from accel_operator.reconcile import actions as act
-from accel_operator.reconcile import attempt_held, fallback, names, node_capacity, resume
+from accel_operator.reconcile import attempt_held, bind_clock, fallback, names, node_capacity, resume
 from accel_operator.reconcile.messages import clip as _clip
 from accel_operator.reconcile.snapshot import (
     HOLDING,
@@ -440,11 +440,9 @@ def _holding(
         admitted = parse_time(st.admitted_time) or now
         pool = snapshot.pools.get(plan.pool or "") if plan is not None else None
         timeout = pool.spec.scale_up_timeout_seconds if pool is not None and pool.autoscaled else bind_timeout
-        if (now - admitted).total_seconds() > timeout:
-            message = (
-                f"only {bound} of {nodes} pod(s) got a node within {timeout:.0f}s: the gang is released and "
-                f"planned again as attempt {st.attempt + 1}"
-            )
+        ran_out = bind_clock.expired(pods, nodes, admitted, now, timeout)
+        if ran_out is not None:
+            message = f"{ran_out.message}: the gang is released and planned again as attempt {st.attempt + 1}"
             return Decision(
                 phase=JobPhase.PENDING,
                 conditions=(

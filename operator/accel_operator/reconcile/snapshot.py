@@ -85,6 +85,9 @@ class PodView:
     disrupted: bool = False  # condition DisruptionTarget=True
     checkpoint_now: str | None = None  # the pod's vocabulary.ANNOTATION_CHECKPOINT_NOW (the last request)
     reported_checkpoint: str | None = None  # accel.dev/last-checkpoint as the job wrote it (clipped, unchecked)
+    # When kube-scheduler first found no node for it (PodScheduled=False, Unschedulable): the
+    # gang's bind clock (reconcile/bind_clock.py). None: bound, or not tried yet.
+    unschedulable_since: dt.datetime | None = None
 
     @property
     def ended(self) -> bool:

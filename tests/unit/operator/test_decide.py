@@ -168,21 +168,74 @@ def test_admitted_becomes_running_when_every_pod_has_a_node() -> None:
     assert _kinds(d) == ["Running"]
 
 
-@pytest.mark.parametrize(
-    ("now", "released"), [(T0 + dt.timedelta(seconds=60), False), (T0 + dt.timedelta(seconds=121), True)]
-)
-def test_a_gang_not_bound_in_time_is_released(now: dt.datetime, released: bool) -> None:
+def _s(seconds: float) -> dt.datetime:
+    return T0 + dt.timedelta(seconds=seconds)
+
+
+# The gang's bind clock (reconcile/bind_clock.py), bind timeout 120 s, a 2-node gang admitted at T0:
+# (what its two pods are: "bound", "waiting" (not tried by the scheduler yet), "missing" (not
+# created yet) or "stuck@S" (the scheduler found no node for it since T0 + S), now in seconds
+# after T0, whether the gang is released).
+_BIND_CLOCK = [
+    # The scheduler found no node (cordoned, gone, tainted): released 120 s after that, not before.
+    (("bound", "stuck@0"), 60, False),
+    (("bound", "stuck@0"), 121, True),
+    (("stuck@5", "stuck@0"), 121, True),  # the earliest finding starts the clock
+    (("bound", "stuck@30"), 121, False),  # the pods came late: the clock started late
+    (("bound", "stuck@30"), 151, True),
+    # The control plane is behind (pods not created, or not tried yet): no release at 120 s ...
+    (("bound", "waiting"), 121, False),
+    (("bound", "missing"), 121, False),
+    (("missing", "missing"), 590, False),
+    (("waiting", "waiting"), 590, False),
+    # ... but pods that never come release the gang after 5 timeouts: no partial gang holds for ever.
+    (("bound", "missing"), 601, True),
+    (("missing", "missing"), 601, True),
+    (("bound", "waiting"), 601, True),
+    # Every pod has a node: Running, never released.
+    (("bound", "bound"), 10_000, False),
+]
+
+
+@pytest.mark.parametrize(("pods", "now", "released"), _BIND_CLOCK)
+def test_a_gang_is_released_when_its_bind_clock_runs_out(pods: tuple[str, ...], now: float, released: bool) -> None:
     w = World().pool("p", nodes=2)
     job = w.job("a", "p", devices=16, status=_admitted("a", "p", devices=16, nodes=2))
     w.workload("a", 0, active=2)
-    w.pod("a", 0, 0, node="p-0")
-    w.pod("a", 0, 1, node=None, phase="Pending")
-    d = decide(job, w.snapshot(now), now, bind_timeout=120)
+    for i, kind in enumerate(pods):
+        if kind == "bound":
+            w.pod("a", 0, i, node=f"p-{i}")
+        elif kind == "waiting":
+            w.pod("a", 0, i, node=None, phase="Pending")
+        elif kind.startswith("stuck@"):
+            w.pod("a", 0, i, node=None, phase="Pending", unschedulable_since=_s(float(kind[6:])))
+    d = decide(job, w.snapshot(_s(now)), _s(now), bind_timeout=120)
+    if pods == ("bound", "bound"):
+        assert d.phase is JobPhase.RUNNING
+        return
     if not released:
         assert d.phase is JobPhase.ADMITTED and not d.actions
+        assert _cond(d, "Running") == (False, "WaitingForNodes")
         return
+    # Released: the workload (and every pod of the partial gang) goes, the job is planned again.
     assert d.phase is JobPhase.PENDING and d.status["attempt"] == 1 and d.status["workload"] is None
     assert _kinds(d) == ["DeleteWorkload", "GangTimeout"]
+    assert _cond(d, "Admitted") == (False, "GangTimeout")
+    assert "attempt 1" in d.status["message"]
+
+
+def test_an_autoscaled_pool_gives_a_stuck_gang_its_scale_up_timeout() -> None:
+    # An autoscaled pool's pods are unschedulable until the autoscaler's nodes come: its
+    # scaleUpTimeoutSeconds, from the scheduler's first finding, not the bind timeout.
+    w = World().pool("auto", nodes=0, maxNodes=2, scaling="autoscaled", scaleUpTimeoutSeconds=300)
+    job = w.job("a", "auto", devices=16, status=_admitted("a", "auto", devices=16, nodes=2))
+    w.workload("a", 0, active=2)
+    w.pod("a", 0, 0, node=None, phase="Pending", unschedulable_since=_s(10))
+    w.pod("a", 0, 1, node=None, phase="Pending", unschedulable_since=_s(10))
+    assert decide(job, w.snapshot(_s(200)), _s(200), bind_timeout=120).phase is JobPhase.ADMITTED
+    d = decide(job, w.snapshot(_s(311)), _s(311), bind_timeout=120)
+    assert d.phase is JobPhase.PENDING and _kinds(d) == ["DeleteWorkload", "GangTimeout"]
+    assert "found none for 301s (limit 300s)" in d.status["message"]
 
 
 def test_a_workload_that_completes_succeeds_the_job() -> None:

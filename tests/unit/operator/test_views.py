@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import datetime as dt
 from typing import Any
 
 import pytest
@@ -36,6 +37,32 @@ def test_the_decision_and_the_builder_name_workloads_alike() -> None:
     for name in ("llama", "a" * 200, "1.5b-run.v2", "x" * 57):
         for attempt in (0, 7, 123):
             assert names.workload_name(name, attempt) == workloads.workload_name(name, attempt)
+
+
+def test_a_pod_the_scheduler_found_no_node_for_carries_since_when() -> None:
+    # kube-scheduler's PodScheduled=False/Unschedulable starts the gang's bind clock; anything
+    # else (not tried yet, gated, bound, an unreadable time) starts none.
+    job, _ = workloads.build(spec(name="g", devices=8))
+    body = _pod_from(job, 0, None)
+    body["status"] = {"phase": "Pending"}
+    pod = views.pod_view(body)
+    assert pod is not None and pod.unschedulable_since is None
+    stuck = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}
+    body["status"]["conditions"] = [{**stuck, "lastTransitionTime": "2026-11-26T12:00:05Z"}]
+    pod = views.pod_view(body)
+    assert pod is not None and pod.unschedulable_since == dt.datetime(2026, 11, 26, 12, 0, 5, tzinfo=dt.UTC)
+    for cond in (
+        {**stuck, "reason": "SchedulingGated", "lastTransitionTime": "2026-11-26T12:00:05Z"},
+        {**stuck, "lastTransitionTime": "x" * 10_000},
+        {**stuck, "status": "True", "lastTransitionTime": "2026-11-26T12:00:05Z"},
+    ):
+        body["status"]["conditions"] = [cond]
+        pod = views.pod_view(body)
+        assert pod is not None and pod.unschedulable_since is None, cond
+    bound = _pod_from(job, 0, "n1")
+    bound["status"]["conditions"] = [{**stuck, "lastTransitionTime": "2026-11-26T12:00:05Z"}]  # stale: bound now
+    pod = views.pod_view(bound)
+    assert pod is not None and pod.unschedulable_since is None
 
 
 def test_pods_without_devices_that_are_not_ours_do_not_count() -> None:

@@ -113,6 +113,17 @@ def pod_view(body: Mapping[str, Any]) -> PodView | None:
         for c in status.get("conditions") or []
     )
     attempt = labels.get(v.LABEL_ATTEMPT)
+    unschedulable = next(
+        (
+            c
+            for c in status.get("conditions") or []
+            if isinstance(c, Mapping)
+            and c.get("type") == "PodScheduled"
+            and c.get("status") == "False"
+            and c.get("reason") == "Unschedulable"
+        ),
+        None,
+    )
     request = (meta.get("annotations") or {}).get(v.ANNOTATION_CHECKPOINT_NOW)
     reported = (meta.get("annotations") or {}).get(v.ANNOTATION_CHECKPOINT) if ours else None
     return PodView(
@@ -130,6 +141,9 @@ def pod_view(body: Mapping[str, Any]) -> PodView | None:
         # Tenant-written: clipped here (one character over the bound is enough to refuse it),
         # checked against the job's checkpoint URI by reconcile.resume before any use.
         reported_checkpoint=reported[: bounds.URI_LENGTH + 1] if isinstance(reported, str) else None,
+        unschedulable_since=_maybe_time(unschedulable.get("lastTransitionTime"))
+        if unschedulable is not None and not spec.get("nodeName")
+        else None,
     )
 
 
@@ -203,9 +217,12 @@ def _condition(raw: Any) -> Condition:
     return Condition.model_validate(raw)
 
 
-def _job_status(raw: dict[str, Any]) -> AcceleratorJobStatus:
-    """The status, its plan and conditions shared with the jobs that carry the same ones (the
-    same validation as one ``model_validate`` of the whole: raises ValueError the same way)."""
+def job_status(wire: Mapping[str, Any]) -> AcceleratorJobStatus:
+    """A job's status (wire form), its plan and conditions shared with the jobs that carry the
+    same ones (the same validation as one ``model_validate`` of the whole: raises ValueError the
+    same way). The scheduler's overlay of statuses it wrote uses it too: parsed whole, each held
+    its own plan and conditions (about 11 KB a job) until the watch showed the write."""
+    raw = dict(wire)
     plan, conditions = raw.pop("plan", None), raw.pop("conditions", None)
     status = AcceleratorJobStatus.model_validate(raw)
     update: dict[str, Any] = {}
@@ -222,7 +239,7 @@ def job_view(body: Mapping[str, Any]) -> JobView:
     meta = _meta(body)
     spec, problems = SHARED.get("spec", dict(body.get("spec") or {}), _job_spec)
     try:
-        status = _job_status(dict(body.get("status") or {}))
+        status = job_status(body.get("status") or {})
     except ValueError:
         status = AcceleratorJobStatus()  # unreadable status (hand-edited): decide from scratch
     return JobView(

@@ -1,0 +1,61 @@
+"""What the scheduling loop keeps while its writes wait (bench/mem_cost.py measures how much).
+
+At full size thousands of decisions are applied in one pass and their writes queue behind a busy
+API server: whatever each queued write and each unseen status holds is multiplied by thousands.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from accel_api.job import AcceleratorJobStatus
+from accel_operator.reconcile.snapshot import Snapshot
+from tests.support.reconcile import World
+
+
+def _burst(jobs: int) -> World:
+    w = World().pool("p", nodes=2)
+    for i in range(jobs):
+        w.job(f"j{i}", "p", devices=1)
+        w.scheduler.mark(("ns", f"j{i}"))
+    return w
+
+
+def test_statuses_written_and_not_seen_yet_share_their_plan_and_conditions() -> None:
+    async def run() -> None:
+        w = _burst(6)
+        await w.scheduler.step()
+        pending = [w.scheduler.overlay[("ns", f"j{i}")].status for i in range(6)]
+        # Equal to a parse of the whole status ...
+        for status in pending:
+            whole = AcceleratorJobStatus.model_validate(status.model_dump(by_alias=True, mode="json"))
+            assert status == whole
+        # ... with one plan object for the jobs of one spec, one object per condition text.
+        assert all(s.plan is not None for s in pending)
+        assert len({id(s.plan) for s in pending}) == 1
+        first = {c.type: c for c in pending[0].conditions}
+        for s in pending[1:]:
+            for c in s.conditions:
+                if c == first.get(c.type):
+                    assert c is first[c.type]
+        await asyncio.gather(*w.scheduler.in_flight)
+
+    asyncio.run(run())
+
+
+def test_a_queued_write_does_not_keep_the_pass_snapshot() -> None:
+    # Each admission makes a new snapshot (its reservation added); a write that kept its own would
+    # keep every one of them, each with the reservations before it, until the write was done.
+    async def run() -> None:
+        w = _burst(6)
+        await w.scheduler.step()
+        tasks = list(w.scheduler.in_flight)
+        assert len(tasks) == 6
+        for task in tasks:
+            coro = task.get_coro()
+            frame = getattr(coro, "cr_frame", None)
+            assert frame is not None
+            assert not any(isinstance(value, Snapshot) for value in frame.f_locals.values())
+        await asyncio.gather(*tasks)
+
+    asyncio.run(run())
