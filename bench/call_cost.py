@@ -15,8 +15,6 @@ Run: ACCEL_CLUSTER_PORT_BASE=... python bench/call_cost.py [--count 200]
 from __future__ import annotations
 
 import argparse
-import math
-import os
 import statistics
 import sys
 import time
@@ -36,18 +34,8 @@ from accel_operator.adapters.kube.workloads import KubeWorkloadClient, WorkloadS
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from bench.scale import cpu_seconds  # noqa: E402
 from tests.support.jobs import job_doc, pool_doc  # noqa: E402
-
-
-def process_cpu(pid: int | None) -> float:
-    """User + system CPU seconds of ``pid`` so far (NaN when unknown)."""
-    if pid is None:
-        return math.nan
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    except OSError:
-        return math.nan
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def measure(
@@ -56,13 +44,13 @@ def measure(
     """Median client CPU and wall milliseconds of ``fn(i)`` for ``i`` in ``range(count)``, and the
     mean CPU milliseconds per call of each process in ``pids``."""
     cpu, wall = [], []
-    before = {k: process_cpu(p) for k, p in pids.items()}
+    before = {k: cpu_seconds(p) for k, p in pids.items()}
     for i in range(count):
         c0, w0 = time.thread_time(), time.perf_counter()
         fn(i)
         cpu.append((time.thread_time() - c0) * 1e3)
         wall.append((time.perf_counter() - w0) * 1e3)
-    server = {k: (process_cpu(p) - before[k]) * 1e3 / count for k, p in pids.items()}
+    server = {k: (cpu_seconds(p) - before[k]) * 1e3 / count for k, p in pids.items()}
     return statistics.median(cpu), statistics.median(wall), server
 
 

@@ -40,8 +40,7 @@ from moto.server import ThreadedMotoServer
 
 from accel_api import registry
 from accel_api import vocabulary as v
-from accel_api.pool import AcceleratorPoolSpec
-from accel_localcluster import default_cluster, kubeapi, nodes, preempt
+from accel_localcluster import default_cluster, demo_pools, kubeapi, preempt
 
 ROOT = Path(__file__).resolve().parents[1]
 CREDENTIALS = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_DEFAULT_REGION": "us-east-1"}
@@ -125,22 +124,7 @@ def main() -> int:
         for seq, hit in SEQUENCES.items():
             pool, bucket, job = f"{ns}-{seq}", f"{ns}-{seq}", f"resume-{seq}"
             pools.append(pool)
-            doc = {
-                "apiVersion": v.API_VERSION,
-                "kind": "AcceleratorPool",
-                "metadata": {"name": pool},
-                "spec": {
-                    "provider": "aws",
-                    "accelerator": "h100-80gb",
-                    "devicesPerNode": 8,
-                    "maxNodes": args.rounds + 1,
-                    "capacityType": "spot",
-                    "tolerations": [{"key": v.TAINT_GPU, "operator": "Exists", "effect": "NoSchedule"}],
-                },
-            }
-            kubeapi.apply(api, doc)
-            spec = AcceleratorPoolSpec.model_validate(doc["spec"])
-            nodes.ensure_nodes(core, nodes.node_manifests(pool, spec, args.rounds + 1))
+            demo_pools.make_pool(api, pool, args.rounds + 1, capacityType="spot")
             s3.create_bucket(Bucket=bucket)
             jd = {**base, "metadata": {"name": job, "namespace": ns}}
             jd["spec"] = {

@@ -90,6 +90,23 @@ def hf_config(
     )
 
 
+def hf_config_of(transformers: Any, shape: Any, *, kind: str, positions: int, use_cache: bool = False) -> Any:
+    """``hf_config`` from a configuration that carries the model's shape as attributes (``hidden``,
+    ``inter``, ``layers``, ``heads``, ``kv_heads``, ``vocab``), as each script's ``Config`` does."""
+    return hf_config(
+        transformers,
+        kind=kind,
+        hidden=shape.hidden,
+        inter=shape.inter,
+        layers=shape.layers,
+        heads=shape.heads,
+        kv_heads=shape.kv_heads,
+        vocab=shape.vocab,
+        positions=positions,
+        use_cache=use_cache,
+    )
+
+
 def from_config(torch: Any, transformers: Any, cfg: Any, attn: str = "sdpa") -> Any:
     """A randomly initialised causal LM from ``cfg``, built on the GPU, with the attention ``attn``."""
     with torch.device("cuda"):

@@ -172,22 +172,12 @@ QUAD_FIRST_RUN = (
     "llama-3b-ddp-b1x1024-ckpt",
 )
 
-# Device names as CUDA reports them → the planner catalog's ids (as in measure_training.py).
 # ----------------------------------------------------------------------------------------- worker
 
 
 def _build(c: Config, torch: Any, transformers: Any) -> Any:
-    cfg = common.hf_config(
-        transformers,
-        kind=c.kind,
-        hidden=c.hidden,
-        inter=c.inter,
-        layers=c.layers,
-        heads=c.heads,
-        kv_heads=c.kv_heads,
-        vocab=c.vocab,
-        positions=max(2048 if c.kind == "llama" else 1024, c.seq),
-        use_cache=False,
+    cfg = common.hf_config_of(
+        transformers, c, kind=c.kind, positions=max(2048 if c.kind == "llama" else 1024, c.seq), use_cache=False
     )
     model = common.from_config(torch, transformers, cfg).to("cuda")
     if c.precision == "bf16":

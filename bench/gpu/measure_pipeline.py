@@ -154,18 +154,7 @@ def _stage_module(torch: Any, model: Any, lo: int, hi: int, *, first: bool, last
 
 
 def _build(c: Config, torch: Any, transformers: Any, rank: int) -> tuple[Any, int]:
-    cfg = common.hf_config(
-        transformers,
-        kind="llama",
-        hidden=c.hidden,
-        inter=c.inter,
-        layers=c.layers,
-        heads=c.heads,
-        kv_heads=c.kv_heads,
-        vocab=c.vocab,
-        positions=max(2048, c.seq),
-        use_cache=False,
-    )
+    cfg = common.hf_config_of(transformers, c, kind="llama", positions=max(2048, c.seq), use_cache=False)
     model = common.from_config(torch, transformers, cfg)
     n_params = sum(p.numel() for p in model.parameters())
     if c.precision == "bf16":

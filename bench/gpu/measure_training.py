@@ -184,15 +184,10 @@ CONFIGS: tuple[Config, ...] = (
 
 
 def _build(c: Config, torch: Any, transformers: Any) -> Any:
-    cfg = common.hf_config(
+    cfg = common.hf_config_of(
         transformers,
+        c,
         kind=c.kind,
-        hidden=c.hidden,
-        inter=c.inter,
-        layers=c.layers,
-        heads=c.heads,
-        kv_heads=c.kv_heads,
-        vocab=c.vocab,
         positions=max(2048 if c.kind == "llama" else 1024, c.seq, c.prompt_len + c.new_tokens),
         use_cache=c.mode == "infer",
     )

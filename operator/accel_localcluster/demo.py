@@ -47,10 +47,11 @@ from kubernetes import client
 
 from accel_api import load_documents, parse_resource, registry
 from accel_api import vocabulary as v
-from accel_api.pool import AcceleratorPool, AcceleratorPoolSpec
+from accel_api.pool import AcceleratorPool
 from accel_localcluster import (
     default_cluster,
     demo_consolidate,
+    demo_pools,
     demo_reschedule,
     demo_signals,
     demo_spot,
@@ -294,22 +295,7 @@ def main(argv: list[str] | None = None) -> int:
         _table(custom, keys)
 
         _section(f"three 8-GPU jobs compete for the one node of {QUEUE_POOL}")
-        queue_pool = {
-            "apiVersion": v.API_VERSION,
-            "kind": "AcceleratorPool",
-            "metadata": {"name": QUEUE_POOL},
-            "spec": {
-                "provider": "aws",
-                "accelerator": "h100-80gb",
-                "devicesPerNode": 8,
-                "maxNodes": 1,
-                "tolerations": [{"key": v.TAINT_GPU, "operator": "Exists", "effect": "NoSchedule"}],
-            },
-        }
-        kubeapi.apply(api, queue_pool)
-        made = nodes.ensure_nodes(
-            core, nodes.node_manifests(QUEUE_POOL, AcceleratorPoolSpec.model_validate(queue_pool["spec"]), 1)
-        )
+        made = demo_pools.make_pool(api, QUEUE_POOL, 1)
         print(f"pool {QUEUE_POOL}: 8x h100-80gb on-demand, one simulated node {made[0]} (for the queue)")
         kubeapi.ensure_namespace(api, DEMO_NS)
         queue = [("first", 0), ("urgent", 100), ("later", 0)]

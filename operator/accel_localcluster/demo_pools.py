@@ -16,24 +16,31 @@ from accel_localcluster import kubeapi, nodes
 from accel_localcluster.control_plane import REPO
 
 
-def make_pool(api: client.ApiClient, name: str, count: int) -> list[str]:
-    """AcceleratorPool ``name``: ``count`` simulated on-demand nodes of 8 H100s each (tolerating
-    the GPU taint), applied with its nodes; the nodes' names."""
-    pool = {
+def pool_manifest(name: str, *, max_nodes: int, devices_per_node: int = 8, **spec: Any) -> dict[str, Any]:
+    """AcceleratorPool ``name`` of on-demand H100 nodes tolerating the GPU taint (``spec`` adds or
+    overrides fields, e.g. ``capacityType="spot"``)."""
+    return {
         "apiVersion": v.API_VERSION,
         "kind": "AcceleratorPool",
         "metadata": {"name": name},
         "spec": {
             "provider": "aws",
             "accelerator": "h100-80gb",
-            "devicesPerNode": 8,
-            "maxNodes": count,
+            "devicesPerNode": devices_per_node,
+            "maxNodes": max_nodes,
             "tolerations": [{"key": v.TAINT_GPU, "operator": "Exists", "effect": "NoSchedule"}],
+            **spec,
         },
     }
+
+
+def make_pool(api: client.ApiClient, name: str, count: int, **spec: Any) -> list[str]:
+    """AcceleratorPool ``name`` (``pool_manifest``) with ``count`` simulated nodes of 8 H100s each,
+    applied with its nodes; the nodes' names."""
+    pool = pool_manifest(name, max_nodes=count, **spec)
     kubeapi.apply(api, pool)
-    spec = AcceleratorPoolSpec.model_validate(pool["spec"])
-    return nodes.ensure_nodes(client.CoreV1Api(api), nodes.node_manifests(name, spec, count))
+    pool_spec = AcceleratorPoolSpec.model_validate(pool["spec"])
+    return nodes.ensure_nodes(client.CoreV1Api(api), nodes.node_manifests(name, pool_spec, count))
 
 
 def remove_pool(api: client.ApiClient, name: str, *, reports: bool = False) -> None:

@@ -15,7 +15,7 @@ from kubernetes import client
 from accel_api import registry
 from accel_api import vocabulary as v
 from accel_api.pool import AcceleratorPoolSpec
-from accel_localcluster import kubeapi, nodes, preempt
+from accel_localcluster import demo_pools, kubeapi, nodes, preempt
 from tests.support.cluster import ROOT, wait_for
 
 EXAMPLES = ROOT / "examples"
@@ -28,19 +28,7 @@ def example(name: str, index: int = 0) -> dict[str, Any]:
 
 def pool_doc(name: str, *, nodes_max: int, devices_per_node: int = 8, **spec: Any) -> dict[str, Any]:
     """An H100 pool whose nodes carry accel.dev/pool=<name> (no shared selector with other tests)."""
-    return {
-        "apiVersion": v.API_VERSION,
-        "kind": "AcceleratorPool",
-        "metadata": {"name": name},
-        "spec": {
-            "provider": "aws",
-            "accelerator": "h100-80gb",
-            "devicesPerNode": devices_per_node,
-            "maxNodes": nodes_max,
-            "tolerations": [{"key": v.TAINT_GPU, "operator": "Exists", "effect": "NoSchedule"}],
-            **spec,
-        },
-    }
+    return demo_pools.pool_manifest(name, max_nodes=nodes_max, devices_per_node=devices_per_node, **spec)
 
 
 @contextmanager

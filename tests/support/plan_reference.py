@@ -8,128 +8,24 @@ skeleton and every estimate is built afresh per call. Do not optimise it; it is 
 
 from __future__ import annotations
 
-import dataclasses
-import functools
-import math
 from collections.abc import Sequence
 from typing import NamedTuple
 
 from accel_api.catalog import Accelerator, Catalog
-from accel_api.enums import AcceleratorKind, CapacityType, Framework, Objective, Precision, Provider, SpotPolicy
+from accel_api.enums import AcceleratorKind, CapacityType, Provider
 from accel_api.job import AcceleratorJobSpec
 from accel_api.pool import AcceleratorPoolSpec
 from accel_operator.planning import candidates as cand
 from accel_operator.planning import cost, explain, memory, profile, throughput
 from accel_operator.planning.candidates import Candidate, JobTerms, Plan, PoolOffer, PoolTerms
 from accel_operator.planning.layout import Layout
-from accel_operator.planning.profile import JobProfile
 
-
-def _topology_chips(topology: str | None) -> int | None:
-    if not topology:
-        return None
-    return math.prod(int(d) for d in topology.split("x"))
-
-
-def device_counts(pool: AcceleratorPoolSpec) -> list[int]:
-    """Device counts a pool offers: powers of two in a node, then whole nodes in powers of two."""
-    return list(_device_counts(pool.devices_per_node, pool.max_nodes, pool.tpu_topology))
-
-
-@functools.lru_cache(maxsize=256)
-def _device_counts(per_node: int, max_nodes: int, topology: str | None, model_parallel: int = 1) -> tuple[int, ...]:
-    counts = _counts(per_node, max_nodes, topology)
-    if model_parallel & (model_parallel - 1) and topology is None:
-        # A model-parallel group that is not a power of two (pipelineParallel 3, 5, 10 ...) never
-        # divides the powers of two above: offer whole groups on whole nodes as well, the least
-        # common multiple of the group and the node and its doublings.
-        unit = math.lcm(model_parallel, per_node)
-        while unit <= per_node * max_nodes:
-            counts.append(unit)
-            unit *= 2
-    return tuple(sorted(set(counts)))
-
-
-def _counts(per_node: int, max_nodes: int, topology: str | None) -> list[int]:
-    limit = per_node * max_nodes
-    chips = _topology_chips(topology)
-    if chips is not None:
-        # A TPU slice is all-or-nothing: whole slices (multislice in powers of two).
-        return [chips * 2**k for k in range(32) if chips * 2**k <= limit] or [chips]
-    counts: list[int] = []
-    c = 1
-    while c < per_node:
-        counts.append(c)
-        c *= 2
-    counts.append(per_node)
-    nodes = 2
-    while nodes <= max_nodes:
-        counts.append(per_node * nodes)
-        nodes *= 2
-    return counts
-
-
-def _terms(spec: AcceleratorJobSpec, w: JobProfile) -> JobTerms:
-    p = spec.placement
-    return JobTerms(
-        spec=spec,
-        profile=w,
-        deadline=spec.deadline_seconds,
-        min_devices=p.min_devices,
-        max_devices=p.max_devices,
-        max_nodes=p.max_nodes,
-        max_cost=spec.max_cost,
-        max_preemptions=spec.spot.max_preemptions,
-        checkpoint_interval=spec.checkpoint.interval_minutes * 60 if spec.checkpoint is not None else None,
-        by_time=spec.objective is Objective.TIME,
-        prefer_spot=spec.spot.policy is SpotPolicy.PREFER,
-    )
-
-
-def _pool_problems(spec: AcceleratorJobSpec, offer: PoolOffer, accel: Accelerator) -> tuple[str, ...]:
-    p, pool = spec.placement, offer.spec
-    out = []
-    if p.pools and offer.name not in p.pools:
-        out.append(f"not in placement.pools ({', '.join(p.pools)})")
-    if p.accelerator_kinds and accel.kind not in p.accelerator_kinds:
-        kinds = ", ".join(k.value for k in p.accelerator_kinds)
-        out.append(f"{accel.kind.value} pool; placement.acceleratorKinds is {kinds}")
-    if p.accelerator_types and accel.id not in p.accelerator_types:
-        out.append(f"{accel.id} not in placement.acceleratorTypes ({', '.join(p.accelerator_types)})")
-    spot = pool.capacity_type is CapacityType.SPOT
-    if spec.spot.policy is SpotPolicy.NEVER and spot:
-        out.append("spot pool; spot.policy is never")
-    if spec.spot.policy is SpotPolicy.REQUIRE and not spot:
-        out.append("on-demand pool; spot.policy is require")
-    if spec.spot.policy is SpotPolicy.PREFER and spot and spec.checkpoint is None:
-        out.append("spot without spec.checkpoint: a preemption would restart the job from zero")
-    precision = spec.workload.precision
-    if spec.workload.framework is Framework.MEGATRON and accel.kind is AcceleratorKind.TPU:
-        out.append(f"framework megatron runs on GPUs (CUDA); {accel.id} is a TPU (use maxtext)")
-    if precision is Precision.FP8 and not accel.fp8_tensor_cores:
-        out.append(f"precision fp8 needs FP8 tensor cores; {accel.id} has none (use amp-bf16)")
-    if precision in (Precision.AMP_BF16, Precision.BF16, Precision.FP8) and not accel.bf16:
-        out.append(f"precision {precision.value} needs bf16; {accel.id} has none (use amp-fp16 or fp16)")
-    return tuple(out)
-
-
-def _pool(job: JobTerms, offer: PoolOffer, cat: Catalog) -> PoolTerms:
-    accel = cat.get(offer.spec.accelerator)
-    if accel is None:
-        problem = f"accelerator {offer.spec.accelerator!r} is not in the catalog ({', '.join(cat.ids())})"
-        return PoolTerms(job, offer, None, (problem,), None, None)
-    network = offer.spec.inter_node_bytes_per_second
-    if network is not None and network != accel.inter_node_bytes_per_second:
-        # The pool's own network (a faster fabric, a slower cluster) instead of the catalog's default.
-        accel = dataclasses.replace(accel, inter_node_bytes_per_second=network)
-    rate = offer.observed_preemption_rate_per_hour
-    if rate is None:
-        rate = offer.spec.preemption_rate_per_hour
-    return PoolTerms(job, offer, accel, _pool_problems(job.spec, offer, accel), cost.pricing(offer.spec, accel), rate)
-
+# The pieces the plan-speed work left as they were (device counts, job and pool terms, the pool's
+# problems) are the planner's own: only the candidates, their estimates and the decision are
+# frozen here.
+from accel_operator.planning.selection import _device_counts, _pool, _Step, _terms
 
 _Memo = dict[tuple[str, float, int, int], throughput.ThroughputEstimate]
-_Step = tuple[memory.MemoryEstimate, throughput.ThroughputEstimate, int]
 _StepMemo = dict[tuple[str, float, int, int], _Step | None]
 
 

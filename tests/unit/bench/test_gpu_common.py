@@ -4,6 +4,7 @@ the rows carry them), the rows file and ``--only``. The scripts themselves run o
 
 from __future__ import annotations
 
+import types
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -137,3 +138,9 @@ def test_only_picks_in_its_own_order_and_names_the_unknown() -> None:
     assert common.chosen(configs, None) == (configs, [])
     picked, unknown = common.chosen(configs, " c, a ,x,,")
     assert [c.name for c in picked] == ["c", "a"] and unknown == ["x"]
+
+
+def test_a_config_from_a_scripts_shape_is_the_config_from_its_fields() -> None:
+    shape = types.SimpleNamespace(hidden=2048, inter=5632, layers=22, heads=32, kv_heads=4, vocab=32000)
+    for kind in ("llama", "gpt2"):
+        assert common.hf_config_of(_Recorder(), shape, kind=kind, positions=4096) == _cfg(kind)
