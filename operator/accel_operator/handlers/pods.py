@@ -19,10 +19,14 @@ from accel_operator.reconcile.snapshot import PodView
 
 def register(reg: kopf.OperatorRegistry, sched: Scheduler) -> None:
     seen: dict[tuple[str, str], PodView] = {}
+    # The index parses each pod event's body first; the event handler for the same event (same
+    # resourceVersion) takes that view instead of parsing the body again.
+    parsed: dict[tuple[str, str], tuple[str | None, PodView | None]] = {}
 
     @kopf.index("", "v1", "pods", id="pods", registry=reg)
-    async def pods(body: kopf.Body, **_: Any) -> dict[Any, Any]:
+    async def pods(body: kopf.Body, namespace: str | None, name: str, **_: Any) -> dict[Any, Any]:
         view = views.pod_view(body)
+        parsed[(namespace or "", name)] = (body.metadata.get("resourceVersion"), view)
         if view is None:
             return {}
         out: dict[Any, Any] = {}
@@ -34,8 +38,14 @@ def register(reg: kopf.OperatorRegistry, sched: Scheduler) -> None:
 
     @kopf.on.event("", "v1", "pods", registry=reg)
     async def pod_changed(body: kopf.Body, namespace: str | None, name: str, type: str | None, **_: Any) -> None:
-        view = None if type == "DELETED" else views.pod_view(body)
         key = (namespace or "", name)
+        hit = parsed.pop(key, None)
+        if type == "DELETED":
+            view = None
+        elif hit is not None and hit[0] == body.metadata.get("resourceVersion"):
+            view = hit[1]
+        else:
+            view = views.pod_view(body)
         before = seen.pop(key, None)
         if view is not None:
             seen[key] = view
