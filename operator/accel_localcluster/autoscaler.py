@@ -545,12 +545,12 @@ class SimulatedAutoscaler:
         self._told = {*snap.problems, *actions.unfit, *actions.capped}
         for add in actions.add:
             if self.cluster.create_node(add.manifest):
-                self.nodes_added += 1
                 log.info("autoscaler: %s", add)
+                self.nodes_added += 1  # after the log line: a reader that sees the count sees the line
         for rm in actions.remove:
             if self.cluster.delete_node(rm.name):
-                self.nodes_removed += 1
                 log.info("autoscaler: %s", rm)
+                self.nodes_removed += 1
             else:
                 log.info("autoscaler: kept node %s: a pod was bound to it meanwhile", rm.name)
         return actions
