@@ -114,7 +114,7 @@ def _spend(custom: client.CustomObjectsApi, policy: str) -> dict[str, Any]:
 
 
 def test_operator_runs_under_its_least_privilege_role(
-    api: client.ApiClient, core: client.CoreV1Api, namespace: str, tmp_path: Path
+    api: client.ApiClient, core: client.CoreV1Api, crds: list[str], namespace: str, tmp_path: Path
 ) -> None:
     """The whole lifecycle (watch, admit, create the workload, post events, see it succeed) with
     the ServiceAccount token of manifests/operator/rbac.yaml: a missing verb fails here."""
