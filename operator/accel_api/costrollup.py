@@ -101,3 +101,33 @@ class CostRollup(ApiModel):
     pending: Annotated[
         list[Pending], BeforeValidator(bounds.keep_last(ROLLUP_PENDING)), Field(max_length=ROLLUP_PENDING)
     ] = Field(default_factory=list)
+
+
+# --- open attempts: what running attempts cost so far, kept beside the rollup ----------------------
+
+ROLLUP_OPEN_SHARDS = 8  # ConfigMaps ``<rollup>-open-<i>``
+ROLLUP_OPEN_PER_SHARD = 4096
+ROLLUP_OPEN_BYTES = 800 * 1024  # one shard's JSON
+
+
+class OpenAttempt(ApiModel):
+    """An attempt not folded yet (running, or ended since the last fold), as accrued through
+    ``through``: if its job is deleted while no operator runs, the next one folds this (at most
+    one accrual tick is lost) instead of losing the attempt."""
+
+    uid: _Uid
+    attempt: bounds.Count
+    namespace: bounds.ObjectName
+    name: bounds.ObjectName
+    team: _Team
+    forecast_usd: bounds.StatusUsd = None
+    through: bounds.Time
+    days: Annotated[
+        list[JobDay], BeforeValidator(bounds.keep_last(ROLLUP_JOB_DAYS)), Field(max_length=ROLLUP_JOB_DAYS)
+    ] = Field(default_factory=list)
+
+
+class OpenShard(ApiModel):
+    """One ConfigMap's share of the open attempts (the shards together hold them all)."""
+
+    attempts: Annotated[list[OpenAttempt], Field(max_length=ROLLUP_OPEN_PER_SHARD)] = Field(default_factory=list)

@@ -457,3 +457,70 @@ def test_deleted_jobs_stay_in_the_counters_and_the_report_to_the_cent_across_a_r
     assert abs(again - counted) < 1e-6, (again, counted)
     for text in logs:
         assert not unexpected_errors(text, []), unexpected_errors(text, [])
+
+
+def test_a_job_deleted_while_the_operator_is_down_is_charged_up_to_its_last_tick(
+    api: client.ApiClient, core: client.CoreV1Api, crds: list[str], namespace: str, capsys: Any
+) -> None:
+    """A job runs; the operator stops; the job is deleted; an operator starts again. The attempt
+    the rollup did not hold yet is folded from the open attempts kept beside it: the counter and
+    the report count it up to the last accrual tick before the stop, to the cent of
+    devices x (that tick - admission) x price."""
+    pool = f"{namespace}-od"
+    team = f"team-{uuid.uuid4().hex[:6]}"
+    custom = client.CustomObjectsApi(api)
+
+    def settings(port: int) -> OperatorSettings:
+        return _operator_settings(namespace).model_copy(update={"metrics_port": port, "metrics_address": "127.0.0.1"})
+
+    def open_entry(uid: str) -> dict[str, Any] | None:
+        try:
+            cm = core.read_namespaced_config_map("accel-cost-rollup-open-0", namespace)
+        except client.ApiException:
+            return None
+        return next((e for e in json.loads(cm.data["open.json"]).get("attempts", []) if e["uid"] == uid), None)
+
+    def summary(uid: str) -> dict[str, Any] | None:
+        try:
+            cm = core.read_namespaced_config_map("accel-cost-rollup", namespace)
+        except client.ApiException:
+            return None
+        return next((j for j in json.loads(cm.data["rollup.json"]).get("jobs", []) if j["uid"] == uid), None)
+
+    with gpu_pool(api, pool, count=1, capacityType="on-demand", price={"onDemandPerDeviceHour": PRICE}):
+        with running_operator(settings(free_port())):
+            create_job(api, job_doc(namespace, pool, devices=DEVICES, name="orphan", team=team))
+            wait_phase(api, namespace, "orphan", "Running", timeout=60)
+            uid = get_job(api, namespace, "orphan")["metadata"]["uid"]
+            admitted = _t(status(api, namespace, "orphan")["admittedTime"])
+            wait_for(
+                lambda: (e := open_entry(uid)) and sum(d["f"][0] for d in e["days"]) > 0.01,
+                timeout=30,
+                what="the running attempt kept beside the rollup",
+            )
+        kept = open_entry(uid)  # the operator is stopped: this is its last tick
+        assert kept is not None
+        custom.delete_namespaced_custom_object(v.GROUP, v.VERSION, namespace, registry.JOB.plural, "orphan")
+
+        def gone() -> bool:
+            try:
+                custom.get_namespaced_custom_object(v.GROUP, v.VERSION, namespace, registry.JOB.plural, "orphan")
+            except client.ApiException as exc:
+                return bool(exc.status == 404)
+            return False
+
+        wait_for(gone, timeout=30, what="the job gone while no operator runs (no finalizer holds it)")
+        port = free_port()
+        with running_operator(settings(port)):
+            row = wait_for(lambda: summary(uid), timeout=30, what="the deleted job folded by the next operator")
+            counted = wait_for(lambda: _counter(port, team, pool), timeout=30, what="the counter")
+            time.sleep(2.5)  # more ticks: nothing moves
+            assert _counter(port, team, pool) == counted
+    through = _t(kept["through"])
+    expected = DEVICES * (through - admitted).total_seconds() * PRICE / 3600
+    spent = sum(d["f"][0] for d in row["days"])
+    assert abs(spent - expected) < 0.005, (spent, expected)
+    assert row["deleted"] == kept["through"]
+    assert counted is not None and abs(counted - expected) < 0.005, (counted, expected)
+    teams = _report(capsys, namespace, "team")
+    assert abs(teams[team]["spentUsd"] - expected) < 0.005, teams

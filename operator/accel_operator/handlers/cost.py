@@ -31,11 +31,11 @@ import kopf
 from accel_api import catalog as catalog_mod
 from accel_api import registry
 from accel_api import vocabulary as v
-from accel_api.costrollup import CostRollup
+from accel_api.costrollup import ROLLUP_OPEN_SHARDS, CostRollup, OpenShard
 from accel_api.job import CostStatus, OverBudget
 from accel_api.policy import SpendLedger, TeamSpend
 from accel_operator.adapters.kube.client import ClusterUnavailable
-from accel_operator.adapters.kube.costs import CostWriter, RollupConflict
+from accel_operator.adapters.kube.costs import CostWriter, RollupConflict, open_shard_name
 from accel_operator.adapters.kube.jobs import JobGone, JobRef, JobWriter
 from accel_operator.adapters.pricebook import PriceBook, Quote
 from accel_operator.context import OperatorContext
@@ -108,6 +108,10 @@ class Accountant:
     # uid -> (who, its ledger closed at the deletion, when): deleted jobs not folded yet.
     gone: dict[str, tuple[rollup.JobId, CostStatus, dt.datetime]] = field(default_factory=dict)
     deleted_at: dict[str, dt.datetime] = field(default_factory=dict)  # uid -> when the DELETED event came
+    # The open attempts (not folded yet) as last read or written, per shard ConfigMap
+    # ``<rollup_name>-open-<i>``, and the resourceVersion each is at: None until read.
+    open_shards: list[OpenShard] | None = None
+    open_versions: list[str | None] = field(default_factory=list)
 
     async def run(self, stop: asyncio.Event | None = None) -> None:
         pause = self.interval
@@ -315,13 +319,21 @@ class Accountant:
         assert self.stored is not None
         value = self.stored
         pending = rollup.pending_of(value)
+        items: list[rollup.FoldItem] = []
         for key, cost in ledgers.items():
             job = snap.jobs[key]
             ended = rollup.foldable(cost, pending.get(job.uid, ()))
             if ended and job.uid in self.previous:
-                value = rollup.fold(value, self.previous[job.uid][0], ended)
+                items.append(rollup.item(self.previous[job.uid][0], ended))
         for uid, (who, cost, end) in sorted(self.gone.items()):
-            value = rollup.fold(value, who, rollup.unfolded(cost, pending.get(uid, ())), gone=end, summary=cost)
+            items.append(rollup.item(who, rollup.unfolded(cost, pending.get(uid, ())), gone=end, summary=cost))
+        vanished: list[rollup.FoldItem] = []
+        if await self._load_open():
+            assert self.open_shards is not None
+            entries = [e for shard in self.open_shards for e in shard.attempts]
+            vanished = rollup.vanished(entries, {j.uid for j in snap.jobs.values()}, skip=set(self.gone))
+            items.extend(vanished)
+        value = rollup.fold_many(value, items)
         marked = {
             job.uid: [a.attempt for a in job.status.cost.attempts if a.rolled_up]
             for job in snap.jobs.values()
@@ -344,6 +356,13 @@ class Accountant:
             self.stored = value
             if self.gone:
                 log.info("%d deleted job(s) folded into the cost rollup", len(self.gone))
+            for lost in vanished:
+                log.info(
+                    "job %s/%s was deleted while no operator saw it: its open attempt(s) folded as accrued through %s",
+                    lost.job.namespace,
+                    lost.job.name,
+                    lost.gone,
+                )
             self.gone.clear()
         # Every attempt the rollup holds is marked in its job's ledger (written this step; a mark
         # whose write failed is made again next step, as the key stays pending until then).
@@ -361,7 +380,59 @@ class Accountant:
             out[key] = (marked_cost, before)
             if job.uid in self.previous:
                 self.previous[job.uid] = (self.previous[job.uid][0], marked_cost)
+        await self._write_open(snap, ledgers, pending, now)
         return ledgers, [(k, c, b) for k, (c, b) in out.items()]
+
+    async def _load_open(self) -> bool:
+        """Read the open attempts' shards once (a new leader's first step)."""
+        if self.open_shards is not None:
+            return True
+        names = [open_shard_name(self.rollup_name, i) for i in range(ROLLUP_OPEN_SHARDS)]
+        try:
+            read = [await asyncio.to_thread(self.costs.read_open, self.rollup_namespace, n) for n in names]
+        except ClusterUnavailable as exc:
+            log.warning("open attempts of the cost rollup not read: %s", exc)
+            return False
+        self.open_shards = [shard for shard, _ in read]
+        self.open_versions = [version for _, version in read]
+        return True
+
+    async def _write_open(
+        self,
+        snap: Snapshot,
+        ledgers: Mapping[JobKey, CostStatus],
+        pending: Mapping[str, frozenset[int]],
+        now: dt.datetime,
+    ) -> None:
+        """Keep every live job's attempts not in the rollup, as accrued now, beside the rollup (one
+        write per shard that changed): a job deleted while no operator runs is folded from there."""
+        if self.open_shards is None:
+            return
+        entries = []
+        for key, cost in ledgers.items():
+            job = snap.jobs[key]
+            if job.spec is not None:
+                who = rollup.JobId(job.uid, job.namespace, job.name, job.spec.team, cost.forecast_usd)
+                entries.extend(rollup.open_attempts(who, cost, pending.get(job.uid, ()), now))
+        shards, dropped = await asyncio.to_thread(rollup.pack, entries)
+        if dropped:
+            log.warning("%d open attempt(s) do not fit beside the cost rollup: the smallest are not kept", dropped)
+        for i, shard in enumerate(shards):
+            if shard == self.open_shards[i] and (self.open_versions[i] is not None or not shard.attempts):
+                continue  # unchanged (an empty shard that does not exist is not made)
+            name = open_shard_name(self.rollup_name, i)
+            try:
+                self.open_versions[i] = await asyncio.to_thread(
+                    self.costs.write_open, self.rollup_namespace, name, shard, self.open_versions[i]
+                )
+                self.open_shards[i] = shard
+            except RollupConflict as exc:
+                log.info("open attempts %s not written: %s; reading them again", name, exc)
+                self.open_shards = None
+                return
+            except ClusterUnavailable as exc:
+                log.info("open attempts %s not written: %s", name, exc)
+                return
 
     async def _write_policies(self, snap: Snapshot, steps: Mapping[str, teamspend.Step]) -> None:
         """Each policy's spending and ledger in one status write (so a job is folded into the

@@ -25,13 +25,19 @@ from accel_api.costrollup import (
     ROLLUP_BUCKETS,
     ROLLUP_BYTES,
     ROLLUP_DAYS,
+    ROLLUP_JOB_DAYS,
     ROLLUP_JOBS,
     ROLLUP_KEYS,
+    ROLLUP_OPEN_BYTES,
+    ROLLUP_OPEN_PER_SHARD,
+    ROLLUP_OPEN_SHARDS,
     Bucket,
     CostRollup,
     JobDay,
     JobSummary,
     KeyTotals,
+    OpenAttempt,
+    OpenShard,
     Pending,
 )
 from accel_api.enums import CapacityType
@@ -130,6 +136,46 @@ def foldable(cost: CostStatus, pending: Collection[int]) -> list[AttemptCost]:
 
 # --- folding ---------------------------------------------------------------------------------------
 
+Row = tuple[str, str, CapacityType]  # (UTC day, pool, capacity type)
+
+
+@dataclass(frozen=True, slots=True)
+class FoldItem:
+    """What one job adds to the rollup: its attempts' figures per row, each attempt folded at
+    most once; ``gone``: the job was deleted then, and ``summary`` becomes its report row."""
+
+    job: JobId
+    attempts: tuple[tuple[int, Mapping[Row, ledger.Figures]], ...]
+    gone: dt.datetime | None = None
+    summary: Mapping[Row, ledger.Figures] | None = None
+
+
+def attempt_rows(entry: AttemptCost) -> dict[Row, ledger.Figures]:
+    return {(day.isoformat(), entry.pool, entry.capacity_type): f for day, f in attempt_days(entry).items()}
+
+
+def _summary_rows(cost: CostStatus) -> dict[Row, ledger.Figures]:
+    rows: dict[Row, ledger.Figures] = {}
+    for entry in cost.attempts:
+        for key, f in attempt_rows(entry).items():
+            rows[key] = rows.get(key, ledger.Figures()) + f
+    return rows
+
+
+def item(
+    job: JobId,
+    attempts: Iterable[AttemptCost],
+    *,
+    gone: dt.datetime | None = None,
+    summary: CostStatus | None = None,
+) -> FoldItem:
+    return FoldItem(
+        job,
+        tuple((a.attempt, attempt_rows(a)) for a in attempts if not a.rolled_up),
+        gone,
+        _summary_rows(summary) if summary is not None else None,
+    )
+
 
 def fold(
     rollup: CostRollup,
@@ -142,64 +188,79 @@ def fold(
     """``rollup`` with ``attempts`` of ``job`` folded in, each at most once (an attempt already in
     ``pending`` for the job adds nothing). ``gone``: the job was deleted then; its ``summary``
     (its whole ledger, the attempts folded earlier included) becomes its report row."""
+    return fold_many(rollup, [item(job, attempts, gone=gone, summary=summary)])
+
+
+def fold_many(rollup: CostRollup, items: Iterable[FoldItem]) -> CostRollup:
+    """``rollup`` with every item folded in (as :func:`fold` each, in order), the rollup's lists
+    made anew once for all of them: thousands of deletions in one step stay linear."""
     pending = {p.uid: p for p in rollup.pending}
-    done = set(pending[job.uid].attempts) if job.uid in pending else set()
+    marks: dict[str, Pending] = {}
     changed: dict[tuple[str, str, str, CapacityType], ledger.Figures] = {}
-    added: list[int] = []
-    for entry in attempts:
-        if entry.attempt in done or entry.rolled_up:
+    summaries = {j.uid for j in rollup.jobs}
+    new_jobs: list[JobSummary] = []
+    for it in items:
+        job = it.job
+        old = marks.get(job.uid) or pending.get(job.uid)
+        done = set(old.attempts) if old is not None else set()
+        added = False
+        for attempt, rows in it.attempts:
+            if attempt in done:
+                continue
+            for (day, pool, capacity), f in rows.items():
+                key = (day, job.team, pool, capacity)
+                changed[key] = changed.get(key, ledger.Figures()) + f
+            done.add(attempt)
+            added = True
+        if not added and it.gone is None:
             continue
-        for day, f in attempt_days(entry).items():
-            key = (day.isoformat(), job.team, entry.pool, entry.capacity_type)
-            changed[key] = changed.get(key, ledger.Figures()) + f
-        done.add(entry.attempt)
-        added.append(entry.attempt)
-    if not added and gone is None:
+        marks[job.uid] = Pending(
+            uid=job.uid,
+            attempts=sorted(done)[-64:],
+            gone=ledger.fmt(it.gone) if it.gone is not None else (old.gone if old is not None else None),
+        )
+        if it.gone is not None and it.summary is not None and job.uid not in summaries:
+            summaries.add(job.uid)
+            new_jobs.append(_summary(job, it.summary, it.gone))
+    if not marks:
         return rollup
-    # Only the buckets this fold touches are made anew (a rollup holds thousands).
+    # Only the buckets the folds touch are made anew (a rollup holds thousands).
     buckets: dict[tuple[str, str, str, CapacityType], Bucket] = {
         (b.day, b.team, b.pool, b.capacity_type): b for b in rollup.buckets
     }
+    grew = False
     for key, f in changed.items():
         old_bucket = buckets.get(key)
+        grew = grew or old_bucket is None
         total = f if old_bucket is None else figures(old_bucket.f) + f
         d, t, p, c = key
         buckets[key] = Bucket(day=d, team=t, pool=p, capacity_type=c, f=wire(total))
-    old = pending.get(job.uid)
-    mark = Pending(
-        uid=job.uid,
-        attempts=sorted(done)[-64:],
-        gone=ledger.fmt(gone) if gone is not None else (old.gone if old is not None else None),
-    )
-    kept = [p for p in rollup.pending if p.uid != job.uid]
-    jobs = list(rollup.jobs)
-    if gone is not None and summary is not None and all(j.uid != job.uid for j in jobs):
-        jobs.append(_summary(job, summary, gone))
+    kept = [p for p in rollup.pending if p.uid not in marks]
     return rollup.model_copy(
         update={
             # A new key is put in order; otherwise the order stands.
-            "buckets": [buckets[k] for k in sorted(buckets)]
-            if len(buckets) > len(rollup.buckets)
-            else list(buckets.values()),
-            "pending": [*kept, mark],
-            "jobs": jobs[-ROLLUP_JOBS:],
+            "buckets": [buckets[k] for k in sorted(buckets)] if grew else list(buckets.values()),
+            "pending": [*kept, *marks.values()],
+            "jobs": [*rollup.jobs, *new_jobs][-ROLLUP_JOBS:],
             "revision": rollup.revision + 1,
         }
     )
 
 
-def _summary(job: JobId, cost: CostStatus, gone: dt.datetime) -> JobSummary:
-    days: dict[tuple[str, str, CapacityType], ledger.Figures] = {}
-    for entry in cost.attempts:
-        for day, f in attempt_days(entry).items():
-            key = (day.isoformat(), entry.pool, entry.capacity_type)
-            days[key] = days.get(key, ledger.Figures()) + f
-    rows = sorted(days.items())
-    if len(rows) > 8:  # older days merge into the first kept one (the money stays)
+def _job_days(rows: Mapping[Row, ledger.Figures]) -> list[JobDay]:
+    """``rows`` as at most ``ROLLUP_JOB_DAYS`` job days: older days merge into the first kept
+    one (the money stays)."""
+    ordered = sorted(rows.items())
+    if len(ordered) > ROLLUP_JOB_DAYS:
+        n = ROLLUP_JOB_DAYS
         head = ledger.Figures()
-        for _, f in rows[: len(rows) - 7]:
+        for _, f in ordered[: len(ordered) - n + 1]:
             head = head + f
-        rows = [(rows[len(rows) - 8][0], head), *rows[len(rows) - 7 :]]
+        ordered = [(ordered[len(ordered) - n][0], head), *ordered[len(ordered) - n + 1 :]]
+    return [JobDay(day=d, pool=p, capacity_type=c, f=wire(f)) for (d, p, c), f in ordered]
+
+
+def _summary(job: JobId, rows: Mapping[Row, ledger.Figures], gone: dt.datetime) -> JobSummary:
     return JobSummary(
         uid=job.uid,
         namespace=job.namespace,
@@ -207,8 +268,85 @@ def _summary(job: JobId, cost: CostStatus, gone: dt.datetime) -> JobSummary:
         team=job.team,
         forecast_usd=job.forecast_usd,
         deleted=ledger.fmt(gone),
-        days=[JobDay(day=d, pool=p, capacity_type=c, f=wire(f)) for (d, p, c), f in rows],
+        days=_job_days(rows),
     )
+
+
+# --- open attempts ---------------------------------------------------------------------------------
+
+
+def open_attempts(job: JobId, cost: CostStatus, pending: Collection[int], now: dt.datetime) -> list[OpenAttempt]:
+    """The job's attempts not in the rollup, as accrued so far (kept beside the rollup, so that a
+    job deleted while no operator runs is folded by the next one)."""
+    out = []
+    for entry in unfolded(cost, pending):
+        rows = attempt_rows(entry)
+        if not rows:
+            continue
+        ends = [ledger.parse(iv.end) for iv in entry.intervals]
+        through = min(max(ends), now) if ends else now
+        out.append(
+            OpenAttempt(
+                uid=job.uid,
+                attempt=entry.attempt,
+                namespace=job.namespace,
+                name=job.name,
+                team=job.team,
+                forecast_usd=job.forecast_usd,
+                through=ledger.fmt(through),
+                days=_job_days(rows),
+            )
+        )
+    return out
+
+
+def vanished(entries: Iterable[OpenAttempt], existing: Collection[str], skip: Collection[str]) -> list[FoldItem]:
+    """Fold items for the open attempts whose job no longer exists (deleted while no operator
+    saw it: closed as of their last accrual) — not for jobs in ``skip`` (folded from their ledger)."""
+    by_uid: dict[str, list[OpenAttempt]] = {}
+    for e in entries:
+        if e.uid not in existing and e.uid not in skip:
+            by_uid.setdefault(e.uid, []).append(e)
+    out = []
+    for uid, group in sorted(by_uid.items()):
+        first = group[0]
+        who = JobId(uid, first.namespace, first.name, first.team, first.forecast_usd)
+        per_attempt: list[tuple[int, Mapping[Row, ledger.Figures]]] = []
+        summary: dict[Row, ledger.Figures] = {}
+        for e in group:
+            rows = {(d.day, d.pool, d.capacity_type): figures(d.f) for d in e.days}
+            per_attempt.append((e.attempt, rows))
+            for key, f in rows.items():
+                summary[key] = summary.get(key, ledger.Figures()) + f
+        gone = max(ledger.parse(e.through) for e in group)
+        out.append(FoldItem(who, tuple(per_attempt), gone, summary))
+    return out
+
+
+def _json_size(model: OpenAttempt) -> int:
+    return len(json.dumps(model.model_dump(by_alias=True, mode="json", exclude_none=True), separators=(",", ":"))) + 1
+
+
+def pack(entries: Iterable[OpenAttempt]) -> tuple[list[OpenShard], int]:
+    """The open attempts in ``ROLLUP_OPEN_SHARDS`` shards, each within its bounds, and how many did
+    not fit (the smallest spent go first: only their protection against a deletion while no
+    operator runs is lost; their money is still in their jobs' status)."""
+    ordered = sorted(entries, key=lambda e: (-sum(figures(d.f).spent_usd for d in e.days), e.uid, e.attempt))
+    shards: list[list[OpenAttempt]] = [[] for _ in range(ROLLUP_OPEN_SHARDS)]
+    used = [0] * ROLLUP_OPEN_SHARDS
+    i, dropped = 0, 0
+    for e in ordered:
+        n = _json_size(e)
+        while i < ROLLUP_OPEN_SHARDS and (
+            used[i] + n > ROLLUP_OPEN_BYTES - 64 or len(shards[i]) >= ROLLUP_OPEN_PER_SHARD
+        ):
+            i += 1
+        if i == ROLLUP_OPEN_SHARDS:
+            dropped += 1
+            continue
+        shards[i].append(e)
+        used[i] += n
+    return [OpenShard(attempts=s) for s in shards], dropped
 
 
 def prune(

@@ -157,3 +157,51 @@ def test_a_rollup_written_by_another_process_is_read_again_not_overwritten() -> 
     assert sum(b.f[0] for b in _stored(costs).buckets) == pytest.approx(14.4)
     assert writer.statuses[("ns", "a")]["cost"]["attempts"][0]["rolledUp"] is True
     assert _spent(acc) == pytest.approx(14.4)
+
+
+class _OpenWritesFail(FakeCostWriter):
+    """Killed after the rollup write, before the open attempts' shards are rewritten."""
+
+    failing = False
+
+    def write_open(self, namespace: str, name: str, shard: Any, version: str | None) -> str | None:
+        if self.failing:
+            raise ClusterUnavailable("killed before the open attempts were rewritten")
+        return super().write_open(namespace, name, shard, version)
+
+
+def test_a_job_deleted_while_no_operator_runs_is_charged_up_to_the_last_tick() -> None:
+    world, writer, costs = _world(), FakeJobWriter(), _OpenWritesFail()
+    acc = _accountant(world, writer, costs)
+    asyncio.run(acc.step(T0 + HOUR))  # $7.20 accrued; kept beside the rollup, not folded
+    assert _stored(costs).buckets == []
+    assert ("write-open", f"{NAME}-open-0") in costs.calls
+    _show(world, writer)
+    _delete(world)  # while the operator is down: no DELETED event, no ``previous`` in a new process
+    restarted = _accountant(world, writer, costs)
+    costs.failing = True
+    asyncio.run(restarted.step(T0 + 3 * HOUR))
+    assert _spent(restarted) == pytest.approx(7.2)  # up to the last tick, not to now, not lost
+    (row,) = _stored(costs).jobs
+    assert (row.name, row.deleted) == ("a", "2026-11-26T13:00:00Z")
+    # Killed before the shard was rewritten: the next process folds nothing twice.
+    costs.failing = False
+    again = _accountant(world, writer, costs)
+    asyncio.run(again.step(T0 + 4 * HOUR))
+    assert _spent(again) == pytest.approx(7.2)
+    assert sum(b.f[0] for b in _stored(costs).buckets) == pytest.approx(7.2)
+    shard, _ = costs.read_open(NS, f"{NAME}-open-0")
+    assert shard.attempts == []  # rewritten without it
+
+
+def test_an_open_attempt_of_a_job_that_still_exists_is_not_folded_by_a_new_leader() -> None:
+    world, writer, costs = _world(), FakeJobWriter(), FakeCostWriter()
+    acc = _accountant(world, writer, costs)
+    asyncio.run(acc.step(T0 + HOUR))
+    _show(world, writer)
+    restarted = _accountant(world, writer, costs)
+    asyncio.run(restarted.step(T0 + 2 * HOUR))
+    assert _stored(costs).buckets == [] and _spent(restarted) == pytest.approx(14.4)
+    shard, _ = costs.read_open(NS, f"{NAME}-open-0")
+    (entry,) = shard.attempts
+    assert (entry.uid, entry.through) == ("uid-a", "2026-11-26T14:00:00Z")

@@ -21,10 +21,16 @@ from pydantic import ValidationError
 
 from accel_api import registry
 from accel_api import vocabulary as v
-from accel_api.costrollup import CostRollup
+from accel_api.costrollup import CostRollup, OpenShard
 from accel_operator.adapters.kube.client import ClusterUnavailable
 
 ROLLUP_KEY = "rollup.json"
+OPEN_KEY = "open.json"
+
+
+def open_shard_name(rollup: str, i: int) -> str:
+    """The ConfigMap of the open attempts' shard ``i`` beside rollup ``rollup``."""
+    return f"{rollup}-open-{i}"
 
 
 class RollupConflict(ClusterUnavailable):
@@ -49,6 +55,20 @@ def parse_rollup(data: dict[str, str] | None) -> CostRollup:
         raise RollupUnreadable(f"{ROLLUP_KEY} is not a cost rollup: {str(exc)[:300]}") from exc
 
 
+def open_json(shard: OpenShard) -> str:
+    return json.dumps(shard.model_dump(by_alias=True, mode="json", exclude_none=True), separators=(",", ":"))
+
+
+def parse_open(data: dict[str, str] | None) -> OpenShard:
+    text = (data or {}).get(OPEN_KEY)
+    if text is None:
+        return OpenShard()
+    try:
+        return OpenShard.model_validate_json(text)
+    except ValidationError as exc:
+        raise RollupUnreadable(f"{OPEN_KEY} is not a shard of open attempts: {str(exc)[:300]}") from exc
+
+
 class CostWriter(Protocol):
     def patch_policy_status(self, name: str, status: dict[str, Any]) -> None: ...
 
@@ -62,32 +82,40 @@ class CostWriter(Protocol):
         """Store ``rollup`` if the ConfigMap is still at ``version`` (None: create it); the new version."""
         ...
 
+    def read_open(self, namespace: str, name: str) -> tuple[OpenShard, str | None]:
+        """A shard of the open attempts and its resourceVersion (None: no ConfigMap yet)."""
+        ...
+
+    def write_open(self, namespace: str, name: str, shard: OpenShard, version: str | None) -> str | None:
+        """Store ``shard`` if its ConfigMap is still at ``version`` (None: create it); the new version."""
+        ...
+
 
 class KubeCostWriter:
     def __init__(self, api: client.ApiClient) -> None:
         self._custom = client.CustomObjectsApi(api)
         self._core = client.CoreV1Api(api)
 
-    def read_rollup(self, namespace: str, name: str) -> tuple[CostRollup, str | None]:
+    def _read(self, namespace: str, name: str) -> tuple[dict[str, str] | None, str | None]:
         try:
             cm = self._core.read_namespaced_config_map(name, namespace)
         except ApiException as exc:
             if exc.status == 404:
-                return CostRollup(), None
+                return None, None
             raise ClusterUnavailable(f"configmap {namespace}/{name}: {exc.status} {exc.reason}") from exc
         except urllib3.exceptions.HTTPError as exc:
             raise ClusterUnavailable(f"configmap {namespace}/{name}: {exc}") from exc
-        return parse_rollup(cm.data), cm.metadata.resource_version
+        return cm.data, cm.metadata.resource_version
 
-    def write_rollup(self, namespace: str, name: str, rollup: CostRollup, version: str | None) -> str | None:
+    def _write(self, namespace: str, name: str, component: str, data: dict[str, str], version: str | None) -> str:
         body = client.V1ConfigMap(
             metadata=client.V1ObjectMeta(
                 name=name,
                 namespace=namespace,
                 resource_version=version,
-                labels={"app.kubernetes.io/name": "accel-operator", "app.kubernetes.io/component": "cost-rollup"},
+                labels={"app.kubernetes.io/name": "accel-operator", "app.kubernetes.io/component": component},
             ),
-            data={ROLLUP_KEY: rollup_json(rollup)},
+            data=data,
         )
         try:
             if version is None:
@@ -101,6 +129,20 @@ class KubeCostWriter:
         except urllib3.exceptions.HTTPError as exc:
             raise ClusterUnavailable(f"configmap {namespace}/{name}: {exc}") from exc
         return str(cm.metadata.resource_version)
+
+    def read_rollup(self, namespace: str, name: str) -> tuple[CostRollup, str | None]:
+        data, version = self._read(namespace, name)
+        return parse_rollup(data), version
+
+    def write_rollup(self, namespace: str, name: str, rollup: CostRollup, version: str | None) -> str | None:
+        return self._write(namespace, name, "cost-rollup", {ROLLUP_KEY: rollup_json(rollup)}, version)
+
+    def read_open(self, namespace: str, name: str) -> tuple[OpenShard, str | None]:
+        data, version = self._read(namespace, name)
+        return parse_open(data), version
+
+    def write_open(self, namespace: str, name: str, shard: OpenShard, version: str | None) -> str | None:
+        return self._write(namespace, name, "cost-open-attempts", {OPEN_KEY: open_json(shard)}, version)
 
     def _patch(self, plural: str, name: str, status: dict[str, Any]) -> None:
         try:
@@ -127,23 +169,38 @@ class FakeCostWriter:
     calls: list[tuple[str, str]] = field(default_factory=list)
     fail_next: Exception | None = None
 
-    def read_rollup(self, namespace: str, name: str) -> tuple[CostRollup, str | None]:
-        self.calls.append(("read-rollup", name))
+    def _stored(self, namespace: str, name: str, what: str) -> tuple[str, int] | None:
+        self.calls.append((f"read-{what}", name))
         self._maybe_fail()
-        stored = self.rollups.get((namespace, name))
-        if stored is None:
-            return CostRollup(), None
-        return parse_rollup({ROLLUP_KEY: stored[0]}), str(stored[1])
+        return self.rollups.get((namespace, name))
 
-    def write_rollup(self, namespace: str, name: str, rollup: CostRollup, version: str | None) -> str | None:
-        self.calls.append(("write-rollup", name))
+    def _store(self, namespace: str, name: str, what: str, text: str, version: str | None) -> str:
+        self.calls.append((f"write-{what}", name))
         self._maybe_fail()
         stored = self.rollups.get((namespace, name))
         if (stored is None) != (version is None) or (stored is not None and str(stored[1]) != version):
             raise RollupConflict(f"configmap {namespace}/{name} changed meanwhile")
         new = (stored[1] if stored is not None else 0) + 1
-        self.rollups[(namespace, name)] = (rollup_json(rollup), new)
+        self.rollups[(namespace, name)] = (text, new)
         return str(new)
+
+    def read_rollup(self, namespace: str, name: str) -> tuple[CostRollup, str | None]:
+        stored = self._stored(namespace, name, "rollup")
+        if stored is None:
+            return CostRollup(), None
+        return parse_rollup({ROLLUP_KEY: stored[0]}), str(stored[1])
+
+    def write_rollup(self, namespace: str, name: str, rollup: CostRollup, version: str | None) -> str | None:
+        return self._store(namespace, name, "rollup", rollup_json(rollup), version)
+
+    def read_open(self, namespace: str, name: str) -> tuple[OpenShard, str | None]:
+        stored = self._stored(namespace, name, "open")
+        if stored is None:
+            return OpenShard(), None
+        return parse_open({OPEN_KEY: stored[0]}), str(stored[1])
+
+    def write_open(self, namespace: str, name: str, shard: OpenShard, version: str | None) -> str | None:
+        return self._store(namespace, name, "open", open_json(shard), version)
 
     def _maybe_fail(self) -> None:
         if self.fail_next is not None:
