@@ -120,6 +120,13 @@ class OperatorSettings(BaseSettings):
         description="A running job's status.cost is written at most this often (at once when an attempt starts "
         "or ends or a budget is crossed); team spending and metrics follow every accrual.",
     )
+    cost_writes_per_second: float = Field(
+        default=5.0,
+        gt=0,
+        le=1000,
+        description="The running jobs' status.cost writes per second on average at most: with more running jobs "
+        "than cost_write_seconds x this, each is written less often (the API server's load stays flat).",
+    )
     cost_rollup: str = Field(
         default="accel-cost-rollup",
         max_length=253,

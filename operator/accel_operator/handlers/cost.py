@@ -88,6 +88,10 @@ class Accountant:
     # its shape changes (an attempt starts or ends, a budget is crossed): the current attempt is
     # recomputed from its admission at every tick, so a restart loses nothing by it.
     write_every: float = 0.0
+    # ... and at most this many running jobs' ledgers a second on average: with N running jobs
+    # each is written every max(write_every, N / write_rate) seconds.
+    write_rate: float = 5.0
+    _every: float = 0.0  # this step's interval
     known: dict[str, CostStatus] = field(default_factory=dict)  # job uid -> what this process wrote
     written_at: dict[str, float] = field(default_factory=dict)  # job uid -> monotonic time of that write
     live: dict[str, bool] = field(default_factory=dict)  # pool -> PriceLive as last written
@@ -151,6 +155,8 @@ class Accountant:
     ]:
         """The CPU (and live price) part of a step, run in a thread so the event loop stays free."""
         stale_after = self.scheduler.settings.report_stale_seconds
+        running = sum(1 for job in snap.jobs.values() if job.phase in HOLDING)
+        self._every = max(self.write_every, running / self.write_rate)
         quotes: dict[str, Quote | None] = {}
         ledgers: dict[JobKey, CostStatus] = {}
         for key, job in snap.jobs.items():
@@ -216,7 +222,7 @@ class Accountant:
         if _same(job.status.cost, cost) or _same(known, cost):
             return False
         last = self.written_at.get(job.uid)
-        due = last is None or time.monotonic() - last >= self.write_every
+        due = last is None or time.monotonic() - last >= self._every
         return due or _shape(job.status.cost) != _shape(cost) or _shape(known) != _shape(cost)
 
     def _live(
@@ -551,6 +557,7 @@ def register(reg: kopf.OperatorRegistry, sched: Scheduler, ctx: OperatorContext)
         catalog=ctx.catalog,
         interval=ctx.settings.cost_interval_seconds,
         write_every=ctx.settings.cost_write_seconds,
+        write_rate=ctx.settings.cost_writes_per_second,
         rollup_namespace=ctx.settings.cost_rollup_namespace,
         rollup_name=ctx.settings.cost_rollup,
     )

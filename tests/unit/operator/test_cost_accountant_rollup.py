@@ -205,3 +205,29 @@ def test_an_open_attempt_of_a_job_that_still_exists_is_not_folded_by_a_new_leade
     shard, _ = costs.read_open(NS, f"{NAME}-open-0")
     (entry,) = shard.attempts
     assert (entry.uid, entry.through) == ("uid-a", "2026-11-26T14:00:00Z")
+
+
+def test_with_many_running_jobs_each_ledger_is_written_less_often() -> None:
+    """The ledger writes at most ``write_rate`` running jobs' statuses a second on average: with N
+    running, each is written every N / write_rate seconds (the counters follow every tick)."""
+    world, writer, costs = _world(), FakeJobWriter(), FakeCostWriter()
+    (view,) = world.jobs[("ns", "a")]
+    status = view.status.model_dump(by_alias=True, mode="json", exclude_none=True)
+    for name in ("b", "c", "d"):
+        world.job(name, "spot", devices=2, status=status)
+        world.pod(name, 0, 0, node="spot-0", devices=2)
+    acc = _accountant(world, writer, costs)
+    acc.write_rate = 1.0  # 4 running: each written every 4 s at most
+    asyncio.run(acc.step(T0 + HOUR))
+    first = writer.revision
+    assert first == 4  # a ledger not written yet is written at once
+    for name in ("a", "b", "c", "d"):  # the watch shows what was written
+        (job,) = world.jobs[("ns", name)]
+        shown = {**status, **writer.statuses[("ns", name)]}
+        world.jobs[("ns", name)] = [dataclasses.replace(job, status=AcceleratorJobStatus.model_validate(shown))]
+    asyncio.run(acc.step(T0 + 1.5 * HOUR))
+    assert writer.revision == first  # not due yet
+    assert _spent(acc) == pytest.approx(4 * 1.5 * 7.2)  # the counters do not wait
+    acc.write_rate = 1e6
+    asyncio.run(acc.step(T0 + 2 * HOUR))
+    assert writer.revision == first + 4
