@@ -43,6 +43,7 @@ import contextlib
 import json
 import math
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -261,6 +262,31 @@ def cpu_seconds(pid: int | None) -> float:
     except OSError:
         return math.nan
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def api_requests(api: client.ApiClient) -> dict[str, float]:
+    """The API server's requests so far, per ``verb resource[/subresource]`` (every client's)."""
+    method, url, headers, _body, _post = api.param_serialize("GET", "/metrics", auth_settings=["BearerToken"])
+    resp = api.call_api(method, url, header_params=headers)
+    resp.read()
+    out: dict[str, float] = {}
+    for line in resp.data.decode().splitlines():
+        if not line.startswith("apiserver_request_total{"):
+            continue
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', line[: line.rindex("}")]))
+        key = f"{labels.get('verb', '?')} {labels.get('resource', '?')}"
+        if labels.get("subresource"):
+            key += f"/{labels['subresource']}"
+        out[key] = out.get(key, 0.0) + float(line.rsplit(" ", 1)[1])
+    return out
+
+
+def per_job(before: dict[str, float], after: dict[str, float], jobs: int, top: int = 14) -> dict[str, float]:
+    """The requests made between ``before`` and ``after`` per job, the largest first (watches and
+    reads that are not per job show as small fractions)."""
+    delta = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
+    rows = sorted(((v / max(1, jobs), k) for k, v in delta.items() if v > 0), reverse=True)[:top]
+    return {k: round(v, 2) for v, k in rows}
 
 
 def scrape(port: int) -> dict[str, float]:
@@ -561,6 +587,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 print(f"burst: {burst_jobs} jobs ({fits} fit) from {args.clients} threads ...", flush=True)
                 pids = {"operator": proc.pid, **{c.name: c.pid for c in cluster.status()}}
                 cpu0 = {k: cpu_seconds(p) for k, p in pids.items()}
+                req0 = api_requests(api)
                 tb0 = time.monotonic()
                 create_s = burst(creator, docs)
                 names = [d["metadata"]["name"] for d in docs]
@@ -587,6 +614,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 }
                 print(f"burst: {got}/{fits} admitted in {tp['seconds']:.1f}s", flush=True)
                 time.sleep(args.settle)
+                # Every client's requests (the bench's creates, the operator's, the controllers',
+                # kube-scheduler's, KWOK's) per job of the burst, up to the end of the settle.
+                out["burst"]["api_requests_per_job"] = per_job(req0, api_requests(api), fits)
                 # (b) fixed rate
                 if rate_jobs:
                     docs = [job_doc(namespace, f"r-{i:05d}", rate_pools[i % len(rate_pools)]) for i in range(rate_jobs)]
@@ -720,6 +750,12 @@ def table(out: dict[str, Any]) -> str:
             f"{out.get('rss_peak_mb', math.nan):.0f} / {out.get('rss_hwm_mb', math.nan):.0f} MB",
         ),
     ]
+    cpu = b.get("cpu_s") or {}
+    if cpu and b.get("admitted"):
+        per = ", ".join(f"{k} {1000 * v / b['admitted']:.0f}" for k, v in sorted(cpu.items(), key=lambda kv: -kv[1]))
+        rows.append(("burst: CPU-ms per admitted job", per))
+    for key, n in (b.get("api_requests_per_job") or {}).items():
+        rows.append((f"burst: API requests per job: {key}", f"{n:.2f}"))
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k:<{width}}  {val}" for k, val in rows)
 

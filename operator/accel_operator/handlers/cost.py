@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import datetime as dt
 import logging
+import math
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -62,11 +63,19 @@ def _settled(job: JobView) -> bool:
 
 
 def _shape(cost: CostStatus | None) -> tuple[object, ...]:
-    """What must reach status at once: the attempts, whether each ended, the budget crossed."""
+    """What must reach status at once: an attempt that ended (or was folded into the rollup), a
+    budget crossed. A new running attempt is not urgent: it is recomputed from its admission at
+    every tick, and writing it at once cost one more status patch per admission in a burst."""
     if cost is None:
-        return ()
+        return (None,)  # as an empty ledger: a job's first ledger is not urgent by itself
     policy = cost.over_budget.policy if cost.over_budget is not None else None
-    return (policy, cost.forecast_usd, *((a.attempt, a.end, a.preempted, a.rolled_up) for a in cost.attempts))
+    return (
+        policy,
+        *((a.attempt, a.end, a.preempted, a.rolled_up) for a in cost.attempts if a.end is not None or a.rolled_up),
+    )
+
+
+URGENT, DUE = "urgent", "due"
 
 
 def _same(a: CostStatus | None, b: CostStatus) -> bool:
@@ -199,7 +208,8 @@ class Accountant:
             )
         # Team spending per policy: the deleted jobs' settled figures and every live job's ledger;
         # what the policy carries for a job is its ledger as its status holds it after this step.
-        written = {key: cost for key, cost in ledgers.items() if self._due(snap.jobs[key], cost)}
+        chosen = self._choose(snap, ledgers)
+        written = {key: ledgers[key] for key in chosen}
         live = self._live(snap, ledgers, written)
         steps = self._teams(snap, live, now)
         spends = {name: s.spend for name, s in steps.items()}
@@ -211,19 +221,39 @@ class Accountant:
             over = accrual.over_budget(job.spec.team, spends, before, now) if job.phase in HOLDING else None
             cost = accrued if accrued.over_budget == over else accrued.model_copy(update={"over_budget": over})
             ledgers[key] = cost
-            if self._due(job, cost):
+            kind = self._due(job, cost)
+            if kind is URGENT or (kind is DUE and key in chosen):
                 writes.append((key, cost, before))
         return ledgers, steps, writes, quotes
 
-    def _due(self, job: JobView, cost: CostStatus) -> bool:
-        """Whether the job's ledger is written this step: it changed, and it is due or its shape
-        (an attempt, an end, a budget crossed) changed."""
+    def _due(self, job: JobView, cost: CostStatus) -> str | None:
+        """Whether the job's ledger is written this step: ``URGENT`` when its shape (an end, a
+        mark, a budget crossed) changed; ``DUE`` when it changed and was not written for this
+        step's interval (or never); else None."""
         known = self.known.get(job.uid)
         if _same(job.status.cost, cost) or _same(known, cost):
-            return False
+            return None
+        if _shape(job.status.cost) != _shape(cost) or _shape(known) != _shape(cost):
+            return URGENT
         last = self.written_at.get(job.uid)
-        due = last is None or time.monotonic() - last >= self._every
-        return due or _shape(job.status.cost) != _shape(cost) or _shape(known) != _shape(cost)
+        return DUE if last is None or time.monotonic() - last >= self._every else None
+
+    def _choose(self, snap: Snapshot, ledgers: Mapping[JobKey, CostStatus]) -> set[JobKey]:
+        """The ledgers written this step: every urgent one, and of those due at most
+        ``write_rate`` x the tick's interval, the longest unwritten first (a burst of new jobs
+        is written over several ticks instead of one status patch per admission at once)."""
+        urgent: set[JobKey] = set()
+        due: list[tuple[float, JobKey]] = []
+        for key, cost in ledgers.items():
+            job = snap.jobs[key]
+            kind = self._due(job, cost)
+            if kind is URGENT:
+                urgent.add(key)
+            elif kind is DUE:
+                due.append((self.written_at.get(job.uid, -math.inf), key))
+        room = max(1, int(self.write_rate * self.interval))
+        due.sort(key=lambda item: item[0])
+        return urgent | {key for _, key in due[:room]}
 
     def _live(
         self, snap: Snapshot, ledgers: Mapping[JobKey, CostStatus], written: Mapping[JobKey, CostStatus]

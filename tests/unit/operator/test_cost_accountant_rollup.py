@@ -217,10 +217,10 @@ def test_with_many_running_jobs_each_ledger_is_written_less_often() -> None:
         world.job(name, "spot", devices=2, status=status)
         world.pod(name, 0, 0, node="spot-0", devices=2)
     acc = _accountant(world, writer, costs)
-    acc.write_rate = 1.0  # 4 running: each written every 4 s at most
+    acc.write_rate = 4.0  # 4 running: each written every second at most, 4 a tick
     asyncio.run(acc.step(T0 + HOUR))
     first = writer.revision
-    assert first == 4  # a ledger not written yet is written at once
+    assert first == 4  # never written: due
     for name in ("a", "b", "c", "d"):  # the watch shows what was written
         (job,) = world.jobs[("ns", name)]
         shown = {**status, **writer.statuses[("ns", name)]}
@@ -231,3 +231,24 @@ def test_with_many_running_jobs_each_ledger_is_written_less_often() -> None:
     acc.write_rate = 1e6
     asyncio.run(acc.step(T0 + 2 * HOUR))
     assert writer.revision == first + 4
+
+
+def test_a_burst_of_new_jobs_is_written_over_several_ticks() -> None:
+    """At most ``write_rate`` x the tick's interval ledgers that are only due (not urgent) are
+    written a tick, the longest unwritten first; an ended attempt is written at once regardless."""
+    world, writer, costs = _world(), FakeJobWriter(), FakeCostWriter()
+    (view,) = world.jobs[("ns", "a")]
+    status = view.status.model_dump(by_alias=True, mode="json", exclude_none=True)
+    for name in ("b", "c", "d"):
+        world.job(name, "spot", devices=2, status=status)
+        world.pod(name, 0, 0, node="spot-0", devices=2)
+    acc = _accountant(world, writer, costs)
+    acc.write_rate = 2.0  # a 1 s tick: 2 a tick
+    asyncio.run(acc.step(T0 + HOUR))
+    assert len(writer.statuses) == 2
+    asyncio.run(acc.step(T0 + 1.5 * HOUR))
+    assert len(writer.statuses) == 4  # the two never written go next, not the two just written
+    assert writer.revision == 4
+    _finish(world, writer)  # "a" ended: written at once, whatever the room
+    asyncio.run(acc.step(T0 + 3 * HOUR))
+    assert writer.statuses[("ns", "a")]["cost"]["attempts"][0]["end"] == "2026-11-26T14:00:00Z"
