@@ -1,6 +1,7 @@
-"""The cost accrual step, wired: every ``cost_interval_seconds`` (leader only) it observes the
-scheduler's snapshot (jobs, pods, workloads, pools, and the policies and node reports the
-scheduler's own indexes hold: no second copy of them), prices each pool
+"""The cost accrual step, wired: every ``cost_interval_seconds`` (leader only) it reads the
+scheduler's snapshot as it stands (jobs, pods, workloads, pools, and the policies and node
+reports the scheduler's own indexes hold: no second copy of them; ``Scheduler.current`` reads
+what changed since the last pass, with no full rebuild), prices each pool
 (``adapters.pricebook``), calls the pure ``reconcile.accrual`` for every job and
 ``reconcile.teamspend`` for every policy, and writes what changed: each job's ``status.cost``,
 each policy's ``status.spend`` and ``status.ledger`` (team totals that outlive the jobs), a pool's
@@ -284,7 +285,7 @@ class Accountant:
 
     async def step(self, now: dt.datetime) -> None:
         t0 = time.perf_counter()
-        snap = self.scheduler.observe(now)
+        snap = self.scheduler.current(now)
         self._note_gone(snap, now)
         ledgers, steps, writes, quotes = await asyncio.to_thread(self._compute, snap, now)
         ledgers, writes = await self._fold(snap, ledgers, writes, now)

@@ -114,6 +114,7 @@ class Scheduler:
     ready: bool = False
     dirty: set[JobKey] = field(default_factory=set)
     full_pass: bool = True  # decide every job (start, resync, a failed pass)
+    grown_unseen: set[str] = field(default_factory=set)  # pools a ``current`` read saw grow
     capacity_pass: bool = False  # decide every waiting job (something freed or added devices)
     pools_version: int = 0
     # The policies and namespaces' teams folded once per change (handlers.policies bumps it), with
@@ -267,11 +268,20 @@ class Scheduler:
         self.observed.invalidate()
         return self._observe(now)[0]
 
+    def current(self, now: dt.datetime) -> Snapshot:
+        """The snapshot as the watches have it now, read incrementally (the cost accountant's:
+        no full rebuild when nothing changed); the pools it saw grow are left to the next pass."""
+        snap, grown = self._observe(now)
+        self.grown_unseen |= grown
+        return snap
+
     def _observe(self, now: dt.datetime) -> tuple[Snapshot, set[str]]:
-        """The snapshot after reading what changed since the last pass, and the pools that grew."""
+        """The snapshot after reading what changed since the last pass, and the pools that grew
+        (those a ``current`` read saw grow included)."""
         idx = self.indices
         assert idx is not None
         grown = self.observed.refresh(idx, self._job_view, now, stale_after=self.settings.report_stale_seconds)
+        grown, self.grown_unseen = grown | self.grown_unseen, set()
         if self.created:
             expired = time.monotonic() - CREATED_TTL_SECONDS
             for key, (_w, at) in list(self.created.items()):

@@ -177,6 +177,36 @@ def test_a_pod_binding_where_its_job_reserved_grows_nothing() -> None:
     assert sorted(final.capacity["p"].node_free) == [8, 8]
 
 
+def test_the_accountants_read_rebuilds_nothing_and_leaves_the_pools_that_grew_to_the_next_pass(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    w = World().pool("p", nodes=2, per_node=8)
+    job = w.job("j", "p", devices=8)
+    w.jobs[job.key] = [_admitted(job, "p", 8, 1)]
+    sched = w.scheduler
+    sched._observe(T0)  # the first refresh rebuilds
+    rebuilds: list[int] = []
+    real = sched.observed.rebuild
+
+    def counted(*a: Any, **k: Any) -> None:
+        rebuilds.append(1)
+        real(*a, **k)
+
+    monkeypatch.setattr(sched.observed, "rebuild", counted)
+    assert dict(sched.current(T0).jobs) == dict(sched.observe(T0).jobs)
+    assert len(rebuilds) == 1  # observe() rebuilt; current() did not
+    # The job finishes: the accountant's read sees its devices come back, and the scheduler's
+    # next pass is still told the pool grew (the read does not take that from it).
+    w.jobs[job.key] = [JobView("ns", "j", job.uid, job.created, 1, job.spec, (), AcceleratorJobStatus())]
+    sched.mark(job.key)
+    seen = sched.current(T0)
+    assert sorted(seen.capacity["p"].node_free) == [8, 8]
+    _snap, grown = sched._observe(T0)
+    assert grown == {"p"}
+    assert sched._observe(T0)[1] == set()
+    assert len(rebuilds) == 1
+
+
 @pytest.mark.parametrize(
     ("old", "new", "expected"),
     [
