@@ -24,6 +24,9 @@ from accel_api.base import ApiModel
 from accel_api.enums import CapacityType
 
 ROLLUP_DAYS = 400  # daily buckets kept (a 366-day report reads whole days)
+# Buckets are kept per UTC hour for this many days (a window that starts or ends within them is
+# exact to the hour), per UTC day after that.
+ROLLUP_HOUR_DAYS = 7
 ROLLUP_BUCKETS = 4096
 ROLLUP_KEYS = 1024  # (team, pool, capacity type) totals in ``before``
 ROLLUP_JOBS = 256  # deleted jobs' summaries
@@ -38,14 +41,17 @@ FIGURES = 7
 _Num = Annotated[float, Field(ge=0, le=bounds.STATUS_USD_MAX)]
 Figures7 = Annotated[list[_Num], Field(min_length=FIGURES, max_length=FIGURES)]
 _Day = Annotated[str, Field(pattern=r"^\d{4}-\d{2}-\d{2}$", max_length=10)]
+# A bucket's period: a UTC day (``2026-11-26``) or one hour of it (``2026-11-26T13``).
+_Period = Annotated[str, Field(pattern=r"^\d{4}-\d{2}-\d{2}(T\d{2})?$", max_length=13)]
 _Team = Annotated[str, Field(max_length=bounds.DNS_LABEL_LENGTH)]
 _Uid = Annotated[str, Field(min_length=1, max_length=bounds.SHORT_TEXT_LENGTH)]
 
 
 class Bucket(ApiModel):
-    """What the folded attempts of ``team`` spent on ``pool`` (``capacityType``) on one UTC day."""
+    """What the folded attempts of ``team`` spent on ``pool`` (``capacityType``) in one UTC day or,
+    for recent money, one UTC hour (``day`` is then ``YYYY-MM-DDTHH``)."""
 
-    day: _Day
+    day: _Period
     team: _Team
     pool: bounds.ObjectName
     capacity_type: CapacityType = CapacityType.ON_DEMAND

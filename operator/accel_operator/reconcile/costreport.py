@@ -153,6 +153,6 @@ def daily(
     for b in folded.buckets if folded is not None else ():
         if rollup.in_window(b.day, start, end):
             team = out.setdefault(b.team, {})
-            day = dt.date.fromisoformat(b.day)
+            day = dt.date.fromisoformat(b.day[:10])  # a day or an hour of it
             team[day] = ledger.add(team.get(day, ledger.Figures()), rollup.figures(b.f))
     return out

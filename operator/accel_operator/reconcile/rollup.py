@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from accel_api.costrollup import (
     ROLLUP_BUCKETS,
     ROLLUP_BYTES,
     ROLLUP_DAYS,
+    ROLLUP_HOUR_DAYS,
     ROLLUP_JOB_DAYS,
     ROLLUP_JOBS,
     ROLLUP_KEYS,
@@ -48,6 +49,8 @@ Key = tuple[str, str, CapacityType]  # (team, pool, capacity type)
 # A gone job's pending key is kept this long: a view that lags behind the deletion by less than
 # this folds nothing twice.
 GONE_KEEP = dt.timedelta(hours=6)
+HOUR = dt.timedelta(hours=1)
+DAY_LENGTH = len("YYYY-MM-DD")
 
 
 def wire(f: ledger.Figures) -> list[float]:
@@ -129,6 +132,20 @@ def attempt_days(entry: AttemptCost) -> dict[dt.date, ledger.Figures]:
     return out
 
 
+def attempt_hours(entry: AttemptCost) -> dict[str, ledger.Figures]:
+    """One attempt's figures per UTC hour (``YYYY-MM-DDTHH``; its lost tail included)."""
+    out: dict[str, ledger.Figures] = {}
+    for seg in ledger.segments(entry):
+        lo = seg.start.astimezone(dt.UTC).replace(minute=0, second=0, microsecond=0)
+        while lo < seg.end:
+            piece = seg.totals(lo, lo + HOUR)
+            if piece.device_seconds > 0 or piece.spent_usd > 0:
+                key = lo.strftime("%Y-%m-%dT%H")
+                out[key] = out.get(key, ledger.Figures()) + piece
+            lo += HOUR
+    return out
+
+
 def foldable(cost: CostStatus, pending: Collection[int]) -> list[AttemptCost]:
     """The attempts that have ended and are not folded yet."""
     return [a for a in unfolded(cost, pending) if a.end is not None]
@@ -154,6 +171,12 @@ def attempt_rows(entry: AttemptCost) -> dict[Row, ledger.Figures]:
     return {(day.isoformat(), entry.pool, entry.capacity_type): f for day, f in attempt_days(entry).items()}
 
 
+def attempt_hour_rows(entry: AttemptCost) -> dict[Row, ledger.Figures]:
+    """The rows an attempt adds to the rollup's buckets: per UTC hour (``bound`` makes the hours
+    older than ``ROLLUP_HOUR_DAYS`` days into days)."""
+    return {(hour, entry.pool, entry.capacity_type): f for hour, f in attempt_hours(entry).items()}
+
+
 def _summary_rows(cost: CostStatus) -> dict[Row, ledger.Figures]:
     rows: dict[Row, ledger.Figures] = {}
     for entry in cost.attempts:
@@ -171,7 +194,7 @@ def item(
 ) -> FoldItem:
     return FoldItem(
         job,
-        tuple((a.attempt, attempt_rows(a)) for a in attempts if not a.rolled_up),
+        tuple((a.attempt, attempt_hour_rows(a)) for a in attempts if not a.rolled_up),
         gone,
         _summary_rows(summary) if summary is not None else None,
     )
@@ -377,7 +400,12 @@ def size(rollup: CostRollup) -> int:
 def bound(rollup: CostRollup, now: dt.datetime) -> CostRollup:
     """``rollup`` within its bounds: days older than ``ROLLUP_DAYS`` and the oldest days beyond
     ``ROLLUP_BUCKETS`` fold into ``before``; over ``ROLLUP_BYTES``, the oldest job summaries go,
-    then the oldest days fold too. The money (the counters' figures) is kept throughout."""
+    then the oldest days fold too. The money (the counters' figures) is kept throughout. Hour
+    buckets of days older than ``ROLLUP_HOUR_DAYS`` become day buckets first, and so do the
+    oldest hours' days while there are more than ``ROLLUP_BUCKETS`` buckets."""
+    coarse = _coarsened(rollup.buckets, now)
+    if coarse is not None:
+        rollup = rollup.model_copy(update={"buckets": coarse, "revision": rollup.revision + 1})
     cutoff = (now.astimezone(dt.UTC) - dt.timedelta(days=ROLLUP_DAYS)).date().isoformat()
     buckets = sorted(rollup.buckets, key=lambda b: b.day)
     moved: list[Bucket] = []
@@ -407,6 +435,32 @@ def bound(rollup: CostRollup, now: dt.datetime) -> CostRollup:
         day = min(b.day for b in out.buckets)
         out = _with(out, [b for b in out.buckets if b.day != day], [b for b in out.buckets if b.day == day], [])
     return out
+
+
+def _coarsened(buckets: Sequence[Bucket], now: dt.datetime) -> list[Bucket] | None:
+    """``buckets`` with the hour buckets of days before the last ``ROLLUP_HOUR_DAYS`` summed into
+    day buckets, and further days' (oldest first) while over ``ROLLUP_BUCKETS``; None: no change."""
+    hourly: dict[str, list[Bucket]] = {}
+    for b in buckets:
+        if len(b.day) > DAY_LENGTH:
+            hourly.setdefault(b.day[:DAY_LENGTH], []).append(b)
+    keep_from = (now.astimezone(dt.UTC) - dt.timedelta(days=ROLLUP_HOUR_DAYS)).date().isoformat()
+    days = {(b.day, b.team, b.pool, b.capacity_type): figures(b.f) for b in buckets if len(b.day) == DAY_LENGTH}
+    count = len(buckets)
+    merged = False
+    for day in sorted(hourly):
+        if day >= keep_from and count <= ROLLUP_BUCKETS:
+            break
+        for b in hourly.pop(day):
+            key = (day, b.team, b.pool, b.capacity_type)
+            count -= 1 if key in days else 0
+            days[key] = days.get(key, ledger.Figures()) + figures(b.f)
+        merged = True
+    if not merged:
+        return None
+    out = [Bucket(day=d, team=t, pool=p, capacity_type=c, f=wire(f)) for (d, t, p, c), f in days.items()]
+    out.extend(b for group in hourly.values() for b in group)
+    return sorted(out, key=lambda b: (b.day, b.team, b.pool, b.capacity_type))
 
 
 def _item_size(item: Bucket | JobSummary) -> int:
@@ -455,7 +509,17 @@ def counters(rollup: CostRollup | None) -> dict[Key, ledger.Figures]:
     return out
 
 
+def span(period: str) -> tuple[dt.datetime, dt.datetime]:
+    """The [start, end) of a bucket's period: a UTC day ``YYYY-MM-DD`` or hour ``YYYY-MM-DDTHH``."""
+    lo = dt.datetime.combine(dt.date.fromisoformat(period[:DAY_LENGTH]), dt.time(), dt.UTC)
+    if len(period) > DAY_LENGTH:
+        lo += dt.timedelta(hours=int(period[DAY_LENGTH + 1 :]))
+        return lo, lo + HOUR
+    return lo, lo + dt.timedelta(days=1)
+
+
 def in_window(day: str, start: dt.datetime, end: dt.datetime) -> bool:
-    """Whether the UTC day overlaps [start, end): folded money is kept per whole day."""
-    lo = dt.datetime.combine(dt.date.fromisoformat(day), dt.time(), dt.UTC)
-    return lo < end and lo + dt.timedelta(days=1) > start
+    """Whether the UTC day or hour overlaps [start, end): folded money is kept per whole hour for
+    the last ``ROLLUP_HOUR_DAYS`` days, per whole day before."""
+    lo, hi = span(day)
+    return lo < end and hi > start

@@ -11,10 +11,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from accel_api.costrollup import ROLLUP_BUCKETS, ROLLUP_BYTES, ROLLUP_DAYS, ROLLUP_JOBS, CostRollup
+from accel_api.costrollup import (
+    ROLLUP_BUCKETS,
+    ROLLUP_BYTES,
+    ROLLUP_DAYS,
+    ROLLUP_HOUR_DAYS,
+    ROLLUP_JOBS,
+    CostRollup,
+)
 from accel_api.enums import CapacityType
 from accel_api.job import CostStatus
-from accel_operator.reconcile import accrual, ledger, rollup
+from accel_operator.reconcile import accrual, costreport, ledger, rollup
 
 T0 = dt.datetime(2026, 3, 31, 20, 0, tzinfo=dt.UTC)
 H = dt.timedelta(hours=1)
@@ -90,13 +97,86 @@ def test_a_deleted_jobs_money_stays_in_the_counters_and_its_row_is_kept() -> Non
     assert _total(rollup.counters(again)) == pytest.approx(_total(after)) and len(again.jobs) == 1
 
 
-def test_money_is_split_by_utc_day() -> None:
+def test_money_is_split_by_utc_hour_and_by_day_once_older() -> None:
     cost = _attempt(None, 0, T0, T0 + 6 * H)  # 20:00 to 02:00 the next day
     stored = rollup.fold(CostRollup(), rollup.JobId("u", "ns", "a", "t"), cost.attempts)
-    days = {b.day: b.f[0] for b in stored.buckets}
+    hours = {b.day: b.f[0] for b in stored.buckets}
+    assert hours == {f"2026-03-31T{h}": pytest.approx(7.2) for h in (20, 21, 22, 23)} | {
+        f"2026-04-01T0{h}": pytest.approx(7.2) for h in (0, 1)
+    }
+    window = (T0 + 5 * H, T0 + 7 * H)  # 01:00 to 03:00 on 2026-04-01
+    assert [b.day for b in stored.buckets if rollup.in_window(b.day, *window)] == ["2026-04-01T01"]
+    # Still within ROLLUP_HOUR_DAYS: bounding keeps the hours.
+    assert rollup.bound(stored, T0 + 6 * H) is stored
+    # Older: the hours become days, the money stays.
+    later = rollup.bound(stored, T0 + (ROLLUP_HOUR_DAYS + 2) * 24 * H)
+    days = {b.day: b.f[0] for b in later.buckets}
     assert days == {"2026-03-31": pytest.approx(4 * 7.2), "2026-04-01": pytest.approx(2 * 7.2)}
-    window = (T0 + 5 * H, T0 + 7 * H)  # touches 2026-04-01 only
-    assert [b.day for b in stored.buckets if rollup.in_window(b.day, *window)] == ["2026-04-01"]
+    assert [b.day for b in later.buckets if rollup.in_window(b.day, *window)] == ["2026-04-01"]
+
+
+def _hand_sum(intervals: list[tuple[dt.datetime, dt.datetime, float]], lo: dt.datetime, hi: dt.datetime) -> float:
+    """Devices x seconds x price of the parts of ``intervals`` inside [lo, hi), by hand."""
+    out = 0.0
+    for start, end, price in intervals:
+        a, b = max(start, lo), min(end, hi)
+        if b > a:
+            out += 2 * (b - a).total_seconds() / 3600 * price
+    return out
+
+
+# Jobs' attempts within the last ROLLUP_HOUR_DAYS days: (job, start minute, minutes, price).
+recent_attempts = st.lists(
+    st.tuples(
+        st.integers(min_value=0, max_value=3),
+        st.integers(min_value=0, max_value=5 * 24 * 60),
+        st.integers(min_value=1, max_value=36 * 60),
+        st.sampled_from([1.0, 2.5, 3.6]),
+    ),
+    min_size=1,
+    max_size=12,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    recent_attempts,
+    st.integers(min_value=0, max_value=6 * 24),
+    st.integers(min_value=1, max_value=6 * 24),
+    st.booleans(),
+)
+def test_a_window_report_of_deleted_jobs_equals_the_hand_sum_of_the_intervals_inside_it(
+    attempts: list[tuple[int, int, int, float]], start_hour: int, hours: int, deleted: bool
+) -> None:
+    """Deleted (or folded) jobs' money in a report whose window starts and ends on any UTC hour
+    within the last ROLLUP_HOUR_DAYS days is the hand sum of the intervals inside the window."""
+    base = T0.replace(hour=0) - 24 * H
+    now = base + 7 * 24 * H  # every attempt is within ROLLUP_HOUR_DAYS of now
+    stored = CostRollup()
+    jobs: list[costreport.JobCost] = []
+    intervals: list[tuple[dt.datetime, dt.datetime, float]] = []
+    costs: dict[int, CostStatus | None] = {}
+    for n, (j, minute, minutes, price) in enumerate(attempts):
+        start = base + dt.timedelta(minutes=minute)
+        end = start + dt.timedelta(minutes=minutes)
+        costs[j] = _attempt(costs.get(j), n, start, end, price=price)
+        intervals.append((start, end, price))
+    for j, cost in costs.items():
+        assert cost is not None
+        who = rollup.JobId(f"uid-{j}", "ns", f"j{j}", "team")
+        if deleted:
+            stored = rollup.fold(stored, who, cost.attempts, gone=now, summary=cost)
+        else:
+            stored = rollup.fold(stored, who, cost.attempts)
+            marked = ledger.mark_rolled_up(cost, [a.attempt for a in cost.attempts])
+            jobs.append(costreport.JobCost("ns", f"j{j}", "team", marked, uid=f"uid-{j}"))
+    stored = rollup.bound(stored, now)
+    lo = base + start_hour * H
+    hi = lo + hours * H
+    (row,) = costreport.rows(jobs, costreport.By.TEAM, lo, hi, stored) or [costreport.Row("team")]
+    assert row.totals.spent_usd == pytest.approx(_hand_sum(intervals, lo, hi), abs=1e-4)
+    pool_rows = costreport.rows(jobs, costreport.By.POOL, lo, hi, stored)
+    assert sum(r.totals.spent_usd for r in pool_rows) == pytest.approx(_hand_sum(intervals, lo, hi), abs=1e-4)
 
 
 # Operations on a small world of jobs: an attempt of a job ends, the operator folds (and the
@@ -203,3 +283,19 @@ def test_a_gone_jobs_pending_key_is_kept_for_a_while_then_dropped() -> None:
     assert rollup.prune(stored, {}, set(), T0 + 2 * H).pending == stored.pending
     assert rollup.prune(stored, {}, set(), T0 + H + rollup.GONE_KEEP).pending == []
     assert _total(rollup.counters(rollup.prune(stored, {}, set(), T0 + 30 * H))) == pytest.approx(7.2)
+
+
+def test_too_many_hour_buckets_become_days_oldest_first_and_keep_the_money() -> None:
+    now = T0 + 24 * H
+    stored = CostRollup()
+    for k in range(30):  # 30 pools x 6 days x 24 hours: 4,320 hour buckets, over ROLLUP_BUCKETS
+        cost = _attempt(None, 0, now - 6 * 24 * H, now, pool=f"p{k}")
+        stored = rollup.fold(stored, rollup.JobId(f"u{k}", "ns", f"j{k}", "t"), cost.attempts)
+    assert len(stored.buckets) > ROLLUP_BUCKETS
+    bounded = rollup.bound(stored, now)
+    assert len(bounded.buckets) <= ROLLUP_BUCKETS
+    assert _total(rollup.counters(bounded)) == pytest.approx(_total(rollup.counters(stored)))
+    days = sorted({b.day for b in bounded.buckets if len(b.day) == len("YYYY-MM-DD")})
+    hours = sorted({b.day for b in bounded.buckets if len(b.day) > len("YYYY-MM-DD")})
+    assert days and hours and days[-1] < hours[0]  # the oldest became days; the recent stay hours
+    assert bounded.before == []  # no money left the per-period buckets
