@@ -11,7 +11,8 @@
    ``status.ledger`` it writes;
 5. the durable cost rollup (``rollup.fold``): every attempt of --jobs ledgers folded (as after
    they all ended), --jobs deleted jobs' summaries, and a rollup filled to its bounds (400 days
-   x 12 teams/pools, the longest names) bounded (``rollup.bound``), with its JSON size.
+   x 12 teams/pools, the longest names) bounded (``rollup.bound``), with its JSON size, and the
+   same with its last ``ROLLUP_HOUR_DAYS`` days per hour.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import datetime as dt
 import json
 import time
 
-from accel_api.costrollup import Bucket, CostRollup
+from accel_api.costrollup import ROLLUP_HOUR_DAYS, Bucket, CostRollup
 from accel_api.enums import CapacityType
 from accel_api.job import AcceleratorJobSpec, AcceleratorJobStatus, CostStatus
 from accel_api.policy import AcceleratorPolicySpec
@@ -160,6 +161,21 @@ def _rollup_figures(costs: list[costreport.JobCost], now: dt.datetime) -> None:
         f"rollup bounded from {len(big)} buckets ({rollup.size(full) / 1024:.0f} KiB) in "
         f"{time.perf_counter() - t0:.2f} s: {len(bounded.buckets)} buckets, {len(bounded.jobs)} summaries, "
         f"{rollup.size(bounded) / 1024:.0f} KiB"
+    )
+    # The same with the last ROLLUP_HOUR_DAYS days per hour (what a busy cluster's rollup holds).
+    hourly = [b for b in big if b.day < (now - dt.timedelta(days=ROLLUP_HOUR_DAYS)).date().isoformat()]
+    for h in range(ROLLUP_HOUR_DAYS * 24):
+        hour = (now - dt.timedelta(hours=h)).strftime("%Y-%m-%dT%H")
+        for k in range(12):
+            hourly.append(Bucket(day=hour, team="t" * 63, pool=f"{'p' * 240}-{k}", f=[1.0] * 7))
+    full = stored.model_copy(update={"buckets": hourly})
+    t0 = time.perf_counter()
+    bounded = rollup.bound(full, now)
+    kept_hours = sum(1 for b in bounded.buckets if len(b.day) > len("YYYY-MM-DD"))
+    print(
+        f"rollup with {ROLLUP_HOUR_DAYS} days of hour buckets bounded from {len(hourly)} buckets "
+        f"({rollup.size(full) / 1024:.0f} KiB) in {time.perf_counter() - t0:.2f} s: {len(bounded.buckets)} buckets "
+        f"({kept_hours} of them hours), {rollup.size(bounded) / 1024:.0f} KiB"
     )
 
 

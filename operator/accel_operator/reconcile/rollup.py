@@ -402,7 +402,8 @@ def bound(rollup: CostRollup, now: dt.datetime) -> CostRollup:
     ``ROLLUP_BUCKETS`` fold into ``before``; over ``ROLLUP_BYTES``, the oldest job summaries go,
     then the oldest days fold too. The money (the counters' figures) is kept throughout. Hour
     buckets of days older than ``ROLLUP_HOUR_DAYS`` become day buckets first, and so do the
-    oldest hours' days while there are more than ``ROLLUP_BUCKETS`` buckets."""
+    oldest hours' days while hours are more than half of ``ROLLUP_BUCKETS``; over
+    ``ROLLUP_BYTES``, every hour before yesterday becomes days before any day leaves."""
     coarse = _coarsened(rollup.buckets, now)
     if coarse is not None:
         rollup = rollup.model_copy(update={"buckets": coarse, "revision": rollup.revision + 1})
@@ -416,6 +417,11 @@ def bound(rollup: CostRollup, now: dt.datetime) -> CostRollup:
     jobs = list(rollup.jobs)
     out = rollup if not moved else _with(rollup, buckets, moved, jobs)
     excess = size(out) - ROLLUP_BYTES
+    if excess > 0:  # over the size: the hours before yesterday become days before any day goes
+        coarse = _coarsened(out.buckets, now, keep_days=1)
+        if coarse is not None:
+            out = out.model_copy(update={"buckets": coarse, "revision": out.revision + 1})
+            excess = size(out) - ROLLUP_BYTES
     if excess <= 0:
         return out
     # Over the size: the oldest job summaries go first, then the oldest days fold into ``before``
@@ -437,24 +443,26 @@ def bound(rollup: CostRollup, now: dt.datetime) -> CostRollup:
     return out
 
 
-def _coarsened(buckets: Sequence[Bucket], now: dt.datetime) -> list[Bucket] | None:
+def _coarsened(buckets: Sequence[Bucket], now: dt.datetime, keep_days: int = ROLLUP_HOUR_DAYS) -> list[Bucket] | None:
     """``buckets`` with the hour buckets of days before the last ``ROLLUP_HOUR_DAYS`` summed into
-    day buckets, and further days' (oldest first) while over ``ROLLUP_BUCKETS``; None: no change."""
+    day buckets, and further days' (oldest first) while the hours take more than half of
+    ``ROLLUP_BUCKETS`` (the rest is for days: beyond it the oldest days go to ``before``); None:
+    no change."""
     hourly: dict[str, list[Bucket]] = {}
     for b in buckets:
         if len(b.day) > DAY_LENGTH:
             hourly.setdefault(b.day[:DAY_LENGTH], []).append(b)
-    keep_from = (now.astimezone(dt.UTC) - dt.timedelta(days=ROLLUP_HOUR_DAYS)).date().isoformat()
+    keep_from = (now.astimezone(dt.UTC) - dt.timedelta(days=keep_days)).date().isoformat()
     days = {(b.day, b.team, b.pool, b.capacity_type): figures(b.f) for b in buckets if len(b.day) == DAY_LENGTH}
-    count = len(buckets)
+    hours = sum(len(group) for group in hourly.values())
     merged = False
     for day in sorted(hourly):
-        if day >= keep_from and count <= ROLLUP_BUCKETS:
+        if day >= keep_from and hours <= ROLLUP_BUCKETS // 2:
             break
         for b in hourly.pop(day):
             key = (day, b.team, b.pool, b.capacity_type)
-            count -= 1 if key in days else 0
             days[key] = days.get(key, ledger.Figures()) + figures(b.f)
+            hours -= 1
         merged = True
     if not merged:
         return None

@@ -17,6 +17,7 @@ from accel_api.costrollup import (
     ROLLUP_DAYS,
     ROLLUP_HOUR_DAYS,
     ROLLUP_JOBS,
+    Bucket,
     CostRollup,
 )
 from accel_api.enums import CapacityType
@@ -299,3 +300,24 @@ def test_too_many_hour_buckets_become_days_oldest_first_and_keep_the_money() -> 
     hours = sorted({b.day for b in bounded.buckets if len(b.day) > len("YYYY-MM-DD")})
     assert days and hours and days[-1] < hours[0]  # the oldest became days; the recent stay hours
     assert bounded.before == []  # no money left the per-period buckets
+
+
+def test_over_the_size_hours_before_yesterday_become_days_before_any_day_leaves() -> None:
+    now = T0 + 24 * H
+    long = "p" * 240
+    buckets = []
+    for d in range(1, 390):  # 390 days of day buckets, then 7 days of hours: far over 900 KiB
+        day = (now - d * 24 * H).date().isoformat()
+        buckets += [Bucket(day=day, team="t" * 63, pool=f"{long}-{k}", f=[1.0] * 7) for k in range(6)]
+    for h in range(ROLLUP_HOUR_DAYS * 24):
+        hour = (now - h * H).strftime("%Y-%m-%dT%H")
+        buckets += [Bucket(day=hour, team="t" * 63, pool=f"{long}-{k}", f=[1.0] * 7) for k in range(6)]
+    full = CostRollup(buckets=buckets)
+    assert rollup.size(full) > ROLLUP_BYTES and len(buckets) <= ROLLUP_BUCKETS
+    bounded = rollup.bound(full, now)
+    assert rollup.size(bounded) <= ROLLUP_BYTES
+    assert _total(rollup.counters(bounded)) == pytest.approx(_total(rollup.counters(full)))
+    hours = sorted(b.day for b in bounded.buckets if len(b.day) > len("YYYY-MM-DD"))
+    days = sorted(b.day for b in bounded.buckets if len(b.day) == len("YYYY-MM-DD"))
+    assert hours[0] >= (now - 24 * H).date().isoformat()  # the last day's hours stay hours
+    assert len(days) > 6 * ROLLUP_HOUR_DAYS  # and more days stay than hours alone would leave
