@@ -152,6 +152,8 @@ _PRICE: Mapping[str, tuple[str, type]] = MappingProxyType(
         "spotSource": ("spot_source", str),
     }
 )
+# The date or source of a figure a user catalog overrides without giving them.
+_NOT_GIVEN = "not given (user catalog)"
 # Price fields an entry may leave out: the spot figure's date and source default to the
 # on-demand ones given with it.
 _PRICE_OPTIONAL = frozenset({"spotAsOf", "spotSource"})
@@ -237,14 +239,16 @@ def _accelerator(acc_id: str, raw: Any, base: Accelerator | None, path: str) -> 
         if not isinstance(price_raw, Mapping):
             raise CatalogError(f"{path}.price: must be a mapping of fields")
         price = _fields(price_raw, _PRICE, f"{path}.price")
-        for key in ("as_of", "source", "spot_as_of", "spot_source"):
-            if key in price and not price[key].strip():
-                raise CatalogError(f"{path}.price: a price needs its date and source (empty {key})")
+        for key in ("asOf", "source", "spotAsOf", "spotSource"):
+            if not str(price.get(_PRICE[key][0], "-")).strip():
+                raise CatalogError(f"{path}.price.{key}: a price needs its date and source (got a blank)")
         if "spot_per_device_hour" in price:
-            # A spot figure given here is dated and sourced by this entry, not by the base's.
-            price.setdefault("spot_as_of", price.get("as_of"))
-            price.setdefault("spot_source", price.get("source"))
-            price = {k: v for k, v in price.items() if v is not None}
+            # A spot figure given here is dated and sourced by this entry, never by the base's.
+            price.setdefault("spot_as_of", price.get("as_of", _NOT_GIVEN))
+            price.setdefault("spot_source", price.get("source", _NOT_GIVEN))
+        if base is not None and "on_demand_per_device_hour" in price:
+            price.setdefault("as_of", _NOT_GIVEN)
+            price.setdefault("source", _NOT_GIVEN)
     if aliases_raw is not None:
         if not isinstance(aliases_raw, list) or not all(isinstance(a, str) and a for a in aliases_raw):
             raise CatalogError(f"{path}.aliases: must be a list of names (got {aliases_raw!r})")
