@@ -30,10 +30,18 @@ class CatalogError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class ListPrice:
+    """List prices per device-hour with their dates and sources.
+
+    as_of/source date and name the on-demand figure; spot_as_of/spot_source the spot figure
+    (the same as the on-demand ones where the catalog entry gives no spotAsOf/spotSource).
+    """
+
     on_demand_per_device_hour: float
     spot_per_device_hour: float
     as_of: str
     source: str
+    spot_as_of: str
+    spot_source: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,8 +148,15 @@ _PRICE: Mapping[str, tuple[str, type]] = MappingProxyType(
         "spotPerDeviceHour": ("spot_per_device_hour", float),
         "asOf": ("as_of", str),
         "source": ("source", str),
+        "spotAsOf": ("spot_as_of", str),
+        "spotSource": ("spot_source", str),
     }
 )
+# The date or source of a figure a user catalog overrides without giving them.
+_NOT_GIVEN = "not given (user catalog)"
+# Price fields an entry may leave out: the spot figure's date and source default to the
+# on-demand ones given with it.
+_PRICE_OPTIONAL = frozenset({"spotAsOf", "spotSource"})
 _FRACTIONS = ("mfu", "attentionEfficiency", "bandwidthEfficiency", "unalignedMatmulEfficiency")
 # Upper bounds, so every estimate stays finite: 1e18 for rates and sizes (a device has ~1e15
 # FLOP/s and ~1e11 bytes) unless listed here.
@@ -224,6 +239,16 @@ def _accelerator(acc_id: str, raw: Any, base: Accelerator | None, path: str) -> 
         if not isinstance(price_raw, Mapping):
             raise CatalogError(f"{path}.price: must be a mapping of fields")
         price = _fields(price_raw, _PRICE, f"{path}.price")
+        for key in ("asOf", "source", "spotAsOf", "spotSource"):
+            if not str(price.get(_PRICE[key][0], "-")).strip():
+                raise CatalogError(f"{path}.price.{key}: a price needs its date and source (got a blank)")
+        if "spot_per_device_hour" in price:
+            # A spot figure given here is dated and sourced by this entry, never by the base's.
+            price.setdefault("spot_as_of", price.get("as_of", _NOT_GIVEN))
+            price.setdefault("spot_source", price.get("source", _NOT_GIVEN))
+        if base is not None and "on_demand_per_device_hour" in price:
+            price.setdefault("as_of", _NOT_GIVEN)
+            price.setdefault("source", _NOT_GIVEN)
     if aliases_raw is not None:
         if not isinstance(aliases_raw, list) or not all(isinstance(a, str) and a for a in aliases_raw):
             raise CatalogError(f"{path}.aliases: must be a list of names (got {aliases_raw!r})")
@@ -234,9 +259,11 @@ def _accelerator(acc_id: str, raw: Any, base: Accelerator | None, path: str) -> 
         merged["price"] = ListPrice(**merged_price)
         return Accelerator(**merged)
     missing = [k for k, (name, _) in _SCALARS.items() if name not in values and k not in _OPTIONAL]
-    missing += [f"price.{k}" for k, (name, _) in _PRICE.items() if name not in price]
+    missing += [f"price.{k}" for k, (name, _) in _PRICE.items() if name not in price and k not in _PRICE_OPTIONAL]
     if missing:
         raise CatalogError(f"{path}: a new accelerator needs every field; missing {', '.join(missing)}")
+    price.setdefault("spot_as_of", price["as_of"])
+    price.setdefault("spot_source", price["source"])
     return Accelerator(id=acc_id, price=ListPrice(**price), **values)
 
 

@@ -32,7 +32,10 @@ class Pricing(NamedTuple):
 
     @property
     def source(self) -> str:
-        catalog = f"catalog list price as of {self.accelerator.price.as_of}, {self.accelerator.price.source}"
+        price = self.accelerator.price
+        catalog = f"catalog list price as of {price.as_of}, {price.source}"
+        if (price.spot_as_of, price.spot_source) != (price.as_of, price.source):
+            catalog += f"; spot as of {price.spot_as_of}, {price.spot_source}"
         if all(self.from_pool):
             return "pool spec"
         if not any(self.from_pool):
