@@ -82,6 +82,8 @@ class PodWatch:
         self.core = client.CoreV1Api(api)
         self.namespace = namespace
         self.running: dict[str, float] = {}
+        self.made: dict[str, float] = {}  # job -> its pod first seen (the Job controller made it)
+        self.bound: dict[str, float] = {}  # job -> its pod first seen bound (the scheduler)
         self.lock = threading.Condition()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="pods", daemon=True)
@@ -96,7 +98,12 @@ class PodWatch:
 
     def _record(self, pod: Any, now: float) -> None:
         job = (pod.metadata.labels or {}).get(v.LABEL_JOB)
-        if job and pod.status is not None and pod.status.phase == "Running":
+        if not job:
+            return
+        self.made.setdefault(job, now)
+        if pod.spec is not None and pod.spec.node_name:
+            self.bound.setdefault(job, now)
+        if pod.status is not None and pod.status.phase == "Running":
             with self.lock:
                 if job not in self.running:
                     self.running[job] = now
@@ -207,6 +214,19 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         running = watcher.running
         names = sorted(created)
         lat = [running[n] - created[n] for n in names if n in running]
+
+        def stage(a: dict[str, float], b: dict[str, float]) -> list[float]:
+            return [b[n] - a[n] for n in names if n in a and n in b]
+
+        pod_made, bound = watcher.made, watcher.bound
+        out["stages_p50_p99_s"] = {
+            name: (round(pct(d, 50), 2), round(pct(d, 99), 2))
+            for name, d in (
+                ("create → pod made (Job controller)", stage(created, pod_made)),
+                ("pod made → bound (scheduler)", stage(pod_made, bound)),
+                ("bound → Running (kwok)", stage(bound, running)),
+            )
+        }
         times = sorted(running[n] for n in names if n in running)
         lo, hi = int(0.1 * len(times)), max(int(0.9 * len(times)) - 1, 0)
         out.update(
@@ -239,8 +259,11 @@ def table(out: dict[str, Any]) -> str:
         f"  sustained (10–90 %)    {out.get('sustained_jobs_per_s', math.nan):8.1f} jobs/s",
         f"  latency p50 / p99      {out.get('latency_p50_s', math.nan):8.2f}"
         f" / {out.get('latency_p99_s', math.nan):.2f} s",
-        "CPU seconds (CPU-ms per job):",
+        "stages p50 / p99:",
     ]
+    for k, (p50, p99) in out.get("stages_p50_p99_s", {}).items():
+        rows.append(f"  {k:36s} {p50:6.2f} / {p99:.2f} s")
+    rows.append("CPU seconds (CPU-ms per job):")
     for k, s in out.get("cpu_s", {}).items():
         rows.append(f"  {k:22s} {s:8.1f}  ({out['cpu_ms_per_job'][k]:.1f})")
     return "\n".join(rows)
