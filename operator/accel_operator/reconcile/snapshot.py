@@ -354,35 +354,52 @@ class Blocked:
 
 
 class _Layered(Mapping[JobKey, Reservation]):
-    """The reservations of a snapshot plus those admitted since in the same pass: each admission
-    copies only what the pass added, not every reservation (thousands at full size)."""
+    """The reservations of a snapshot plus those admitted since in the same pass. The views of one
+    pass share one append-only log of what it added, each seeing its first ``_n`` entries, so an
+    admission costs O(1) instead of copying what the pass added before (quadratic in a burst).
+    Adding onto a view that is not the log's newest (a branch), or a key already added, copies
+    the view's entries into a new log, so no older view ever sees a later admission."""
 
-    __slots__ = ("_added", "_base")
+    __slots__ = ("_base", "_log", "_n")
 
-    def __init__(self, base: Mapping[JobKey, Reservation], added: dict[JobKey, Reservation]) -> None:
+    def __init__(self, base: Mapping[JobKey, Reservation], log: dict[JobKey, tuple[int, Reservation]], n: int) -> None:
         self._base = base
-        self._added = added
+        self._log = log  # key -> (position, reservation), positions 0..len-1 in insertion order
+        self._n = n
 
     @classmethod
     def on(cls, under: Mapping[JobKey, Reservation], key: JobKey, r: Reservation) -> _Layered:
-        if isinstance(under, _Layered):
-            return cls(under._base, {**under._added, key: r})
-        return cls(under, {key: r})
+        if not isinstance(under, _Layered):
+            return cls(under, {key: (0, r)}, 1)
+        log = under._log
+        if len(log) != under._n or key in log:  # a branch, or a key the log holds: copy what it sees
+            kept = [(k, v) for k, v in under._added_items() if k != key]
+            log = {k: (i, v) for i, (k, v) in enumerate(kept)}
+        log[key] = (len(log), r)
+        return cls(under._base, log, len(log))
+
+    def _added_items(self) -> Iterator[tuple[JobKey, Reservation]]:
+        for k, (pos, v) in self._log.items():
+            if pos < self._n:
+                yield k, v
+
+    def _added(self, key: object) -> Reservation | None:
+        hit = self._log.get(key)  # type: ignore[call-overload]
+        return hit[1] if hit is not None and hit[0] < self._n else None
 
     def __getitem__(self, key: JobKey) -> Reservation:
-        if key in self._added:
-            return self._added[key]
-        return self._base[key]
+        r = self._added(key)
+        return r if r is not None else self._base[key]
 
     def __contains__(self, key: object) -> bool:
-        return key in self._added or key in self._base
+        return self._added(key) is not None or key in self._base
 
     def __iter__(self) -> Iterator[JobKey]:
-        yield from (k for k in self._base if k not in self._added)
-        yield from self._added
+        yield from (k for k in self._base if self._added(k) is None)
+        yield from (k for k, _v in self._added_items())
 
     def __len__(self) -> int:
-        return len(self._base) + sum(1 for k in self._added if k not in self._base)
+        return len(self._base) + sum(1 for k, _v in self._added_items() if k not in self._base)
 
 
 @dataclass(frozen=True)

@@ -19,12 +19,10 @@ from a table, records calls and can be told to fail next.
 from __future__ import annotations
 
 import datetime as dt
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
-
-import boto3
-from botocore.config import Config
-from botocore.exceptions import BotoCoreError, ClientError
 
 from accel_api import vocabulary as v
 from accel_operator.adapters.aws.errors import CloudUnavailable
@@ -52,30 +50,57 @@ class CheckpointStore(Protocol):
     def latest_complete(self, uri: str) -> Checkpoint | None: ...
 
 
-def _code(exc: ClientError) -> str:
+def _code(exc: Any) -> str:  # a botocore ClientError
     return str(exc.response.get("Error", {}).get("Code", ""))
 
 
 class S3CheckpointStore:
-    def __init__(self, s3: Any) -> None:
-        self._s3 = s3  # a boto3 S3 client
+    """boto3 (about 20 MB of imports and service models) is imported, and the client made, at the
+    first lookup: an operator whose jobs name no ``s3://`` checkpoints never loads it."""
+
+    def __init__(self, s3: Any = None, *, make: Callable[[], Any] | None = None) -> None:
+        self._client: Any = s3  # a boto3 S3 client, or None until ``make`` makes it
+        self._make = make
+        self._lock = threading.Lock()
+
+    @property
+    def _s3(self) -> Any:
+        if self._client is None:
+            with self._lock:
+                if self._client is None and self._make is not None:
+                    self._client = self._make()
+        return self._client
 
     @classmethod
     def from_environment(cls, region: str | None = None) -> S3CheckpointStore:
-        return cls(boto3.client("s3", region_name=region))
+        def make() -> Any:
+            import boto3  # on first use only
+
+            return boto3.client("s3", region_name=region)
+
+        return cls(make=make)
 
     @classmethod
     def connect(cls, *, region: str | None, endpoint_url: str | None, timeout: float) -> S3CheckpointStore:
         """A client whose every call ends within about ``timeout`` (connect, read, two retries), so a
         lookup never holds the scheduler's threads; credentials come from boto3's usual chain."""
-        config = Config(
-            connect_timeout=max(1.0, timeout / 3),
-            read_timeout=max(1.0, timeout / 3),
-            retries={"max_attempts": 2, "mode": "standard"},
-        )
-        return cls(boto3.client("s3", region_name=region, endpoint_url=endpoint_url or None, config=config))
+
+        def make() -> Any:
+            import boto3  # on first use only
+            from botocore.config import Config
+
+            config = Config(
+                connect_timeout=max(1.0, timeout / 3),
+                read_timeout=max(1.0, timeout / 3),
+                retries={"max_attempts": 2, "mode": "standard"},
+            )
+            return boto3.client("s3", region_name=region, endpoint_url=endpoint_url or None, config=config)
+
+        return cls(make=make)
 
     def latest_complete(self, uri: str) -> Checkpoint | None:
+        from botocore.exceptions import BotoCoreError, ClientError  # see the class
+
         bucket, prefix = split_uri(uri)
         try:
             for group in by_step_descending(self._step_names(bucket, prefix)):
@@ -99,6 +124,8 @@ class S3CheckpointStore:
         return names
 
     def _marker(self, bucket: str, prefix: str, name: str) -> Checkpoint | None:
+        from botocore.exceptions import ClientError  # see the class
+
         try:
             head = self._s3.head_object(Bucket=bucket, Key=f"{prefix}{name}/{v.CHECKPOINT_MARKER}")
         except ClientError as exc:

@@ -28,9 +28,6 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Final, Protocol
 
-import boto3
-from botocore.exceptions import BotoCoreError, ClientError
-
 from accel_operator.adapters.aws.errors import CloudUnavailable
 
 
@@ -134,9 +131,13 @@ class SqsInterruptionQueue:
     ) -> SqsInterruptionQueue:
         """A client from the default credential chain (IRSA / Pod Identity in a cluster);
         ``endpoint_url``: another endpoint than AWS's (moto in tests)."""
+        import boto3  # the SDK only where a queue is configured
+
         return cls(boto3.client("sqs", region_name=region or None, endpoint_url=endpoint_url or None), queue_url)
 
     def receive(self, max_messages: int = MAX_BATCH, wait_seconds: int = MAX_WAIT_SECONDS) -> list[Interruption]:
+        from botocore.exceptions import BotoCoreError, ClientError  # the SDK only when used
+
         try:
             reply = self._sqs.receive_message(
                 QueueUrl=self._url,
@@ -161,6 +162,8 @@ class SqsInterruptionQueue:
     def _delete(self, receipt: str) -> None:
         if not receipt:
             return
+        from botocore.exceptions import BotoCoreError, ClientError  # the SDK only when used
+
         try:
             self._sqs.delete_message(QueueUrl=self._url, ReceiptHandle=receipt)
         except ClientError as exc:

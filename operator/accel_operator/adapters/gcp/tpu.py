@@ -11,10 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
-from google.api_core import exceptions as api_exceptions
-from google.auth.credentials import AnonymousCredentials
-from google.cloud import tpu_v2
-
 PREEMPTED: Final = "PREEMPTED"
 TERMINATED: Final = "TERMINATED"
 GONE_STATES: Final = frozenset({PREEMPTED, TERMINATED})  # the node's workload is lost
@@ -42,12 +38,17 @@ class GoogleTpuNodes:
     @classmethod
     def from_environment(cls) -> GoogleTpuNodes:
         """Application default credentials (Workload Identity in a cluster)."""
+        from google.cloud import tpu_v2  # the SDK (and grpc) only where TPUs are configured
+
         return cls(tpu_v2.TpuClient(transport="rest"))
 
     @classmethod
     def at(cls, endpoint: str) -> GoogleTpuNodes:
         """An explicit endpoint without credentials (a local stand-in, or a private endpoint
         behind a proxy that authenticates)."""
+        from google.auth.credentials import AnonymousCredentials  # as from_environment
+        from google.cloud import tpu_v2
+
         return cls(
             tpu_v2.TpuClient(
                 transport="rest",
@@ -57,6 +58,9 @@ class GoogleTpuNodes:
         )
 
     def states(self, project: str, zone: str) -> dict[str, str]:
+        from google.api_core import exceptions as api_exceptions  # as from_environment
+        from google.cloud import tpu_v2
+
         parent = f"projects/{project}/locations/{zone}"
         try:
             return {
@@ -67,6 +71,8 @@ class GoogleTpuNodes:
             raise TpuUnavailable(f"TPU nodes in {parent}: {exc}") from exc
 
     def accelerator_types(self, project: str, zone: str) -> frozenset[str]:
+        from google.api_core import exceptions as api_exceptions  # as from_environment
+
         parent = f"projects/{project}/locations/{zone}"
         try:
             return frozenset(
