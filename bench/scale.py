@@ -299,9 +299,9 @@ def stored_sizes(api: client.ApiClient, namespace: str, sample: int = 200) -> di
     batch Jobs: every write re-encodes the whole stored object, so its size is part of each
     write's API-server cost."""
     custom, batch = client.CustomObjectsApi(api), client.BatchV1Api(api)
-    jobs = custom.list_namespaced_custom_object(
-        v.GROUP, v.VERSION, namespace, registry.JOB.plural, limit=sample * 4
-    )["items"]
+    jobs = custom.list_namespaced_custom_object(v.GROUP, v.VERSION, namespace, registry.JOB.plural, limit=sample * 4)[
+        "items"
+    ]
     admitted = [j for j in jobs if (j.get("status") or {}).get("workload")][:sample]
     out: dict[str, float] = {}
     if admitted:

@@ -131,8 +131,8 @@ def holds(status: AcceleratorJobStatus, decision: Decision, generation: int | No
 
 def settle_status(current: dict[str, Any], decision: Decision, generation: int | None) -> dict[str, Any] | None:
     """The merge patch that gives a job the status ``decision`` asks for (only the fields that
-    change), or None when the job already has it. Each condition keeps its ``lastTransitionTime`` while its status holds, so a
-    decision repeated by a timer or after a restart writes nothing."""
+    change), or None when the job already has it. Each condition keeps its ``lastTransitionTime``
+    while its status holds, so a decision repeated by a timer or after a restart writes nothing."""
     before = {c.get("type"): c for c in current.get("conditions") or []}
     conditions = []
     now = _now()
@@ -164,12 +164,11 @@ def settle_status(current: dict[str, Any], decision: Decision, generation: int |
     unchanged = all(_pruned(current.get(k)) == _pruned(v) for k, v in new.items() if k != "conditions")
     if unchanged and same_conditions:
         return None
-    patch = {
+    return {
         k: v
         for k, v in new.items()
         if not (same_conditions if k == "conditions" else _stored(current, k) and _pruned(current[k]) == _pruned(v))
     }
-    return patch
 
 
 def _stored(current: dict[str, Any], key: str) -> bool:
