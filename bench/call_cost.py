@@ -15,6 +15,7 @@ Run: ACCEL_CLUSTER_PORT_BASE=... python bench/call_cost.py [--count 200]
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import time
@@ -54,6 +55,10 @@ def measure(
     return statistics.median(cpu), statistics.median(wall), server
 
 
+def _bytes(value: object) -> int:
+    return len(json.dumps({"status": value}, separators=(",", ":")).encode())
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     p.add_argument("--count", type=int, default=200)
@@ -70,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     writer, workloads = KubeJobWriter(api), KubeWorkloadClient(api)
     try:
         refs = []
-        for i in range(args.count):
+        for i in range(2 * args.count):  # the second half for the patch with a plan
             doc = job_doc(namespace, pool["metadata"]["name"], devices=1, name=f"j{i:04d}")
             made = custom.create_namespaced_custom_object(v.GROUP, v.VERSION, namespace, registry.JOB.plural, doc)
             refs.append((JobRef(namespace, doc["metadata"]["name"], made["metadata"]["uid"]), doc))
@@ -89,12 +94,41 @@ def main(argv: list[str] | None = None) -> int:
                 for t in ("SpecValid", "Planned", "Admitted")
             ],
         }
+        # The same write with a plan of the size the scale bench stores (about 1.2 KB: the winner and
+        # four alternatives with their reasons): how the API server's CPU per patch grows with size.
+        alternative = {
+            "pool": "pool-b",
+            "accelerator": "h100-80gb",
+            "devices": 1,
+            "capacityType": "on-demand",
+            "costUsd": 1.23,
+            "durationSeconds": 3600.0,
+            "reason": "y" * 120,
+        }
+        planned = {
+            **status,
+            "plan": {
+                "pool": "pool-a",
+                "accelerator": "h100-80gb",
+                "devices": 1,
+                "nodes": 1,
+                "capacityType": "on-demand",
+                "spot": False,
+                "durationSeconds": 3600.0,
+                "costUsd": 1.23,
+                "reason": "z" * 200,
+                "alternatives": [alternative] * 4,
+            },
+        }
         accel = catalog.default().get("h100-80gb")
         assert accel is not None
         pool_spec = AcceleratorPoolSpec.model_validate(pool["spec"])
 
         def patch(i: int) -> object:
             return writer.patch_status(refs[i][0], status)
+
+        def patch_planned(i: int) -> object:
+            return writer.patch_status(refs[args.count + i][0], planned)
 
         def event(i: int) -> object:
             writer.event(refs[i][0], "Normal", "Admitted", "admitted attempt 0 on the pool: 1 × h100-80gb")
@@ -119,10 +153,17 @@ def main(argv: list[str] | None = None) -> int:
 
         pids = {c.name: c.pid for c in cluster.status() if c.name in ("kube-apiserver", "etcd")}
         print(f"{args.count} calls each (client: median per call; servers: mean per call):")
-        for name, fn in (("status merge-patch", patch), ("Event create", event), ("batch Job create", workload)):
+        size = {"status merge-patch": _bytes(status), "... with a plan": _bytes(planned)}
+        for name, fn in (
+            ("status merge-patch", patch),
+            ("... with a plan", patch_planned),
+            ("Event create", event),
+            ("batch Job create", workload),
+        ):
             cpu, wall, server = measure(fn, args.count, pids)
             servers = "  ".join(f"{k} {ms:5.2f} ms CPU" for k, ms in server.items())
-            print(f"  {name:<20} client {cpu:5.2f} ms CPU  {wall:7.2f} ms wall  {servers}")
+            body = f"{size[name]:>5} B body" if name in size else " " * 11
+            print(f"  {name:<20} {body}  client {cpu:5.2f} ms CPU  {wall:7.2f} ms wall  {servers}")
     finally:
         with kubeapi.ignoring(404):
             client.CoreV1Api(api).delete_namespace(namespace)

@@ -289,6 +289,44 @@ def per_job(before: dict[str, float], after: dict[str, float], jobs: int, top: i
     return {k: round(v, 2) for v, k in rows}
 
 
+def _json_bytes(value: Any) -> int:
+    return len(json.dumps(value, separators=(",", ":")).encode()) if value is not None else 0
+
+
+def stored_sizes(api: client.ApiClient, namespace: str, sample: int = 200) -> dict[str, float]:
+    """Mean bytes (compact JSON, as the API server stores and sends them) of up to ``sample``
+    admitted AcceleratorJobs (whole object, status, status.plan, status.conditions) and of their
+    batch Jobs: every write re-encodes the whole stored object, so its size is part of each
+    write's API-server cost."""
+    custom, batch = client.CustomObjectsApi(api), client.BatchV1Api(api)
+    jobs = custom.list_namespaced_custom_object(v.GROUP, v.VERSION, namespace, registry.JOB.plural, limit=sample * 4)[
+        "items"
+    ]
+    admitted = [j for j in jobs if (j.get("status") or {}).get("workload")][:sample]
+    out: dict[str, float] = {}
+    if admitted:
+        n = len(admitted)
+        out["acceleratorjob"] = sum(_json_bytes(j) for j in admitted) / n
+        out["acceleratorjob status"] = sum(_json_bytes(j.get("status")) for j in admitted) / n
+        out["status.plan"] = sum(_json_bytes(j["status"].get("plan")) for j in admitted) / n
+        out["status.conditions"] = sum(_json_bytes(j["status"].get("conditions")) for j in admitted) / n
+        out["status.cost"] = sum(_json_bytes(j["status"].get("cost")) for j in admitted) / n
+    resp = batch.list_namespaced_job(namespace, limit=sample, _preload_content=False)
+    wl = json.loads(resp.data)["items"]
+    if wl:
+        for w in wl:
+            w.get("metadata", {}).pop("managedFields", None)
+        out["batch job (without managedFields)"] = sum(_json_bytes(w) for w in wl) / len(wl)
+        out["batch job spec.template"] = sum(_json_bytes(w["spec"].get("template")) for w in wl) / len(wl)
+    ev = client.EventsV1Api(api).list_namespaced_event(namespace, limit=sample, _preload_content=False)
+    events = json.loads(ev.data)["items"]
+    if events:
+        for e in events:
+            e.get("metadata", {}).pop("managedFields", None)
+        out["event"] = sum(_json_bytes(e) for e in events) / len(events)
+    return {k: round(val) for k, val in out.items()}
+
+
 def scrape(port: int) -> dict[str, float]:
     """The operator's /metrics as {series: value} (histogram sums and counts included)."""
     try:
@@ -617,6 +655,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 # Every client's requests (the bench's creates, the operator's, the controllers',
                 # kube-scheduler's, KWOK's) per job of the burst, up to the end of the settle.
                 out["burst"]["api_requests_per_job"] = per_job(req0, api_requests(api), fits)
+                out["burst"]["stored_bytes"] = stored_sizes(api, namespace)
                 # (b) fixed rate
                 if rate_jobs:
                     docs = [job_doc(namespace, f"r-{i:05d}", rate_pools[i % len(rate_pools)]) for i in range(rate_jobs)]
@@ -756,6 +795,8 @@ def table(out: dict[str, Any]) -> str:
         rows.append(("burst: CPU-ms per admitted job", per))
     for key, n in (b.get("api_requests_per_job") or {}).items():
         rows.append((f"burst: API requests per job: {key}", f"{n:.2f}"))
+    for key, n in (b.get("stored_bytes") or {}).items():
+        rows.append((f"burst: stored bytes (mean): {key}", f"{n:,.0f}"))
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k:<{width}}  {val}" for k, val in rows)
 

@@ -214,7 +214,7 @@ def _waiting(job: JobView, snapshot: Snapshot, now: dt.datetime) -> Decision:
         phase=JobPhase.PENDING,
         conditions=(
             Cond(VALID, True, "SpecValid"),
-            Cond(PLANNED, True, "Planned", plan.reason),
+            Cond(PLANNED, True, "Planned"),  # the why is status.plan.reason, once
             Cond(ADMITTED, False, waiting_reason, reason),
         ),
         status=status,
@@ -256,7 +256,7 @@ def _admit(
         phase=JobPhase.ADMITTED,
         conditions=(
             Cond(VALID, True, "SpecValid"),
-            Cond(PLANNED, True, "Planned", plan.reason),
+            Cond(PLANNED, True, "Planned"),  # the why is status.plan.reason, once
             Cond(ADMITTED, True, "Admitted", message),
             # The words the next decision uses while no pod is placed: no second status write for them.
             Cond(RUNNING, False, "WaitingForNodes", f"0 of {c.nodes} pod(s) placed"),

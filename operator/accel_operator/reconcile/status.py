@@ -1,4 +1,4 @@
-"""Status values: a plan as the job's ``status.plan`` (the winner's figures and at most 20
+"""Status values: a plan as the job's ``status.plan`` (the winner's figures and at most 5
 alternatives), and a decision as the merge patch of the job's status."""
 
 from __future__ import annotations
@@ -15,12 +15,18 @@ from accel_operator.planning.candidates import Candidate, Plan, best_per_pool
 if TYPE_CHECKING:
     from accel_operator.reconcile.decide import Decision
 
-# PlanStatus carries at most this many alternatives (one per pool), to keep status small.
-STATUS_ALTERNATIVES = 20
+# The operator writes at most this many alternatives (one per pool, the best ranked first; the
+# schema allows bounds.STATUS_ALTERNATIVES): every status write re-encodes the whole object, so
+# status.plan says why the winner won and what came next, not every pool's figures.
+STATUS_ALTERNATIVES = 5
 
 
-def _finite(x: float | None) -> float | None:
-    return x if x is not None and math.isfinite(x) else None
+def _finite(x: float | None, digits: int | None = None) -> float | None:
+    """``x`` when finite, else None; with ``digits``, to that many significant digits (an
+    estimate's 17 digits are noise that every write of the status would carry)."""
+    if x is None or not math.isfinite(x):
+        return None
+    return float(f"{x:.{digits}g}") if digits is not None else x
 
 
 def plan_status(plan: Plan, chosen: Candidate | None = None) -> PlanStatus:
@@ -40,7 +46,7 @@ def plan_status(plan: Plan, chosen: Candidate | None = None) -> PlanStatus:
                 devices=c.devices,
                 capacity_type=c.capacity_type,
                 cost_usd=round(usd, 2) if usd is not None else None,
-                duration_seconds=_finite(ce.expected_seconds) if ce is not None else None,
+                duration_seconds=_finite(ce.expected_seconds, 4) if ce is not None else None,
                 reason="; ".join(explain.reasons(c)) or "not ranked",
             )
         )
@@ -57,9 +63,9 @@ def plan_status(plan: Plan, chosen: Candidate | None = None) -> PlanStatus:
         spot=win.capacity_type is CapacityType.SPOT,
         peak_allocated_bytes_per_device=win.memory.peak_allocated_bytes,
         footprint_bytes_per_device=win.memory.footprint_bytes,
-        step_seconds=win.speed.step_seconds,
-        tokens_per_second=win.speed.tokens_per_second,
-        duration_seconds=win.cost.expected_seconds,
+        step_seconds=_finite(win.speed.step_seconds, 4),
+        tokens_per_second=_finite(win.speed.tokens_per_second, 4),
+        duration_seconds=_finite(win.cost.expected_seconds, 6),
         cost_usd=round(win.cost.expected_usd, 2),
         reason=plan.reason,
         alternatives=alternatives,
@@ -124,9 +130,9 @@ def holds(status: AcceleratorJobStatus, decision: Decision, generation: int | No
 
 
 def settle_status(current: dict[str, Any], decision: Decision, generation: int | None) -> dict[str, Any] | None:
-    """The merge patch that gives a job the status ``decision`` asks for, or None when the job
-    already has it. Each condition keeps its ``lastTransitionTime`` while its status holds, so a
-    decision repeated by a timer or after a restart writes nothing."""
+    """The merge patch that gives a job the status ``decision`` asks for (only the fields that
+    change), or None when the job already has it. Each condition keeps its ``lastTransitionTime``
+    while its status holds, so a decision repeated by a timer or after a restart writes nothing."""
     before = {c.get("type"): c for c in current.get("conditions") or []}
     conditions = []
     now = _now()
@@ -150,10 +156,23 @@ def settle_status(current: dict[str, Any], decision: Decision, generation: int |
         "observedGeneration": generation,
         **decision.status,
     }
-    unchanged = all(_pruned(current.get(k)) == _pruned(v) for k, v in new.items() if k != "conditions")
     same_conditions = [
         {k: v for k, v in c.items() if k != "lastTransitionTime"} for c in _pruned(current.get("conditions") or [])
     ] == [{k: v for k, v in c.items() if k != "lastTransitionTime"} for c in _pruned(conditions)]
+    # A merge patch needs only what changes: a field the job already holds is not sent again
+    # (the plan that a waiting job's status carries is not resent when it is admitted on it).
+    unchanged = all(_pruned(current.get(k)) == _pruned(v) for k, v in new.items() if k != "conditions")
     if unchanged and same_conditions:
         return None
-    return new
+    return {
+        k: v
+        for k, v in new.items()
+        if not (same_conditions if k == "conditions" else _stored(current, k) and _pruned(current[k]) == _pruned(v))
+    }
+
+
+def _stored(current: dict[str, Any], key: str) -> bool:
+    """Whether ``current[key]`` is surely on the stored object, not a model default (0, [] or
+    None): those are always written, so a printer column never shows a default that is not there."""
+    value = current.get(key)
+    return isinstance(value, str | dict | list) and bool(value)
