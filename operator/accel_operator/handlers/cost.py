@@ -102,6 +102,7 @@ class Accountant:
     # each is written every max(write_every, N / write_rate) seconds.
     write_rate: float = 5.0
     _every: float = 0.0  # this step's interval
+    _now: dt.datetime = field(default_factory=lambda: dt.datetime.now(dt.UTC))  # this step's time
     known: dict[str, CostStatus] = field(default_factory=dict)  # job uid -> what this process wrote
     written_at: dict[str, float] = field(default_factory=dict)  # job uid -> monotonic time of that write
     live: dict[str, bool] = field(default_factory=dict)  # pool -> PriceLive as last written
@@ -165,6 +166,7 @@ class Accountant:
     ]:
         """The CPU (and live price) part of a step, run in a thread so the event loop stays free."""
         stale_after = self.scheduler.settings.report_stale_seconds
+        self._now = now
         running = sum(1 for job in snap.jobs.values() if job.phase in HOLDING)
         self._every = max(self.write_every, running / self.write_rate)
         quotes: dict[str, Quote | None] = {}
@@ -236,8 +238,19 @@ class Accountant:
             return None
         if _shape(job.status.cost) != _shape(cost) or _shape(known) != _shape(cost):
             return URGENT
+        return DUE if self._age(job) >= self._every else None
+
+    def _age(self, job: JobView) -> float:
+        """Seconds since the job's ledger was last written: by this process, else by whoever
+        wrote the one its status holds (a restarted operator's backlog of jobs whose ledger is
+        already stored does not go before a job that has none); never written: infinite."""
         last = self.written_at.get(job.uid)
-        return DUE if last is None or time.monotonic() - last >= self._every else None
+        if last is not None:
+            return time.monotonic() - last
+        stored = job.status.cost
+        if stored is not None and stored.updated is not None:
+            return max(0.0, (self._now - ledger.parse(stored.updated)).total_seconds())
+        return math.inf
 
     def _choose(self, snap: Snapshot, ledgers: Mapping[JobKey, CostStatus]) -> set[JobKey]:
         """The ledgers written this step: every urgent one, and of those due at most
@@ -251,9 +264,9 @@ class Accountant:
             if kind is URGENT:
                 urgent.add(key)
             elif kind is DUE:
-                due.append((self.written_at.get(job.uid, -math.inf), key))
+                due.append((self._age(job), key))
         room = max(1, int(self.write_rate * self.interval))
-        due.sort(key=lambda item: item[0])
+        due.sort(key=lambda item: -item[0])  # the oldest (never written: infinite) first
         return urgent | {key for _, key in due[:room]}
 
     def _live(

@@ -257,3 +257,28 @@ def test_a_burst_of_new_jobs_is_written_over_several_ticks() -> None:
     _finish(world, writer)  # "a" ended: written at once, whatever the room
     asyncio.run(acc.step(T0 + 3 * HOUR))
     assert writer.statuses[("ns", "a")]["cost"]["attempts"][0]["end"] == "2026-11-26T14:00:00Z"
+
+
+def test_a_job_with_no_stored_ledger_goes_before_a_restarted_operators_backlog() -> None:
+    """After a restart every job is new to the process; those whose status already holds a ledger
+    (written by the previous process) are aged from its ``updated`` time, so a job with none is
+    written first."""
+    world, writer, costs = _world(), FakeJobWriter(), FakeCostWriter()
+    (view,) = world.jobs[("ns", "a")]
+    status = view.status.model_dump(by_alias=True, mode="json", exclude_none=True)
+    for name in ("b", "c", "d"):
+        world.job(name, "spot", devices=2, status=status)
+        world.pod(name, 0, 0, node="spot-0", devices=2)
+    acc = _accountant(world, writer, costs)
+    acc.write_rate = 4.0
+    asyncio.run(acc.step(T0 + HOUR))  # the previous process wrote all four
+    for name in ("a", "b", "c", "d"):
+        (job,) = world.jobs[("ns", name)]
+        shown = {**status, **writer.statuses[("ns", name)]}
+        world.jobs[("ns", name)] = [dataclasses.replace(job, status=AcceleratorJobStatus.model_validate(shown))]
+    world.job("new", "spot", devices=2, status=status)
+    world.pod("new", 0, 0, node="spot-1", devices=2)
+    restarted = _accountant(world, writer, costs)
+    restarted.write_rate = 1.0  # room for one a tick
+    asyncio.run(restarted.step(T0 + 2 * HOUR))
+    assert ("ns", "new") in writer.statuses
