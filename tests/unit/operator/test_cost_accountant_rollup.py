@@ -70,6 +70,25 @@ def _show(world: World, writer: FakeJobWriter, **extra: Any) -> None:
     world.jobs[("ns", "a")] = [dataclasses.replace(view, status=AcceleratorJobStatus.model_validate(status))]
 
 
+def _four_running() -> tuple[World, FakeJobWriter, FakeCostWriter, dict[str, Any]]:
+    """Jobs a, b, c and d running on the spot pool, and the status they started with."""
+    world, writer, costs = _world(), FakeJobWriter(), FakeCostWriter()
+    (view,) = world.jobs[("ns", "a")]
+    status = view.status.model_dump(by_alias=True, mode="json", exclude_none=True)
+    for name in ("b", "c", "d"):
+        world.job(name, "spot", devices=2, status=status)
+        world.pod(name, 0, 0, node="spot-0", devices=2)
+    return world, writer, costs, status
+
+
+def _show_all(world: World, writer: FakeJobWriter, status: dict[str, Any]) -> None:
+    """What the watch delivers after the writes, for jobs a to d."""
+    for name in ("a", "b", "c", "d"):
+        (job,) = world.jobs[("ns", name)]
+        shown = {**status, **writer.statuses[("ns", name)]}
+        world.jobs[("ns", name)] = [dataclasses.replace(job, status=AcceleratorJobStatus.model_validate(shown))]
+
+
 def _finish(world: World, writer: FakeJobWriter, at: str = "2026-11-26T14:00:00Z") -> None:
     _show(world, writer, phase="Succeeded", completionTime=at)
 
@@ -215,21 +234,13 @@ def test_an_open_attempt_of_a_job_that_still_exists_is_not_folded_by_a_new_leade
 def test_with_many_running_jobs_each_ledger_is_written_less_often() -> None:
     """The ledger writes at most ``write_rate`` running jobs' statuses a second on average: with N
     running, each is written every N / write_rate seconds (the counters follow every tick)."""
-    world, writer, costs = _world(), FakeJobWriter(), FakeCostWriter()
-    (view,) = world.jobs[("ns", "a")]
-    status = view.status.model_dump(by_alias=True, mode="json", exclude_none=True)
-    for name in ("b", "c", "d"):
-        world.job(name, "spot", devices=2, status=status)
-        world.pod(name, 0, 0, node="spot-0", devices=2)
+    world, writer, costs, status = _four_running()
     acc = _accountant(world, writer, costs)
     acc.write_rate = 4.0  # 4 running: each written every second at most, 4 a tick
     asyncio.run(acc.step(T0 + HOUR))
     first = writer.revision
     assert first == 4  # never written: due
-    for name in ("a", "b", "c", "d"):  # the watch shows what was written
-        (job,) = world.jobs[("ns", name)]
-        shown = {**status, **writer.statuses[("ns", name)]}
-        world.jobs[("ns", name)] = [dataclasses.replace(job, status=AcceleratorJobStatus.model_validate(shown))]
+    _show_all(world, writer, status)  # the watch shows what was written
     asyncio.run(acc.step(T0 + 1.5 * HOUR))
     assert writer.revision == first  # not due yet
     assert _spent(acc) == pytest.approx(4 * 1.5 * 7.2)  # the counters do not wait
@@ -241,12 +252,7 @@ def test_with_many_running_jobs_each_ledger_is_written_less_often() -> None:
 def test_a_burst_of_new_jobs_is_written_over_several_ticks() -> None:
     """At most ``write_rate`` x the tick's interval ledgers that are only due (not urgent) are
     written a tick, the longest unwritten first; an ended attempt is written at once regardless."""
-    world, writer, costs = _world(), FakeJobWriter(), FakeCostWriter()
-    (view,) = world.jobs[("ns", "a")]
-    status = view.status.model_dump(by_alias=True, mode="json", exclude_none=True)
-    for name in ("b", "c", "d"):
-        world.job(name, "spot", devices=2, status=status)
-        world.pod(name, 0, 0, node="spot-0", devices=2)
+    world, writer, costs, _ = _four_running()
     acc = _accountant(world, writer, costs)
     acc.write_rate = 2.0  # a 1 s tick: 2 a tick
     asyncio.run(acc.step(T0 + HOUR))
@@ -263,19 +269,11 @@ def test_a_job_with_no_stored_ledger_goes_before_a_restarted_operators_backlog()
     """After a restart every job is new to the process; those whose status already holds a ledger
     (written by the previous process) are aged from its ``updated`` time, so a job with none is
     written first."""
-    world, writer, costs = _world(), FakeJobWriter(), FakeCostWriter()
-    (view,) = world.jobs[("ns", "a")]
-    status = view.status.model_dump(by_alias=True, mode="json", exclude_none=True)
-    for name in ("b", "c", "d"):
-        world.job(name, "spot", devices=2, status=status)
-        world.pod(name, 0, 0, node="spot-0", devices=2)
+    world, writer, costs, status = _four_running()
     acc = _accountant(world, writer, costs)
     acc.write_rate = 4.0
     asyncio.run(acc.step(T0 + HOUR))  # the previous process wrote all four
-    for name in ("a", "b", "c", "d"):
-        (job,) = world.jobs[("ns", name)]
-        shown = {**status, **writer.statuses[("ns", name)]}
-        world.jobs[("ns", name)] = [dataclasses.replace(job, status=AcceleratorJobStatus.model_validate(shown))]
+    _show_all(world, writer, status)
     world.job("new", "spot", devices=2, status=status)
     world.pod("new", 0, 0, node="spot-1", devices=2)
     restarted = _accountant(world, writer, costs)
