@@ -42,6 +42,7 @@ from __future__ import annotations
 import datetime
 import ipaddress
 import logging
+import shutil
 import tempfile
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -149,7 +150,30 @@ def self_signed(names: Sequence[str], directory: Path) -> tuple[Path, Path, byte
     return cert_file, key_file, cert_pem
 
 
-class ServiceWebhookServer(kopf.WebhookServer):
+class UrlWebhookServer(kopf.WebhookServer):
+    """kopf's server, announced as ``https://HOST:PORT``. A self-signed key made for it lives in
+    ``key_dir`` only until kopf has loaded it into its SSL context (kopf reads the files once, as it
+    starts serving): the directory is removed then, so no private key is left on disk."""
+
+    def __init__(self, *, key_dir: Path | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.key_dir = key_dir
+
+    def forget_key(self) -> None:
+        if self.key_dir is not None:
+            shutil.rmtree(self.key_dir, ignore_errors=True)
+            self.key_dir = None
+
+    async def __call__(self, fn: kopf.WebhookFn) -> AsyncIterator[kopf.WebhookClientConfig]:
+        try:
+            async for config in super().__call__(fn):
+                self.forget_key()  # kopf built its SSL context before the first config
+                yield config
+        finally:
+            self.forget_key()
+
+
+class ServiceWebhookServer(UrlWebhookServer):
     """kopf's server, announced to the API server as a Service reference rather than a URL."""
 
     def __init__(self, *, service: str, namespace: str, service_port: int, **kwargs: Any) -> None:
@@ -176,10 +200,11 @@ def webhook_server(settings: OperatorSettings) -> kopf.WebhookServer:
         files = {"certfile": cert_dir / "tls.crt", "pkeyfile": cert_dir / "tls.key", "cafile": ca}
     else:
         names = sans_for(host, settings.webhook_service, settings.webhook_namespace)
-        cert_file, key_file, ca_pem = self_signed(names, Path(tempfile.mkdtemp(prefix="accel-webhook-")))
-        files = {"certfile": cert_file, "pkeyfile": key_file, "cadata": ca_pem}
+        key_dir = Path(tempfile.mkdtemp(prefix="accel-webhook-"))
+        cert_file, key_file, ca_pem = self_signed(names, key_dir)
+        files = {"certfile": cert_file, "pkeyfile": key_file, "cadata": ca_pem, "key_dir": key_dir}
     if host:
-        return kopf.WebhookServer(addr=settings.webhook_address, host=host, port=settings.webhook_port, **files)
+        return UrlWebhookServer(addr=settings.webhook_address, host=host, port=settings.webhook_port, **files)
     return ServiceWebhookServer(
         addr=settings.webhook_address,
         port=settings.webhook_port,

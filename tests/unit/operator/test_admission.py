@@ -139,10 +139,43 @@ def test_the_service_server_announces_a_service_reference() -> None:
         finally:
             await cast(AsyncGenerator[Any, None], configs).aclose()
 
+    key_dir = server.key_dir
+    assert key_dir is not None and (key_dir / "tls.key").is_file()
     config = asyncio.run(first())
     assert "url" not in config
     assert config["service"] == {"name": "accel-operator-webhook", "namespace": "accel-system", "port": 443, "path": ""}
     assert config["caBundle"]
+    assert not key_dir.exists(), "the self-signed private key stays on disk after kopf loaded it"
+
+
+@pytest.mark.parametrize("host", [None, "127.0.0.1"])
+def test_a_self_signed_key_is_removed_once_the_server_serves_and_when_it_stops(host: str | None) -> None:
+    import asyncio
+
+    where: dict[str, Any] = {"webhook_host": host} if host else {}
+    server = admission.webhook_server(OperatorSettings(webhook_port=0, webhook_address="127.0.0.1", **where))
+    assert isinstance(server, admission.UrlWebhookServer)
+    key_dir = server.key_dir
+    assert key_dir is not None and key_dir.is_dir()
+
+    async def serve_once() -> bool:
+        async def fn(*_: Any, **__: Any) -> Any:
+            raise AssertionError("no request is made")
+
+        configs = server(fn)
+        try:
+            await anext(configs)
+            return key_dir.exists()
+        finally:
+            await cast(AsyncGenerator[Any, None], configs).aclose()
+
+    assert asyncio.run(serve_once()) is False
+    # A server stopped before it served removes its key too.
+    unused = admission.webhook_server(OperatorSettings(webhook_port=0, webhook_address="127.0.0.1", **where))
+    assert isinstance(unused, admission.UrlWebhookServer) and unused.key_dir is not None
+    left = unused.key_dir
+    unused.forget_key()
+    assert not left.exists()
 
 
 def test_a_refusal_is_not_logged_as_an_error() -> None:
