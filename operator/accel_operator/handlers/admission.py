@@ -190,7 +190,7 @@ class ServiceWebhookServer(UrlWebhookServer):
             yield out
 
 
-def webhook_server(settings: OperatorSettings) -> kopf.WebhookServer:
+def webhook_server(settings: OperatorSettings) -> UrlWebhookServer:
     """The server ``settings`` describe: its certificate, where it listens, how it is called."""
     host = settings.webhook_host
     cert_dir = settings.webhook_cert_dir

@@ -115,6 +115,8 @@ def test_in_a_cluster_the_api_server_calls_the_service(tmp_path: Path) -> None:
     }
     local = admission.webhook_server(OperatorSettings(webhook_port=9443, webhook_host="127.0.0.1"))
     assert not isinstance(local, admission.ServiceWebhookServer) and local.host == "127.0.0.1"
+    server.forget_key()
+    local.forget_key()
 
 
 def test_a_mounted_certificate_is_used(tmp_path: Path) -> None:
