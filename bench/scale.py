@@ -58,6 +58,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import urllib3
 from kubernetes import client, config, watch
 
 from accel_api import registry
@@ -262,6 +263,27 @@ def cpu_seconds(pid: int | None) -> float:
     except OSError:
         return math.nan
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cores_used(pids: dict[str, int | None], window: float) -> float:
+    """Cores that the processes ``pids`` used together over the next ``window`` seconds."""
+    before = {k: cpu_seconds(p) for k, p in pids.items()}
+    time.sleep(window)
+    used = [cpu_seconds(p) - before[k] for k, p in pids.items()]
+    return sum(u for u in used if not math.isnan(u)) / window
+
+
+def drain(pids: dict[str, int | None], idle: float, timeout: float, window: float = 5.0) -> tuple[float, float]:
+    """Wait until the operator and the control plane together use at most ``idle`` + 0.2 cores
+    over ``window`` seconds (the burst's pods made, bound and Running, their statuses written):
+    (seconds waited, cores in the last window)."""
+    t0 = time.monotonic()
+    cores = math.inf
+    while time.monotonic() - t0 < timeout:
+        cores = cores_used(pids, window)
+        if cores <= idle + 0.2:
+            break
+    return time.monotonic() - t0, cores
 
 
 def api_requests(api: client.ApiClient) -> dict[str, float]:
@@ -624,6 +646,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 fits = min(burst_jobs, len(burst_pools) * per_pool * args.devices_per_node)
                 print(f"burst: {burst_jobs} jobs ({fits} fit) from {args.clients} threads ...", flush=True)
                 pids = {"operator": proc.pid, **{c.name: c.pid for c in cluster.status()}}
+                out["idle_cores"] = cores_used(pids, 5.0)
                 cpu0 = {k: cpu_seconds(p) for k, p in pids.items()}
                 req0 = api_requests(api)
                 tb0 = time.monotonic()
@@ -656,6 +679,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 # kube-scheduler's, KWOK's) per job of the burst, up to the end of the settle.
                 out["burst"]["api_requests_per_job"] = per_job(req0, api_requests(api), fits)
                 out["burst"]["stored_bytes"] = stored_sizes(api, namespace)
+                if args.drain_timeout > 0:
+                    print("burst: waiting for the control plane to go quiet ...", flush=True)
+                    waited, cores = drain(pids, out["idle_cores"], args.drain_timeout)
+                    out["burst"]["drain_s"] = waited + args.settle
+                    out["burst"]["drain_cores"] = cores
                 # (b) fixed rate
                 if rate_jobs:
                     docs = [job_doc(namespace, f"r-{i:05d}", rate_pools[i % len(rate_pools)]) for i in range(rate_jobs)]
@@ -667,6 +695,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     got = watcher.wait_count(set(names), rate_jobs, args.timeout, alive)
                     tr1 = time.monotonic()
                     lat = latencies(names, creator, watcher)
+                    windows: dict[int, list[float]] = {}
+                    for n in names:
+                        t0, t1 = creator.sent.get(n), watcher.arrival(n)
+                        if t0 is not None and t1 is not None:
+                            windows.setdefault(int((t0 - tr0) // 10), []).append(t1 - t0)
+                    out["rate_windows"] = {
+                        f"{10 * k}-{10 * k + 10}s": [round(pct(w, 50), 2), round(pct(w, 99), 2)]
+                        for k, w in sorted(windows.items())
+                    }
                     out["rate"] = {
                         "offered_jobs_per_s": args.rate,
                         "jobs": rate_jobs,
@@ -707,7 +744,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         }
         out["operator_log"] = str(op_log)
     finally:
-        cleanup(api, core, namespace, burst_pools + rate_pools, stop_cluster=started and not args.keep_cluster)
+        if "burst" in out:  # the figures first: the clean-up of a full run takes minutes
+            print()
+            print(table(out), flush=True)
+        try:
+            cleanup(api, core, namespace, burst_pools + rate_pools, stop_cluster=started and not args.keep_cluster)
+        except (client.ApiException, urllib3.exceptions.HTTPError, OSError) as exc:  # the figures matter more
+            print(f"clean-up failed ({type(exc).__name__}: {str(exc)[:200]}); remove namespace {namespace} by hand")
+            out["cleanup_error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
     return out
 
 
@@ -744,7 +788,11 @@ def release_pods(core: client.CoreV1Api, namespace: str, threads: int = 8) -> No
     """Delete the namespace's pods now: drop the Job controller's tracking finalizer, which a pod
     whose Job and node are gone may keep for minutes, then delete them without grace."""
     with kubeapi.ignoring(404):
-        core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
+        # The answer lists every deleted pod (tens of MB at full size): read and dropped unparsed.
+        resp = core.delete_collection_namespaced_pod(
+            namespace, grace_period_seconds=0, _preload_content=False, _request_timeout=600
+        )
+        resp.read()
     with kubeapi.ignoring(404):
         pods = [p.metadata.name for p in core.list_namespaced_pod(namespace).items if p.metadata.finalizers]
 
@@ -770,6 +818,13 @@ def table(out: dict[str, Any]) -> str:
             f"{b.get('latency_p50_s', math.nan):.2f} / {b.get('latency_p99_s', math.nan):.2f} s",
         ),
     ]
+    if "drain_s" in b:
+        rows.append(
+            (
+                "burst: until the control plane is quiet again",
+                f"{b['drain_s']:.0f} s ({b['drain_cores']:.2f} cores; idle {out.get('idle_cores', math.nan):.2f})",
+            )
+        )
     if r:
         rows += [
             (
@@ -782,6 +837,12 @@ def table(out: dict[str, Any]) -> str:
                 f"/ {r['latency_max_s']:.2f} s",
             ),
         ]
+    for span, (p50, p99) in (out.get("rate_windows") or {}).items():
+        rows.append((f"rate: latency p50 / p99, jobs created {span} in", f"{p50:.2f} / {p99:.2f} s"))
+    rcpu = r.get("cpu_s") or {}
+    if rcpu and r.get("seconds"):
+        per = ", ".join(f"{k} {v / r['seconds']:.2f}" for k, v in sorted(rcpu.items(), key=lambda kv: -kv[1]))
+        rows.append(("rate: cores used", per))
     rows += [
         (
             "operator RSS: idle / peak (0.2 s samples) / VmHWM",
@@ -812,6 +873,14 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--rate-seconds", type=float, default=60.0, help="length of the fixed-rate phase (default 60)")
     p.add_argument("--timeout", type=float, default=600.0, help="deadline of each wait (default 600 s)")
     p.add_argument("--settle", type=float, default=3.0, help="pause before and between phases (default 3 s)")
+    p.add_argument(
+        "--drain-timeout",
+        type=float,
+        default=600.0,
+        help="before the rate phase, wait up to this long for the burst's aftermath (its pods made, bound and "
+        "Running, their statuses written) to end: the operator and control plane back within 0.2 cores of idle. "
+        "0: start the rate phase right after the burst, behind that backlog (default 600 s)",
+    )
     p.add_argument("--resync", type=float, default=60.0, help="ACCEL_OPERATOR_RESYNC_SECONDS (default 60)")
     p.add_argument(
         "--bind-timeout",
@@ -842,8 +911,6 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     out = run(args)
-    print()
-    print(table(out))
     if args.out:
         args.out.write_text(json.dumps(out, indent=2, default=str) + "\n")
         print(f"\nfigures written to {args.out}")
