@@ -161,6 +161,9 @@ class UrlWebhookServer(kopf.WebhookServer):
 
     def forget_key(self) -> None:
         if self.key_dir is not None:
+            # kopf re-reads its certificate files every few seconds to restart on a renewal: with
+            # no files named it watches none (a mounted Secret's files are never forgotten).
+            self.certfile = self.pkeyfile = None
             shutil.rmtree(self.key_dir, ignore_errors=True)
             self.key_dir = None
 

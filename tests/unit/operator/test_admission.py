@@ -1,5 +1,6 @@
 """The admission webhook's decision (``handlers.admission.review``) and its certificate."""
 
+import contextlib
 import ssl
 from collections.abc import AsyncGenerator
 from pathlib import Path
@@ -167,6 +168,15 @@ def test_a_self_signed_key_is_removed_once_the_server_serves_and_when_it_stops(h
         configs = server(fn)
         try:
             await anext(configs)
+            # kopf goes on checking its certificate files for a renewal: with the key gone it must
+            # not fail (it re-reads them every file_check_interval).
+            server.file_check_interval = 0.01
+            follow = asyncio.ensure_future(anext(configs))
+            await asyncio.sleep(0.1)
+            assert not follow.done(), follow.exception() if follow.done() else None
+            follow.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await follow
             return key_dir.exists()
         finally:
             await cast(AsyncGenerator[Any, None], configs).aclose()
