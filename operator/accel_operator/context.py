@@ -6,7 +6,9 @@ environment or builds a client of its own.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from accel_api.catalog import Catalog
 from accel_operator.adapters.aws.checkpoints import CheckpointStore
@@ -39,3 +41,6 @@ class OperatorContext:
     costs: CostWriter = field(default_factory=FakeCostWriter)
     prices: PriceBook = field(default_factory=PriceBook)
     checkpoints: CheckpointStore | None = None  # S3 checkpoint lookups (built by app.build_context)
+    # Makes the Kubernetes client the pod and workload informers watch with (handlers.pods); set
+    # by app.build_context (typed loosely: this layer does not import the Kubernetes client).
+    watch_api: Callable[[], Any] | None = None

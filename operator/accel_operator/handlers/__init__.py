@@ -11,6 +11,7 @@ from typing import Any
 
 import kopf
 
+from accel_operator.adapters.kube.informer import Informer
 from accel_operator.context import OperatorContext
 from accel_operator.handlers import (
     admission,
@@ -39,7 +40,7 @@ def register(reg: kopf.OperatorRegistry, ctx: OperatorContext) -> Scheduler:
         reschedule=ctx.reschedule,
         checkpoints=ctx.checkpoints,
     )
-    for module in (pools, nodes, pods, workloads, jobs, reports):
+    for module in (pools, nodes, jobs, reports):
         module.register(reg, sched)
     policies.register(reg, sched)
     if ctx.settings.webhook_port:
@@ -73,15 +74,26 @@ def register(reg: kopf.OperatorRegistry, ctx: OperatorContext) -> Scheduler:
         # deadlocks the start; afterwards a worker holds its slot for idle_timeout after its last
         # event, so a cap of N throttles each kind to about N / idle_timeout objects per second.
         settings.queueing.worker_limit = None
+        # Pods and the operator's batch Jobs: lean informers instead of kopf (pods.py says why).
+        if ctx.watch_api is None:
+            raise RuntimeError("OperatorContext.watch_api is not set: the pod and workload watches need a client")
+        watch_api = ctx.watch_api()
+        pod_watch = pods.informers(watch_api, sched, ctx.settings.namespaces)
+        workload_watch = workloads.informers(watch_api, sched, ctx.settings.namespaces)
+        watched: list[Informer[Any]] = [*pod_watch, *workload_watch]
+        for informer in watched:
+            informer.start()
+        memo.informers = watched
         sched.indices = Indices(
             pools=kwargs["pools"],
             nodes=kwargs["nodes"],
-            pods=kwargs["pods"],
-            workloads=kwargs["workloads"],
+            pods=pod_watch[0].index,  # shared by the informers of one kind
+            workloads=workload_watch[0].index,
             jobs=kwargs["jobs"],
             policies=kwargs["policies"],
             namespace_teams=kwargs["namespace_teams"],
             reports=kwargs["reports"],
+            listed=lambda: all(i.listed for i in watched),
         )
         memo.scheduler_task = asyncio.create_task(sched.run(), name="accel-scheduler")
         memo.signal_tasks = early_warnings.start()
@@ -91,6 +103,8 @@ def register(reg: kopf.OperatorRegistry, ctx: OperatorContext) -> Scheduler:
         task = memo.get("scheduler_task")
         if task is not None:
             task.cancel()
+        for informer in memo.get("informers") or ():
+            informer.stop()
         await signals.stop(memo.get("signal_tasks") or ())
         await sched.close()
 

@@ -133,7 +133,7 @@ class Accountant:
         while stop is None or not stop.is_set():
             await asyncio.sleep(pause)
             sched = self.scheduler
-            if not sched.ready or sched.indices is None or not sched.elector.leading():
+            if not sched.can_act() or not sched.elector.leading():
                 # What a later leadership would find gone is not known from here: a job seen
                 # last long ago may have ended since (its old ledger must not be closed at its
                 # deletion). Deletions while not leading are those of an operator that was down.

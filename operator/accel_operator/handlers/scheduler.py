@@ -88,6 +88,9 @@ class Indices:
     policies: Mapping[Any, Any] = field(default_factory=dict)
     namespace_teams: Mapping[Any, Any] = field(default_factory=dict)
     reports: Mapping[Any, Any] = field(default_factory=dict)  # AcceleratorNodeReports by node
+    # Whether the informers behind pods and workloads hold their first listing (kopf's indexes
+    # are filled before kopf calls any handler; the informers say so here).
+    listed: Callable[[], bool] = lambda: True
 
 
 @dataclass
@@ -172,9 +175,19 @@ class Scheduler:
 
     def mark(self, key: JobKey) -> None:
         self.ready = True
+        self._mark(key)
+
+    def _mark(self, key: JobKey) -> None:
+        """``mark`` from an informer's change: it does not make the scheduler ready, since only
+        kopf's first handler call says that kopf's indexes (jobs, nodes, pools) are filled."""
         self.dirty.add(key)
         self.observed.touch_job(key)
         self.wake.set()
+
+    def can_act(self) -> bool:
+        """Every watch has listed what is there (a pass on a half-filled picture could admit
+        onto devices that a job not seen yet holds)."""
+        return self.ready and self.indices is not None and self.indices.listed()
 
     def pods_changed(self, *views: PodView | None) -> None:
         """A pod's view changed (``views``: before and after): its node's usage and its job's gang
@@ -183,8 +196,7 @@ class Scheduler:
             if view is not None:
                 self.observed.touch_pods(view.node, view.job)
                 if view.job is not None:
-                    self.mark(view.job)
-        self.ready = True
+                    self._mark(view.job)
         self.wake.set()
 
     def node_changed(self, name: str) -> None:
@@ -194,7 +206,7 @@ class Scheduler:
 
     def workload_changed(self, key: tuple[str, str], job: JobKey) -> None:
         self.observed.touch_workload(key)
-        self.mark(job)
+        self._mark(job)
 
     def capacity_changed(self) -> None:
         """Something that changes what is free happened: every waiting job may now fit. Jobs
@@ -385,7 +397,7 @@ class Scheduler:
                 elif was_leading and not leading:
                     log.warning("this replica lost the lease: it stops deciding")
                 was_leading = leading
-            if not self.ready or self.indices is None or not self.elector.leading():
+            if not self.can_act() or not self.elector.leading():
                 continue
             if time.monotonic() - last_full >= resync:
                 self.full_pass = True  # the safety net: every job that should be acted on is

@@ -1,27 +1,41 @@
-"""The batch Jobs the operator made (label app.kubernetes.io/managed-by=accel-operator),
-indexed by (namespace, name); a change wakes the AcceleratorJob they belong to."""
+"""The batch Jobs the operator made (label app.kubernetes.io/managed-by=accel-operator, selected
+by the API server), indexed by (namespace, name); a change wakes the AcceleratorJob they belong
+to. Watched by a lean informer (``adapters.kube.informer``), not kopf, as pods are."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Hashable, Sequence
 
-import kopf
+from kubernetes import client
 
 from accel_api import vocabulary as v
 from accel_operator.adapters.kube import views
+from accel_operator.adapters.kube.informer import Informer, ObjKey
+from accel_operator.handlers.informers import for_namespaces
 from accel_operator.handlers.scheduler import Scheduler
+from accel_operator.reconcile.snapshot import WorkloadView
 
-OURS = {v.LABEL_MANAGED_BY: views.MANAGED_BY}
+SELECTOR = f"{v.LABEL_MANAGED_BY}={views.MANAGED_BY}"
 
 
-def register(reg: kopf.OperatorRegistry, sched: Scheduler) -> None:
-    @kopf.index("batch", "v1", "jobs", labels=OURS, id="workloads", registry=reg)
-    async def workloads(body: kopf.Body, namespace: str | None, name: str, **_: Any) -> dict[Any, Any]:
-        view = views.workload_view(body)
-        return {(namespace or "", name): view} if view is not None else {}
+def keys(key: ObjKey, _view: WorkloadView) -> list[Hashable]:
+    return [key]
 
-    @kopf.on.event("batch", "v1", "jobs", labels=OURS, registry=reg)
-    async def workload_changed(body: kopf.Body, **_: Any) -> None:
-        view = views.workload_view(body)
+
+def informers(api: client.ApiClient, sched: Scheduler, namespaces: Sequence[str]) -> list[Informer[WorkloadView]]:
+    def changed(key: ObjKey, before: WorkloadView | None, after: WorkloadView | None) -> None:
+        view = after or before
         if view is not None:
-            sched.workload_changed((view.namespace, view.name), view.job)
+            sched.workload_changed(key, view.job)
+
+    return for_namespaces(
+        "workloads",
+        api,
+        "batch/v1",
+        "jobs",
+        namespaces,
+        view=views.workload_view,
+        keys=keys,
+        on_change=changed,
+        server_filter=SELECTOR,
+    )

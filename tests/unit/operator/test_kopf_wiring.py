@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
 import inspect
-from typing import Any
 
 import kopf
 
@@ -42,11 +40,10 @@ def test_no_create_update_or_delete_handlers_while_the_essence_is_empty() -> Non
     assert list(reg._changing.get_all_handlers()) == []
     assert list(reg._spawning.get_all_handlers()) == []  # daemons and timers reset on changes too
     indexes = [h.id for h in reg._indexing.get_all_handlers()]
-    # One index per watched kind, shared: the accountant reads the scheduler's policies and node
-    # reports (no second copy of them, no event parsed twice).
-    assert sorted(indexes) == sorted(
-        ["pools", "nodes", "pods", "workloads", "jobs", "reports", "policies", "namespace_teams"]
-    )
+    # One index per kind kopf watches, shared: the accountant reads the scheduler's policies and
+    # node reports (no second copy of them, no event parsed twice). Pods and workloads are the
+    # informers' (handlers/pods.py), never kopf's too.
+    assert sorted(indexes) == sorted(["pools", "nodes", "jobs", "reports", "policies", "namespace_teams"])
     assert len(reg._watching.get_all_handlers()) >= 5
 
 
@@ -62,40 +59,3 @@ def test_event_and_index_handlers_are_coroutines() -> None:
     reg = _registry()
     for h in [*reg._indexing.get_all_handlers(), *reg._watching.get_all_handlers()]:
         assert inspect.iscoroutinefunction(h.fn), h.id
-
-
-def test_a_pod_event_is_parsed_once_for_the_index_and_the_event_handler(monkeypatch: Any) -> None:
-    from accel_operator.adapters.kube import views
-
-    calls: list[str] = []
-    real = views.pod_view
-
-    def counting(body: Any) -> Any:
-        calls.append(body["metadata"]["resourceVersion"])
-        return real(body)
-
-    monkeypatch.setattr(views, "pod_view", counting)
-    reg = _registry()
-    # Called as kopf would, with only the keyword arguments these handlers take.
-    index: Any = next(h for h in reg._indexing.get_all_handlers() if h.id == "pods").fn
-    event: Any = next(h for h in reg._watching.get_all_handlers() if h.id.endswith(".pod_changed")).fn
-
-    def pod(rv: str) -> kopf.Body:
-        return kopf.Body(
-            {
-                "metadata": {"name": "p", "namespace": "ns", "uid": "u", "resourceVersion": rv},
-                "spec": {"nodeName": "n1", "containers": [{"resources": {"requests": {"nvidia.com/gpu": "1"}}}]},
-                "status": {"phase": "Running"},
-            }
-        )
-
-    async def deliver(rv: str, *, indexed: bool) -> None:
-        body = pod(rv)
-        if indexed:
-            await index(body=body, namespace="ns", name="p")
-        await event(body=body, namespace="ns", name="p", type="MODIFIED")
-
-    asyncio.run(deliver("1", indexed=True))
-    assert calls == ["1"]  # the event handler took the index's view
-    asyncio.run(deliver("2", indexed=False))
-    assert calls == ["1", "2"]  # nothing indexed for this version: parsed by the event handler

@@ -1,0 +1,129 @@
+"""The informer's store and index (adapters/kube/informer.py): what a change, a deletion and a
+re-listing do to them, and which changes are reported. The watch itself runs against the local
+API server in tests/cluster/test_informer.py."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from typing import Any
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from accel_operator.adapters.kube.informer import Informer, ObjKey
+
+
+def _informer(seen: list[tuple[ObjKey, Any, Any]]) -> Informer[tuple[str, int]]:
+    def keys(key: ObjKey, view: tuple[str, int]) -> list[Hashable]:
+        return [view[0], key[0]]  # by "node" and by namespace, as pods are by node and by job
+
+    return Informer(
+        "test",
+        None,  # never called: apply() is the loop-side half
+        "v1",
+        "pods",
+        view=lambda obj: None,
+        keys=keys,
+        on_change=lambda k, b, a: seen.append((k, b, a)),
+    )
+
+
+def test_a_change_moves_the_object_between_index_entries_and_is_reported_once() -> None:
+    seen: list[tuple[ObjKey, Any, Any]] = []
+    inf = _informer(seen)
+    inf.apply([(("ns", "p"), ("n1", 1))])
+    assert list(inf.index.get("n1", ())) == [("n1", 1)]
+    inf.apply([(("ns", "p"), ("n2", 1))])
+    assert "n1" not in inf.index and list(inf.index["n2"]) == [("n2", 1)]
+    inf.apply([(("ns", "p"), ("n2", 1))])  # the same view again (a heartbeat): nothing to report
+    assert seen == [(("ns", "p"), None, ("n1", 1)), (("ns", "p"), ("n1", 1), ("n2", 1))]
+    inf.apply([(("ns", "p"), None)])
+    assert inf.store == {} and dict(inf.index) == {}
+    assert seen[-1] == (("ns", "p"), ("n2", 1), None)
+    inf.apply([(("ns", "gone"), None)])  # deleting what was never kept reports nothing
+    assert len(seen) == 3
+
+
+def test_a_listing_deletes_what_it_does_not_hold() -> None:
+    """An object deleted while the watch was down (no DELETED event ever comes) goes when the
+    re-listing does not hold it; the first listing is what makes the informer 'listed'."""
+    seen: list[tuple[ObjKey, Any, Any]] = []
+    inf = _informer(seen)
+    inf.apply([(("a", "1"), ("n1", 1)), (("a", "2"), ("n1", 2))], listing={("a", "1"), ("a", "2")})
+    assert inf.listed and len(inf.store) == 2
+    inf.apply([(("a", "1"), ("n1", 1))], listing={("a", "1")})
+    assert set(inf.store) == {("a", "1")}
+    assert seen[-1] == (("a", "2"), ("n1", 2), None)
+    assert [k for k, _v in dict(inf.index).items()] == ["n1", "a"]
+
+
+views = st.tuples(st.sampled_from(["n1", "n2", "n3"]), st.integers(0, 3))
+ops = st.lists(
+    st.tuples(st.sampled_from([("a", "x"), ("a", "y"), ("b", "x")]), st.none() | views),
+    max_size=30,
+)
+
+
+@given(ops)
+def test_the_index_always_equals_one_built_from_the_store(changes: list[tuple[ObjKey, Any]]) -> None:
+    seen: list[tuple[ObjKey, Any, Any]] = []
+    inf = _informer(seen)
+    for change in changes:
+        inf.apply([change])
+    expected: dict[Hashable, dict[ObjKey, Any]] = {}
+    for key, view in inf.store.items():
+        for k in (view[0], key[0]):
+            expected.setdefault(k, {})[key] = view
+    assert {k: sorted(v) for k, v in inf.index.items()} == {k: sorted(v.values()) for k, v in expected.items()}
+    # Every reported change, replayed, gives the store.
+    replay: dict[ObjKey, Any] = {}
+    for key, before, after in seen:
+        assert replay.get(key) == before
+        if after is None:
+            replay.pop(key, None)
+        else:
+            replay[key] = after
+    assert replay == inf.store
+
+
+def test_the_operators_namespaces_choose_the_watches_as_kopf_would() -> None:
+    from accel_operator.handlers.informers import for_namespaces
+
+    def make(patterns: list[str]) -> list[Informer[Any]]:
+        return for_namespaces(
+            "pods",
+            None,
+            "v1",
+            "pods",
+            patterns,
+            view=lambda o: o["metadata"]["name"],
+            keys=lambda k, v: [k],
+            on_change=print,
+        )
+
+    (every,) = make([])
+    assert every.path == "/api/v1/pods"
+    a, b = make(["team-b", "team-a"])
+    assert [a.path, b.path] == ["/api/v1/namespaces/team-a/pods", "/api/v1/namespaces/team-b/pods"]
+    assert a.store is b.store and a.index is b.index
+    # A listing of team-a stands for team-a only: team-b's objects stay.
+    a.apply([(("team-a", "x"), "x")], listing={("team-a", "x")})
+    b.apply([(("team-b", "y"), "y")], listing={("team-b", "y")})
+    a.apply([], listing=set())
+    assert a.store == {("team-b", "y"): "y"}
+    (pattern,) = make(["team-*,!team-secret"])  # one pattern: a glob less an exclusion
+    assert pattern.path == "/api/v1/pods"
+    assert pattern.view({"metadata": {"name": "p", "namespace": "team-x"}}) == "p"
+    assert pattern.view({"metadata": {"name": "p", "namespace": "team-secret"}}) is None
+    assert pattern.view({"metadata": {"name": "p", "namespace": "other"}}) is None
+    (workloads,) = for_namespaces(
+        "w",
+        None,
+        "batch/v1",
+        "jobs",
+        [],
+        view=lambda o: None,
+        keys=lambda k, v: [k],
+        on_change=print,
+    )
+    assert workloads.path == "/apis/batch/v1/jobs"
