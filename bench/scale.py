@@ -11,8 +11,12 @@ What it does, in order:
    when each one's ADDED event arrives here: that is "workload created" for its AcceleratorJob.
 4. Burst phase: creates the burst jobs from ``--clients`` threads as fast as they go. Every job
    asks for exactly one H100 and is pinned to one pool (round robin over the burst pools).
-5. Fixed-rate phase: offers ``--rate`` jobs/s for ``--rate-seconds`` seconds to the rate pools,
-   which are kept empty for it, and takes each job's create → workload latency.
+5. Waits for the burst's aftermath to end (its pods made, bound and Running, their statuses
+   written: the operator and control plane back within 0.2 cores of their idle use; at most
+   ``--drain-timeout`` s, 0 skips it), then the fixed-rate phase: offers ``--rate`` jobs/s for
+   ``--rate-seconds`` seconds to the rate pools, which are kept empty for it, and takes each job's
+   create → workload latency, also per 10 s of creation (a latency that grows from window to
+   window is a rate the machine does not sustain).
 6. Prints a table of figures and writes them as JSON (``--out``); stops the operator and, if it
    started the control plane, stops it too (``--keep-cluster`` keeps it).
 
@@ -25,7 +29,8 @@ for 3,800 jobs: 2,800 are admitted and 1,000 wait in the queue (Pending, QueuedB
 backlog would. "Burst jobs/s" is admitted jobs over the time from the first create to the last
 admitted job's workload; "sustained" is the same over the middle 10 %–90 % of admissions (no ramp
 at either end). The rate phase runs with the burst's jobs, pods and queue still there, so its
-latencies are those of a loaded operator, not of an empty one.
+latencies are those of an operator holding the whole cluster, not of an empty one; with
+``--drain-timeout 0`` it starts right after the burst, behind the burst's own backlog.
 
 Stops by itself: every wait has a deadline (``--timeout`` for each phase).
 

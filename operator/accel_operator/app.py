@@ -95,7 +95,7 @@ def build_context(settings: OperatorSettings) -> OperatorContext:
         else None,
         costs=KubeCostWriter(api),
         prices=price_book(settings),
-        watch_api=lambda: api_client(connections=2),  # one long watch per informer thread
+        watch_api=lambda: api_client(connections=4),  # one long watch per informer thread
         checkpoints=S3CheckpointStore.connect(
             region=settings.s3_region,
             endpoint_url=settings.s3_endpoint_url,

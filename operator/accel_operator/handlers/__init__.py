@@ -40,7 +40,7 @@ def register(reg: kopf.OperatorRegistry, ctx: OperatorContext) -> Scheduler:
         reschedule=ctx.reschedule,
         checkpoints=ctx.checkpoints,
     )
-    for module in (pools, nodes, jobs, reports):
+    for module in (pools, nodes, reports):
         module.register(reg, sched)
     policies.register(reg, sched)
     if ctx.settings.webhook_port:
@@ -55,7 +55,7 @@ def register(reg: kopf.OperatorRegistry, ctx: OperatorContext) -> Scheduler:
         tpu=ctx.tpu,
     )
     early_warnings.register(reg)
-    cost.register(reg, sched, ctx)
+    accountant = cost.register(reg, sched, ctx)
 
     @kopf.on.login(registry=reg)
     def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
@@ -74,13 +74,16 @@ def register(reg: kopf.OperatorRegistry, ctx: OperatorContext) -> Scheduler:
         # deadlocks the start; afterwards a worker holds its slot for idle_timeout after its last
         # event, so a cap of N throttles each kind to about N / idle_timeout objects per second.
         settings.queueing.worker_limit = None
-        # Pods and the operator's batch Jobs: lean informers instead of kopf (pods.py says why).
+        # AcceleratorJobs, pods and the operator's batch Jobs: lean informers instead of kopf
+        # (adapters/kube/informer.py says why).
         if ctx.watch_api is None:
-            raise RuntimeError("OperatorContext.watch_api is not set: the pod and workload watches need a client")
+            raise RuntimeError("OperatorContext.watch_api is not set: the job, pod and workload watches need it")
         watch_api = ctx.watch_api()
-        pod_watch = pods.informers(watch_api, sched, ctx.settings.namespaces)
-        workload_watch = workloads.informers(watch_api, sched, ctx.settings.namespaces)
-        watched: list[Informer[Any]] = [*pod_watch, *workload_watch]
+        ns = ctx.settings.namespaces
+        job_watch = jobs.informers(watch_api, sched, ns, deleted=accountant.job_deleted)
+        pod_watch = pods.informers(watch_api, sched, ns)
+        workload_watch = workloads.informers(watch_api, sched, ns)
+        watched: list[Informer[Any]] = [*job_watch, *pod_watch, *workload_watch]
         for informer in watched:
             informer.start()
         memo.informers = watched
@@ -89,7 +92,7 @@ def register(reg: kopf.OperatorRegistry, ctx: OperatorContext) -> Scheduler:
             nodes=kwargs["nodes"],
             pods=pod_watch[0].index,  # shared by the informers of one kind
             workloads=workload_watch[0].index,
-            jobs=kwargs["jobs"],
+            jobs=job_watch[0].index,
             policies=kwargs["policies"],
             namespace_teams=kwargs["namespace_teams"],
             reports=kwargs["reports"],

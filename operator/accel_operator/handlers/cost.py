@@ -31,8 +31,6 @@ from typing import Any
 import kopf
 
 from accel_api import catalog as catalog_mod
-from accel_api import registry
-from accel_api import vocabulary as v
 from accel_api.costrollup import ROLLUP_OPEN_SHARDS, CostRollup, OpenShard
 from accel_api.job import CostStatus, OverBudget
 from accel_api.policy import SpendLedger, TeamSpend
@@ -127,6 +125,13 @@ class Accountant:
     # ``<rollup_name>-open-<i>``, and the resourceVersion each is at: None until read.
     open_shards: list[OpenShard] | None = None
     open_versions: list[str | None] = field(default_factory=list)
+
+    def job_deleted(self, job: JobView) -> None:
+        """An AcceleratorJob was deleted (the jobs informer saw it go): its open attempt is
+        charged up to now. With no finalizer a deletion is immediate, so the event comes within
+        the watch's delay of it."""
+        if job.uid and len(self.deleted_at) < 100_000:
+            self.deleted_at[job.uid] = dt.datetime.now(dt.UTC)
 
     async def run(self, stop: asyncio.Event | None = None) -> None:
         pause = self.interval
@@ -605,21 +610,6 @@ def register(reg: kopf.OperatorRegistry, sched: Scheduler, ctx: OperatorContext)
         rollup_namespace=ctx.settings.cost_rollup_namespace,
         rollup_name=ctx.settings.cost_rollup,
     )
-
-    @kopf.on.event(v.GROUP, v.VERSION, registry.JOB.plural, registry=reg)
-    async def job_deleted_for_cost(type: str | None, body: kopf.Body, **_: Any) -> None:
-        """When a job was deleted (its open attempt is charged up to then): the deletion timestamp
-        if it has one, else the time the event came."""
-        if type != "DELETED":
-            return
-        uid = str(body.get("metadata", {}).get("uid") or "")
-        stamp = body.get("metadata", {}).get("deletionTimestamp")
-        when = dt.datetime.now(dt.UTC)
-        if isinstance(stamp, str):
-            with contextlib.suppress(ValueError):
-                when = min(when, ledger.parse(stamp))
-        if uid and len(accountant.deleted_at) < 100_000:
-            accountant.deleted_at[uid] = when
 
     @kopf.on.startup(registry=reg)
     async def start_accounting(memo: kopf.Memo, **_: Any) -> None:

@@ -1,32 +1,49 @@
-"""AcceleratorJobs: indexed as parsed views; every change (and deletion) wakes the scheduler.
+"""AcceleratorJobs: kept as parsed views by a lean informer (``adapters.kube.informer``, as pods
+and workloads are: about three events per job, each only a change of what the scheduler sees);
+every change (and deletion) wakes the scheduler, and a deletion is told to the cost accountant.
 
-No kopf state is written on the objects (event handlers keep no progress, so no finalizer and no
-annotations): the job's own status is the whole record, and deleting a job never waits for the
-operator. Owner references garbage-collect its workloads.
+No kopf state is written on the objects (no finalizer, no annotations): the job's own status is
+the whole record, and deleting a job never waits for the operator. Owner references
+garbage-collect its workloads.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable, Hashable, Sequence
 
-import kopf
+from kubernetes import client
 
 from accel_api import registry
 from accel_api import vocabulary as v
 from accel_operator.adapters.kube import views
+from accel_operator.adapters.kube.informer import Informer, ObjKey
+from accel_operator.handlers.informers import for_namespaces
 from accel_operator.handlers.scheduler import Scheduler
+from accel_operator.reconcile.snapshot import JobView
 
-PLURAL = registry.JOB.plural
+
+def keys(key: ObjKey, _view: JobView) -> list[Hashable]:
+    return [key]
 
 
-def register(reg: kopf.OperatorRegistry, sched: Scheduler) -> None:
-    @kopf.index(v.GROUP, v.VERSION, PLURAL, id="jobs", registry=reg)
-    async def jobs(body: kopf.Body, namespace: str | None, name: str, **_: Any) -> dict[Any, Any]:
-        return {(namespace or "", name): views.job_view(body)}
-
-    @kopf.on.event(v.GROUP, v.VERSION, PLURAL, registry=reg)
-    async def job_changed(namespace: str | None, name: str, type: str | None, **_: Any) -> None:
-        if type == "DELETED":
-            sched.forget((namespace or "", name))  # its reservation goes: its pool's waiting jobs are woken
+def informers(
+    api: client.ApiClient, sched: Scheduler, namespaces: Sequence[str], deleted: Callable[[JobView], None]
+) -> list[Informer[JobView]]:
+    def changed(key: ObjKey, before: JobView | None, after: JobView | None) -> None:
+        if after is None:
+            if before is not None:
+                deleted(before)
+            sched.forget(key)  # its reservation goes: its pool's waiting jobs are woken
         else:
-            sched.mark((namespace or "", name))
+            sched.mark(key)
+
+    return for_namespaces(
+        "jobs",
+        api,
+        f"{v.GROUP}/{v.VERSION}",
+        registry.JOB.plural,
+        namespaces,
+        view=views.job_view,
+        keys=keys,
+        on_change=changed,
+    )

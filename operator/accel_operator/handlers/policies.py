@@ -56,6 +56,7 @@ def register(reg: kopf.OperatorRegistry, sched: Scheduler | None) -> None:
 
     @kopf.on.event("", "v1", "namespaces", registry=reg)
     async def namespace_changed(name: str, **_: Any) -> None:
+        sched.kopf_listed()
         sched.policies_changed()
         idx = sched.indices
         if idx is None:

@@ -174,12 +174,8 @@ class Scheduler:
     # --- marks (from kopf's event handlers) -----------------------------------------------------
 
     def mark(self, key: JobKey) -> None:
-        self.ready = True
-        self._mark(key)
-
-    def _mark(self, key: JobKey) -> None:
-        """``mark`` from an informer's change: it does not make the scheduler ready, since only
-        kopf's first handler call says that kopf's indexes (jobs, nodes, pools) are filled."""
+        """Decide ``key`` on the next pass. From an informer's change too: that does not make the
+        scheduler ready (``kopf_listed`` does; ``can_act`` also waits for the informers)."""
         self.dirty.add(key)
         self.observed.touch_job(key)
         self.wake.set()
@@ -196,7 +192,7 @@ class Scheduler:
             if view is not None:
                 self.observed.touch_pods(view.node, view.job)
                 if view.job is not None:
-                    self._mark(view.job)
+                    self.mark(view.job)
         self.wake.set()
 
     def node_changed(self, name: str) -> None:
@@ -206,7 +202,7 @@ class Scheduler:
 
     def workload_changed(self, key: tuple[str, str], job: JobKey) -> None:
         self.observed.touch_workload(key)
-        self._mark(job)
+        self.mark(job)
 
     def capacity_changed(self) -> None:
         """Something that changes what is free happened: every waiting job may now fit. Jobs
@@ -237,6 +233,12 @@ class Scheduler:
         self.overlay.pop(key, None)
         self.lookups.pop(key, None)
         self.observed.touch_job(key)
+        self.wake.set()
+
+    def kopf_listed(self) -> None:
+        """kopf called a handler: its indexes (pools, nodes, policies, namespaces, node reports)
+        hold their initial listing (kopf calls no handler before). The namespaces handler says so
+        at start in every cluster: there are always namespaces."""
         self.ready = True
         self.wake.set()
 

@@ -87,7 +87,7 @@ class Signals:
     def _active(self) -> bool:
         if self.sched.indices is None or not self.sched.elector.leading():
             return False
-        return self.indexed or self.sched.ready
+        return (self.indexed or self.sched.ready) and self.sched.indices.listed()
 
     def nodes(self) -> dict[str, NodeView]:
         idx = self.sched.indices

@@ -41,9 +41,9 @@ def test_no_create_update_or_delete_handlers_while_the_essence_is_empty() -> Non
     assert list(reg._spawning.get_all_handlers()) == []  # daemons and timers reset on changes too
     indexes = [h.id for h in reg._indexing.get_all_handlers()]
     # One index per kind kopf watches, shared: the accountant reads the scheduler's policies and
-    # node reports (no second copy of them, no event parsed twice). Pods and workloads are the
-    # informers' (handlers/pods.py), never kopf's too.
-    assert sorted(indexes) == sorted(["pools", "nodes", "jobs", "reports", "policies", "namespace_teams"])
+    # node reports (no second copy of them, no event parsed twice). AcceleratorJobs, pods and
+    # workloads are the informers' (adapters/kube/informer.py), never kopf's too.
+    assert sorted(indexes) == sorted(["pools", "nodes", "reports", "policies", "namespace_teams"])
     assert len(reg._watching.get_all_handlers()) >= 5
 
 
