@@ -11,6 +11,22 @@ from accel_api.pool import AcceleratorPoolSpec
 from accel_operator.planning import candidates, profile
 from accel_operator.planning.layout import Layout
 
+
+def mi300x_catalog_entry(price: str) -> str:
+    """A user catalog file's YAML lines adding an ``mi300x`` accelerator (every field the
+    catalog needs) with ``price`` as its price mapping, e.g. ``{onDemandPerDeviceHour: 6.0}``."""
+    return (
+        "  mi300x:\n"
+        "    kind: gpu\n    product: AMD-MI300X\n    memoryBytes: 205520809984\n    bf16Flops: 1.3e15\n"
+        "    fp32Flops: 1.6e14\n    hbmBytesPerSecond: 5.3e12\n    intraNodeBytesPerSecond: 3.0e11\n"
+        "    interNodeBytesPerSecond: 5.0e10\n    devicesPerNode: 8\n    computeUnits: 304\n    mfu: 0.6\n"
+        "    attentionEfficiency: 0.3\n    bandwidthEfficiency: 0.7\n    unalignedMatmulEfficiency: 0.2\n"
+        "    kernelSeconds: 2.0e-6\n    hostSecondsPerOp: 2.0e-5\n    contextBytes: 1000000000\n"
+        "    workspaceBytes: 0\n"
+        f"    price: {price}\n"
+    )
+
+
 LLAMA_125M: dict[str, Any] = {
     "layers": 12,
     "hidden": 768,

@@ -9,21 +9,17 @@ garbage-collect its workloads.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Sequence
 
 from kubernetes import client
 
 from accel_api import registry
 from accel_api import vocabulary as v
 from accel_operator.adapters.kube import views
-from accel_operator.adapters.kube.informer import Informer, ObjKey
+from accel_operator.adapters.kube.informer import Informer, ObjKey, by_name
 from accel_operator.handlers.informers import for_namespaces
 from accel_operator.handlers.scheduler import Scheduler
 from accel_operator.reconcile.snapshot import JobView
-
-
-def keys(key: ObjKey, _view: JobView) -> list[Hashable]:
-    return [key]
 
 
 def informers(
@@ -44,6 +40,6 @@ def informers(
         registry.JOB.plural,
         namespaces,
         view=views.job_view,
-        keys=keys,
+        keys=by_name,
         on_change=changed,
     )

@@ -197,8 +197,7 @@ class Scheduler:
 
     def node_changed(self, name: str) -> None:
         self.observed.touch_node(name)
-        self.ready = True
-        self.wake.set()
+        self.kopf_listed()
 
     def workload_changed(self, key: tuple[str, str], job: JobKey) -> None:
         self.observed.touch_workload(key)
@@ -207,9 +206,8 @@ class Scheduler:
     def capacity_changed(self) -> None:
         """Something that changes what is free happened: every waiting job may now fit. Jobs
         that hold devices are decided on their own marks (and on the resync), not on this."""
-        self.ready = True
         self.capacity_pass = True
-        self.wake.set()
+        self.kopf_listed()
 
     def pools_changed(self) -> None:
         self.pools_version += 1
@@ -217,9 +215,8 @@ class Scheduler:
         self.spec_plans.clear()
         self.shapes.clear()
         self.observed.invalidate()
-        self.ready = True
         self.full_pass = True
-        self.wake.set()
+        self.kopf_listed()
 
     def policies_changed(self) -> None:
         self.policies_version += 1
@@ -237,8 +234,8 @@ class Scheduler:
 
     def kopf_listed(self) -> None:
         """kopf called a handler: its indexes (pools, nodes, policies, namespaces, node reports)
-        hold their initial listing (kopf calls no handler before). The namespaces handler says so
-        at start in every cluster: there are always namespaces."""
+        hold their initial listing (kopf calls no handler before). Every kopf-driven change says
+        so, and the namespaces handler at start in every cluster: there are always namespaces."""
         self.ready = True
         self.wake.set()
 

@@ -4,22 +4,18 @@ to. Watched by a lean informer (``adapters.kube.informer``), not kopf, as pods a
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Sequence
 
 from kubernetes import client
 
 from accel_api import vocabulary as v
 from accel_operator.adapters.kube import views
-from accel_operator.adapters.kube.informer import Informer, ObjKey
+from accel_operator.adapters.kube.informer import Informer, ObjKey, by_name
 from accel_operator.handlers.informers import for_namespaces
 from accel_operator.handlers.scheduler import Scheduler
 from accel_operator.reconcile.snapshot import WorkloadView
 
 SELECTOR = f"{v.LABEL_MANAGED_BY}={views.MANAGED_BY}"
-
-
-def keys(key: ObjKey, _view: WorkloadView) -> list[Hashable]:
-    return [key]
 
 
 def informers(api: client.ApiClient, sched: Scheduler, namespaces: Sequence[str]) -> list[Informer[WorkloadView]]:
@@ -35,7 +31,7 @@ def informers(api: client.ApiClient, sched: Scheduler, namespaces: Sequence[str]
         "jobs",
         namespaces,
         view=views.workload_view,
-        keys=keys,
+        keys=by_name,
         on_change=changed,
         server_filter=SELECTOR,
     )

@@ -6,6 +6,7 @@ import pytest
 
 from accel_api import catalog
 from accel_api.enums import AcceleratorKind
+from tests.support.builders import mi300x_catalog_entry
 
 IDS = (
     "t4",
@@ -51,14 +52,7 @@ def test_a_user_file_overrides_fields_and_adds_ids(tmp_path: Path) -> None:
     f.write_text(
         "accelerators:\n"
         "  h100-80gb: {price: {spotPerDeviceHour: 1.25}}\n"
-        "  mi300x:\n"
-        "    kind: gpu\n    product: AMD-MI300X\n    memoryBytes: 205520809984\n    bf16Flops: 1.3e15\n"
-        "    fp32Flops: 1.6e14\n    hbmBytesPerSecond: 5.3e12\n    intraNodeBytesPerSecond: 3.0e11\n"
-        "    interNodeBytesPerSecond: 5.0e10\n    devicesPerNode: 8\n    computeUnits: 304\n    mfu: 0.6\n"
-        "    attentionEfficiency: 0.3\n    bandwidthEfficiency: 0.7\n    unalignedMatmulEfficiency: 0.2\n"
-        "    kernelSeconds: 2.0e-6\n    hostSecondsPerOp: 2.0e-5\n    contextBytes: 1000000000\n"
-        "    workspaceBytes: 0\n"
-        "    price: {onDemandPerDeviceHour: 6.0, spotPerDeviceHour: 2.0, asOf: '2025-06', source: test}\n"
+        + mi300x_catalog_entry("{onDemandPerDeviceHour: 6.0, spotPerDeviceHour: 2.0, asOf: '2025-06', source: test}")
     )
     cat = catalog.load(f)
     h100 = cat.get("h100-80gb")

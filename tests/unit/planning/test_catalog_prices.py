@@ -7,24 +7,13 @@ from pathlib import Path
 import pytest
 
 from accel_api import catalog
+from tests.support.builders import mi300x_catalog_entry
 
 _DATE = re.compile(r"^(\d{4})-(\d{2})(?:-(\d{2}))?$")
 # The date before which a figure counts as not refreshed (the catalog's figures of issue 13).
 _OLD = "2025-06"
 # A refreshed figure names where it was read: a page address, or a repository file and commit.
 _WHERE = re.compile(r"https://\S+|\b[\w.-]+/[\w.-]+, \S+\.\w+ .*commit [0-9a-f]{7,40} of \d{4}-\d{2}-\d{2}")
-
-_NEW_PART = (
-    "accelerators:\n"
-    "  mi300x:\n"
-    "    kind: gpu\n    product: AMD-MI300X\n    memoryBytes: 205520809984\n    bf16Flops: 1.3e15\n"
-    "    fp32Flops: 1.6e14\n    hbmBytesPerSecond: 5.3e12\n    intraNodeBytesPerSecond: 3.0e11\n"
-    "    interNodeBytesPerSecond: 5.0e10\n    devicesPerNode: 8\n    computeUnits: 304\n    mfu: 0.6\n"
-    "    attentionEfficiency: 0.3\n    bandwidthEfficiency: 0.7\n    unalignedMatmulEfficiency: 0.2\n"
-    "    kernelSeconds: 2.0e-6\n    hostSecondsPerOp: 2.0e-5\n    contextBytes: 1000000000\n"
-    "    workspaceBytes: 0\n"
-    "    price: {PRICE}\n"
-)
 
 
 def _date(text: str) -> dt.date:
@@ -42,7 +31,7 @@ def _price(cat: catalog.Catalog, acc_id: str) -> catalog.ListPrice:
 
 def _load(tmp_path: Path, price: str) -> catalog.Catalog:
     f = tmp_path / "cat.yaml"
-    f.write_text(_NEW_PART.replace("{PRICE}", price))
+    f.write_text("accelerators:\n" + mi300x_catalog_entry(price))
     return catalog.load(f)
 
 

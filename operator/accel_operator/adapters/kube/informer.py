@@ -255,6 +255,11 @@ class Informer(Generic[V]):
         return version
 
 
+def by_name(key: ObjKey, _view: object) -> list[Hashable]:
+    """``keys`` for an index by (namespace, name) alone."""
+    return [key]
+
+
 def _key(obj: Mapping[str, Any]) -> ObjKey:
     meta = obj.get("metadata") or {}
     return (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
