@@ -166,9 +166,13 @@ def test_a_node_cordoned_before_binding_releases_the_gang(
         nodes.ensure_nodes(core, [second])
         st = wait_phase(api, namespace, "cordoned", "Running", timeout=60)
         assert st["workload"] == "cordoned-a1"
-        assert {p.spec.node_name for p in pods_of(core, namespace, "cordoned") if p.status.phase == "Running"} == {
-            second["metadata"]["name"]
-        }
+        # The job runs once its pods are bound; KWOK marks them Running a moment later.
+        running = wait_for(
+            lambda: {p.spec.node_name for p in pods_of(core, namespace, "cordoned") if p.status.phase == "Running"},
+            timeout=30,
+            what="the pods running",
+        )
+        assert running == {second["metadata"]["name"]}
 
 
 def test_operator_killed_during_admission_creates_nothing_twice(

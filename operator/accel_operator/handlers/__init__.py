@@ -103,12 +103,9 @@ def register(reg: kopf.OperatorRegistry, ctx: OperatorContext) -> Scheduler:
 
     @kopf.on.cleanup(registry=reg)
     async def stop(memo: kopf.Memo, **_: Any) -> None:
-        task = memo.get("scheduler_task")
-        if task is not None:
-            task.cancel()
         for informer in memo.get("informers") or ():
             informer.stop()
         await signals.stop(memo.get("signal_tasks") or ())
-        await sched.close()
+        await sched.close(memo.get("scheduler_task"))
 
     return sched

@@ -103,6 +103,8 @@ class _Pending:
 
 # How long a workload this process created stands in for the watch that has not shown it yet.
 CREATED_TTL_SECONDS = 60.0
+# At the operator's stop, how long the scheduling loop's last pass may take to end.
+CLOSE_SECONDS = 30.0
 
 
 @dataclass
@@ -382,9 +384,14 @@ class Scheduler:
         resync = self.settings.resync_seconds
         last_full = time.monotonic()
         last_tick, was_leading = 0.0, False
-        while stop is None or not stop.is_set():
+        while not self.closed and (stop is None or not stop.is_set()):
+            # asyncio.timeout, not wait_for: before Python 3.12, wait_for drops a cancellation
+            # that comes as the event fires, and the loop went on past the operator's stop.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.wake.wait(), timeout=min(resync, 1.0))
+                async with asyncio.timeout(min(resync, 1.0)):
+                    await self.wake.wait()
+            if self.closed:
+                return
             self.wake.clear()
             if time.monotonic() - last_tick >= self.settings.lease_seconds / 3:
                 last_tick = time.monotonic()
@@ -534,10 +541,16 @@ class Scheduler:
             if stage is consolidate.Stage.MOVED:
                 self.metrics.moves.labels(health.MoveReason.CONSOLIDATION.value).inc()
 
-    async def close(self) -> None:
-        """At the operator's stop: the writes in flight are cancelled (what they did not write,
-        the next leader decides again from the cluster), then the call pools are shut down."""
+    async def close(self, runner: asyncio.Task[None] | None = None) -> None:
+        """At the operator's stop: the scheduling loop (``runner``, the task of :meth:`run`) ends
+        first, so that no pass starts a write after the pools are shut; the writes in flight are
+        cancelled (what they did not write, the next leader decides again from the cluster); then
+        the call pools are shut down."""
         self.closed = True
+        if runner is not None:
+            runner.cancel()
+            self.wake.set()  # should the cancellation be lost, the loop still sees closed and ends
+            await asyncio.wait({runner}, timeout=CLOSE_SECONDS)
         tasks = list(self.in_flight)
         for task in tasks:
             task.cancel()
@@ -735,9 +748,8 @@ class Scheduler:
             error = "no checkpoint store is configured"
         else:
             try:
-                found = await asyncio.wait_for(
-                    asyncio.to_thread(self.checkpoints.latest_complete, action.uri), timeout=timeout
-                )
+                async with asyncio.timeout(timeout):
+                    found = await asyncio.to_thread(self.checkpoints.latest_complete, action.uri)
             except TimeoutError:
                 error = f"no answer within {timeout:.0f}s"
             except (CloudUnavailable, ValueError) as exc:

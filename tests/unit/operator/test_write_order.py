@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from accel_operator.adapters.kube.jobs import FakeJobWriter, JobRef
 from accel_operator.adapters.kube.workloads import FakeWorkloadClient
@@ -209,6 +209,39 @@ def test_closing_cancels_the_writes_in_flight_and_starts_nothing_new() -> None:
         assert not sched.in_flight
         sched.mark(("ns", "a"))
         await sched.step()  # a pass after the stop writes nothing
+        assert not sched.in_flight
+
+    asyncio.run(run())
+    assert log.seen == []
+
+
+class LosingWake(asyncio.Event):
+    """A wake event whose wait loses a cancellation, as ``asyncio.wait_for`` did before Python
+    3.12 when the event fired at the moment the operator stopped the loop."""
+
+    async def wait(self) -> Literal[True]:
+        try:
+            return await super().wait()
+        except asyncio.CancelledError:
+            return True
+
+
+def test_closing_ends_the_scheduling_loop_first_even_when_its_cancellation_is_lost() -> None:
+    """The loop went on past a lost cancellation and sent a pass's writes to the shut pools
+    ("cannot schedule new futures after shutdown", raised from the operator's stop)."""
+    w, sched, log = _world()
+    w.pool("open", nodes=1)
+    sched.wake = LosingWake()
+
+    async def run() -> None:
+        runner = asyncio.create_task(sched.run())
+        for _ in range(5):
+            await asyncio.sleep(0)  # the loop waits for a mark
+        w.job("a", "open")
+        sched.mark(("ns", "a"))  # the wake fires as the operator stops
+        await sched.close(runner)
+        assert runner.done()
+        assert runner.cancelled() or runner.exception() is None
         assert not sched.in_flight
 
     asyncio.run(run())
