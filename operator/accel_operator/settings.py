@@ -60,7 +60,14 @@ class OperatorSettings(BaseSettings):
     webhook_cert_dir: Path | None = Field(
         default=None,
         description="tls.crt, tls.key and ca.crt for the webhook (a Secret shared by every replica); "
-        "unset or empty: a self-signed certificate per process.",
+        "unset or empty: a self-signed certificate (see webhook_tls_secret).",
+    )
+    webhook_tls_secret: str = Field(
+        default="",
+        max_length=253,
+        pattern=r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?)?$",
+        description="Without webhook_cert_dir: a Secret in webhook_namespace through which every replica shares "
+        "one self-signed webhook certificate (the first replica makes it); empty: one per process.",
     )
     # Rescheduling on what the node agents report (reconcile/health.py).
     report_stale_seconds: float = Field(

@@ -19,11 +19,15 @@ from kubernetes import client
 from accel_api import registry
 from accel_api import vocabulary as v
 from accel_localcluster import kubeapi
+from accel_operator.handlers import admission
 from tests.support import webhooks
 from tests.support.cluster import ROOT, free_port, token_kubeconfig, wait_for
 from tests.support.jobs import create_job, end_pods, events_of, gpu_pool, job_doc, wait_phase
 
 EXAMPLES = ROOT / "examples"
+
+
+WEBHOOK_CERT_SECRET = "accel-operator-webhook-cert"  # the name manifests/operator/rbac.yaml grants
 
 
 def _docs(name: str) -> list[dict[str, Any]]:
@@ -133,7 +137,11 @@ def test_operator_runs_under_its_least_privilege_role(
         "ACCEL_OPERATOR_WEBHOOK_HOST": "127.0.0.1",
         "ACCEL_OPERATOR_WEBHOOK_ADDRESS": "127.0.0.1",
         "ACCEL_OPERATOR_COST_INTERVAL_SECONDS": "1",
+        # Its certificate through the Secret the replicas share: made under this role.
+        "ACCEL_OPERATOR_WEBHOOK_TLS_SECRET": WEBHOOK_CERT_SECRET,
     }
+    with kubeapi.ignoring(404):
+        core.delete_namespaced_secret(WEBHOOK_CERT_SECRET, "accel-system")
     core.patch_namespace(namespace, {"metadata": {"labels": {v.LABEL_NAMESPACE_TEAM: f"{namespace}-team"}}})
     log = tmp_path / "operator.log"
     pool = f"{namespace}-rbac"
@@ -167,6 +175,10 @@ def test_operator_runs_under_its_least_privilege_role(
             # The webhooks registered themselves (create, patch) and judge with the indexes they
             # keep under this role (namespaces, policies): another team's job is refused.
             wait_for(lambda: webhooks.configured(api), timeout=60, what="the webhook configuration")
+            stored = core.read_namespaced_secret(WEBHOOK_CERT_SECRET, "accel-system").data["ca.crt"]
+            adm = client.AdmissionregistrationV1Api(api)
+            hooks = adm.read_validating_webhook_configuration(admission.WEBHOOK_CONFIGURATION).webhooks
+            assert {h.client_config.ca_bundle for h in hooks} == {stored}, "the caBundle is not the shared certificate"
 
             def refused() -> str | None:
                 try:
@@ -203,6 +215,8 @@ def test_operator_runs_under_its_least_privilege_role(
             proc.terminate()
             proc.wait(timeout=30)
             webhooks.remove(api)
+            with kubeapi.ignoring(404):
+                core.delete_namespaced_secret(WEBHOOK_CERT_SECRET, "accel-system")
             with kubeapi.ignoring(404):
                 custom.delete_cluster_custom_object(
                     v.GROUP, v.VERSION, registry.POLICY.plural, policy["metadata"]["name"]

@@ -44,7 +44,7 @@ def register(reg: kopf.OperatorRegistry, ctx: OperatorContext) -> Scheduler:
         module.register(reg, sched)
     policies.register(reg, sched)
     if ctx.settings.webhook_port:
-        admission.register(reg, ctx.settings)
+        admission.register(reg, ctx.settings, ctx.watch_api)
     early_warnings = signals.Signals(
         sched=sched,
         signals=ctx.signals,

@@ -17,9 +17,13 @@ deleted are never refused.
 
 Registered by ``handlers.register`` when ``settings.webhook_port`` is set (the Deployment sets
 9443): kopf's :class:`kopf.WebhookServer` listens on ``webhook_address:webhook_port`` with the
-certificate from ``webhook_cert_dir`` (a Secret every replica mounts) or, without one, a
-self-signed certificate made here whose SANs are ``webhook_host`` and the Service's DNS names
-(``SERVICE.NAMESPACE.svc`` and ``...svc.cluster.local``); kopf manages the Validating and
+certificate from ``webhook_cert_dir`` (a Secret every replica mounts, e.g. cert-manager's) or,
+without one, a self-signed certificate made here whose SANs are ``webhook_host`` and the Service's
+DNS names (``SERVICE.NAMESPACE.svc`` and ``...svc.cluster.local``). With ``webhook_tls_secret``
+(the Deployment sets it) that certificate is shared by every replica through one Secret the first
+replica makes (``adapters.kube.tls``), so the caBundle any replica registers trusts them all; a
+shared certificate with fewer than ``RENEW_DAYS`` left is replaced at a replica's start. kopf
+manages the Validating and
 MutatingWebhookConfigurations ``accel.dev`` with that ``caBundle``. With ``webhook_host`` (the
 local control plane: ``127.0.0.1``) the API server calls ``https://HOST:PORT``; without, the
 configuration names the Service (``webhook_service`` in ``webhook_namespace``, port
@@ -44,7 +48,7 @@ import ipaddress
 import logging
 import shutil
 import tempfile
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -55,9 +59,13 @@ from accel_api import errors, registry
 from accel_api import vocabulary as v
 from accel_api.job import AcceleratorJob
 from accel_api.policy import AcceleratorPolicy
+from accel_operator.adapters.kube import tls
+from accel_operator.adapters.kube.tls import TlsPair
 from accel_operator.planning import policy
 from accel_operator.reconcile import policy_inputs
 from accel_operator.settings import OperatorSettings
+
+log = logging.getLogger(__name__)
 
 WEBHOOK_CONFIGURATION = v.GROUP  # the managed Validating/MutatingWebhookConfigurations' name
 DEFAULT_HOST = "127.0.0.1"
@@ -111,9 +119,12 @@ def sans_for(host: str, service: str, namespace: str) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def self_signed(names: Sequence[str], directory: Path) -> tuple[Path, Path, bytes]:
+RENEW_DAYS = 30  # a shared certificate expiring sooner is replaced at a replica's start
+
+
+def self_signed_pem(names: Sequence[str]) -> TlsPair:
     """A self-signed certificate for ``names`` (IP addresses or DNS names; the first is the
-    subject), valid a year: (certificate file, key file, the certificate's PEM for the caBundle)."""
+    subject), valid a year, and its key, in PEM."""
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec
@@ -140,14 +151,45 @@ def self_signed(names: Sequence[str], directory: Path) -> tuple[Path, Path, byte
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
         .sign(key, hashes.SHA256())
     )
-    cert_pem = cert.public_bytes(serialization.Encoding.PEM)
-    cert_file, key_file = directory / "tls.crt", directory / "tls.key"
-    cert_file.write_bytes(cert_pem)
-    key_file.write_bytes(
-        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    return TlsPair(
+        cert.public_bytes(serialization.Encoding.PEM),
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()),
     )
+
+
+def serves(pair: TlsPair, names: Sequence[str], *, renew_days: float = RENEW_DAYS) -> bool:
+    """Whether ``pair`` is a certificate and key that belong together, name every one of ``names``
+    and stay valid for ``renew_days`` more."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+
+    try:
+        cert = x509.load_pem_x509_certificate(pair.cert_pem)
+        key = serialization.load_pem_private_key(pair.key_pem, password=None)
+        sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except (ValueError, TypeError, x509.ExtensionNotFound):
+        return False
+    if cert.public_key() != key.public_key():
+        return False
+    held = {str(ip) for ip in sans.get_values_for_type(x509.IPAddress)} | set(sans.get_values_for_type(x509.DNSName))
+    soon = datetime.datetime.now(datetime.UTC) + datetime.timedelta(days=renew_days)
+    return set(names) <= held and cert.not_valid_after_utc > soon
+
+
+def _write_pair(pair: TlsPair, directory: Path) -> tuple[Path, Path]:
+    cert_file, key_file = directory / "tls.crt", directory / "tls.key"
+    cert_file.write_bytes(pair.cert_pem)
+    key_file.touch(mode=0o600)
+    key_file.write_bytes(pair.key_pem)
     key_file.chmod(0o600)
-    return cert_file, key_file, cert_pem
+    return cert_file, key_file
+
+
+def self_signed(names: Sequence[str], directory: Path) -> tuple[Path, Path, bytes]:
+    """:func:`self_signed_pem` written to ``directory``: (certificate file, key file, the
+    certificate's PEM for the caBundle)."""
+    pair = self_signed_pem(names)
+    return (*_write_pair(pair, directory), pair.cert_pem)
 
 
 class UrlWebhookServer(kopf.WebhookServer):
@@ -193,8 +235,29 @@ class ServiceWebhookServer(UrlWebhookServer):
             yield out
 
 
-def webhook_server(settings: OperatorSettings) -> UrlWebhookServer:
-    """The server ``settings`` describe: its certificate, where it listens, how it is called."""
+def _certificate(settings: OperatorSettings, api: Callable[[], Any] | None) -> TlsPair:
+    """The shared certificate from the Secret ``webhook_tls_secret`` (made there by the first
+    replica); without one (or when it cannot be had: the API server down, a foreign Secret that
+    does not serve) a self-signed certificate for this process alone."""
+    names = sans_for(settings.webhook_host, settings.webhook_service, settings.webhook_namespace)
+    secret = settings.webhook_tls_secret
+    if secret and api is not None:
+        try:
+            found = tls.shared(
+                api(), settings.webhook_namespace, secret, lambda: self_signed_pem(names), lambda p: serves(p, names)
+            )
+        except Exception as exc:  # noqa: BLE001 - the webhook still serves; only the replicas may differ
+            log.warning("webhook certificate: Secret %s/%s unavailable (%s)", settings.webhook_namespace, secret, exc)
+            found = None
+        if found is not None:
+            return found
+        log.warning("webhook certificate: this replica uses its own; the configuration trusts the last to register")
+    return self_signed_pem(names)
+
+
+def webhook_server(settings: OperatorSettings, api: Callable[[], Any] | None = None) -> UrlWebhookServer:
+    """The server ``settings`` describe: its certificate (``api`` makes the API client that
+    reads or stores the shared one), where it listens, how it is called."""
     host = settings.webhook_host
     cert_dir = settings.webhook_cert_dir
     files: dict[str, Any]
@@ -202,10 +265,10 @@ def webhook_server(settings: OperatorSettings) -> UrlWebhookServer:
         ca = cert_dir / "ca.crt" if (cert_dir / "ca.crt").is_file() else cert_dir / "tls.crt"
         files = {"certfile": cert_dir / "tls.crt", "pkeyfile": cert_dir / "tls.key", "cafile": ca}
     else:
-        names = sans_for(host, settings.webhook_service, settings.webhook_namespace)
+        pair = _certificate(settings, api)
         key_dir = Path(tempfile.mkdtemp(prefix="accel-webhook-"))
-        cert_file, key_file, ca_pem = self_signed(names, key_dir)
-        files = {"certfile": cert_file, "pkeyfile": key_file, "cadata": ca_pem, "key_dir": key_dir}
+        cert_file, key_file = _write_pair(pair, key_dir)
+        files = {"certfile": cert_file, "pkeyfile": key_file, "cadata": pair.bundle, "key_dir": key_dir}
     if host:
         return UrlWebhookServer(addr=settings.webhook_address, host=host, port=settings.webhook_port, **files)
     return ServiceWebhookServer(
@@ -218,16 +281,16 @@ def webhook_server(settings: OperatorSettings) -> UrlWebhookServer:
     )
 
 
-def register(reg: kopf.OperatorRegistry, settings: OperatorSettings) -> None:
+def register(reg: kopf.OperatorRegistry, settings: OperatorSettings, api: Callable[[], Any] | None = None) -> None:
     """Declare the webhooks and their server into ``reg``; the indexes they read come from
-    ``handlers.policies.register``."""
+    ``handlers.policies.register``; ``api`` makes the API client for the shared certificate."""
 
     ours = settings
     logging.getLogger("kopf.objects").addFilter(REFUSALS)  # once: the same filter is not added twice
 
     @kopf.on.startup(registry=reg)
     def serve(settings: kopf.OperatorSettings, **_: Any) -> None:
-        settings.admission.server = webhook_server(ours)
+        settings.admission.server = webhook_server(ours, api)
         settings.admission.managed = WEBHOOK_CONFIGURATION
 
     @kopf.on.mutate(

@@ -202,3 +202,33 @@ def test_a_refusal_is_not_logged_as_an_error() -> None:
     assert (refused.levelno, refused.levelname) == (logging.INFO, "INFO")
     other = record("Webhook 'team' failed with an exception. Will retry.")
     assert (other.levelno, other.levelname) == (logging.ERROR, "ERROR")
+
+
+def test_a_shared_certificate_serves_only_its_names_its_key_and_before_the_renewal_window() -> None:
+    from accel_operator.adapters.kube.tls import TlsPair
+
+    names = admission.sans_for("", "accel-operator-webhook", "accel-system")
+    pair = admission.self_signed_pem(names)
+    assert admission.serves(pair, names)
+    assert admission.serves(pair, names[:1])
+    assert not admission.serves(pair, names, renew_days=366)  # valid a year: inside the window
+    assert not admission.serves(pair, [*names, "127.0.0.1"])  # a name it lacks
+    other = admission.self_signed_pem(names)
+    assert not admission.serves(TlsPair(pair.cert_pem, other.key_pem), names)  # another's key
+    assert not admission.serves(TlsPair(b"not a certificate", pair.key_pem), names)
+    assert not admission.serves(TlsPair(pair.cert_pem, b"not a key"), names)
+
+
+def test_without_an_api_client_the_tls_secret_setting_falls_back_to_a_certificate_per_process() -> None:
+    settings = OperatorSettings(webhook_port=9443, webhook_tls_secret="accel-operator-webhook-cert")
+    first, second = admission.webhook_server(settings), admission.webhook_server(settings)
+    assert first.cadata and second.cadata and first.cadata != second.cadata
+    first.forget_key()
+    second.forget_key()
+
+
+def test_the_tls_secret_setting_is_a_secret_name() -> None:
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="webhook_tls_secret"):
+        OperatorSettings(webhook_tls_secret="Not/A Name")
