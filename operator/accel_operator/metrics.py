@@ -6,10 +6,10 @@ Names follow ``accel_<subsystem>_<name>_<unit>``; label values come from enums o
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import CounterMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from accel_api.enums import JobPhase
@@ -85,6 +85,9 @@ class OperatorMetrics:
         )
         for phase in JobPhase:
             self.jobs.labels(phase.value)
+        # The lean informers (adapters/kube/informer.py), read at each scrape.
+        self.watches = WatchStats()
+        r.register(self.watches)
         # Cost: counters derived from the jobs' ledgers in status (see CostCounters), so a restart
         # or a change of leader neither loses nor doubles a dollar.
         self.cost = CostCounters()
@@ -141,3 +144,36 @@ class CostCounters(Collector):
             for labels, value in sorted(self.values[key].items()):
                 family.add_metric(list(labels), value)
             yield family
+
+
+class WatchStats(Collector):
+    """``accel_operator_watch_events_total``, ``accel_operator_watch_relists_total`` and
+    ``accel_operator_watch_listed`` by resource: what the informers counted, read from ``source``
+    (``(resource, events, relists, listed)`` rows; set when the informers start) at each scrape."""
+
+    def __init__(self) -> None:
+        self.source: Callable[[], Iterable[tuple[str, int, int, bool]]] = lambda: ()
+
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        rows = list(self.source())
+        events = CounterMetricFamily(
+            "accel_operator_watch_events", "Watch events the informers received, by resource.", labels=["resource"]
+        )
+        relists = CounterMetricFamily(
+            "accel_operator_watch_relists",
+            "Listings after the first, by resource: after 410 Gone or a failed watch (a steady rise: the API "
+            "server or the network drops the watches).",
+            labels=["resource"],
+        )
+        listed = GaugeMetricFamily(
+            "accel_operator_watch_listed",
+            "1 once every informer of the resource holds its first listing (no pass runs before).",
+            labels=["resource"],
+        )
+        for resource, n_events, n_relists, is_listed in rows:
+            events.add_metric([resource], n_events)
+            relists.add_metric([resource], n_relists)
+            listed.add_metric([resource], 1.0 if is_listed else 0.0)
+        yield events
+        yield relists
+        yield listed

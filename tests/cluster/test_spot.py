@@ -61,15 +61,21 @@ def _env(api: client.ApiClient, namespace: str, workload: str) -> dict[str, str]
     return {e.name: e.value or "" for e in job.spec.template.spec.containers[0].env or []}
 
 
-def _running_node(core: client.CoreV1Api, namespace: str, job: str, attempt: int) -> str:
-    def node() -> str | None:
+def _running_pod(core: client.CoreV1Api, namespace: str, job: str, attempt: int) -> Any:
+    """A Running pod of ``job``'s ``attempt``, once there is one (the job runs once its pods are
+    bound; KWOK marks them Running a moment later)."""
+
+    def pod() -> Any:
         for p in pods_of(core, namespace, job):
             if p.metadata.labels.get(v.LABEL_ATTEMPT) == str(attempt) and p.status.phase == "Running":
-                return str(p.spec.node_name)
+                return p
         return None
 
-    found: str = wait_for(node, timeout=60, what=f"a running pod of {job} attempt {attempt}")
-    return found
+    return wait_for(pod, timeout=60, what=f"a running pod of {job} attempt {attempt}")
+
+
+def _running_node(core: client.CoreV1Api, namespace: str, job: str, attempt: int) -> str:
+    return str(_running_pod(core, namespace, job, attempt).spec.node_name)
 
 
 def _running_attempt(api: client.ApiClient, namespace: str, job: str, attempt: int) -> dict[str, Any]:
@@ -202,7 +208,7 @@ def test_max_preemptions_then_on_demand_fallback_with_reported_pvc_checkpoints(
         assert st["plan"]["pool"] == spot
         for attempt, step in ((0, 4), (1, 9)):
             # The job reports its checkpoints on its pod; a forged one outside its URI is ignored.
-            pod = next(p for p in pods_of(core, namespace, "flaky") if p.status.phase == "Running")
+            pod = _running_pod(core, namespace, "flaky", attempt)
             for reported in (f"{uri}/step-{step}", "pvc://someone-else/step-99"):
                 core.patch_namespaced_pod(
                     pod.metadata.name, namespace, {"metadata": {"annotations": {v.ANNOTATION_CHECKPOINT: reported}}}

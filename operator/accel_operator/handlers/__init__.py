@@ -17,6 +17,7 @@ from accel_operator.handlers import (
     admission,
     cost,
     essence,
+    informers,
     jobs,
     nodes,
     pods,
@@ -54,7 +55,6 @@ def register(reg: kopf.OperatorRegistry, ctx: OperatorContext) -> Scheduler:
         interruptions=ctx.interruptions,
         tpu=ctx.tpu,
     )
-    early_warnings.register(reg)
     accountant = cost.register(reg, sched, ctx)
 
     @kopf.on.login(registry=reg)
@@ -87,6 +87,7 @@ def register(reg: kopf.OperatorRegistry, ctx: OperatorContext) -> Scheduler:
         for informer in watched:
             informer.start()
         memo.informers = watched
+        sched.metrics.watches.source = lambda: informers.stats(watched)
         sched.indices = Indices(
             pools=kwargs["pools"],
             nodes=kwargs["nodes"],

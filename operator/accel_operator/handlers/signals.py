@@ -14,10 +14,9 @@ node and a checkpoint-now request to the jobs on it (the pure part is
   ``decide`` counts the attempt as a preemption) and its jobs are woken.
 
 Every task acts only while this replica leads (the same Lease as the scheduler), and only once
-kopf's indexes were filled: kopf calls no handler before every index holds its initial listing,
-so the first call of any of ours (a node event here, or a mark of the scheduler) says so. Until
-then a notice stays on the queue rather than being judged against an empty index (and deleted
-as "no node of ours").
+the scheduler may act (``Scheduler.can_act``: kopf's indexes and the informers hold their first
+listing). Until then a notice stays on the queue rather than being judged against an empty index
+(and deleted as "no node of ours").
 """
 
 from __future__ import annotations
@@ -27,8 +26,6 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Final
-
-import kopf
 
 from accel_operator.adapters.aws.errors import CloudUnavailable
 from accel_operator.adapters.aws.interruptions import (
@@ -80,14 +77,12 @@ class Signals:
     interruptions: InterruptionQueue | None = None
     tpu: TpuNodes | None = None
     handled: set[str] = field(default_factory=set)  # GKE and TPU tokens acted on by this process
-    indexed: bool = False  # kopf called a handler of ours: its indexes hold the initial listing
 
     # --- what the indexes say ---------------------------------------------------------------
 
     def _active(self) -> bool:
-        if self.sched.indices is None or not self.sched.elector.leading():
-            return False
-        return (self.indexed or self.sched.ready) and self.sched.indices.listed()
+        """kopf's indexes and the informers hold their first listing, and this replica leads."""
+        return self.sched.can_act() and self.sched.elector.leading()
 
     def nodes(self) -> dict[str, NodeView]:
         idx = self.sched.indices
@@ -266,11 +261,6 @@ class Signals:
             await asyncio.sleep(self.settings.tpu_poll_seconds)
 
     # --- start and stop ---------------------------------------------------------------------
-
-    def register(self, reg: kopf.OperatorRegistry) -> None:
-        @kopf.on.event("", "v1", "nodes", registry=reg)
-        async def indexes_filled(**_: Any) -> None:
-            self.indexed = True
 
     def start(self) -> list[asyncio.Task[None]]:
         tasks = [asyncio.create_task(self.run_gke(), name="accel-signals-gke")]

@@ -127,3 +127,30 @@ def test_the_operators_namespaces_choose_the_watches_as_kopf_would() -> None:
         on_change=print,
     )
     assert workloads.path == "/apis/batch/v1/jobs"
+
+
+def test_the_metrics_sum_the_informers_of_one_kind_and_say_listed_only_when_all_are() -> None:
+    from prometheus_client import generate_latest
+
+    from accel_operator.handlers import informers
+    from accel_operator.metrics import OperatorMetrics
+
+    def make(name: str, kind: str | None) -> Informer[None]:
+        return Informer(
+            name, None, "v1", "pods", view=lambda o: None, keys=lambda k, v: [], on_change=lambda *_: None, kind=kind
+        )
+
+    a, b, other = make("pods-a", "pods"), make("pods-b", "pods"), make("jobs", None)
+    a.events, a.relists, b.events, other.events = 5, 1, 7, 2
+    a.apply([], listing=set())  # a listing: only a of the two pods informers holds one
+    other.apply([], listing=set())
+    metrics = OperatorMetrics()
+    metrics.watches.source = lambda: informers.stats([a, b, other])
+    text = generate_latest(metrics.registry).decode()
+    assert 'accel_operator_watch_events_total{resource="pods"} 12.0' in text
+    assert 'accel_operator_watch_relists_total{resource="pods"} 1.0' in text
+    assert 'accel_operator_watch_listed{resource="pods"} 0.0' in text
+    assert 'accel_operator_watch_events_total{resource="jobs"} 2.0' in text
+    assert 'accel_operator_watch_listed{resource="jobs"} 1.0' in text
+    b.apply([], listing=set())
+    assert 'accel_operator_watch_listed{resource="pods"} 1.0' in generate_latest(metrics.registry).decode()

@@ -90,8 +90,10 @@ class Informer(Generic[V]):
         server_filter: str | None = None,
         timeout_seconds: int = 300,
         backoff_seconds: float = 1.0,
+        kind: str | None = None,
     ) -> None:
         self.name = name
+        self.kind = kind or name  # what the metrics call it: the informers of one kind share it
         self.api = api
         root = "/api/v1" if group_version == "v1" else f"/apis/{group_version}"
         self.path = f"{root}/namespaces/{namespace}/{plural}" if namespace else f"{root}/{plural}"

@@ -27,6 +27,7 @@ log = logging.getLogger(__name__)
 LABEL_MANAGED = "app.kubernetes.io/managed-by"
 MANAGER = "accel-operator"
 ATTEMPTS = 4
+TIMEOUT = (5.0, 15.0)  # connect, read: a replica's start never hangs on this
 
 
 @dataclass(frozen=True)
@@ -75,13 +76,13 @@ def shared(
     core = client.CoreV1Api(api)
     for _ in range(ATTEMPTS):
         try:
-            secret = core.read_namespaced_secret(name, namespace)
+            secret = core.read_namespaced_secret(name, namespace, _request_timeout=TIMEOUT)
         except ApiException as exc:
             if exc.status != 404:
                 raise
             pair = make()
             try:
-                core.create_namespaced_secret(namespace, _body(name, pair))
+                core.create_namespaced_secret(namespace, _body(name, pair), _request_timeout=TIMEOUT)
             except ApiException as exc:
                 if exc.status == 409:
                     continue  # another replica created it first: use theirs
@@ -105,7 +106,9 @@ def shared(
             # started before the renewal) keeps its calls until it restarts.
             pair = TlsPair(pair.cert_pem, pair.key_pem, pair.cert_pem + found.cert_pem)
         try:
-            core.replace_namespaced_secret(name, namespace, _body(name, pair, secret.metadata.resource_version))
+            core.replace_namespaced_secret(
+                name, namespace, _body(name, pair, secret.metadata.resource_version), _request_timeout=TIMEOUT
+            )
         except ApiException as exc:
             if exc.status in (404, 409):
                 continue  # another replica renewed (or someone deleted) it meanwhile: read again
