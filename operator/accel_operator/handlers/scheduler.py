@@ -330,8 +330,11 @@ class Scheduler:
                     )
                     for name, pool in sorted(snap.pools.items())
                 ]
-                spec, offers = policy.restrict(spec, offers, snap.policy.policies)
-                plan = selection.plan(spec, offers, self.catalog)
+                pols = snap.policy.policies
+                restricted, offers = policy.restrict(spec, offers, pols)
+                capped = restricted.placement.max_devices != spec.placement.max_devices
+                source = policy.cap_source(pols) if capped else "placement.maxDevices"
+                plan = selection.plan(restricted, offers, self.catalog, max_devices_from=source)
                 self.spec_plans[same] = plan
             if len(self.plans) > 20_000:
                 self.plans.clear()

@@ -53,6 +53,7 @@ class JobTerms(NamedTuple):
     checkpoint_interval: float | None
     by_time: bool
     prefer_spot: bool
+    max_devices_from: str = "placement.maxDevices"  # what set max_devices, as the sentences name it
 
 
 class PoolTerms(NamedTuple):

@@ -40,7 +40,7 @@ def failed_checks(c: Candidate) -> list[str]:
     if f & cand.MIN_DEVICES:
         out.append(f"{c.devices} devices < placement.minDevices {job.min_devices}")
     if f & cand.MAX_DEVICES:
-        out.append(f"{c.devices} devices > placement.maxDevices {job.max_devices}")
+        out.append(f"{c.devices} devices > {job.max_devices_from} {job.max_devices}")
     if f & cand.MAX_NODES:
         out.append(f"{c.nodes} nodes > placement.maxNodes {job.max_nodes}")
     if f & cand.LAYOUT:

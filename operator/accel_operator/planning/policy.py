@@ -158,6 +158,16 @@ def device_cap(policies: Sequence[AcceleratorPolicy]) -> int | None:
     return min(caps) if caps else None
 
 
+def cap_source(policies: Sequence[AcceleratorPolicy]) -> str:
+    """Where :func:`device_cap` comes from, as the planner's sentences name it: the policy with
+    the smallest ``maxDevicesPerJob`` (the first by name among equals)."""
+    capped = [p for p in policies if p.spec.max_devices_per_job is not None]
+    if not capped:
+        return "placement.maxDevices"
+    first = min(capped, key=lambda p: (p.spec.max_devices_per_job, p.metadata.name or ""))
+    return f"policy '{first.metadata.name}' maxDevicesPerJob"
+
+
 def restrict(
     job: AcceleratorJobSpec, offers: Sequence[PoolOffer], policies: Sequence[AcceleratorPolicy]
 ) -> tuple[AcceleratorJobSpec, list[PoolOffer]]:

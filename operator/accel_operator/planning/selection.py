@@ -76,7 +76,7 @@ def _counts(per_node: int, max_nodes: int, topology: str | None) -> list[int]:
     return counts
 
 
-def _terms(spec: AcceleratorJobSpec, w: JobProfile) -> JobTerms:
+def _terms(spec: AcceleratorJobSpec, w: JobProfile, max_devices_from: str = "placement.maxDevices") -> JobTerms:
     p = spec.placement
     return JobTerms(
         spec=spec,
@@ -90,6 +90,7 @@ def _terms(spec: AcceleratorJobSpec, w: JobProfile) -> JobTerms:
         checkpoint_interval=spec.checkpoint.interval_minutes * 60 if spec.checkpoint is not None else None,
         by_time=spec.objective is Objective.TIME,
         prefer_spot=spec.spot.policy is SpotPolicy.PREFER,
+        max_devices_from=max_devices_from,
     )
 
 
@@ -393,9 +394,11 @@ def plan(
     catalog: Catalog,
     *,
     name: str | None = None,
+    max_devices_from: str = "placement.maxDevices",
 ) -> Plan:
-    """Where ``spec`` should run among ``pools``, with the alternatives and why they lost."""
-    job = _terms(spec, profile.from_spec(spec))
+    """Where ``spec`` should run among ``pools``, with the alternatives and why they lost;
+    ``max_devices_from`` names what set ``maxDevices`` (a policy's cap: ``policy.cap_source``)."""
+    job = _terms(spec, profile.from_spec(spec), max_devices_from)
     w = job.profile
     step_key = w.step_key
     steps = _step_memo(step_key)

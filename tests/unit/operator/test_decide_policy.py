@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from accel_api.enums import JobPhase
+from accel_operator.planning import explain
 from accel_operator.reconcile import actions as act
 from accel_operator.reconcile.decide import Decision, decide
 from accel_operator.reconcile.messages import MESSAGE_LIMIT
@@ -266,6 +267,9 @@ def test_the_planner_keeps_to_the_device_cap() -> None:
     assert plan.schedulable and ranked
     assert max(c.devices for c in ranked) <= 2
     assert any(c.devices > 2 for c in plan.candidates), "the larger placements were considered and refused"
+    # The refusal names the policy that set the cap, not the job's own field.
+    too_many = [s for c in plan.candidates if c.devices > 2 for s in explain.failed_checks(c) if "devices >" in s]
+    assert too_many and all(s.endswith("devices > policy 'platform' maxDevicesPerJob 2") for s in too_many), too_many
     d = decide(snap.jobs[("ns", "a")], snap, T0)
     assert d.admitted is not None and d.admitted[1].devices <= 2
 
@@ -280,3 +284,24 @@ def test_a_policy_change_is_seen_by_the_next_decision() -> None:
     w.team("ns", "serving")
     cond = _cond(decide(job, w.snapshot(), T0), "PolicyCompliant")
     assert cond is not None and "(rule namespace-team)" in cond[2]
+
+
+def test_a_cap_the_job_set_itself_is_named_as_its_field() -> None:
+    w = World().pool("p", nodes=2).policy("platform", maxDevicesPerJob=16)
+    job = w.job("a", "p", devices=1, pinned=False)
+    assert job.spec is not None
+    own = job.spec.placement.model_copy(update={"max_devices": 2})  # below the policy's cap
+    w.jobs[("ns", "a")] = [replace(job, spec=job.spec.model_copy(update={"placement": own}))]
+    plan = w.snapshot().plans[("ns", "a")]
+    too_many = [s for c in plan.candidates if c.devices > 2 for s in explain.failed_checks(c) if "devices >" in s]
+    assert too_many and all(s.endswith("devices > placement.maxDevices 2") for s in too_many), too_many
+
+
+def test_the_cap_comes_from_the_policy_with_the_smallest_one() -> None:
+    from accel_operator.planning import policy
+
+    w = World().policy("b-wide", maxDevicesPerJob=16).policy("a-narrow", maxDevicesPerJob=4).policy("open")
+    pols = w.snapshot().policy.policies
+    assert policy.device_cap(pols) == 4
+    assert policy.cap_source(pols) == "policy 'a-narrow' maxDevicesPerJob"
+    assert policy.cap_source([]) == "placement.maxDevices"
