@@ -247,7 +247,8 @@ def _certificate(settings: OperatorSettings, api: Callable[[], Any] | None) -> T
                 api(), settings.webhook_namespace, secret, lambda: self_signed_pem(names), lambda p: serves(p, names)
             )
         except Exception as exc:  # noqa: BLE001 - the webhook still serves; only the replicas may differ
-            log.warning("webhook certificate: Secret %s/%s unavailable (%s)", settings.webhook_namespace, secret, exc)
+            where = f"{settings.webhook_namespace}/{secret}"
+            log.warning("webhook certificate: Secret %s unavailable (%s)", where, str(exc)[:300])
             found = None
         if found is not None:
             return found
