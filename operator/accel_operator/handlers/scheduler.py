@@ -45,7 +45,7 @@ from accel_operator.handlers import calls
 from accel_operator.handlers.observed import Observed
 from accel_operator.metrics import OperatorMetrics
 from accel_operator.planning import policy, selection
-from accel_operator.planning.candidates import Plan, PoolOffer, ranked_per_pool
+from accel_operator.planning.candidates import OWN_MAX_DEVICES, Plan, PoolOffer, ranked_per_pool
 from accel_operator.reconcile import actions as act
 from accel_operator.reconcile import consolidate, fallback, health, policy_inputs, resume
 from accel_operator.reconcile.decide import ADMITTED, Decision, decide, gang_of
@@ -333,7 +333,7 @@ class Scheduler:
                 pols = snap.policy.policies
                 restricted, offers = policy.restrict(spec, offers, pols)
                 capped = restricted.placement.max_devices != spec.placement.max_devices
-                source = policy.cap_source(pols) if capped else "placement.maxDevices"
+                source = policy.cap_source(pols) if capped else OWN_MAX_DEVICES
                 plan = selection.plan(restricted, offers, self.catalog, max_devices_from=source)
                 self.spec_plans[same] = plan
             if len(self.plans) > 20_000:

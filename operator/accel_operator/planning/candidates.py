@@ -39,6 +39,10 @@ class PoolOffer:
     free_nodes: int | None = None
 
 
+# How the planner's sentences name a device cap the job set itself (a policy's: policy.cap_source).
+OWN_MAX_DEVICES = "placement.maxDevices"
+
+
 class JobTerms(NamedTuple):
     """What the checks and sentences need of the job, resolved once per plan."""
 
@@ -53,7 +57,7 @@ class JobTerms(NamedTuple):
     checkpoint_interval: float | None
     by_time: bool
     prefer_spot: bool
-    max_devices_from: str = "placement.maxDevices"  # what set max_devices, as the sentences name it
+    max_devices_from: str = OWN_MAX_DEVICES  # what set max_devices, as the sentences name it
 
 
 class PoolTerms(NamedTuple):

@@ -32,7 +32,7 @@ from accel_api.enums import BudgetAction, BudgetPeriod, SpotPolicy
 from accel_api.job import AcceleratorJobSpec
 from accel_api.policy import AcceleratorPolicy, AcceleratorPolicySpec
 from accel_api.pool import AcceleratorPoolSpec
-from accel_operator.planning.candidates import PoolOffer
+from accel_operator.planning.candidates import OWN_MAX_DEVICES, PoolOffer
 
 ANY = "*"
 
@@ -152,20 +152,22 @@ def pool_allowed(team: str, pool: str, policies: Sequence[AcceleratorPolicy]) ->
     return True
 
 
+def _capping(policies: Sequence[AcceleratorPolicy]) -> AcceleratorPolicy | None:
+    """The policy with the smallest ``maxDevicesPerJob`` (the first by name among equals)."""
+    capped = [p for p in policies if p.spec.max_devices_per_job is not None]
+    return min(capped, key=lambda p: (p.spec.max_devices_per_job, p.metadata.name or "")) if capped else None
+
+
 def device_cap(policies: Sequence[AcceleratorPolicy]) -> int | None:
     """The most devices any job may get under ``policies`` (for the planner), None: no cap."""
-    caps = [p.spec.max_devices_per_job for p in policies if p.spec.max_devices_per_job is not None]
-    return min(caps) if caps else None
+    first = _capping(policies)
+    return first.spec.max_devices_per_job if first is not None else None
 
 
 def cap_source(policies: Sequence[AcceleratorPolicy]) -> str:
-    """Where :func:`device_cap` comes from, as the planner's sentences name it: the policy with
-    the smallest ``maxDevicesPerJob`` (the first by name among equals)."""
-    capped = [p for p in policies if p.spec.max_devices_per_job is not None]
-    if not capped:
-        return "placement.maxDevices"
-    first = min(capped, key=lambda p: (p.spec.max_devices_per_job, p.metadata.name or ""))
-    return f"policy '{first.metadata.name}' maxDevicesPerJob"
+    """Where :func:`device_cap` comes from, as the planner's sentences name it."""
+    first = _capping(policies)
+    return f"policy '{first.metadata.name}' maxDevicesPerJob" if first is not None else OWN_MAX_DEVICES
 
 
 def restrict(

@@ -76,7 +76,7 @@ def _counts(per_node: int, max_nodes: int, topology: str | None) -> list[int]:
     return counts
 
 
-def _terms(spec: AcceleratorJobSpec, w: JobProfile, max_devices_from: str = "placement.maxDevices") -> JobTerms:
+def _terms(spec: AcceleratorJobSpec, w: JobProfile, max_devices_from: str = cand.OWN_MAX_DEVICES) -> JobTerms:
     p = spec.placement
     return JobTerms(
         spec=spec,
@@ -394,7 +394,7 @@ def plan(
     catalog: Catalog,
     *,
     name: str | None = None,
-    max_devices_from: str = "placement.maxDevices",
+    max_devices_from: str = cand.OWN_MAX_DEVICES,
 ) -> Plan:
     """Where ``spec`` should run among ``pools``, with the alternatives and why they lost;
     ``max_devices_from`` names what set ``maxDevices`` (a policy's cap: ``policy.cap_source``)."""
