@@ -22,10 +22,10 @@ from pathlib import Path
 
 from accel_api.job import AcceleratorJobSpec, AcceleratorJobStatus
 from accel_api.policy import AcceleratorPolicy
-from accel_operator.handlers.scheduler import Scheduler
-from accel_operator.reconcile import consolidate
-from accel_operator.reconcile.decide import decide
-from accel_operator.reconcile.snapshot import JobView
+from accel_operator.engine.scheduler import Scheduler
+from accel_operator.reconcile.common.snapshot import JobView
+from accel_operator.reconcile.job.decide import decide
+from accel_operator.reconcile.nodes import consolidate
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:

@@ -27,9 +27,9 @@ from accel_api.costrollup import ROLLUP_HOUR_DAYS, Bucket, CostRollup
 from accel_api.enums import CapacityType
 from accel_api.job import AcceleratorJobSpec, AcceleratorJobStatus, CostStatus
 from accel_api.policy import AcceleratorPolicySpec
+from accel_operator.accounting import accrual, costreport, ledger, rollup, teamspend
 from accel_operator.adapters.kube.costs import open_json
-from accel_operator.reconcile import accrual, costreport, ledger, rollup, teamspend
-from accel_operator.reconcile.snapshot import JobView
+from accel_operator.reconcile.common.snapshot import JobView
 
 T0 = dt.datetime(2026, 11, 1, tzinfo=dt.UTC)
 SPEC = {

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from accel_api.job import AcceleratorJobSpec, AcceleratorJobStatus
-from accel_operator.reconcile.snapshot import JobView, PodView, WorkloadView
+from accel_operator.reconcile.common.snapshot import JobView, PodView, WorkloadView
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: tests.support
 from tests.support.reconcile import World

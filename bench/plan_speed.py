@@ -25,7 +25,7 @@ from accel_api.enums import CapacityType, Provider
 from accel_api.job import AcceleratorJobSpec
 from accel_api.pool import AcceleratorPoolSpec
 from accel_operator.planning import candidates, selection
-from accel_operator.reconcile.status import plan_status
+from accel_operator.reconcile.job.status import plan_status
 
 TARGET_SECONDS = 0.0015
 

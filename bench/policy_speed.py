@@ -27,7 +27,7 @@ from accel_api.pool import AcceleratorPoolSpec
 from accel_localcluster.control_plane import REPO
 from accel_operator.planning import policy
 from accel_operator.planning.candidates import PoolOffer
-from accel_operator.reconcile import policy_inputs
+from accel_operator.reconcile.common import policy_inputs
 
 
 def _policy(i: int, items: int) -> AcceleratorPolicy:

@@ -20,10 +20,10 @@ import time
 from pathlib import Path
 
 from accel_api.job import AcceleratorJobSpec
-from accel_operator.handlers.scheduler import Scheduler
-from accel_operator.reconcile import health
-from accel_operator.reconcile.decide import decide
-from accel_operator.reconcile.reports import DeviceReport, ReportView
+from accel_operator.engine.scheduler import Scheduler
+from accel_operator.reconcile.common.reports import DeviceReport, ReportView
+from accel_operator.reconcile.job.decide import decide
+from accel_operator.reconcile.nodes import health
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:

@@ -15,9 +15,9 @@ from accel_api.job import AcceleratorJobSpec, AcceleratorJobStatus
 from accel_api.pool import AcceleratorPoolSpec
 from accel_operator.adapters.kube.jobs import FakeJobWriter
 from accel_operator.adapters.kube.workloads import FakeWorkloadClient
-from accel_operator.handlers.scheduler import Indices, Scheduler
+from accel_operator.engine.scheduler import Indices, Scheduler
 from accel_operator.metrics import OperatorMetrics
-from accel_operator.reconcile.snapshot import JobView, NodeView, PodView, PoolView, WorkloadView
+from accel_operator.reconcile.common.snapshot import JobView, NodeView, PodView, PoolView, WorkloadView
 from accel_operator.settings import OperatorSettings
 
 NOW = dt.datetime(2026, 11, 26, 12, 0, tzinfo=dt.UTC)

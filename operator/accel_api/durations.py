@@ -1,5 +1,7 @@
-"""Durations as people write them in YAML: ``90m``, ``36h``, ``2d``, ``1h30m``, ``45s``."""
+"""Durations as people write them in YAML (``90m``, ``36h``, ``2d``, ``1h30m``, ``45s``), and the
+status timestamps (RFC 3339 in UTC, to the second): the one parser of each."""
 
+import datetime as dt
 import re
 from typing import Final
 
@@ -14,3 +16,17 @@ def parse_seconds(text: str) -> float:
     if not re.fullmatch(DURATION_PATTERN, text):
         raise ValueError(f"{text!r} is not a duration; write e.g. 90m, 36h, 2d or 1h30m")
     return sum(float(n) * _SECONDS[unit] for n, unit in _PART.findall(text))
+
+
+def stamp(t: dt.datetime) -> str:
+    return t.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_time(text: str | None) -> dt.datetime | None:
+    """A status timestamp (RFC 3339), or None when absent or unreadable."""
+    if not text:
+        return None
+    try:
+        return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None

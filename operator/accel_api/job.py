@@ -597,7 +597,7 @@ class RightSize(ApiModel):
 
 
 class ConsolidationMove(ApiModel):
-    """A move of this job to make room for a waiting gang (``reconcile/consolidate.py``): asked
+    """A move of this job to make room for a waiting gang (``reconcile/nodes/consolidate.py``): asked
     (checkpoint now), then carried out (the attempt ended; the next one avoids ``targets``) or
     abandoned (the gang no longer waits). Kept after the move: the rate limit and the rule that a job
     is not moved again soon are counted from it, so an operator restart resets neither."""

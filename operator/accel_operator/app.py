@@ -30,7 +30,7 @@ from accel_operator.adapters.kube.signals import KubeSignalWriter
 from accel_operator.adapters.kube.workloads import KubeWorkloadClient
 from accel_operator.adapters.pricebook import PriceBook
 from accel_operator.context import OperatorContext
-from accel_operator.handlers import calls
+from accel_operator.engine import calls
 from accel_operator.metrics import OperatorMetrics
 from accel_operator.settings import OperatorSettings
 
@@ -69,7 +69,7 @@ def _install_shutdown_filter(loop: asyncio.AbstractEventLoop) -> None:
 
 def build_context(settings: OperatorSettings) -> OperatorContext:
     # A pooled connection for every thread that calls: the scheduler's writes, events and lease
-    # (handlers/calls.py) and the default executor's (costs, early warnings). A thread without
+    # (engine/calls.py) and the default executor's (costs, early warnings). A thread without
     # one opens a TLS connection per call and discards it.
     api = api_client(connections=2 * settings.api_threads + calls.EVENT_THREADS + 1)
     elector: Elector = AlwaysLeader()
@@ -130,7 +130,7 @@ async def run(
     """Run the operator until ``stop_flag`` is set (or forever)."""
     _install_shutdown_filter(asyncio.get_running_loop())
     # Blocking API calls outside the scheduler (costs, early warnings) run in threads; the
-    # scheduler's own calls have their pools (handlers/calls.py).
+    # scheduler's own calls have their pools (engine/calls.py).
     asyncio.get_running_loop().set_default_executor(
         ThreadPoolExecutor(settings.api_threads, thread_name_prefix="accel-api")
     )

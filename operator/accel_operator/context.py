@@ -33,7 +33,7 @@ class OperatorContext:
     writer: JobWriter
     workloads: WorkloadClient
     elector: Elector
-    reschedule: RescheduleClient  # node taints and checkpoint-now annotations (reconcile/health.py)
+    reschedule: RescheduleClient  # node taints and checkpoint-now annotations (reconcile/nodes/health.py)
     # Early warnings (handlers.signals): the node/pod writer, and the clouds' sources when configured.
     signals: SignalWriter = field(default_factory=FakeSignalWriter)
     interruptions: InterruptionQueue | None = None

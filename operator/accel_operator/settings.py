@@ -69,7 +69,7 @@ class OperatorSettings(BaseSettings):
         description="Without webhook_cert_dir: a Secret in webhook_namespace through which every replica shares "
         "one self-signed webhook certificate (the first replica makes it); empty: one per process.",
     )
-    # Rescheduling on what the node agents report (reconcile/health.py).
+    # Rescheduling on what the node agents report (reconcile/nodes/health.py).
     report_stale_seconds: float = Field(
         default=900.0,
         gt=0,

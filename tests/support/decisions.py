@@ -1,15 +1,16 @@
-"""What the table tests of the node-report decisions (``reconcile/health.py``,
-``reconcile/idle_stop.py``) read off a decision: one amended decision for a small world, its
+"""What the table tests of the node-report decisions (``reconcile/nodes/health.py``,
+``reconcile/nodes/idle_stop.py``) read off a decision: one amended decision for a small world, its
 conditions, events and checkpoint requests, and status timestamps relative to ``T0``."""
 
 from __future__ import annotations
 
 import datetime as dt
 
-from accel_operator.reconcile import actions as act
-from accel_operator.reconcile import health
-from accel_operator.reconcile.decide import Decision, decide
-from accel_operator.reconcile.snapshot import JobView
+from accel_operator.reconcile.common import actions as act
+from accel_operator.reconcile.common.decision import Decision
+from accel_operator.reconcile.common.snapshot import JobView
+from accel_operator.reconcile.job.decide import decide
+from accel_operator.reconcile.nodes import health
 from tests.support.reconcile import T0, World
 
 RULES = health.Rules()

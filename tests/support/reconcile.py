@@ -12,10 +12,10 @@ from accel_api.policy import AcceleratorPolicy
 from accel_api.pool import AcceleratorPoolSpec
 from accel_operator.adapters.kube.jobs import FakeJobWriter
 from accel_operator.adapters.kube.workloads import FakeWorkloadClient
-from accel_operator.handlers.scheduler import Indices, Scheduler
+from accel_operator.engine.scheduler import Indices, Scheduler
 from accel_operator.metrics import OperatorMetrics
-from accel_operator.reconcile.reports import DeviceReport, ReportView
-from accel_operator.reconcile.snapshot import JobView, NodeView, PodView, PoolView, Snapshot, WorkloadView
+from accel_operator.reconcile.common.reports import DeviceReport, ReportView
+from accel_operator.reconcile.common.snapshot import JobView, NodeView, PodView, PoolView, Snapshot, WorkloadView
 from accel_operator.settings import OperatorSettings
 from tests.support.jobs import job_doc
 

@@ -25,9 +25,9 @@ from accel_api import durations, loader
 from accel_api.costrollup import CostRollup
 from accel_api.job import CostStatus
 from accel_api.policy import AcceleratorPolicyStatus
+from accel_operator.accounting import costreport
+from accel_operator.accounting.costreport import By, JobCost
 from accel_operator.cli.errors import UsageError
-from accel_operator.reconcile import costreport
-from accel_operator.reconcile.costreport import By, JobCost
 
 NAME = "cost"
 HELP = "Cost per team, job or pool from the jobs' ledgers: accelctl cost report --by team --since 30d -o table."

@@ -15,9 +15,9 @@ import re
 from typing import Any
 
 from accel_api.costrollup import CostRollup
+from accel_operator.accounting import costreport
+from accel_operator.accounting.costreport import By, JobCost, Row
 from accel_operator.cli.errors import UsageError
-from accel_operator.reconcile import costreport
-from accel_operator.reconcile.costreport import By, JobCost, Row
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._/-]")
 

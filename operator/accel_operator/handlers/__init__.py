@@ -1,7 +1,7 @@
 """kopf wiring, one module per watched kind (pools, nodes, pods, workloads, jobs, policies,
 namespaces and node reports), all thin: they keep kopf's indexes and mark what changed;
-:mod:`scheduler` observes, decides and applies; :mod:`admission` serves the webhooks (when
-``settings.webhook_port`` is set); :mod:`signals` acts on the clouds' early warnings.
+the engine (:mod:`accel_operator.engine`) observes, decides and applies; :mod:`admission` serves
+the webhooks (when ``settings.webhook_port`` is set); :mod:`cost` starts the accountant.
 ``register`` declares everything into one registry."""
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ import kopf
 
 from accel_operator.adapters.kube.informer import Informer
 from accel_operator.context import OperatorContext
+from accel_operator.engine import signals
+from accel_operator.engine.scheduler import Indices, Scheduler
 from accel_operator.handlers import (
     admission,
     cost,
@@ -24,10 +26,8 @@ from accel_operator.handlers import (
     policies,
     pools,
     reports,
-    signals,
     workloads,
 )
-from accel_operator.handlers.scheduler import Indices, Scheduler
 
 
 def register(reg: kopf.OperatorRegistry, ctx: OperatorContext) -> Scheduler:

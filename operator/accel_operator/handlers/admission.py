@@ -62,7 +62,7 @@ from accel_api.policy import AcceleratorPolicy
 from accel_operator.adapters.kube import tls
 from accel_operator.adapters.kube.tls import TlsPair
 from accel_operator.planning import policy
-from accel_operator.reconcile import policy_inputs
+from accel_operator.reconcile.common import policy_inputs
 from accel_operator.settings import OperatorSettings
 
 log = logging.getLogger(__name__)

@@ -17,9 +17,9 @@ from accel_api import registry
 from accel_api import vocabulary as v
 from accel_operator.adapters.kube import views
 from accel_operator.adapters.kube.informer import Informer, ObjKey, by_name
+from accel_operator.engine.scheduler import Scheduler
 from accel_operator.handlers.informers import for_namespaces
-from accel_operator.handlers.scheduler import Scheduler
-from accel_operator.reconcile.snapshot import JobView
+from accel_operator.reconcile.common.snapshot import JobView
 
 
 def informers(

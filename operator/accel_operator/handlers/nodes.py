@@ -9,8 +9,8 @@ from typing import Any
 import kopf
 
 from accel_operator.adapters.kube import views
-from accel_operator.handlers.scheduler import Scheduler
-from accel_operator.reconcile.snapshot import NodeView
+from accel_operator.engine.scheduler import Scheduler
+from accel_operator.reconcile.common.snapshot import NodeView
 
 
 def register(reg: kopf.OperatorRegistry, sched: Scheduler) -> None:

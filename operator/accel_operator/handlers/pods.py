@@ -15,9 +15,9 @@ from kubernetes import client
 
 from accel_operator.adapters.kube import views
 from accel_operator.adapters.kube.informer import Informer, ObjKey
+from accel_operator.engine.scheduler import Scheduler
 from accel_operator.handlers.informers import for_namespaces
-from accel_operator.handlers.scheduler import Scheduler
-from accel_operator.reconcile.snapshot import PodView
+from accel_operator.reconcile.common.snapshot import PodView
 
 
 def keys(_key: ObjKey, view: PodView) -> list[Hashable]:

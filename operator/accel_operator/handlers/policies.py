@@ -17,7 +17,7 @@ from pydantic import ValidationError
 from accel_api import registry
 from accel_api import vocabulary as v
 from accel_api.policy import AcceleratorPolicy
-from accel_operator.handlers.scheduler import Scheduler
+from accel_operator.engine.scheduler import Scheduler
 
 
 def register(reg: kopf.OperatorRegistry, sched: Scheduler | None) -> None:

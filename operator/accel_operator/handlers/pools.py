@@ -9,7 +9,7 @@ import kopf
 from accel_api import registry
 from accel_api import vocabulary as v
 from accel_operator.adapters.kube import views
-from accel_operator.handlers.scheduler import Scheduler
+from accel_operator.engine.scheduler import Scheduler
 
 
 def register(reg: kopf.OperatorRegistry, sched: Scheduler) -> None:

@@ -12,9 +12,9 @@ import kopf
 from accel_api import registry
 from accel_api import vocabulary as v
 from accel_operator.adapters.kube import reports
-from accel_operator.handlers.scheduler import Scheduler
-from accel_operator.reconcile import node_capacity
-from accel_operator.reconcile.reports import ReportView
+from accel_operator.engine.scheduler import Scheduler
+from accel_operator.reconcile.common import node_capacity
+from accel_operator.reconcile.common.reports import ReportView
 
 
 def register(reg: kopf.OperatorRegistry, sched: Scheduler) -> None:

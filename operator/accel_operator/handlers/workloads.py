@@ -11,9 +11,9 @@ from kubernetes import client
 from accel_api import vocabulary as v
 from accel_operator.adapters.kube import views
 from accel_operator.adapters.kube.informer import Informer, ObjKey, by_name
+from accel_operator.engine.scheduler import Scheduler
 from accel_operator.handlers.informers import for_namespaces
-from accel_operator.handlers.scheduler import Scheduler
-from accel_operator.reconcile.snapshot import WorkloadView
+from accel_operator.reconcile.common.snapshot import WorkloadView
 
 SELECTOR = f"{v.LABEL_MANAGED_BY}={views.MANAGED_BY}"
 

@@ -1,4 +1,11 @@
-"""Pure reconcile decisions: what a job's status and the cluster should become, as values.
+"""Pure reconcile decisions, in three rooms over one shared floor (no I/O, no kopf):
 
-No I/O and no kopf: the handlers observe, call these functions and apply what they return.
+- ``job``: a job's lifecycle (``decide``: admit, run, fail, retry, resume, fall back, stop);
+- ``nodes``: what node reports and node signals add (health moves, idle stops, consolidation,
+  early warnings);
+- ``common``: what the rooms share: the frozen snapshot, ``Decision`` and ``Cond``, the typed
+  actions, checkpoints and node capacity.
+
+Accounting (the ledger, the rollup, team spend, the report rows) is the third room, beside this
+package: ``accel_operator.accounting``. The rooms never import each other (import-linter).
 """

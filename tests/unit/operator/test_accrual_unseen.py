@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from accel_api.job import AcceleratorJobStatus
-from accel_operator.reconcile import accrual, ledger
-from accel_operator.reconcile.snapshot import WorkloadView
+from accel_operator.accounting import accrual, ledger
+from accel_operator.reconcile.common.snapshot import WorkloadView
 from tests.support.reconcile import T0, World
 
 H = dt.timedelta(hours=1)
@@ -163,7 +163,7 @@ def test_two_attempts_that_ended_between_two_ticks_are_both_charged() -> None:
 
 
 def test_a_new_failure_keeps_the_previous_one_in_earlier_failures() -> None:
-    from accel_operator.reconcile import attempt_held
+    from accel_operator.reconcile.common import attempt_held
 
     st = AcceleratorJobStatus.model_validate(
         {

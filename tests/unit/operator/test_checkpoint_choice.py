@@ -3,7 +3,7 @@
 import datetime as dt
 
 from accel_api import vocabulary as v
-from accel_operator.reconcile.checkpoints import Checkpoint, by_step_descending, newest, reported, step_of
+from accel_operator.reconcile.common.checkpoints import Checkpoint, by_step_descending, newest, reported, step_of
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 

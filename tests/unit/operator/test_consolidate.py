@@ -1,4 +1,4 @@
-"""reconcile/consolidate.py: which checkpointed jobs to move where so that a gang fits, as tables."""
+"""reconcile/nodes/consolidate.py: which checkpointed jobs to move where so that a gang fits, as tables."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ from typing import Any
 import pytest
 
 from accel_api.enums import JobPhase
-from accel_operator.reconcile import actions as act
-from accel_operator.reconcile import consolidate as c
-from accel_operator.reconcile.decide import decide
-from accel_operator.reconcile.snapshot import Gang
+from accel_operator.reconcile.common import actions as act
+from accel_operator.reconcile.common.snapshot import Gang
+from accel_operator.reconcile.job.decide import decide
+from accel_operator.reconcile.nodes import consolidate as c
 from tests.support.reconcile import T0, World
 
 

@@ -19,9 +19,9 @@ from accel_operator.adapters.kube.client import ClusterUnavailable
 from accel_operator.adapters.kube.costs import FakeCostWriter
 from accel_operator.adapters.kube.jobs import FakeJobWriter
 from accel_operator.adapters.pricebook import PriceBook
-from accel_operator.handlers.cost import Accountant
+from accel_operator.engine.accountant import Accountant
 from accel_operator.metrics import OperatorMetrics
-from accel_operator.reconcile.reports import DeviceReport, ReportView
+from accel_operator.reconcile.common.reports import DeviceReport, ReportView
 from tests.support.reconcile import T0, World
 
 HOUR = dt.timedelta(hours=1)

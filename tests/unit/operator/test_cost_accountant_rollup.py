@@ -18,7 +18,7 @@ from accel_operator.adapters.kube.client import ClusterUnavailable
 from accel_operator.adapters.kube.costs import FakeCostWriter, RollupConflict
 from accel_operator.adapters.kube.jobs import FakeJobWriter
 from accel_operator.adapters.pricebook import PriceBook
-from accel_operator.handlers.cost import Accountant
+from accel_operator.engine.accountant import Accountant
 from accel_operator.metrics import OperatorMetrics
 from tests.support.reconcile import T0, World
 

@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 from accel_api.costrollup import ROLLUP_OPEN_BYTES, ROLLUP_OPEN_SHARDS, CostRollup, JobDay, OpenAttempt
 from accel_api.enums import CapacityType
 from accel_api.job import CostStatus
+from accel_operator.accounting import ledger, rollup
 from accel_operator.adapters.kube.costs import open_json
-from accel_operator.reconcile import ledger, rollup
 
 T0 = dt.datetime(2026, 3, 31, 20, 0, tzinfo=dt.UTC)
 H = dt.timedelta(hours=1)

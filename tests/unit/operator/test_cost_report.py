@@ -18,8 +18,8 @@ import yaml
 
 from accel_api.enums import CapacityType
 from accel_api.job import CostStatus
+from accel_operator.accounting import ledger
 from accel_operator.cli import main as cli
-from accel_operator.reconcile import ledger
 
 
 def _ledger(
@@ -192,8 +192,8 @@ def test_a_deleted_jobs_money_comes_from_the_rollup_and_a_folded_attempt_counts_
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from accel_api.costrollup import CostRollup
+    from accel_operator.accounting import rollup
     from accel_operator.adapters.kube.costs import ROLLUP_KEY, rollup_json
-    from accel_operator.reconcile import rollup
 
     old = _ledger("h100-spot", CapacityType.SPOT, 5, 4.0)  # deleted: only in the rollup
     eval_ = _ledger("h100-od", CapacityType.ON_DEMAND, 3, 10.0)  # live, its attempts folded and marked

@@ -22,7 +22,7 @@ from accel_api.costrollup import (
 )
 from accel_api.enums import CapacityType
 from accel_api.job import CostStatus
-from accel_operator.reconcile import accrual, costreport, ledger, rollup
+from accel_operator.accounting import accrual, costreport, ledger, rollup
 
 T0 = dt.datetime(2026, 3, 31, 20, 0, tzinfo=dt.UTC)
 H = dt.timedelta(hours=1)

@@ -10,10 +10,11 @@ import pytest
 
 from accel_api.enums import JobPhase
 from accel_api.job import AcceleratorJobStatus
-from accel_operator.reconcile import actions as act
-from accel_operator.reconcile.decide import Decision, decide
-from accel_operator.reconcile.snapshot import Blocked, Gang
-from accel_operator.reconcile.status import holds, settle_status
+from accel_operator.reconcile.common import actions as act
+from accel_operator.reconcile.common.decision import Decision
+from accel_operator.reconcile.common.snapshot import Blocked, Gang
+from accel_operator.reconcile.job.decide import decide
+from accel_operator.reconcile.job.status import holds, settle_status
 from tests.support.reconcile import T0, World
 
 LATER = T0 + dt.timedelta(seconds=30)
@@ -172,7 +173,7 @@ def _s(seconds: float) -> dt.datetime:
     return T0 + dt.timedelta(seconds=seconds)
 
 
-# The gang's bind clock (reconcile/bind_clock.py), bind timeout 120 s, a 2-node gang admitted at T0:
+# The gang's bind clock (reconcile/job/bind_clock.py), bind timeout 120 s, a 2-node gang admitted at T0:
 # (what its two pods are: "bound", "waiting" (not tried by the scheduler yet), "missing" (not
 # created yet) or "stuck@S" (the scheduler found no node for it since T0 + S), now in seconds
 # after T0, whether the gang is released).

@@ -10,9 +10,9 @@ import pytest
 
 from accel_api.enums import JobPhase
 from accel_operator.planning import explain
-from accel_operator.reconcile import actions as act
-from accel_operator.reconcile.decide import Decision, decide
-from accel_operator.reconcile.messages import MESSAGE_LIMIT
+from accel_operator.reconcile.common import actions as act
+from accel_operator.reconcile.common.decision import MESSAGE_LIMIT, Decision
+from accel_operator.reconcile.job.decide import decide
 from tests.support.reconcile import T0, World
 
 SPOT: dict[str, Any] = {"spot": {"policy": "prefer"}}

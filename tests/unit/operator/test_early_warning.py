@@ -21,11 +21,11 @@ from accel_operator.adapters.kube import views
 from accel_operator.adapters.kube.client import ClusterUnavailable
 from accel_operator.adapters.kube.jobs import FakeJobWriter
 from accel_operator.adapters.kube.signals import FakeSignalWriter
-from accel_operator.handlers.signals import Signals
-from accel_operator.reconcile import early_warning as ew
-from accel_operator.reconcile import messages
-from accel_operator.reconcile.decide import decide
-from accel_operator.reconcile.snapshot import NodeView, PodView
+from accel_operator.engine.signals import Signals
+from accel_operator.reconcile.common import decision
+from accel_operator.reconcile.common.snapshot import NodeView, PodView
+from accel_operator.reconcile.job.decide import decide
+from accel_operator.reconcile.nodes import early_warning as ew
 from accel_operator.settings import OperatorSettings
 from tests.support.reconcile import T0, World
 
@@ -96,7 +96,7 @@ def test_hostile_pod_names_are_not_listed_without_bound() -> None:
     pods = [_pod(f"a-{i:04d}") for i in range(500)]
     r = ew.respond(WARN, NODE, pods)
     assert len(r.requests) == 500 and len(r.events) == 1
-    assert "and 495 more" in r.events[0].message and len(r.events[0].message) <= messages.MESSAGE_LIMIT
+    assert "and 495 more" in r.events[0].message and len(r.events[0].message) <= decision.MESSAGE_LIMIT
 
 
 def test_gke_warnings_once_per_incarnation() -> None:

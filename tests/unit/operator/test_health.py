@@ -1,4 +1,4 @@
-"""reconcile/health.py: what the node reports make of a running job and of the nodes, as tables of
+"""reconcile/nodes/health.py: what the node reports make of a running job and of the nodes, as tables of
 small worlds (the scheduler's own ``observe`` folds the reports into the snapshot)."""
 
 from __future__ import annotations
@@ -12,10 +12,11 @@ import pytest
 from accel_api import vocabulary as v
 from accel_api.enums import JobPhase
 from accel_operator.adapters.kube.reschedule import FakeRescheduleClient
-from accel_operator.reconcile import actions as act
-from accel_operator.reconcile import health, resume
-from accel_operator.reconcile.decide import decide
-from accel_operator.reconcile.snapshot import JobView, NodeView
+from accel_operator.reconcile.common import actions as act
+from accel_operator.reconcile.common.snapshot import JobView, NodeView
+from accel_operator.reconcile.job import resume
+from accel_operator.reconcile.job.decide import decide
+from accel_operator.reconcile.nodes import health
 from tests.support import decisions
 from tests.support.reconcile import T0, World
 

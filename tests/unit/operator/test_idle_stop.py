@@ -1,4 +1,4 @@
-"""reconcile/idle_stop.py: a policy stops (or warns about) a chronically idle job, at a checkpoint;
+"""reconcile/nodes/idle_stop.py: a policy stops (or warns about) a chronically idle job, at a checkpoint;
 a Stopped job waits for a user's accel.dev/resume. Tables over small worlds."""
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from accel_api import vocabulary as v
 from accel_api.enums import IdleAction, JobPhase
 from accel_api.policy import AcceleratorPolicy, IdleRules
 from accel_operator.adapters.kube import views
-from accel_operator.reconcile import actions as act
-from accel_operator.reconcile import health, idle_stop
-from accel_operator.reconcile.decide import decide
-from accel_operator.reconcile.snapshot import JobView
+from accel_operator.reconcile.common import actions as act
+from accel_operator.reconcile.common.snapshot import JobView
+from accel_operator.reconcile.job.decide import decide
+from accel_operator.reconcile.nodes import health, idle_stop
 from tests.support import decisions
 from tests.support.reconcile import T0, World
 

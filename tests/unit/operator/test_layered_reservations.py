@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 from collections.abc import Mapping
 
-from accel_operator.reconcile.snapshot import JobKey, Reservation, _Layered
+from accel_operator.reconcile.common.snapshot import JobKey, Reservation, _Layered
 
 
 def _r(name: str, nodes: int) -> Reservation:

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from accel_api.enums import CapacityType
 from accel_api.job import COST_ATTEMPTS, COST_INTERVALS, CostStatus
-from accel_operator.reconcile import ledger
+from accel_operator.accounting import ledger
 
 T0 = dt.datetime(2026, 3, 31, 22, 0, tzinfo=dt.UTC)
 CENT = 0.005

@@ -1,4 +1,4 @@
-"""reconcile/node_capacity.py and the snapshot's capacity: free devices and memory from fresh node
+"""reconcile/common/node_capacity.py and the snapshot's capacity: free devices and memory from fresh node
 reports, per-device exclusion of failing devices, the fallback to Kubernetes' view; as tables of
 small worlds folded by the scheduler's own ``observe``."""
 
@@ -12,11 +12,12 @@ import pytest
 
 from accel_api import vocabulary as v
 from accel_api.enums import JobPhase
-from accel_operator.reconcile import actions as act
-from accel_operator.reconcile import health, node_capacity
-from accel_operator.reconcile.decide import decide
-from accel_operator.reconcile.reports import DeviceReport, ReportView
-from accel_operator.reconcile.snapshot import Gang, NodeView, PoolCapacity, PoolView
+from accel_operator.reconcile.common import actions as act
+from accel_operator.reconcile.common import node_capacity
+from accel_operator.reconcile.common.reports import DeviceReport, ReportView
+from accel_operator.reconcile.common.snapshot import Gang, NodeView, PoolCapacity, PoolView
+from accel_operator.reconcile.job.decide import decide
+from accel_operator.reconcile.nodes import health
 from tests.support.reconcile import T0, World
 
 GIB = 2**30
@@ -142,7 +143,7 @@ def test_devices_used_by_what_kubernetes_does_not_know_are_not_free() -> None:
 
 
 def _pod(node: str, devices: int) -> Any:
-    from accel_operator.reconcile.snapshot import PodView
+    from accel_operator.reconcile.common.snapshot import PodView
 
     return PodView("other", f"user-{node}", node, "Running", devices)
 

@@ -14,9 +14,9 @@ import pytest
 
 from accel_api.enums import JobPhase
 from accel_api.job import AcceleratorJobStatus
-from accel_operator.handlers.observed import grew
-from accel_operator.reconcile.decide import decide
-from accel_operator.reconcile.snapshot import JobView, NodeView, PodView, Snapshot, WorkloadView
+from accel_operator.engine.cache import grew
+from accel_operator.reconcile.common.snapshot import JobView, NodeView, PodView, Snapshot, WorkloadView
+from accel_operator.reconcile.job.decide import decide
 from tests.support.reconcile import T0, World
 
 
@@ -254,7 +254,7 @@ def test_a_capacity_pass_skips_only_jobs_that_can_only_wait(monkeypatch: pytest.
         seen.append(job.name)
         return real(job, snap, now, **kw)
 
-    monkeypatch.setattr("accel_operator.handlers.scheduler.decide", spy)
+    monkeypatch.setattr("accel_operator.engine.scheduler.decide", spy)
     asyncio.run(_run_pass(sched))
     assert seen == ["j0", "j1", "j2"]
     assert sched.overlay[("ns", "j1")].status.phase is JobPhase.ADMITTED

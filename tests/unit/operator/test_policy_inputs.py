@@ -4,7 +4,7 @@ and the spend seam (the policies' status.spend)."""
 from typing import Any
 
 from accel_api.policy import AcceleratorPolicy
-from accel_operator.reconcile import policy_inputs
+from accel_operator.reconcile.common import policy_inputs
 
 
 def _policy(name: str, spend: list[dict[str, Any]] | None = None) -> AcceleratorPolicy:

@@ -8,7 +8,7 @@ import pytest
 
 from accel_api import vocabulary as v
 from accel_api.pool import AcceleratorPoolSpec
-from accel_operator.reconcile.snapshot import NodeView, PoolView
+from accel_operator.reconcile.common.snapshot import NodeView, PoolView
 
 
 def _spec(**extra: Any) -> AcceleratorPoolSpec:

@@ -9,10 +9,11 @@ from typing import Any
 import pytest
 
 from accel_api.enums import JobPhase
-from accel_operator.reconcile import actions as act
-from accel_operator.reconcile import fallback, resume
-from accel_operator.reconcile.checkpoints import Checkpoint
-from accel_operator.reconcile.decide import Decision, decide
+from accel_operator.reconcile.common import actions as act
+from accel_operator.reconcile.common.checkpoints import Checkpoint
+from accel_operator.reconcile.common.decision import Decision
+from accel_operator.reconcile.job import fallback, resume
+from accel_operator.reconcile.job.decide import decide
 from tests.support.reconcile import T0, World
 
 S3_URI = "s3://ckpt/team/run"

@@ -10,8 +10,8 @@ from accel_api import vocabulary as v
 from accel_operator.adapters.aws.checkpoints import FakeCheckpointStore
 from accel_operator.adapters.aws.errors import CloudUnavailable
 from accel_operator.adapters.kube import views
-from accel_operator.reconcile import actions as act
-from accel_operator.reconcile.checkpoints import Checkpoint
+from accel_operator.reconcile.common import actions as act
+from accel_operator.reconcile.common.checkpoints import Checkpoint
 from accel_operator.settings import OperatorSettings
 from tests.support.reconcile import T0, World
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 
 from accel_api.job import AcceleratorJobStatus
-from accel_operator.reconcile.snapshot import Snapshot
+from accel_operator.reconcile.common.snapshot import Snapshot
 from tests.support.reconcile import World
 
 

@@ -7,8 +7,8 @@ import json
 from typing import Any
 
 from accel_api.enums import JobPhase
-from accel_operator.reconcile.decide import decide
-from accel_operator.reconcile.status import STATUS_ALTERNATIVES, settle_status
+from accel_operator.reconcile.job.decide import decide
+from accel_operator.reconcile.job.status import STATUS_ALTERNATIVES, settle_status
 from tests.support.reconcile import T0, World
 
 

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from accel_api.enums import BudgetPeriod, CapacityType
 from accel_api.job import CostStatus
 from accel_api.policy import LEDGER_CARRIED_JOBS, AcceleratorPolicySpec, SpendLedger, TeamSpend
-from accel_operator.reconcile import ledger, teamspend
+from accel_operator.accounting import ledger, teamspend
 
 T0 = dt.datetime(2026, 11, 2, 9, 0, tzinfo=dt.UTC)  # a Monday
 TICK = dt.timedelta(minutes=10)

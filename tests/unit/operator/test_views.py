@@ -11,7 +11,7 @@ import pytest
 from accel_api import vocabulary as v
 from accel_api.job import AcceleratorJob, AcceleratorJobStatus
 from accel_operator.adapters.kube import views, workloads
-from accel_operator.reconcile import names
+from accel_operator.reconcile.common import actions
 from tests.support.jobs import job_doc
 from tests.unit.operator.test_workloads import spec
 
@@ -36,7 +36,7 @@ def test_a_long_job_name_still_maps_pods_and_workloads_to_their_job() -> None:
 def test_the_decision_and_the_builder_name_workloads_alike() -> None:
     for name in ("llama", "a" * 200, "1.5b-run.v2", "x" * 57):
         for attempt in (0, 7, 123):
-            assert names.workload_name(name, attempt) == workloads.workload_name(name, attempt)
+            assert actions.workload_name(name, attempt) == workloads.workload_name(name, attempt)
 
 
 def test_a_pod_the_scheduler_found_no_node_for_carries_since_when() -> None:

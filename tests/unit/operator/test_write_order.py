@@ -1,5 +1,5 @@
 """How the scheduler applies decisions: the state before the events, admissions before "still
-waiting" conditions, and the slots that order them (handlers/calls.py)."""
+waiting" conditions, and the slots that order them (engine/calls.py)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import Any, Literal
 
 from accel_operator.adapters.kube.jobs import FakeJobWriter, JobRef
 from accel_operator.adapters.kube.workloads import FakeWorkloadClient
-from accel_operator.handlers import calls
-from accel_operator.handlers.scheduler import Scheduler
+from accel_operator.engine import calls
+from accel_operator.engine.scheduler import Scheduler
 from accel_operator.settings import OperatorSettings
 from tests.support.reconcile import World
 

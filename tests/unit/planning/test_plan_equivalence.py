@@ -26,7 +26,7 @@ from accel_api import catalog
 from accel_api.job import AcceleratorJobSpec
 from accel_api.pool import AcceleratorPoolSpec
 from accel_operator.planning import candidates, explain, selection
-from accel_operator.reconcile.status import plan_status
+from accel_operator.reconcile.job.status import plan_status
 from tests.support import plan_reference
 from tests.support.builders import GPT2_355M, LLAMA_1B, LLAMA_8B, LLAMA_125M, job, pool
 

@@ -14,7 +14,7 @@ from accel_api.enums import CapacityType
 from accel_api.job import AcceleratorJobSpec, PlanStatus
 from accel_operator.cli import render
 from accel_operator.planning import candidates, explain, selection
-from accel_operator.reconcile.status import plan_status
+from accel_operator.reconcile.job.status import plan_status
 from tests.support.builders import LLAMA_1B, LLAMA_8B, LLAMA_125M, job, pool
 
 CAT = catalog.default()

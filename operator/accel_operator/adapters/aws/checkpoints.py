@@ -26,7 +26,7 @@ from typing import Any, Final, Protocol
 
 from accel_api import vocabulary as v
 from accel_operator.adapters.aws.errors import CloudUnavailable
-from accel_operator.reconcile.checkpoints import Checkpoint, by_step_descending, newest
+from accel_operator.reconcile.common.checkpoints import Checkpoint, by_step_descending, newest
 
 SCHEME: Final = "s3://"
 

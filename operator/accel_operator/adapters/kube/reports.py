@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from accel_api.nodereport import AcceleratorNodeReportStatus, Device
-from accel_operator.reconcile.reports import DeviceReport, PodKey, ReportView
+from accel_operator.reconcile.common.reports import DeviceReport, PodKey, ReportView
 
 
 def _time(text: str | None) -> dt.datetime | None:

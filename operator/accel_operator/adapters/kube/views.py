@@ -19,7 +19,7 @@ from accel_api.job import AcceleratorJobSpec, AcceleratorJobStatus, PlanStatus
 from accel_api.loader import parse_as
 from accel_api.pool import AcceleratorPool
 from accel_operator.adapters.kube.interned import Interner
-from accel_operator.reconcile.snapshot import JobView, NodeView, PodView, PoolView, WorkloadView
+from accel_operator.reconcile.common.snapshot import JobView, NodeView, PodView, PoolView, WorkloadView
 
 # Job specs, plans and conditions: one parsed value per distinct wire value (see ``interned``).
 SHARED = Interner()

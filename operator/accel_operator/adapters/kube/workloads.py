@@ -54,7 +54,7 @@ from accel_api.enums import AcceleratorKind, TaintEffect, TolerationOperator
 from accel_api.job import AcceleratorJobSpec
 from accel_api.pool import AcceleratorPoolSpec, Toleration
 from accel_operator.adapters.kube.client import ClusterUnavailable, api_client
-from accel_operator.reconcile import names
+from accel_operator.reconcile.common import actions
 
 CONTAINER: Final = "main"
 # podFailurePolicy rules, in this order: the Job's FailureTarget/Failed condition names the index.
@@ -138,7 +138,7 @@ def workload_name(job_name: str, attempt: int) -> str:
     records the same name in the job's status before the workload exists)."""
     if attempt < 0:
         raise UnbuildableWorkload(f"attempt must be >= 0 (got {attempt})")
-    return names.workload_name(job_name, attempt)
+    return actions.workload_name(job_name, attempt)
 
 
 def label_value(value: str) -> str:

@@ -1,7 +1,7 @@
 """The policy facts one decision reads: the AcceleratorPolicies, each namespace's team, the spend.
 
 Folded from the ``policies`` and ``namespace_teams`` indexes (``handlers.policies``) into one
-frozen value per pass, beside the rest of the :class:`~accel_operator.reconcile.snapshot.Snapshot`.
+frozen value per pass, beside the rest of the :class:`~accel_operator.reconcile.common.snapshot.Snapshot`.
 
 Spend is a seam: today it comes from the policies' own ``status.spend`` (a team's figure for a
 period, the highest any policy reports); the cost ledger will fill it there, or replace

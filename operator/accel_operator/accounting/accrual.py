@@ -20,9 +20,10 @@ from dataclasses import dataclass
 from accel_api.enums import CapacityType, FailureKind, JobPhase
 from accel_api.job import CostStatus, OverBudget
 from accel_api.policy import TeamSpend
-from accel_operator.reconcile import attempt_held, ledger
-from accel_operator.reconcile.reports import ReportView
-from accel_operator.reconcile.snapshot import HOLDING, TERMINAL, JobView, PodView, WorkloadView
+from accel_operator.accounting import ledger
+from accel_operator.reconcile.common import attempt_held
+from accel_operator.reconcile.common.reports import ReportView
+from accel_operator.reconcile.common.snapshot import HOLDING, TERMINAL, JobView, PodView, WorkloadView
 
 # A device at or under this utilization (percent) over a node report's sample is idle.
 IDLE_PERCENT = 1.0

@@ -38,8 +38,8 @@ import datetime as dt
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 
-from accel_operator.reconcile.reports import DeviceReport, ReportView
-from accel_operator.reconcile.snapshot import Gang, NodeView, PoolCapacity
+from accel_operator.reconcile.common.reports import DeviceReport, ReportView
+from accel_operator.reconcile.common.snapshot import Gang, NodeView, PoolCapacity
 
 # A device with no process holding at least this share of its memory is in use by something
 # (the agent's fragmentation figures use the same 5%).

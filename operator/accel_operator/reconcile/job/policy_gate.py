@@ -21,10 +21,10 @@ from dataclasses import replace
 
 from accel_api.enums import JobPhase
 from accel_operator.planning import policy
-from accel_operator.reconcile import actions as act
-from accel_operator.reconcile import messages
-from accel_operator.reconcile.decide import ADMITTED, VALID, Cond, Decision
-from accel_operator.reconcile.snapshot import HOLDING, JobView, Snapshot
+from accel_operator.reconcile.common import actions as act
+from accel_operator.reconcile.common import decision
+from accel_operator.reconcile.common.decision import ADMITTED, VALID, Cond, Decision
+from accel_operator.reconcile.common.snapshot import HOLDING, JobView, Snapshot
 
 POLICY = "PolicyCompliant"  # the condition type
 SHOWN = 5  # violations spelled out in a message; the rest are counted
@@ -55,7 +55,7 @@ def describe(found: list[policy.Violation]) -> str:
     text = "; ".join(str(v) for v in found[:SHOWN])
     if len(found) > SHOWN:
         text += f"; and {len(found) - SHOWN} more"
-    return messages.clip(text)
+    return decision.clip(text)
 
 
 def _event_if_new(job: JobView, cond: Cond, type_: str, reason: str, message: str) -> tuple[act.Action, ...]:
@@ -79,7 +79,7 @@ def waiting(job: JobView, snapshot: Snapshot) -> Decision | None:
         return Decision(
             phase=JobPhase.UNSCHEDULABLE,
             conditions=(Cond(VALID, True, "SpecValid"), cond),
-            status={"plan": None, "workload": None, "message": messages.clip(f"not admitted: {message}")},
+            status={"plan": None, "workload": None, "message": decision.clip(f"not admitted: {message}")},
             actions=_event_if_new(job, cond, "Warning", "PolicyViolation", message),
             reason=message,
         )
@@ -93,7 +93,7 @@ def waiting(job: JobView, snapshot: Snapshot) -> Decision | None:
     return Decision(
         phase=JobPhase.PENDING,
         conditions=(Cond(VALID, True, "SpecValid"), cond, Cond(ADMITTED, False, "BudgetExhausted", message)),
-        status={"workload": None, "message": messages.clip(f"queued: {message}")},
+        status={"workload": None, "message": decision.clip(f"queued: {message}")},
         actions=_event_if_new(job, cond, "Normal", "BudgetExhausted", message),
         reason=message,
     )

@@ -43,7 +43,7 @@ from accel_api.costrollup import (
 )
 from accel_api.enums import CapacityType
 from accel_api.job import AttemptCost, CostStatus
-from accel_operator.reconcile import ledger
+from accel_operator.accounting import ledger
 
 Key = tuple[str, str, CapacityType]  # (team, pool, capacity type)
 # A gone job's pending key is kept this long: a view that lags behind the deletion by less than

@@ -37,16 +37,17 @@ from types import MappingProxyType
 from typing import Any
 
 from accel_api import durations
+from accel_api.durations import parse_time
+from accel_api.durations import stamp as _ts
 from accel_api.enums import JobPhase
 from accel_api.job import ConsolidationMove, HealthStatus
 from accel_api.policy import AcceleratorPolicy
-from accel_operator.reconcile import actions as act
-from accel_operator.reconcile import checkpoint_since, health
-from accel_operator.reconcile.decide import Cond, Decision
-from accel_operator.reconcile.messages import clip as _clip
-from accel_operator.reconcile.snapshot import HOLDING, TERMINAL, Gang, JobKey, JobView, Snapshot
-from accel_operator.reconcile.times import parse_time
-from accel_operator.reconcile.times import stamp as _ts
+from accel_operator.reconcile.common import actions as act
+from accel_operator.reconcile.common import checkpoints
+from accel_operator.reconcile.common.decision import Cond, Decision
+from accel_operator.reconcile.common.decision import clip as _clip
+from accel_operator.reconcile.common.snapshot import HOLDING, TERMINAL, Gang, JobKey, JobView, Snapshot
+from accel_operator.reconcile.nodes import health
 
 # The condition on a gang that fragmentation keeps waiting, and on a job being moved for one.
 CONSOLIDATION = "Consolidation"
@@ -421,7 +422,7 @@ def start(job: JobView, order: Order, snapshot: Snapshot, now: dt.datetime, rule
         targets=list(order.targets),
         attempt=job.status.attempt,
         requested_time=_ts(now),
-        checkpoint_step=checkpoint_since.step_at_request(job.status),
+        checkpoint_step=checkpoints.step_at_request(job.status),
     )
     message = _clip(
         f"moving to make room for {_name(order.gang)}, which needs whole nodes ({', '.join(order.targets)}): "
@@ -443,7 +444,7 @@ def start(job: JobView, order: Order, snapshot: Snapshot, now: dt.datetime, rule
 
 def _saved_since(job: JobView, m: ConsolidationMove) -> bool:
     """Whether the job wrote a checkpoint after the request (:mod:`checkpoint_since`: by step)."""
-    return checkpoint_since.written_since(job.status.last_checkpoint, m.checkpoint_step, parse_time(m.requested_time))
+    return checkpoints.written_since(job.status.last_checkpoint, m.checkpoint_step, parse_time(m.requested_time))
 
 
 def carry(

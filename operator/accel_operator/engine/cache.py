@@ -2,7 +2,7 @@
 something changed.
 
 kopf's indexes hold every pool, accelerator node, pod, workload and AcceleratorJob. Folding all of
-them into a :class:`~accel_operator.reconcile.snapshot.Snapshot` on every pass costs time in
+them into a :class:`~accel_operator.reconcile.common.snapshot.Snapshot` on every pass costs time in
 proportion to the cluster (about 170 ms at 500 nodes and 5,000 jobs), while a pass usually follows
 a handful of events. :class:`Observed` keeps the folded parts (nodes per pool, devices used per
 node, pods per job, job views, workloads, reservations, each pool's capacity) and, on
@@ -25,10 +25,11 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from accel_operator.reconcile import node_capacity
-from accel_operator.reconcile.policy_inputs import PolicyInputs
-from accel_operator.reconcile.reports import ReportView
-from accel_operator.reconcile.snapshot import (
+from accel_api.durations import parse_time
+from accel_operator.reconcile.common import node_capacity
+from accel_operator.reconcile.common.policy_inputs import PolicyInputs
+from accel_operator.reconcile.common.reports import ReportView
+from accel_operator.reconcile.common.snapshot import (
     HOLDING,
     JobKey,
     JobView,
@@ -41,7 +42,6 @@ from accel_operator.reconcile.snapshot import (
     WorkloadView,
     pool_capacity,
 )
-from accel_operator.reconcile.times import parse_time
 
 WorkloadKey = tuple[str, str]
 
@@ -87,7 +87,7 @@ class Observed:
     pool_reservations: dict[str, dict[JobKey, Reservation]] = field(default_factory=dict)
     capacity: dict[str, PoolCapacity] = field(default_factory=dict)
     # The node agents' reports (read whole each refresh: one small view per node): a node's free
-    # devices and memory, its failing devices, whether it is condemned (reconcile/node_capacity.py).
+    # devices and memory, its failing devices, whether it is condemned (reconcile/common/node_capacity.py).
     reports: dict[str, ReportView] = field(default_factory=dict)
     # node -> (its view, its report, fresh, the view judged on them): judged again only on a change.
     judged: dict[str, tuple[NodeView, ReportView | None, bool, NodeView]] = field(default_factory=dict)

@@ -4,7 +4,7 @@ kopf's watches keep indexes of pools, accelerator nodes, the pods on them, our w
 AcceleratorJobs; its event handlers only mark what changed (``mark``, ``pods_changed``,
 ``node_changed``, ``workload_changed``, ``capacity_changed``). The loop wakes on a mark (or on the
 safety-net timer), reads the changed index entries into its folded picture (:mod:`observed`; all
-of them on a full pass) and takes one :class:`~accel_operator.reconcile.snapshot.Snapshot`, calls
+of them on a full pass) and takes one :class:`~accel_operator.reconcile.common.snapshot.Snapshot`, calls
 ``decide`` for every job that needs it — jobs that hold devices first, then waiting jobs in queue
 order, so that admission is serialized and sees every earlier reservation — and applies each
 decision: the status first (the record of an admission survives a crash), then the workload and
@@ -30,6 +30,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from accel_api import catalog as catalog_mod
+from accel_api.durations import parse_time
 from accel_api.enums import JobPhase
 from accel_api.job import AcceleratorJobStatus
 from accel_api.vocabulary import ANNOTATION_CHECKPOINT_NOW
@@ -41,15 +42,15 @@ from accel_operator.adapters.kube.client import ClusterUnavailable
 from accel_operator.adapters.kube.jobs import JobGone, JobRef, JobWriter
 from accel_operator.adapters.kube.lease import AlwaysLeader, Elector
 from accel_operator.adapters.kube.reschedule import RescheduleClient
-from accel_operator.handlers import calls
-from accel_operator.handlers.observed import Observed
+from accel_operator.engine import calls
+from accel_operator.engine.cache import Observed
 from accel_operator.metrics import OperatorMetrics
 from accel_operator.planning import policy, selection
 from accel_operator.planning.candidates import OWN_MAX_DEVICES, Plan, PoolOffer, ranked_per_pool
-from accel_operator.reconcile import actions as act
-from accel_operator.reconcile import consolidate, fallback, health, policy_inputs, resume
-from accel_operator.reconcile.decide import ADMITTED, Decision, decide, gang_of
-from accel_operator.reconcile.snapshot import (
+from accel_operator.reconcile.common import actions as act
+from accel_operator.reconcile.common import policy_inputs
+from accel_operator.reconcile.common.decision import ADMITTED, Decision
+from accel_operator.reconcile.common.snapshot import (
     AT_REST,
     HOLDING,
     Gang,
@@ -60,8 +61,10 @@ from accel_operator.reconcile.snapshot import (
     Snapshot,
     WorkloadView,
 )
-from accel_operator.reconcile.status import holds, settle_status
-from accel_operator.reconcile.times import parse_time
+from accel_operator.reconcile.job import fallback, resume
+from accel_operator.reconcile.job.decide import decide, gang_of
+from accel_operator.reconcile.job.status import holds, settle_status
+from accel_operator.reconcile.nodes import consolidate, health
 from accel_operator.settings import OperatorSettings
 
 log = logging.getLogger("accel_operator.scheduler")
@@ -506,7 +509,7 @@ class Scheduler:
                 self.metrics.queue_depth.labels(pool).set(queue.get(pool, 0))
         self.metrics.pass_seconds.observe(time.perf_counter() - t0)
 
-    # --- consolidation (reconcile/consolidate.py) ------------------------------------------------
+    # --- consolidation (reconcile/nodes/consolidate.py) ------------------------------------------------
 
     def consolidation_rules(self, snap: Snapshot) -> consolidate.Rules:
         s = self.settings

@@ -34,7 +34,7 @@ from accel_api.policy import (
     SpendLedger,
     TeamSpend,
 )
-from accel_operator.reconcile import ledger
+from accel_operator.accounting import ledger
 
 Key = tuple[str, BudgetPeriod]  # (team, period)
 

@@ -1,6 +1,6 @@
 """Early warnings, wired: background tasks that turn the clouds' notices into a taint on the
 node and a checkpoint-now request to the jobs on it (the pure part is
-:mod:`accel_operator.reconcile.early_warning`).
+:mod:`accel_operator.reconcile.nodes.early_warning`).
 
 - AWS (``ACCEL_OPERATOR_SQS_QUEUE_URL``): the SQS queue EventBridge fills. Each notice's
   ``instance-id`` is matched to a node through ``spec.providerID`` (kopf's node index); the node
@@ -38,10 +38,10 @@ from accel_operator.adapters.gcp.tpu import TpuNodes, TpuUnavailable
 from accel_operator.adapters.kube.client import ClusterUnavailable
 from accel_operator.adapters.kube.jobs import JobRef, JobWriter
 from accel_operator.adapters.kube.signals import SignalWriter
-from accel_operator.handlers.scheduler import Scheduler
+from accel_operator.engine.scheduler import Scheduler
 from accel_operator.metrics import OperatorMetrics
-from accel_operator.reconcile import early_warning as ew
-from accel_operator.reconcile.snapshot import NodeView, PodView
+from accel_operator.reconcile.common.snapshot import NodeView, PodView
+from accel_operator.reconcile.nodes import early_warning as ew
 from accel_operator.settings import OperatorSettings
 
 log = logging.getLogger("accel_operator.signals")

@@ -31,15 +31,16 @@ from enum import StrEnum
 from typing import Any
 
 from accel_api import vocabulary as v
+from accel_api.durations import parse_time
+from accel_api.durations import stamp as _ts
 from accel_api.enums import JobPhase, WorkloadMode
-from accel_operator.reconcile import actions as act
-from accel_operator.reconcile import checkpoint_since, idle_stop, names, node_capacity
-from accel_operator.reconcile.decide import ADMITTED, PLANNED, VALID, Cond, Decision
-from accel_operator.reconcile.messages import clip as _clip
-from accel_operator.reconcile.reports import DeviceReport
-from accel_operator.reconcile.snapshot import JobView, PodView, Snapshot
-from accel_operator.reconcile.times import parse_time
-from accel_operator.reconcile.times import stamp as _ts
+from accel_operator.reconcile.common import actions as act
+from accel_operator.reconcile.common import checkpoints, node_capacity
+from accel_operator.reconcile.common.decision import ADMITTED, PLANNED, VALID, Cond, Decision
+from accel_operator.reconcile.common.decision import clip as _clip
+from accel_operator.reconcile.common.reports import DeviceReport
+from accel_operator.reconcile.common.snapshot import JobView, PodView, Snapshot
+from accel_operator.reconcile.nodes import idle_stop
 
 # Condition types this module writes on running jobs.
 REPORTS, DEVICES, HUNG, IDLE = "NodeReports", "DevicesHealthy", "Hung", "Idle"
@@ -51,8 +52,8 @@ class MoveReason(StrEnum):
 
     DEVICE_UNHEALTHY = "device-unhealthy"
     HUNG = "hung"
-    CONSOLIDATION = "consolidation"  # reconcile/consolidate.py: room for a gang
-    IDLE_STOP = "idle-stop"  # not a move: a policy stopped the idle job (reconcile/idle_stop.py)
+    CONSOLIDATION = "consolidation"  # reconcile/nodes/consolidate.py: room for a gang
+    IDLE_STOP = "idle-stop"  # not a move: a policy stopped the idle job (reconcile/nodes/idle_stop.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,7 +197,7 @@ def _move(
     job: JobView, health: dict[str, Any], reason: MoveReason, why: str, *, from_checkpoint: bool
 ) -> tuple[Decision, MoveReason]:
     st = job.status
-    old = st.workload or names.workload_name(job.name, st.attempt)
+    old = st.workload or act.workload_name(job.name, st.attempt)
     start = "from its latest checkpoint" if from_checkpoint else "from the start (the job has no checkpoint)"
     message = _clip(f"attempt {st.attempt} ended: {why}; attempt {st.attempt + 1} is planned again, {start}")
     new_health = {
@@ -223,7 +224,7 @@ def _move(
     return decision, reason
 
 
-move = _move  # the same move, for consolidation (reconcile/consolidate.py)
+move = _move  # the same move, for consolidation (reconcile/nodes/consolidate.py)
 
 
 def amend(
@@ -278,7 +279,7 @@ def amend(
         if not checkpointable:
             return _move(job, health, MoveReason.DEVICE_UNHEALTHY, why, from_checkpoint=False)
         if requested is None:
-            step_then = checkpoint_since.step_at_request(job.status)
+            step_then = checkpoints.step_at_request(job.status)
             health.update(moveRequestedTime=_ts(now), moveReason=why, moveCheckpointStep=step_then)
             # The event first: it is the record a person reads, even if the request fails.
             events.append(
@@ -292,7 +293,7 @@ def amend(
             events.append(act.RequestCheckpoint(pod_keys, _ts(now), MoveReason.DEVICE_UNHEALTHY.value))
         else:
             step_then = health.get("moveCheckpointStep")
-            saved = checkpoint_since.written_since(job.status.last_checkpoint, step_then, requested)
+            saved = checkpoints.written_since(job.status.last_checkpoint, step_then, requested)
             if saved or (now - requested).total_seconds() >= rules.checkpoint_grace:
                 return _move(job, health, MoveReason.DEVICE_UNHEALTHY, why, from_checkpoint=True)
         return _amended(decision, conds, events, before, health), None
@@ -352,7 +353,7 @@ def amend(
                 events.append(act.RecordEvent("Warning", "IdleReservation", why))
         else:
             conds.append(Cond(IDLE, False, "Quiet", f"devices near 0% since {_ts(since)}"))
-        # A policy may stop it (reconcile/idle_stop.py).
+        # A policy may stop it (reconcile/nodes/idle_stop.py).
         rule = idle_stop.rule_for(job.spec.team, snapshot.policy.policies)
         stop = idle_stop.step(
             job, pods, rule, held, now=now, health=health, grace=rules.checkpoint_grace, conds=conds, events=events

@@ -24,8 +24,8 @@ from enum import StrEnum
 from typing import Final
 
 from accel_api import vocabulary as v
-from accel_operator.reconcile.messages import clip as _clip
-from accel_operator.reconcile.snapshot import JobKey, NodeView, PodView
+from accel_operator.reconcile.common.decision import clip as _clip
+from accel_operator.reconcile.common.snapshot import JobKey, NodeView, PodView
 
 TOKEN_LENGTH: Final = 128  # the annotation value; a job compares it, nobody parses it
 _UNSAFE: Final = re.compile(r"[^A-Za-z0-9._:/@+-]")

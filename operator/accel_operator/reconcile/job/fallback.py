@@ -20,9 +20,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
+from accel_api.durations import parse_time as _time
 from accel_api.enums import SpotPolicy
 from accel_api.job import AcceleratorJobSpec, AcceleratorJobStatus
-from accel_operator.reconcile.times import parse_time as _time
 
 
 @dataclass(frozen=True, slots=True)

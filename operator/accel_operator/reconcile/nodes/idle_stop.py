@@ -25,19 +25,19 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from accel_api import vocabulary as v
+from accel_api.durations import parse_time
+from accel_api.durations import stamp as _ts
 from accel_api.enums import IdleAction, JobPhase
 from accel_api.policy import AcceleratorPolicy
-from accel_operator.reconcile import actions as act
-from accel_operator.reconcile import checkpoint_since, names
-from accel_operator.reconcile.decide import ADMITTED, PLANNED, VALID, Cond, Decision
-from accel_operator.reconcile.messages import clip as _clip
-from accel_operator.reconcile.snapshot import JobView, PodView
-from accel_operator.reconcile.times import parse_time
-from accel_operator.reconcile.times import stamp as _ts
+from accel_operator.reconcile.common import actions as act
+from accel_operator.reconcile.common import checkpoints
+from accel_operator.reconcile.common.decision import ADMITTED, PLANNED, VALID, Cond, Decision
+from accel_operator.reconcile.common.decision import clip as _clip
+from accel_operator.reconcile.common.snapshot import JobView, PodView
 
 IDLE, IDLE_STOP = "Idle", "IdleStop"
 REASON = "idle-stop"  # the checkpoint request's reason (a metrics label)
@@ -119,7 +119,7 @@ def step(
     requested = parse_time(health.get("stopRequestedTime"))
     if requested is None:
         health["stopRequestedTime"] = _ts(now)
-        health["stopCheckpointStep"] = checkpoint_since.step_at_request(job.status)
+        health["stopCheckpointStep"] = checkpoints.step_at_request(job.status)
         message = _clip(f"{idle}: checkpoint requested; the job stops within {grace:.0f}s")
         conds.append(Cond(IDLE_STOP, False, "CheckpointRequested", message))
         events.append(act.RecordEvent("Warning", "IdleStopRequested", message))
@@ -127,7 +127,7 @@ def step(
         return None
     checkpoint = job.status.last_checkpoint
     saved = parse_time(checkpoint.time if checkpoint is not None else None)
-    if checkpoint_since.written_since(checkpoint, health.get("stopCheckpointStep"), requested):
+    if checkpoints.written_since(checkpoint, health.get("stopCheckpointStep"), requested):
         at = f" at {_ts(saved)}" if saved is not None else ""
         return _stop(job, health, f"{idle}; checkpoint written{at}", now)
     if (now - requested).total_seconds() >= grace:
@@ -141,7 +141,7 @@ def step(
 
 def _stop(job: JobView, health: dict[str, Any], why: str, now: dt.datetime) -> Decision:
     st = job.status
-    old = st.workload or names.workload_name(job.name, st.attempt)
+    old = st.workload or act.workload_name(job.name, st.attempt)
     message = _clip(
         f"attempt {st.attempt} ended, the job is Stopped: {why}. To resume it (from its latest complete "
         f"checkpoint), set the annotation {v.ANNOTATION_RESUME} to a new value"
@@ -169,30 +169,4 @@ def _stop(job: JobView, health: dict[str, Any], why: str, now: dt.datetime) -> D
         status={"attempt": st.attempt + 1, "workload": None, "message": message, "health": new_health},
         actions=(act.DeleteWorkload(old, "stopped: idle"), act.RecordEvent("Warning", "StoppedIdle", message)),
         reason=message,
-    )
-
-
-# --- a Stopped job --------------------------------------------------------------------------------
-
-
-def resume_requested(job: JobView) -> bool:
-    """Whether a user set ``accel.dev/resume`` to a value the job was not stopped with."""
-    seen = job.status.health.resume_seen if job.status.health is not None else None
-    return job.resume_request is not None and job.resume_request != seen
-
-
-def stopped(job: JobView) -> Decision:
-    """A Stopped job stays as it is: its conditions kept, nothing to do."""
-    conds = tuple(Cond(c.type, c.status == "True", c.reason or "", c.message or "") for c in job.status.conditions)
-    return Decision(phase=JobPhase.STOPPED, conditions=conds, reason="stopped for idleness")
-
-
-def resumed(job: JobView, decision: Decision) -> Decision:
-    """``decision`` (the job planned again) with the record that a user resumed it."""
-    health = job.status.health.model_dump(by_alias=True, mode="json") if job.status.health is not None else {}
-    message = f"resumed by the {v.ANNOTATION_RESUME} annotation as attempt {job.status.attempt}"
-    return replace(
-        decision,
-        status={**decision.status, "health": {**health, "stoppedTime": None}},
-        actions=(act.RecordEvent("Normal", "Resumed", message), *decision.actions),
     )

@@ -5,15 +5,13 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from accel_api.enums import CapacityType
 from accel_api.job import AcceleratorJobStatus, Alternative, PlanStatus
 from accel_operator.planning import explain
 from accel_operator.planning.candidates import Candidate, Plan, best_per_pool
-
-if TYPE_CHECKING:
-    from accel_operator.reconcile.decide import Decision
+from accel_operator.reconcile.common.decision import Decision
 
 # The operator writes at most this many alternatives (one per pool, the best ranked first; the
 # schema allows bounds.STATUS_ALTERNATIVES): every status write re-encodes the whole object, so

@@ -24,8 +24,8 @@ from accel_api.enums import JobPhase, PoolScaling
 from accel_api.job import AcceleratorJobSpec, AcceleratorJobStatus
 from accel_api.pool import AcceleratorPoolSpec
 from accel_operator.planning.candidates import Plan
-from accel_operator.reconcile.policy_inputs import PolicyInputs
-from accel_operator.reconcile.reports import ReportView
+from accel_operator.reconcile.common.policy_inputs import PolicyInputs
+from accel_operator.reconcile.common.reports import ReportView
 
 JobKey = tuple[str, str]  # (namespace, name)
 
@@ -46,12 +46,12 @@ class NodeView:
     terminating: bool = False  # carries a termination taint (spot notice, Karpenter disruption)
     deleting: bool = False
     health_taint: bool = False  # carries the operator's device-unhealthy taint
-    condemned: bool = False  # a fresh node report shows a failing device (reconcile/health.py)
+    condemned: bool = False  # a fresh node report shows a failing device (reconcile/nodes/health.py)
     uid: str = ""  # one incarnation of the node: a node re-created under the same name is another
     provider_id: str = ""  # spec.providerID: aws:///<zone>/<instance-id>, gce://<project>/<zone>/<name>
     termination_taints: frozenset[str] = frozenset()  # which of vocabulary.TERMINATION_TAINTS it carries
     capacity_devices: int | None = None  # status.capacity (allocatable is lower by what the device plugin withholds)
-    # From a fresh node report (reconcile/node_capacity.py): devices that something Kubernetes does
+    # From a fresh node report (reconcile/common/node_capacity.py): devices that something Kubernetes does
     # not know of uses (a process no pod owns, memory held with no pod), off its free devices; the
     # free memory (bytes, None when not measured) of each device the report shows clean, largest
     # first. None: no fresh report, Kubernetes' view alone.
@@ -86,7 +86,7 @@ class PodView:
     checkpoint_now: str | None = None  # the pod's vocabulary.ANNOTATION_CHECKPOINT_NOW (the last request)
     reported_checkpoint: str | None = None  # accel.dev/last-checkpoint as the job wrote it (clipped, unchecked)
     # When kube-scheduler first found no node for it (PodScheduled=False, Unschedulable): the
-    # gang's bind clock (reconcile/bind_clock.py). None: bound, or not tried yet.
+    # gang's bind clock (reconcile/job/bind_clock.py). None: bound, or not tried yet.
     unschedulable_since: dt.datetime | None = None
 
     @property
@@ -414,7 +414,7 @@ class Snapshot:
     plans: Mapping[JobKey, Plan] = field(default_factory=lambda: MappingProxyType({}))
     blocked: Mapping[str, Blocked] = field(default_factory=lambda: MappingProxyType({}))
     policy: PolicyInputs = field(default_factory=PolicyInputs)  # policies, namespace teams, spend
-    # What the node agents report (reconcile/health.py decides on them), and the nodes by name.
+    # What the node agents report (reconcile/nodes/health.py decides on them), and the nodes by name.
     reports: Mapping[str, ReportView] = field(default_factory=lambda: MappingProxyType({}))
     nodes: Mapping[str, NodeView] = field(default_factory=lambda: MappingProxyType({}))
     node_used: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))  # devices pods hold

@@ -12,10 +12,10 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
+from accel_api.durations import parse_time, stamp
 from accel_api.enums import CapacityType
 from accel_api.job import EARLIER_FAILURES, AcceleratorJobStatus, AttemptFailure, AttemptHeld
-from accel_operator.reconcile.snapshot import JobView, WorkloadView
-from accel_operator.reconcile.times import parse_time, stamp
+from accel_operator.reconcile.common.snapshot import JobView, WorkloadView
 
 
 def of(job: JobView, workload: WorkloadView | None) -> AttemptHeld | None:

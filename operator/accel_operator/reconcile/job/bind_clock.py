@@ -24,7 +24,7 @@ import datetime as dt
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from accel_operator.reconcile.snapshot import PodView
+from accel_operator.reconcile.common.snapshot import PodView
 
 # From admission: a gang whose pods were neither placed nor found unschedulable this many
 # timeouts later is released anyway (with the default 120 s, after 10 minutes).

@@ -26,18 +26,34 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 from accel_api import bounds
+from accel_api import vocabulary as v
+from accel_api.durations import parse_time
+from accel_api.durations import stamp as _ts
 from accel_api.enums import FailureKind, JobPhase
 from accel_api.job import AttemptFailure, ResumeStatus
 from accel_operator.planning import explain
 from accel_operator.planning.candidates import Candidate, Plan, ranked_per_pool
-from accel_operator.reconcile import actions as act
-from accel_operator.reconcile import attempt_held, bind_clock, fallback, names, node_capacity, resume
-from accel_operator.reconcile.messages import clip as _clip
-from accel_operator.reconcile.snapshot import (
+from accel_operator.reconcile.common import actions as act
+from accel_operator.reconcile.common import attempt_held, node_capacity
+from accel_operator.reconcile.common.decision import (
+    ADMITTED,
+    DISRUPTION_RULE,
+    FINISHED,
+    PLANNED,
+    RESUMED,
+    RUNNING,
+    SPOT_FALLBACK,
+    STICKY,
+    VALID,
+    Cond,
+    Decision,
+)
+from accel_operator.reconcile.common.decision import clip as _clip
+from accel_operator.reconcile.common.snapshot import (
     HOLDING,
     Blocked,
     Gang,
@@ -46,45 +62,8 @@ from accel_operator.reconcile.snapshot import (
     Snapshot,
     WorkloadView,
 )
-from accel_operator.reconcile.status import plan_wire
-from accel_operator.reconcile.times import parse_time
-from accel_operator.reconcile.times import stamp as _ts
-
-# Condition types, in the order they are written.
-VALID, PLANNED, ADMITTED, RUNNING, FINISHED = "Valid", "Planned", "Admitted", "Running", "Finished"
-# Written once and carried by every later decision: how the attempt started, and the fallback.
-RESUMED, SPOT_FALLBACK = "Resumed", "SpotFallback"
-STICKY = (RESUMED, SPOT_FALLBACK)
-# The workload's podFailurePolicy: rule 0 is a disruption (a preemption), rule 1 a failed container.
-DISRUPTION_RULE = "rule at index 0"
-
-
-@dataclass(frozen=True, slots=True)
-class Cond:
-    type: str
-    ok: bool
-    reason: str
-    message: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class Decision:
-    """What ``job`` should become. ``status`` holds only the fields to write (camelCase, JSON
-    values; None clears a field); ``conditions`` replace the job's conditions (transition times
-    are kept by the writer while a condition's status holds)."""
-
-    phase: JobPhase
-    conditions: tuple[Cond, ...]
-    status: dict[str, Any] = field(default_factory=dict)
-    actions: tuple[act.Action, ...] = ()
-    reason: str = ""
-    # Set when the job waits for its first-choice pool: later jobs may only backfill around it.
-    blocks: tuple[str, Blocked] | None = None
-    admitted: tuple[str, Gang] | None = None
-
-    @property
-    def message(self) -> str:
-        return self.reason
+from accel_operator.reconcile.job import bind_clock, fallback, policy_gate, resume
+from accel_operator.reconcile.job.status import plan_wire
 
 
 def _event_if_new(job: JobView, phase: JobPhase, reason: str, type_: str, message: str) -> tuple[act.Action, ...]:
@@ -228,7 +207,7 @@ def _admit(
     job: JobView, plan: Plan, c: Candidate, *, first: Candidate, why_not: Sequence[str], now: dt.datetime
 ) -> Decision:
     attempt = job.status.attempt
-    workload = names.workload_name(job.name, attempt)
+    workload = act.workload_name(job.name, attempt)
     gang = _gang(c)
     message = (
         f"admitted attempt {attempt} on {c.pool}: {c.devices} × {c.accelerator} on {c.nodes} node(s), "
@@ -323,7 +302,7 @@ def _after_failure(
         count, limit, field_name = st.retries + 1, job.spec.max_retries, "maxRetries"
         counters = {"retries": count}
         used = count
-    old = st.workload or names.workload_name(job.name, st.attempt)
+    old = st.workload or act.workload_name(job.name, st.attempt)
     if used <= limit or fell_back is not None:
         message = (
             f"attempt {st.attempt} ended: {failure.kind.value.lower()}{where}: {failure.reason}; "
@@ -389,7 +368,7 @@ def _holding(
 ) -> Decision:
     st = job.status
     assert st.phase is not None
-    name = st.workload or names.workload_name(job.name, st.attempt)
+    name = st.workload or act.workload_name(job.name, st.attempt)
     wl = snapshot.workloads.get((job.namespace, name))
     pods = _attempt_pods(snapshot, job)
     plan = st.plan
@@ -565,24 +544,44 @@ def _decide(
         phase = None  # a spec that was invalid and is valid now: start over
     if phase in (JobPhase.SUCCEEDED, JobPhase.FAILED):
         return _terminal(job)
-    # The policies are checked again here (policy_gate builds Decisions, so it is imported late).
-    from accel_operator.reconcile import policy_gate
-
+    # The policies are checked again here.
     if phase in HOLDING:
         held = _holding(job, snapshot, now, bind_timeout, rules)
         return _over_budget(job, policy_gate.holding(job, snapshot, held))
     if phase is JobPhase.STOPPED:  # stopped for idleness by a policy: until a user resumes it
-        from accel_operator.reconcile import idle_stop
-
-        if not idle_stop.resume_requested(job):
-            return idle_stop.stopped(job)
-        return idle_stop.resumed(job, _waiting_or_resuming(job, snapshot, now, lookup))
+        if not _resume_requested(job):
+            return _stopped(job)
+        return _resumed(job, _waiting_or_resuming(job, snapshot, now, lookup))
     return _waiting_or_resuming(job, snapshot, now, lookup)
 
 
-def _waiting_or_resuming(job: JobView, snapshot: Snapshot, now: dt.datetime, lookup: resume.Lookup | None) -> Decision:
-    from accel_operator.reconcile import policy_gate
+# --- a Stopped job (stopped for idleness by a policy: reconcile/nodes/idle_stop.py) ------------
 
+
+def _resume_requested(job: JobView) -> bool:
+    """Whether a user set ``accel.dev/resume`` to a value the job was not stopped with."""
+    seen = job.status.health.resume_seen if job.status.health is not None else None
+    return job.resume_request is not None and job.resume_request != seen
+
+
+def _stopped(job: JobView) -> Decision:
+    """A Stopped job stays as it is: its conditions kept, nothing to do."""
+    conds = tuple(Cond(c.type, c.status == "True", c.reason or "", c.message or "") for c in job.status.conditions)
+    return Decision(phase=JobPhase.STOPPED, conditions=conds, reason="stopped for idleness")
+
+
+def _resumed(job: JobView, decision: Decision) -> Decision:
+    """``decision`` (the job planned again) with the record that a user resumed it."""
+    health = job.status.health.model_dump(by_alias=True, mode="json") if job.status.health is not None else {}
+    message = f"resumed by the {v.ANNOTATION_RESUME} annotation as attempt {job.status.attempt}"
+    return replace(
+        decision,
+        status={**decision.status, "health": {**health, "stoppedTime": None}},
+        actions=(act.RecordEvent("Normal", "Resumed", message), *decision.actions),
+    )
+
+
+def _waiting_or_resuming(job: JobView, snapshot: Snapshot, now: dt.datetime, lookup: resume.Lookup | None) -> Decision:
     if resume.needs_resume(job):
         return policy_gate.waiting(job, snapshot) or policy_gate.holding(
             job, snapshot, _resuming(job, snapshot, now, lookup)

@@ -16,7 +16,7 @@ from enum import StrEnum
 
 from accel_api.costrollup import CostRollup
 from accel_api.job import CostStatus
-from accel_operator.reconcile import ledger, rollup
+from accel_operator.accounting import ledger, rollup
 
 
 class By(StrEnum):

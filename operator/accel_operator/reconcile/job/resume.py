@@ -29,12 +29,12 @@ from typing import Any, Final, Literal
 
 from accel_api import bounds
 from accel_api import vocabulary as v
+from accel_api.durations import parse_time as _time
+from accel_api.durations import stamp as _ts
 from accel_api.enums import FailureKind
-from accel_operator.reconcile import attempt_held
-from accel_operator.reconcile.checkpoints import Checkpoint, step_of
-from accel_operator.reconcile.snapshot import JobView, PodView
-from accel_operator.reconcile.times import parse_time as _time
-from accel_operator.reconcile.times import stamp as _ts
+from accel_operator.reconcile.common import attempt_held
+from accel_operator.reconcile.common.checkpoints import Checkpoint, step_of
+from accel_operator.reconcile.common.snapshot import JobView, PodView
 
 # The only shape a resume point may have below the job's checkpoint URI.
 _STEP: Final = re.compile(rf"^{re.escape(v.CHECKPOINT_STEP_PREFIX)}[0-9]{{1,18}}$")

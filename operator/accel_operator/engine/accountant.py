@@ -1,0 +1,595 @@
+"""The cost accrual step, wired: every ``cost_interval_seconds`` (leader only) it reads the
+scheduler's snapshot as it stands (jobs, pods, workloads, pools, and the policies and node
+reports the scheduler's own indexes hold: no second copy of them; ``Scheduler.current`` reads
+what changed since the last pass, with no full rebuild), prices each pool
+(``adapters.pricebook``), calls the pure ``reconcile.accrual`` for every job and
+``reconcile.teamspend`` for every policy, and writes what changed: each job's ``status.cost``,
+each policy's ``status.spend`` and ``status.ledger`` (team totals that outlive the jobs), a pool's
+``PriceLive`` condition, an ``OverBudget`` event on a running job whose team is at its limit (it
+is never stopped), and the cost metrics, derived from the ledgers so a restart counts nothing twice.
+
+The durable cost rollup (``reconcile.rollup``, a ConfigMap): every attempt that has ended is folded
+into it and then marked ``rolledUp`` in its job's ledger; a job seen deleted has its remaining
+attempts folded, the running one closed at the deletion. The rollup is written before the marks,
+and each fold is keyed by (job uid, attempt) in the same write, so an operator killed between
+the two folds nothing twice and loses nothing. The cost counters are the rollup plus the live
+jobs' unfolded attempts: they never go down when a job is deleted or the operator restarts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+import math
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from accel_api import catalog as catalog_mod
+from accel_api.costrollup import ROLLUP_OPEN_SHARDS, CostRollup, OpenShard
+from accel_api.job import CostStatus, OverBudget
+from accel_api.policy import SpendLedger, TeamSpend
+from accel_operator.accounting import accrual, ledger, rollup, teamspend
+from accel_operator.adapters.kube.client import ClusterUnavailable
+from accel_operator.adapters.kube.costs import CostWriter, RollupConflict, open_shard_name
+from accel_operator.adapters.kube.jobs import JobGone, JobRef, JobWriter
+from accel_operator.adapters.pricebook import PriceBook, Quote
+from accel_operator.engine.scheduler import Scheduler
+from accel_operator.metrics import CostKey, OperatorMetrics
+from accel_operator.reconcile.common import actions
+from accel_operator.reconcile.common.snapshot import HOLDING, TERMINAL, JobKey, JobView, Snapshot
+
+log = logging.getLogger("accel_operator.cost")
+
+
+def _wire(cost: CostStatus) -> dict[str, Any]:
+    """The merge patch of ``status.cost``: optional keys the ledger dropped are nulled."""
+    out: dict[str, Any] = cost.model_dump(by_alias=True, mode="json", exclude_none=True)
+    for key in ("forecastUsd", "folded", "rolledUpFolded", "overBudget"):
+        out.setdefault(key, None)
+    return out
+
+
+def _settled(job: JobView) -> bool:
+    """A finished job whose ledger has closed every attempt: nothing more will accrue."""
+    cost = job.status.cost
+    return job.phase in TERMINAL and cost is not None and all(a.end is not None for a in cost.attempts)
+
+
+def _shape(cost: CostStatus | None) -> tuple[object, ...]:
+    """What must reach status at once: an attempt that ended (or was folded into the rollup), a
+    budget crossed. A new running attempt is not urgent: it is recomputed from its admission at
+    every tick, and writing it at once cost one more status patch per admission in a burst."""
+    if cost is None:
+        return (None,)  # as an empty ledger: a job's first ledger is not urgent by itself
+    policy = cost.over_budget.policy if cost.over_budget is not None else None
+    return (
+        policy,
+        *((a.attempt, a.end, a.preempted, a.rolled_up) for a in cost.attempts if a.end is not None or a.rolled_up),
+    )
+
+
+URGENT, DUE = "urgent", "due"
+
+
+def _same(a: CostStatus | None, b: CostStatus) -> bool:
+    if a is None:
+        return False
+    return a.model_dump(exclude={"updated"}) == b.model_dump(exclude={"updated"})
+
+
+@dataclass
+class Accountant:
+    scheduler: Scheduler
+    writer: JobWriter
+    costs: CostWriter
+    metrics: OperatorMetrics
+    prices: PriceBook
+    catalog: catalog_mod.Catalog
+    interval: float
+    # A running job's ledger changes every tick; its status is written at most this often unless
+    # its shape changes (an attempt starts or ends, a budget is crossed): the current attempt is
+    # recomputed from its admission at every tick, so a restart loses nothing by it.
+    write_every: float = 0.0
+    # ... and at most this many running jobs' ledgers a second on average: with N running jobs
+    # each is written every max(write_every, N / write_rate) seconds.
+    write_rate: float = 5.0
+    _every: float = 0.0  # this step's interval
+    _now: dt.datetime = field(default_factory=lambda: dt.datetime.now(dt.UTC))  # this step's time
+    known: dict[str, CostStatus] = field(default_factory=dict)  # job uid -> what this process wrote
+    written_at: dict[str, float] = field(default_factory=dict)  # job uid -> monotonic time of that write
+    live: dict[str, bool] = field(default_factory=dict)  # pool -> PriceLive as last written
+    # policy name -> (its uid, the status.ledger and status.spend this process wrote last): the
+    # base of the next step until the watch shows a newer revision (never an older copy).
+    policy_known: dict[str, tuple[str, SpendLedger, list[TeamSpend]]] = field(default_factory=dict)
+    spend_memo: teamspend.Memo = field(default_factory=dict)  # finished jobs' period figures
+    final_spend: dict[str, teamspend.LiveJob] = field(default_factory=dict)  # seen deleted this step
+    # The durable rollup (ConfigMap ``rollup_name`` in ``rollup_namespace``; empty name: off), as
+    # last read or written, and the resourceVersion it is at.
+    rollup_namespace: str = ""
+    rollup_name: str = ""
+    stored: CostRollup | None = None
+    rollup_version: str | None = None
+    # uid -> (who, its ledger as the last step computed it): a job missing from the next snapshot
+    # was deleted, and is folded from this.
+    previous: dict[str, tuple[rollup.JobId, CostStatus]] = field(default_factory=dict)
+    # uid -> (who, its ledger closed at the deletion, when): deleted jobs not folded yet.
+    gone: dict[str, tuple[rollup.JobId, CostStatus, dt.datetime]] = field(default_factory=dict)
+    deleted_at: dict[str, dt.datetime] = field(default_factory=dict)  # uid -> when the DELETED event came
+    # The open attempts (not folded yet) as last read or written, per shard ConfigMap
+    # ``<rollup_name>-open-<i>``, and the resourceVersion each is at: None until read.
+    open_shards: list[OpenShard] | None = None
+    open_versions: list[str | None] = field(default_factory=list)
+
+    def job_deleted(self, job: JobView) -> None:
+        """An AcceleratorJob was deleted (the jobs informer saw it go): its open attempt is
+        charged up to now. With no finalizer a deletion is immediate, so the event comes within
+        the watch's delay of it."""
+        if job.uid and len(self.deleted_at) < 100_000:
+            self.deleted_at[job.uid] = dt.datetime.now(dt.UTC)
+
+    async def run(self, stop: asyncio.Event | None = None) -> None:
+        pause = self.interval
+        while stop is None or not stop.is_set():
+            await asyncio.sleep(pause)
+            sched = self.scheduler
+            if not sched.can_act() or not sched.elector.leading():
+                # What a later leadership would find gone is not known from here: a job seen
+                # last long ago may have ended since (its old ledger must not be closed at its
+                # deletion). Deletions while not leading are those of an operator that was down.
+                self.previous.clear()
+                self.deleted_at.clear()
+                continue
+            t0 = time.monotonic()
+            try:
+                await self.step(dt.datetime.now(dt.UTC))
+            except Exception:  # one bad step must not stop accounting for good
+                self.metrics.reconcile_errors.labels("cost").inc()
+                log.exception("cost accrual step failed; retrying on the next tick")
+            # Accounting never takes more than a fifth of the process's time from scheduling.
+            pause = max(self.interval, 4 * (time.monotonic() - t0))
+
+    def _quote(self, snap: Snapshot, pool_name: str, quotes: dict[str, Quote | None]) -> Quote | None:
+        if pool_name not in quotes:
+            pool = snap.pools.get(pool_name)
+            accel = self.catalog.get(pool.spec.accelerator) if pool is not None else None
+            quotes[pool_name] = self.prices.quote(pool.spec, accel) if pool is not None and accel is not None else None
+        return quotes[pool_name]
+
+    def _compute(
+        self, snap: Snapshot, now: dt.datetime
+    ) -> tuple[
+        dict[JobKey, CostStatus],
+        dict[str, teamspend.Step],
+        list[tuple[JobKey, CostStatus, OverBudget | None]],
+        dict[str, Quote | None],
+    ]:
+        """The CPU (and live price) part of a step, run in a thread so the event loop stays free."""
+        stale_after = self.scheduler.settings.report_stale_seconds
+        self._now = now
+        running = sum(1 for job in snap.jobs.values() if job.phase in HOLDING)
+        self._every = max(self.write_every, running / self.write_rate)
+        quotes: dict[str, Quote | None] = {}
+        ledgers: dict[JobKey, CostStatus] = {}
+        for key, job in snap.jobs.items():
+            st = job.status
+            if job.spec is None or (st.cost is None and st.admitted_time is None):
+                continue
+            if _settled(job) and (self.known.get(job.uid) in (None, st.cost)):
+                ledgers[key] = st.cost  # type: ignore[assignment]  # _settled: not None
+                continue
+            plan = st.plan
+            quote = self._quote(snap, plan.pool, quotes) if plan is not None and plan.pool else None
+            price = accrual.Price(quote.usd_per_device_hour, quote.on_demand_usd_per_device_hour) if quote else None
+            pods = snap.pods_by_job.get(key, ())
+            idle = (
+                accrual.idle_fraction(job, pods, snap.reports, plan.devices or 0, now=now, stale_after=stale_after)
+                if plan is not None
+                else 0.0
+            )
+            failure = st.last_failure
+            held = failure.held if failure is not None else None
+            failed = self._quote(snap, held.pool, quotes) if held is not None else None
+            held_prices: dict[str, accrual.Price] = {}
+            for earlier in st.earlier_failures:
+                q = self._quote(snap, earlier.held.pool, quotes) if earlier.held is not None else None
+                if q is not None and earlier.held is not None:
+                    held_prices[earlier.held.pool] = accrual.Price(
+                        q.usd_per_device_hour, q.on_demand_usd_per_device_hour
+                    )
+            ledgers[key] = accrual.accrue(
+                job,
+                self.known.get(job.uid),
+                price,
+                idle,
+                now,
+                workload=snap.workloads.get(
+                    (job.namespace, st.workload or actions.workload_name(job.name, st.attempt))
+                ),
+                failed_price=accrual.Price(failed.usd_per_device_hour, failed.on_demand_usd_per_device_hour)
+                if failed
+                else None,
+                held_prices=held_prices,
+            )
+        # Team spending per policy: the deleted jobs' settled figures and every live job's ledger;
+        # what the policy carries for a job is its ledger as its status holds it after this step.
+        chosen = self._choose(snap, ledgers)
+        written = {key: ledgers[key] for key in chosen}
+        live = self._live(snap, ledgers, written)
+        steps = self._teams(snap, live, now)
+        spends = {name: s.spend for name, s in steps.items()}
+        writes: list[tuple[JobKey, CostStatus, OverBudget | None]] = []
+        for key, accrued in list(ledgers.items()):
+            job = snap.jobs[key]
+            assert job.spec is not None
+            before = job.status.cost.over_budget if job.status.cost is not None else None
+            over = accrual.over_budget(job.spec.team, spends, before, now) if job.phase in HOLDING else None
+            cost = accrued if accrued.over_budget == over else accrued.model_copy(update={"over_budget": over})
+            ledgers[key] = cost
+            kind = self._due(job, cost)
+            if kind is URGENT or (kind is DUE and key in chosen):
+                writes.append((key, cost, before))
+        return ledgers, steps, writes, quotes
+
+    def _due(self, job: JobView, cost: CostStatus) -> str | None:
+        """Whether the job's ledger is written this step: ``URGENT`` when its shape (an end, a
+        mark, a budget crossed) changed; ``DUE`` when it changed and was not written for this
+        step's interval (or never); else None."""
+        known = self.known.get(job.uid)
+        if _same(job.status.cost, cost) or _same(known, cost):
+            return None
+        if _shape(job.status.cost) != _shape(cost) or _shape(known) != _shape(cost):
+            return URGENT
+        return DUE if self._age(job) >= self._every else None
+
+    def _age(self, job: JobView) -> float:
+        """Seconds since the job's ledger was last written: by this process, else by whoever
+        wrote the one its status holds (a restarted operator's backlog of jobs whose ledger is
+        already stored does not go before a job that has none); never written: infinite."""
+        last = self.written_at.get(job.uid)
+        if last is not None:
+            return time.monotonic() - last
+        stored = job.status.cost
+        if stored is not None and stored.updated is not None:
+            return max(0.0, (self._now - ledger.parse(stored.updated)).total_seconds())
+        return math.inf
+
+    def _choose(self, snap: Snapshot, ledgers: Mapping[JobKey, CostStatus]) -> set[JobKey]:
+        """The ledgers written this step: every urgent one, and of those due at most
+        ``write_rate`` x the tick's interval, the longest unwritten first (a burst of new jobs
+        is written over several ticks instead of one status patch per admission at once)."""
+        urgent: set[JobKey] = set()
+        due: list[tuple[float, JobKey]] = []
+        for key, cost in ledgers.items():
+            job = snap.jobs[key]
+            kind = self._due(job, cost)
+            if kind is URGENT:
+                urgent.add(key)
+            elif kind is DUE:
+                due.append((self._age(job), key))
+        room = max(1, int(self.write_rate * self.interval))
+        due.sort(key=lambda item: -item[0])  # the oldest (never written: infinite) first
+        return urgent | {key for _, key in due[:room]}
+
+    def _live(
+        self, snap: Snapshot, ledgers: Mapping[JobKey, CostStatus], written: Mapping[JobKey, CostStatus]
+    ) -> list[teamspend.LiveJob]:
+        out = []
+        for key, cost in ledgers.items():
+            job = snap.jobs[key]
+            if job.spec is None:
+                continue
+            shown = written.get(key) or self.known.get(job.uid) or job.status.cost or CostStatus()
+            out.append(teamspend.LiveJob(job.uid, job.spec.team, cost, written=shown))
+        return out
+
+    def _teams(self, snap: Snapshot, live: list[teamspend.LiveJob], now: dt.datetime) -> dict[str, teamspend.Step]:
+        existing = {job.uid for job in snap.jobs.values()}
+        steps: dict[str, teamspend.Step] = {}
+        for pol in snap.policy.policies:
+            name, uid = pol.metadata.name or "", pol.metadata.uid or ""
+            watched = pol.status.ledger if pol.status is not None else None
+            mine = self.policy_known.get(name)
+            base = teamspend.newest(mine[1] if mine is not None and mine[0] == uid else None, watched)
+            steps[name] = teamspend.step(
+                pol.spec, base, live, existing, now, memo=self.spend_memo, final=self.final_spend
+            )
+        for uid in set(self.spend_memo) - existing:
+            del self.spend_memo[uid]
+        return steps
+
+    async def step(self, now: dt.datetime) -> None:
+        t0 = time.perf_counter()
+        snap = self.scheduler.current(now)
+        self._note_gone(snap, now)
+        ledgers, steps, writes, quotes = await asyncio.to_thread(self._compute, snap, now)
+        ledgers, writes = await self._fold(snap, ledgers, writes, now)
+        await asyncio.gather(*(self._write_job(snap, key, cost, before) for key, cost, before in writes))
+        if any(self.known.get(snap.jobs[key].uid) is not cost for key, cost, _ in writes):
+            # A job's write failed: the policies carry its ledger as its status still holds it.
+            live = self._live(snap, ledgers, {})
+            steps = await asyncio.to_thread(self._teams, snap, live, now)
+        await self._write_policies(snap, steps)
+        self.final_spend.clear()
+        await self._pool_conditions(snap, quotes, now)
+        self._counters(snap, ledgers)
+        self.metrics.accrual_seconds.observe(time.perf_counter() - t0)
+
+    # --- the durable rollup -------------------------------------------------------------------------
+
+    def _note_gone(self, snap: Snapshot, now: dt.datetime) -> None:
+        """Jobs the last step computed that the snapshot no longer holds were deleted: each is
+        closed at its deletion (the DELETED event's time, else now) and queued for the rollup
+        and the policies' settled totals."""
+        uids = {job.uid for job in snap.jobs.values()}
+        for uid, (who, cost) in self.previous.items():
+            if uid in uids or uid in self.gone:
+                continue
+            end = min(self.deleted_at.get(uid, now), now)
+            how = "its DELETED event" if uid in self.deleted_at else "when it was seen gone"
+            log.info("job %s/%s deleted: its open attempt is charged up to %s (%s)", who.namespace, who.name, end, how)
+            closed = accrual.at_deletion(cost, end)
+            self.gone[uid] = (who, closed, end)
+            self.final_spend[uid] = teamspend.LiveJob(uid, who.team, closed)
+        for uid in [u for u in self.deleted_at if u not in self.previous or u in uids]:
+            if now - self.deleted_at[uid] > dt.timedelta(hours=1):
+                del self.deleted_at[uid]
+
+    async def _load_rollup(self) -> bool:
+        if not self.rollup_name:
+            return False
+        if self.stored is not None:
+            return True
+        try:
+            self.stored, self.rollup_version = await asyncio.to_thread(
+                self.costs.read_rollup, self.rollup_namespace, self.rollup_name
+            )
+        except ClusterUnavailable as exc:
+            log.warning("cost rollup %s/%s not read: %s", self.rollup_namespace, self.rollup_name, exc)
+            return False
+        return True
+
+    async def _fold(
+        self,
+        snap: Snapshot,
+        ledgers: dict[JobKey, CostStatus],
+        writes: list[tuple[JobKey, CostStatus, OverBudget | None]],
+        now: dt.datetime,
+    ) -> tuple[dict[JobKey, CostStatus], list[tuple[JobKey, CostStatus, OverBudget | None]]]:
+        """Fold the ended attempts and the deleted jobs into the rollup, write it, then mark the
+        folded attempts in the jobs' ledgers (they are written with the mark this step)."""
+        self.previous = {}
+        for key, cost in ledgers.items():
+            job = snap.jobs[key]
+            if job.spec is not None:
+                who = rollup.JobId(job.uid, job.namespace, job.name, job.spec.team, cost.forecast_usd)
+                self.previous[job.uid] = (who, cost)
+        if not await self._load_rollup():
+            if not self.rollup_name:
+                self.gone.clear()
+            return ledgers, writes
+        assert self.stored is not None
+        value = self.stored
+        pending = rollup.pending_of(value)
+        items: list[rollup.FoldItem] = []
+        for key, cost in ledgers.items():
+            job = snap.jobs[key]
+            ended = rollup.foldable(cost, pending.get(job.uid, ()))
+            if ended and job.uid in self.previous:
+                items.append(rollup.item(self.previous[job.uid][0], ended))
+        for uid, (who, cost, end) in sorted(self.gone.items()):
+            items.append(rollup.item(who, rollup.unfolded(cost, pending.get(uid, ())), gone=end, summary=cost))
+        vanished: list[rollup.FoldItem] = []
+        if await self._load_open():
+            assert self.open_shards is not None
+            entries = [e for shard in self.open_shards for e in shard.attempts]
+            vanished = rollup.vanished(entries, {j.uid for j in snap.jobs.values()}, skip=set(self.gone))
+            items.extend(vanished)
+        value = rollup.fold_many(value, items)
+        marked = {
+            job.uid: [a.attempt for a in job.status.cost.attempts if a.rolled_up]
+            for job in snap.jobs.values()
+            if job.status.cost is not None
+        }
+        value = rollup.bound(rollup.prune(value, marked, {j.uid for j in snap.jobs.values()}, now), now)
+        if value is not self.stored:
+            try:
+                self.rollup_version = await asyncio.to_thread(
+                    self.costs.write_rollup, self.rollup_namespace, self.rollup_name, value, self.rollup_version
+                )
+            except RollupConflict as exc:
+                log.info("cost rollup not written: %s; reading it again", exc)
+                self.stored = None
+                await self._load_rollup()  # folded next step, on what is there now
+                return ledgers, writes
+            except ClusterUnavailable as exc:
+                log.info("cost rollup not written: %s", exc)
+                return ledgers, writes
+            self.stored = value
+            if self.gone:
+                log.info("%d deleted job(s) folded into the cost rollup", len(self.gone))
+            for lost in vanished:
+                log.info(
+                    "job %s/%s was deleted while no operator saw it: its open attempt(s) folded as accrued through %s",
+                    lost.job.namespace,
+                    lost.job.name,
+                    lost.gone,
+                )
+            self.gone.clear()
+        # Every attempt the rollup holds is marked in its job's ledger (written this step; a mark
+        # whose write failed is made again next step, as the key stays pending until then).
+        pending = rollup.pending_of(self.stored)
+        out = {k: (c, b) for k, c, b in writes}
+        for key, cost in list(ledgers.items()):
+            job = snap.jobs[key]
+            held = pending.get(job.uid, frozenset())
+            todo = [a.attempt for a in cost.attempts if a.attempt in held and not a.rolled_up]
+            if not todo:
+                continue
+            marked_cost = ledger.mark_rolled_up(cost, todo)
+            ledgers[key] = marked_cost
+            before = out[key][1] if key in out else (job.status.cost.over_budget if job.status.cost else None)
+            out[key] = (marked_cost, before)
+            if job.uid in self.previous:
+                self.previous[job.uid] = (self.previous[job.uid][0], marked_cost)
+        await self._write_open(snap, ledgers, pending, now)
+        return ledgers, [(k, c, b) for k, (c, b) in out.items()]
+
+    async def _load_open(self) -> bool:
+        """Read the open attempts' shards once (a new leader's first step)."""
+        if self.open_shards is not None:
+            return True
+        names = [open_shard_name(self.rollup_name, i) for i in range(ROLLUP_OPEN_SHARDS)]
+        try:
+            read = [await asyncio.to_thread(self.costs.read_open, self.rollup_namespace, n) for n in names]
+        except ClusterUnavailable as exc:
+            log.warning("open attempts of the cost rollup not read: %s", exc)
+            return False
+        self.open_shards = [shard for shard, _ in read]
+        self.open_versions = [version for _, version in read]
+        return True
+
+    async def _write_open(
+        self,
+        snap: Snapshot,
+        ledgers: Mapping[JobKey, CostStatus],
+        pending: Mapping[str, frozenset[int]],
+        now: dt.datetime,
+    ) -> None:
+        """Keep every live job's attempts not in the rollup, as accrued now, beside the rollup (one
+        write per shard that changed): a job deleted while no operator runs is folded from there."""
+        if self.open_shards is None:
+            return
+        entries = []
+        for key, cost in ledgers.items():
+            job = snap.jobs[key]
+            if job.spec is not None:
+                who = rollup.JobId(job.uid, job.namespace, job.name, job.spec.team, cost.forecast_usd)
+                entries.extend(rollup.open_attempts(who, cost, pending.get(job.uid, ()), now))
+        shards, dropped = await asyncio.to_thread(rollup.pack, entries)
+        if dropped:
+            log.warning("%d open attempt(s) do not fit beside the cost rollup: the smallest are not kept", dropped)
+        for i, shard in enumerate(shards):
+            if shard == self.open_shards[i] and (self.open_versions[i] is not None or not shard.attempts):
+                continue  # unchanged (an empty shard that does not exist is not made)
+            name = open_shard_name(self.rollup_name, i)
+            try:
+                self.open_versions[i] = await asyncio.to_thread(
+                    self.costs.write_open, self.rollup_namespace, name, shard, self.open_versions[i]
+                )
+                self.open_shards[i] = shard
+            except RollupConflict as exc:
+                log.info("open attempts %s not written: %s; reading them again", name, exc)
+                self.open_shards = None
+                return
+            except ClusterUnavailable as exc:
+                log.info("open attempts %s not written: %s", name, exc)
+                return
+
+    async def _write_policies(self, snap: Snapshot, steps: Mapping[str, teamspend.Step]) -> None:
+        """Each policy's spending and ledger in one status write (so a job is folded into the
+        settled totals and dropped from the carried ones together), when they changed."""
+        uids = {p.metadata.name or "": p.metadata.uid or "" for p in snap.policy.policies}
+        for name, done in steps.items():
+            for s in done.spend:
+                self.metrics.budget_used.labels(name, s.team, s.period.value).set(s.used_fraction or 0.0)
+            mine = self.policy_known.get(name)
+            pol = next(p for p in snap.policy.policies if (p.metadata.name or "") == name)
+            shown = pol.status is not None and (pol.status.ledger, pol.status.spend) == (done.ledger, done.spend)
+            if shown or (mine is not None and (mine[1], mine[2]) == (done.ledger, done.spend)):
+                continue
+            wire = {
+                "spend": [s.model_dump(by_alias=True, mode="json", exclude_none=True) for s in done.spend],
+                "ledger": done.ledger.model_dump(by_alias=True, mode="json", exclude_none=True),
+            }
+            try:
+                await asyncio.to_thread(self.costs.patch_policy_status, name, wire)
+            except ClusterUnavailable as exc:
+                log.info("spend of policy %s not written: %s", name, exc)
+                continue
+            self.policy_known[name] = (uids[name], done.ledger, done.spend)
+            if done.folded:
+                log.info("policy %s: %d deleted job(s) folded into the settled team totals", name, len(done.folded))
+        for name in set(self.policy_known) - set(uids):
+            del self.policy_known[name]
+
+    async def _write_job(self, snap: Snapshot, key: JobKey, cost: CostStatus, before: OverBudget | None) -> None:
+        job = snap.jobs[key]
+        ref = JobRef(job.namespace, job.name, job.uid)
+        try:
+            # Behind every admission's writes: the ledger is bookkeeping, a burst of it waits.
+            await self.scheduler.background_write(self.writer.patch_status, ref, {"cost": _wire(cost)})
+            self.known[job.uid] = cost
+            self.written_at[job.uid] = time.monotonic()
+            over = cost.over_budget
+            if over is not None and (before is None or before.policy != over.policy):
+                message = (
+                    f"team {job.spec.team if job.spec else '?'} is over its {over.period.value} budget in policy "
+                    f"{over.policy}: ${over.spent_usd:,.2f} of ${over.limit_usd:,.2f}; the job keeps running"
+                )
+                await asyncio.to_thread(self.writer.event, ref, "Warning", "OverBudget", message)
+        except JobGone:
+            self.known.pop(job.uid, None)
+            self.written_at.pop(job.uid, None)
+        except ClusterUnavailable as exc:
+            log.info("cost of %s/%s not written: %s", job.namespace, job.name, exc)
+        if len(self.known) > 4 * max(1, len(snap.jobs)) + 1000:
+            uids = {j.uid for j in snap.jobs.values()}
+            self.known = {u: c for u, c in self.known.items() if u in uids}
+            self.written_at = {u: t for u, t in self.written_at.items() if u in uids}
+
+    async def _pool_conditions(self, snap: Snapshot, quotes: Mapping[str, Quote | None], now: dt.datetime) -> None:
+        for name, quote in sorted(quotes.items()):
+            pool = snap.pools.get(name)
+            if quote is None or pool is None or pool.spec.price.source.value != "live":
+                continue
+            live = quote.fallback is None
+            self.metrics.price_live.labels(name).set(1 if live else 0)
+            if not live:
+                self.metrics.price_fallbacks.labels(name).inc()
+            if self.live.get(name) == live:
+                continue
+            condition = {
+                "type": "PriceLive",
+                "status": "True" if live else "False",
+                "reason": "LivePrice" if live else "FellBackToStaticPrice",
+                "message": (quote.fallback or f"priced from the {quote.source} source")[:1000],
+                "lastTransitionTime": ledger.fmt(now.replace(microsecond=0)),
+            }
+            try:
+                await asyncio.to_thread(self.costs.patch_pool_status, name, {"conditions": [condition]})
+                self.live[name] = live
+            except ClusterUnavailable as exc:
+                log.info("price condition of pool %s not written: %s", name, exc)
+
+    def _counters(self, snap: Snapshot, ledgers: Mapping[JobKey, CostStatus]) -> None:
+        """The cost counters: the rollup (everything folded) plus each live job's unfolded
+        attempts. With the rollup on but unread, the counters keep their last values (a counter
+        that dropped the folded money would go down)."""
+        if self.rollup_name and self.stored is None:
+            return
+        spent: dict[CostKey, float] = {}
+        lost: dict[CostKey, float] = {}
+        idle: dict[CostKey, float] = {}
+        for (team, pool, capacity), t in rollup.counters(self.stored).items():
+            k = (team, pool, capacity.value)
+            spent[k] = spent.get(k, 0.0) + t.spent_usd
+            lost[k] = lost.get(k, 0.0) + t.lost_to_preemption_usd
+            idle[k] = idle.get(k, 0.0) + t.idle_usd
+        pending = rollup.pending_of(self.stored)
+        live: list[tuple[str, str, CostStatus]] = [
+            (uid, who.team, cost)
+            for uid, (who, cost, _) in self.gone.items()  # deleted, not folded yet
+        ]
+        for key, cost in ledgers.items():
+            job = snap.jobs[key]
+            live.append((job.uid, job.spec.team if job.spec is not None else "", cost))
+        for uid, team, cost in live:
+            for (pool, capacity), t in rollup.live_by_pool(cost, pending.get(uid, ())).items():
+                k = (team, pool, capacity.value)
+                spent[k] = spent.get(k, 0.0) + t.spent_usd
+                lost[k] = lost.get(k, 0.0) + t.lost_to_preemption_usd
+                idle[k] = idle.get(k, 0.0) + t.idle_usd
+        self.metrics.cost.set(spent, lost, idle)
