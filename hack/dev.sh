@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The project's one entry point for people and CI:
 #   bash hack/dev.sh demo    set up everything, start the local cluster, run the demo
-#   bash hack/dev.sh test    set up everything, run lint, types, layering, drift, unit and cluster tests
+#   bash hack/dev.sh test    set up everything, run lint, types, layering, drift, the docs build, unit and cluster tests
 #   bash hack/dev.sh setup   only the set-up (virtualenv + local control plane binaries)
+#   bash hack/dev.sh docs    build the documentation site (docs/, mkdocs.yml) into site/, --strict
 # Set-up installs Python packages into .venv from the package index (pinned by constraints.txt)
 # and builds the control plane with the machine's Go from the Go module proxy. Both are cached:
 # a second run takes seconds.
@@ -58,6 +59,12 @@ setup_browser() {
     echo "apt-get could not install chromium: the HTML report test will skip" >&2
 }
 
+# mkdocs --strict: a broken link or anchor between the pages fails the build (mkdocs.yml's
+# validation settings make every kind a warning, and strict makes warnings fatal).
+build_docs() {
+  NO_MKDOCS_2_WARNING=1 "$venv/bin/mkdocs" build --strict --config-file "$root/mkdocs.yml"
+}
+
 run_checks() {
   log "ruff"
   "$venv/bin/ruff" check operator agent tests bench
@@ -70,6 +77,8 @@ run_checks() {
   "$venv/bin/accelctl" crds --check
   log "the node agent installs and runs alone (no kopf)"
   bash hack/check-agent-alone.sh
+  log "docs site (mkdocs build --strict)"
+  build_docs
 }
 
 
@@ -84,5 +93,6 @@ case "$cmd" in
   setup) setup_python; setup_cluster ;;
   test) setup_python; setup_cluster; setup_browser; run_checks; run_tests "$@" ;;
   demo) setup_python; setup_cluster; exec "$py" -m accel_localcluster.demo "$@" ;;
-  *) echo "usage: bash hack/dev.sh [setup|test|demo]" >&2; exit 2 ;;
+  docs) setup_python; build_docs; echo "docs site built: $root/site/index.html" ;;
+  *) echo "usage: bash hack/dev.sh [setup|test|demo|docs]" >&2; exit 2 ;;
 esac

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""A reference training program for the accel-operator checkpoint contract (README, "The
-checkpoint contract"): a model for job authors and the demo's container command.
+"""A reference training program for the accel-operator checkpoint contract (docs/concepts.md,
+"The checkpoint contract"): a model for job authors and the demo's container command.
 
 Its "model state" is the step counter. It
 
