@@ -49,7 +49,7 @@ from accel_operator.planning import policy, selection
 from accel_operator.planning.candidates import OWN_MAX_DEVICES, Plan, PoolOffer, ranked_per_pool
 from accel_operator.reconcile.common import actions as act
 from accel_operator.reconcile.common import policy_inputs
-from accel_operator.reconcile.common.decision import ADMITTED, Decision
+from accel_operator.reconcile.common.decision import ADMITTED, Decision, PlanWrite
 from accel_operator.reconcile.common.snapshot import (
     AT_REST,
     HOLDING,
@@ -784,9 +784,10 @@ def _priority(decision: Decision) -> int:
 
 
 def _seconds(decision: Decision) -> float:
-    plan = decision.status.get("plan") or {}
-    seconds = plan.get("durationSeconds")
-    return float(seconds) if isinstance(seconds, int | float) else 0.0
+    plan = decision.status.plan
+    if not isinstance(plan, PlanWrite) or plan.duration_seconds is None:
+        return 0.0
+    return plan.duration_seconds
 
 
 async def _retrying(metrics: OperatorMetrics, pool: ThreadPoolExecutor, call: str, fn: Any, *args: Any) -> Any:

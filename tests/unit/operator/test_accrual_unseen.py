@@ -173,6 +173,6 @@ def test_a_new_failure_keeps_the_previous_one_in_earlier_failures() -> None:
         }
     )
     kept = attempt_held.earlier(st)
-    assert [f["attempt"] for f in kept] == list(range(2, 10)) and "message" not in kept[-1]
-    again = AcceleratorJobStatus.model_validate({**st.model_dump(by_alias=True), "earlierFailures": kept})
+    assert [f.attempt for f in kept] == list(range(2, 10)) and kept[-1].message is None
+    again = st.model_copy(update={"earlier_failures": list(kept)})
     assert attempt_held.earlier(again) == kept  # the same failure is not added twice

@@ -7,10 +7,13 @@ from typing import Any
 import pytest
 
 from accel_api.enums import JobPhase
+from accel_api.job import ConsolidationMove
 from accel_operator.reconcile.common import actions as act
+from accel_operator.reconcile.common.decision import Decision
 from accel_operator.reconcile.common.snapshot import Gang
 from accel_operator.reconcile.job.decide import decide
 from accel_operator.reconcile.nodes import consolidate as c
+from tests.support.decisions import health_of
 from tests.support.reconcile import T0, World
 
 
@@ -357,6 +360,13 @@ def _order() -> c.Order:
     return c.Order(c.Move(("ns", "x"), "p-0", "p-1", 4), ("ns", "g"), ("p-0",))
 
 
+def _state(d: Decision) -> str:
+    """The state of the consolidation marker the decision writes."""
+    marker = health_of(d).consolidation
+    assert marker is not None
+    return marker.state
+
+
 def test_start_writes_the_marker_asks_for_a_checkpoint_and_says_why() -> None:
     w = _fragmented()
     w.job("g", "p", devices=8)
@@ -364,16 +374,16 @@ def test_start_writes_the_marker_asks_for_a_checkpoint_and_says_why() -> None:
     x = snap.jobs[("ns", "x")]
     d = c.start(x, _order(), snap, T0, c.Rules(allowed=True))
     assert d is not None and d.phase is JobPhase.RUNNING
-    marker = d.status["health"]["consolidation"]
-    assert marker == {
-        "gang": "ns/g",
-        "targets": ["p-0"],
-        "attempt": 0,
-        "requestedTime": "2026-11-26T12:00:00Z",
-        "checkpointStep": 5,
-        "state": "requested",
-        "endedTime": None,
-    }
+    marker = health_of(d).consolidation
+    assert marker == ConsolidationMove(
+        gang="ns/g",
+        targets=["p-0"],
+        attempt=0,
+        requested_time="2026-11-26T12:00:00Z",
+        checkpoint_step=5,
+        state="requested",
+        ended_time=None,
+    )
     ask = next(a for a in d.actions if isinstance(a, act.RequestCheckpoint))
     assert ask.pods == (("ns", "x-a0-0"),) and ask.reason == "consolidation"
     event = next(a for a in d.actions if isinstance(a, act.RecordEvent))
@@ -423,21 +433,21 @@ def test_carry_moves_after_the_checkpoint_or_the_grace(
     texts = " ".join(
         [*(a.message for a in d.actions if isinstance(a, act.RecordEvent)), *(k.message for k in d.conditions)]
     )
-    texts += str(d.status.get("health", {}).get("moveReason"))
+    texts += str(d.status.health.move_reason if d.status.health is not None else None)
     assert says in texts, texts
     deleted = [a for a in d.actions if isinstance(a, act.DeleteWorkload)]
     if stage is c.Stage.MOVED:
         assert (
             d.phase is JobPhase.PENDING
-            and d.status["attempt"] == 1
+            and d.status.attempt == 1
             and deleted == [act.DeleteWorkload("x-a0", "moved: consolidation")]
         )
-        assert d.status["health"]["consolidation"]["state"] == "moved" and d.status["health"]["moves"] == 1
+        assert _state(d) == "moved" and health_of(d).moves == 1
         assert {a.reason for a in d.actions if isinstance(a, act.RecordEvent)} == {"Moved", "Consolidating"}
     else:
         assert d.phase is JobPhase.RUNNING and not deleted
     if stage is c.Stage.ABANDONED:
-        assert d.status["health"]["consolidation"]["state"] == "abandoned"
+        assert _state(d) == "abandoned"
 
 
 @pytest.mark.parametrize(

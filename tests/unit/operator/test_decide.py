@@ -8,13 +8,14 @@ from typing import Any
 
 import pytest
 
-from accel_api.enums import JobPhase
-from accel_api.job import AcceleratorJobStatus
+from accel_api.enums import CapacityType, FailureKind, JobPhase
+from accel_api.job import AcceleratorJobStatus, AttemptHeld
 from accel_operator.reconcile.common import actions as act
-from accel_operator.reconcile.common.decision import Decision
+from accel_operator.reconcile.common.decision import CLEAR, Decision
 from accel_operator.reconcile.common.snapshot import Blocked, Gang
 from accel_operator.reconcile.job.decide import decide
 from accel_operator.reconcile.job.status import holds, settle_status
+from tests.support.decisions import failure_of, plan_of
 from tests.support.reconcile import T0, World
 
 LATER = T0 + dt.timedelta(seconds=30)
@@ -60,7 +61,7 @@ def test_a_job_that_fits_is_admitted_with_its_workload() -> None:
     assert _cond(d, "Admitted") == (True, "Admitted")
     create = [a for a in d.actions if isinstance(a, act.CreateWorkload)]
     assert create == [act.CreateWorkload(0, "a-a0", "p", 8, 1)]
-    assert d.status["workload"] == "a-a0" and d.status["plan"]["pool"] == "p"
+    assert d.status.workload == "a-a0" and plan_of(d).pool == "p"
     assert d.admitted is not None and d.admitted[0] == "p"
     assert (d.admitted[1].nodes, d.admitted[1].per_node) == (1, 8) and d.admitted[1].memory_bytes > 0
 
@@ -141,7 +142,7 @@ def test_a_full_first_choice_pool_lets_the_job_take_another_feasible_one() -> No
     w = World().pool("cheap", nodes=1, free=[0]).pool("dear", nodes=1, price={"onDemandPerDeviceHour": 20.0})
     job = w.job("a", "cheap", devices=8, pinned=False)
     d = decide(job, w.snapshot(), T0)
-    assert d.phase is JobPhase.ADMITTED and d.status["plan"]["pool"] == "dear"
+    assert d.phase is JobPhase.ADMITTED and plan_of(d).pool == "dear"
     assert "Replanned" in _kinds(d)
 
 
@@ -165,7 +166,7 @@ def test_admitted_becomes_running_when_every_pod_has_a_node() -> None:
     assert decide(job, w.snapshot(), T0).phase is JobPhase.ADMITTED  # one of two
     w.pod("a", 0, 1, node="p-1")
     d = decide(job, w.snapshot(), T0)
-    assert d.phase is JobPhase.RUNNING and d.status["startTime"]
+    assert d.phase is JobPhase.RUNNING and d.status.start_time
     assert _kinds(d) == ["Running"]
 
 
@@ -219,10 +220,10 @@ def test_a_gang_is_released_when_its_bind_clock_runs_out(pods: tuple[str, ...], 
         assert _cond(d, "Running") == (False, "WaitingForNodes")
         return
     # Released: the workload (and every pod of the partial gang) goes, the job is planned again.
-    assert d.phase is JobPhase.PENDING and d.status["attempt"] == 1 and d.status["workload"] is None
+    assert d.phase is JobPhase.PENDING and d.status.attempt == 1 and d.status.workload is CLEAR
     assert _kinds(d) == ["DeleteWorkload", "GangTimeout"]
     assert _cond(d, "Admitted") == (False, "GangTimeout")
-    assert "attempt 1" in d.status["message"]
+    assert "attempt 1" in (d.status.message or "")
 
 
 def test_an_autoscaled_pool_gives_a_stuck_gang_its_scale_up_timeout() -> None:
@@ -236,7 +237,7 @@ def test_an_autoscaled_pool_gives_a_stuck_gang_its_scale_up_timeout() -> None:
     assert decide(job, w.snapshot(_s(200)), _s(200), bind_timeout=120).phase is JobPhase.ADMITTED
     d = decide(job, w.snapshot(_s(311)), _s(311), bind_timeout=120)
     assert d.phase is JobPhase.PENDING and _kinds(d) == ["DeleteWorkload", "GangTimeout"]
-    assert "found none for 301s (limit 300s)" in d.status["message"]
+    assert "found none for 301s (limit 300s)" in (d.status.message or "")
 
 
 def test_a_workload_that_completes_succeeds_the_job() -> None:
@@ -244,7 +245,7 @@ def test_a_workload_that_completes_succeeds_the_job() -> None:
     job = w.job("a", "p", devices=8, status=_running("a", "p"))
     w.workload("a", 0, succeeded=1, complete=True)
     d = decide(job, w.snapshot(), LATER)
-    assert d.phase is JobPhase.SUCCEEDED and d.status["completionTime"]
+    assert d.phase is JobPhase.SUCCEEDED and d.status.completion_time
     assert _cond(d, "Finished") == (True, "Succeeded")
 
 
@@ -259,8 +260,8 @@ def test_a_real_failure_without_retries_fails_the_job_with_the_exit_code() -> No
     _failed(w, 3, "Container main for pod ns/a-a0-0 failed with exit code 3 matching FailJob rule at index 1")
     d = decide(job, w.snapshot(), LATER)
     assert d.phase is JobPhase.FAILED
-    failure = d.status["lastFailure"]
-    assert failure["kind"] == "Failure" and failure["exitCode"] == 3 and failure["pod"] == "a-a0-0"
+    failure = failure_of(d)
+    assert failure.kind is FailureKind.FAILURE and failure.exit_code == 3 and failure.pod == "a-a0-0"
     assert "maxRetries is 0" in d.reason
 
 
@@ -270,7 +271,7 @@ def test_a_real_failure_with_retries_left_starts_a_new_attempt() -> None:
     _failed(w, 1, "... matching FailJob rule at index 1")
     d = decide(job, w.snapshot(), LATER)
     assert d.phase is JobPhase.PENDING
-    assert d.status["attempt"] == 1 and d.status["retries"] == 1
+    assert d.status.attempt == 1 and d.status.retries == 1
     assert _kinds(d) == ["DeleteWorkload", "Retrying"]
 
 
@@ -279,8 +280,8 @@ def test_a_disruption_counts_as_a_preemption_not_a_failure() -> None:
     job = w.job("a", "p", devices=8, status=_running("a", "p"))
     _failed(w, 137, "Pod ns/a-a0-0 has condition DisruptionTarget matching FailJob rule at index 0")
     d = decide(job, w.snapshot(), LATER)
-    assert d.status["lastFailure"]["kind"] == "Preemption"
-    assert d.status.get("preemptions") == 1 and "retries" not in d.status
+    assert failure_of(d).kind == "Preemption"
+    assert d.status.preemptions == 1 and d.status.retries is None
     assert d.phase is JobPhase.PENDING  # spot.maxPreemptions defaults to 10
 
 
@@ -288,7 +289,7 @@ def test_a_deleted_workload_of_a_running_job_is_a_failure() -> None:
     w = World().pool("p")
     job = w.job("a", "p", devices=8, status=_running("a", "p"))
     d = decide(job, w.snapshot(), LATER)
-    assert d.phase is JobPhase.FAILED and d.status["lastFailure"]["reason"] == "WorkloadDeleted"
+    assert d.phase is JobPhase.FAILED and failure_of(d).reason == "WorkloadDeleted"
 
 
 @pytest.mark.parametrize("phase", ["Succeeded", "Failed"])
@@ -348,19 +349,20 @@ def test_a_failure_keeps_what_the_attempt_held_and_the_batch_jobs_times() -> Non
     )
     w.pod("a", 0, 0, node="p-0", phase="Failed", exit_code=1)
     d = decide(job, w.snapshot(), LATER)
-    assert d.status["attempt"] == 1
-    assert d.status["lastFailure"]["held"] == {
-        "pool": "p",
-        "devices": 8,
-        "capacityType": "on-demand",
-        "admittedTime": "2026-11-26T12:00:00Z",
-        "startTime": "2026-11-26T12:00:20Z",
-        "endTime": "2026-11-26T12:40:00Z",
-    }
+    assert d.status.attempt == 1
+    assert failure_of(d).held == AttemptHeld(
+        pool="p",
+        devices=8,
+        capacity_type=CapacityType.ON_DEMAND,
+        admitted_time="2026-11-26T12:00:00Z",
+        start_time="2026-11-26T12:00:20Z",
+        end_time="2026-11-26T12:40:00Z",
+    )
     gone = decide(w.job("b", "p", devices=8, status=_running("b", "p")), w.snapshot(), LATER)
-    assert gone.status["lastFailure"]["reason"] == "WorkloadDeleted"
-    assert gone.status["lastFailure"]["held"]["admittedTime"] == "2026-11-26T12:00:00Z"
-    assert "endTime" not in gone.status["lastFailure"]["held"]  # nothing recorded: the failure's time stands
+    assert failure_of(gone).reason == "WorkloadDeleted"
+    held = failure_of(gone).held
+    assert held is not None and held.admitted_time == "2026-11-26T12:00:00Z"
+    assert held.end_time is None  # nothing recorded: the failure's time stands
 
 
 def _settled(before: dict[str, Any], d: Decision) -> dict[str, Any] | None:

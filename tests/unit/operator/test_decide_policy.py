@@ -13,6 +13,7 @@ from accel_operator.planning import explain
 from accel_operator.reconcile.common import actions as act
 from accel_operator.reconcile.common.decision import MESSAGE_LIMIT, Decision
 from accel_operator.reconcile.job.decide import decide
+from tests.support.decisions import plan_of
 from tests.support.reconcile import T0, World
 
 SPOT: dict[str, Any] = {"spot": {"policy": "prefer"}}
@@ -93,7 +94,7 @@ def test_a_job_that_breaks_a_policy_is_not_admitted(
     assert f"(rule {rule})" in cond[2] and cond[2].startswith(f"{field}: ")
     if rule != "namespace-team":
         assert "by policy 'platform'" in cond[2]
-    assert d.status["message"].startswith("not admitted: ")
+    assert (d.status.message or "").startswith("not admitted: ")
     assert _kinds(d) == ["PolicyViolation"], "no workload, one event"
     assert d.blocks is None and d.admitted is None
 
@@ -151,7 +152,8 @@ def test_a_long_message_is_clipped_once_with_an_ellipsis(queued: bool) -> None:
     assert d.phase is (JobPhase.PENDING if queued else JobPhase.UNSCHEDULABLE)
     cond = _cond(d, "PolicyCompliant")
     assert cond is not None and len(cond[2]) == MESSAGE_LIMIT and cond[2].endswith("…")
-    message = d.status["message"]
+    message = d.status.message
+    assert message is not None
     assert message.startswith("queued: " if queued else "not admitted: ")
     assert len(message) == MESSAGE_LIMIT and message.endswith("…"), "cut with the ellipsis, not mid-word"
 
@@ -243,8 +245,8 @@ def test_the_planner_never_plans_onto_a_pool_the_team_may_not_use() -> None:
     w = World().pool("cheap", nodes=1).pool("dear", nodes=1, price={"onDemandPerDeviceHour": 20.0})
     w.policy("platform", poolAccess=[{"teams": ["research"], "pools": ["dear"]}])
     d = decide(w.job("a", "cheap", devices=8, pinned=False), w.snapshot(), T0)
-    assert d.phase is JobPhase.ADMITTED and d.status["plan"]["pool"] == "dear"
-    considered = {d.status["plan"]["pool"]} | {alt["pool"] for alt in d.status["plan"].get("alternatives", [])}
+    assert d.phase is JobPhase.ADMITTED and plan_of(d).pool == "dear"
+    considered = {plan_of(d).pool} | {alt.pool for alt in plan_of(d).alternatives}
     assert "cheap" not in considered
 
 
@@ -252,7 +254,7 @@ def test_without_access_rules_the_cheaper_pool_wins() -> None:
     # The control for the test above: the same world without the grant plans onto "cheap".
     w = World().pool("cheap", nodes=1).pool("dear", nodes=1, price={"onDemandPerDeviceHour": 20.0})
     d = decide(w.job("a", "cheap", devices=8, pinned=False), w.snapshot(), T0)
-    assert d.status["plan"]["pool"] == "cheap"
+    assert plan_of(d).pool == "cheap"
 
 
 def test_the_planner_keeps_to_the_device_cap() -> None:

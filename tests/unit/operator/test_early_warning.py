@@ -27,6 +27,7 @@ from accel_operator.reconcile.common.snapshot import NodeView, PodView
 from accel_operator.reconcile.job.decide import decide
 from accel_operator.reconcile.nodes import early_warning as ew
 from accel_operator.settings import OperatorSettings
+from tests.support.decisions import failure_of
 from tests.support.reconcile import T0, World
 
 NODE = NodeView("n1", {}, 8, uid="u1", provider_id="aws:///us-east-1a/i-0abc")
@@ -328,6 +329,6 @@ def test_an_attempt_on_a_preempted_tpu_node_is_a_preemption(preempted: set[str],
     w.pod("a", 0, 0, node="p-0", phase="Failed", exit_code=143)
     w.scheduler.preempted_nodes = preempted
     d = decide(job, w.snapshot(), T0 + dt.timedelta(seconds=30))
-    assert d.status["lastFailure"]["kind"] == kind
+    assert failure_of(d).kind == kind
     assert d.phase is JobPhase.PENDING
-    assert ("preemptions" in d.status) == (kind == "Preemption")
+    assert (d.status.preemptions is not None) == (kind == "Preemption")

@@ -11,13 +11,16 @@ import pytest
 
 from accel_api import vocabulary as v
 from accel_api.enums import JobPhase
+from accel_api.job import RightSize
 from accel_operator.adapters.kube.reschedule import FakeRescheduleClient
 from accel_operator.reconcile.common import actions as act
+from accel_operator.reconcile.common.decision import CLEAR
 from accel_operator.reconcile.common.snapshot import JobView, NodeView
 from accel_operator.reconcile.job import resume
 from accel_operator.reconcile.job.decide import decide
 from accel_operator.reconcile.nodes import health
 from tests.support import decisions
+from tests.support.decisions import health_of
 from tests.support.reconcile import T0, World
 
 RULES = decisions.RULES
@@ -85,7 +88,7 @@ def test_a_busy_healthy_job_gets_conditions_and_nothing_else() -> None:
     assert decisions.cond(d, "NodeReports") == (True, "Fresh")
     assert decisions.cond(d, "DevicesHealthy") == (True, "Healthy")
     assert decisions.cond(d, "Idle") == (False, "Busy")
-    assert d.actions == () and "health" not in d.status
+    assert d.actions == () and d.status.health is None
 
 
 @pytest.mark.parametrize("reported", [True, False])
@@ -101,7 +104,7 @@ def test_the_decision_that_starts_a_job_carries_the_report_conditions(reported: 
     if reported:
         w.report("p-0", pods=_mine("a-a0-0"))
     d, moved = decisions.run(w, job)
-    assert moved is None and d.phase is JobPhase.RUNNING and d.status["startTime"]
+    assert moved is None and d.phase is JobPhase.RUNNING and d.status.start_time
     assert decisions.cond(d, "NodeReports") == ((True, "Fresh") if reported else (False, "ReportStale"))
     assert decisions.events(d) == ["Running"]
 
@@ -119,7 +122,7 @@ def test_a_failing_device_asks_for_a_checkpoint_first_naming_the_device_and_erro
     assert decisions.events(d) == ["DeviceUnhealthy"]
     message = next(a.message for a in d.actions if isinstance(a, act.RecordEvent))
     assert "node p-0: device 3 (uncorrectable ECC" in message
-    assert d.status["health"]["moveRequestedTime"] == decisions.stamp(T0)
+    assert health_of(d).move_requested_time == decisions.stamp(T0)
 
 
 @pytest.mark.parametrize(
@@ -149,8 +152,8 @@ def test_the_move_waits_for_the_checkpoint_or_the_grace(
     assert moved is health.MoveReason.DEVICE_UNHEALTHY
     assert d.phase is JobPhase.PENDING
     assert decisions.cond(d, "Admitted") == (False, "Moved")
-    assert d.status["attempt"] == 1 and d.status["workload"] is None
-    assert d.status["health"]["moves"] == 1 and d.status["health"]["moveRequestedTime"] is None
+    assert d.status.attempt == 1 and d.status.workload is CLEAR
+    assert health_of(d).moves == 1 and health_of(d).move_requested_time is None
     assert [a for a in d.actions if isinstance(a, act.DeleteWorkload)] == [
         act.DeleteWorkload("a-a0", "moved: device-unhealthy")
     ]
@@ -190,11 +193,11 @@ def test_the_move_compares_checkpoint_steps_not_whole_second_times(
     job = _one_node_job(w, **on_record)
     w.report("p-0", pods=_mine("a-a0-0"), sick={3: ECC})
     asked, moved = decisions.run(w, job, T0 + SUB)
-    assert moved is None and asked.status["health"]["moveRequestedTime"] == decisions.stamp(T0)
-    assert asked.status["health"]["moveCheckpointStep"] == (then[0] if then is not None else None)
+    assert moved is None and health_of(asked).move_requested_time == decisions.stamp(T0)
+    assert health_of(asked).move_checkpoint_step == (then[0] if then is not None else None)
     # The next decision, within the grace, with the checkpoint ``later`` on record.
     w = _world()
-    job = _one_node_job(w, health_status=asked.status["health"], lastCheckpoint=_ckpt(*later))
+    job = _one_node_job(w, health_status=asked.status.to_wire()["health"], lastCheckpoint=_ckpt(*later))
     w.report("p-0", pods=_mine("a-a0-0"), sick={3: ECC})
     d, moved = decisions.run(w, job, T0 + dt.timedelta(seconds=2))
     assert (moved is health.MoveReason.DEVICE_UNHEALTHY) is moves
@@ -239,7 +242,7 @@ def test_a_device_that_recovers_before_the_move_cancels_it() -> None:
     job = _one_node_job(w, health_status={"moveRequestedTime": decisions.ago(30), "moveReason": "x"})
     w.report("p-0", pods=_mine("a-a0-0"))
     d, moved = decisions.run(w, job)
-    assert moved is None and d.status["health"]["moveRequestedTime"] is None
+    assert moved is None and health_of(d).move_requested_time is None
 
 
 def test_a_job_moved_too_often_is_flagged_and_left() -> None:
@@ -318,7 +321,7 @@ def test_the_moved_job_is_admitted_again_on_the_healthy_node() -> None:
     assert [type(a) for a in first.actions] == [act.ResolveCheckpoint]
     found = resume.Lookup(1, "s3://ckpt/a", None, None, T0)
     d = decide(job, w.snapshot(), T0, lookup=found)
-    assert d.phase is JobPhase.ADMITTED and d.status["attempt"] == 1
+    assert d.phase is JobPhase.ADMITTED and d.status.attempt == 1
     w2 = _world(nodes=1)
     w2.report("p-0", sick={3: ECC})
     job2 = w2.job("a", "p", devices=8, status={"phase": "Pending", "attempt": 1}, checkpoint=CHECKPOINT)
@@ -335,7 +338,7 @@ def test_a_quiet_two_node_job_starts_the_hung_window() -> None:
     w.report("p-1", util=0.0, pods=_mine("g-a0-1"))
     d, moved = decisions.run(w, job)
     assert moved is None and decisions.cond(d, "Hung") == (False, "Stalling")
-    assert d.status["health"]["hungSince"] == decisions.stamp(T0) and d.actions == ()
+    assert health_of(d).hung_since == decisions.stamp(T0) and d.actions == ()
 
 
 def test_a_hung_two_node_job_is_restarted_from_its_checkpoint_naming_the_nodes() -> None:
@@ -399,9 +402,9 @@ def test_not_hung(case: str) -> None:
     d, moved = decisions.run(w, job)
     assert moved is None
     if case == "a node not mapped":
-        assert "health" not in d.status  # nothing judged: markers kept
+        assert d.status.health is None  # nothing judged: markers kept
     else:
-        assert d.status["health"]["hungSince"] is None
+        assert health_of(d).hung_since is None
 
 
 # --- (b) an idle reservation -------------------------------------------------------------------
@@ -412,7 +415,7 @@ def test_an_idle_job_starts_the_window_then_is_flagged_with_a_suggestion() -> No
     job = _one_node_job(w)
     w.report("p-0", util=0.0, memory=0.01, pods=_mine("a-a0-0"))
     d, _ = decisions.run(w, job)
-    assert decisions.cond(d, "Idle") == (False, "Quiet") and d.status["health"]["idleSince"] == decisions.stamp(T0)
+    assert decisions.cond(d, "Idle") == (False, "Quiet") and health_of(d).idle_since == decisions.stamp(T0)
     later = T0 + dt.timedelta(seconds=RULES.idle_window)
     w2 = _world()
     job2 = _one_node_job(w2, health_status={"idleSince": decisions.stamp(T0)})
@@ -420,12 +423,12 @@ def test_an_idle_job_starts_the_window_then_is_flagged_with_a_suggestion() -> No
     d2, moved = decisions.run(w2, job2, later)
     assert moved is None and d2.phase is JobPhase.RUNNING
     assert decisions.cond(d2, "Idle") == (True, "IdleReservation") and decisions.events(d2) == ["IdleReservation"]
-    assert d2.status["health"]["rightSize"] == {
-        "accelerator": "h100-80gb",
-        "devices": 4,
-        "reason": "8 × h100-80gb sat idle: try 4 (check the memory fit with accelctl plan)",
-    }
-    assert d2.status["health"]["idleSince"] == decisions.stamp(T0)  # the marker holds
+    assert health_of(d2).right_size == RightSize(
+        accelerator="h100-80gb",
+        devices=4,
+        reason="8 × h100-80gb sat idle: try 4 (check the memory fit with accelctl plan)",
+    )
+    assert health_of(d2).idle_since == decisions.stamp(T0)  # the marker holds
 
 
 @pytest.mark.parametrize(
@@ -461,7 +464,7 @@ def test_a_busy_job_clears_the_idle_marker() -> None:
     w.report("p-0", util=50.0, pods=_mine("a-a0-0"))
     d, _ = decisions.run(w, job)
     assert decisions.cond(d, "Idle") == (False, "Busy")
-    assert d.status["health"]["idleSince"] is None and d.status["health"]["rightSize"] is None
+    assert health_of(d).idle_since is None and health_of(d).right_size is None
 
 
 def _planned(devices: int, alternatives: list[dict[str, Any]]) -> JobView:
@@ -490,7 +493,7 @@ def _planned(devices: int, alternatives: list[dict[str, Any]]) -> JobView:
 )
 def test_right_size(devices: int, alternatives: list[dict[str, Any]], expected: tuple[str, int]) -> None:
     s = health.right_size(_planned(devices, alternatives))
-    assert (s["accelerator"], s["devices"]) == expected and s["reason"]
+    assert (s.accelerator, s.devices) == expected and s.reason
 
 
 # --- applied by the scheduler ------------------------------------------------------------------

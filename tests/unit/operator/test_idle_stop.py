@@ -15,10 +15,12 @@ from accel_api.enums import IdleAction, JobPhase
 from accel_api.policy import AcceleratorPolicy, IdleRules
 from accel_operator.adapters.kube import views
 from accel_operator.reconcile.common import actions as act
+from accel_operator.reconcile.common.decision import CLEAR
 from accel_operator.reconcile.common.snapshot import JobView
 from accel_operator.reconcile.job.decide import decide
 from accel_operator.reconcile.nodes import health, idle_stop
 from tests.support import decisions
+from tests.support.decisions import health_of
 from tests.support.reconcile import T0, World
 
 RULES = decisions.RULES
@@ -128,7 +130,7 @@ def test_within_the_window_nothing_happens() -> None:
     w = _world({"stopAfterMinutes": 180, "action": "stop"})
     d, moved = decisions.run(w, _job(w, health_status={"stopRequestedTime": decisions.ago(30)}))
     assert moved is None and decisions.cond(d, "IdleStop") is None and not decisions.requests(d)
-    assert d.status["health"]["stopRequestedTime"] is None
+    assert health_of(d).stop_requested_time is None
 
 
 def test_a_stop_policy_asks_for_a_checkpoint_first() -> None:
@@ -138,7 +140,7 @@ def test_a_stop_policy_asks_for_a_checkpoint_first() -> None:
     assert decisions.cond(d, "IdleStop") == (False, "CheckpointRequested")
     assert decisions.requests(d) == [act.RequestCheckpoint((("ns", "a-a0-0"),), decisions.ago(0), "idle-stop")]
     assert "IdleStopRequested" in decisions.events(d)
-    assert d.status["health"]["stopRequestedTime"] == decisions.ago(0)
+    assert health_of(d).stop_requested_time == decisions.ago(0)
     message = next(a.message for a in d.actions if isinstance(a, act.RecordEvent) and a.reason == "IdleStopRequested")
     assert "policy idle" in message and "120 min" in message
 
@@ -172,9 +174,9 @@ def test_the_stop_waits_for_the_checkpoint_or_the_grace(
         True,
         "Stopped",
     )
-    assert d.status["attempt"] == 1 and d.status["workload"] is None
-    assert d.status["health"]["stoppedTime"] == decisions.ago(0) and d.status["health"]["resumeSeen"] == "r1"
-    assert d.status["health"]["stopRequestedTime"] is None and d.status["health"]["idleSince"] is None
+    assert d.status.attempt == 1 and d.status.workload is CLEAR
+    assert health_of(d).stopped_time == decisions.ago(0) and health_of(d).resume_seen == "r1"
+    assert health_of(d).stop_requested_time is None and health_of(d).idle_since is None
     assert [a for a in d.actions if isinstance(a, act.DeleteWorkload)] == [act.DeleteWorkload("a-a0", "stopped: idle")]
     assert decisions.events(d) == ["StoppedIdle"] and v.ANNOTATION_RESUME in d.reason
 
@@ -201,9 +203,9 @@ def test_the_stop_compares_checkpoint_steps_not_whole_second_times(
     on_record: dict[str, Any] = {} if step_then == "absent" else {"lastCheckpoint": ckpt(step_then, T0)}
     asked, _ = decisions.run(w, _job(w, **on_record), T0 + dt.timedelta(milliseconds=700))
     assert decisions.cond(asked, "IdleStop") == (False, "CheckpointRequested")
-    assert asked.status["health"]["stopCheckpointStep"] == (None if step_then == "absent" else step_then)
+    assert health_of(asked).stop_checkpoint_step == (None if step_then == "absent" else step_then)
     w = _world(policy)
-    job = _job(w, health_status=asked.status["health"], lastCheckpoint=ckpt(step_later, later_at))
+    job = _job(w, health_status=asked.status.to_wire()["health"], lastCheckpoint=ckpt(step_later, later_at))
     d, moved = decisions.run(w, job, T0 + dt.timedelta(seconds=2))
     assert (moved is health.MoveReason.IDLE_STOP) is stops
     assert d.phase is (JobPhase.STOPPED if stops else JobPhase.RUNNING)
@@ -226,7 +228,7 @@ def test_devices_busy_again_withdraw_the_request() -> None:
     w.report("p-0", util=80.0, memory=0.5, pods=dict.fromkeys(range(8), ("a-a0-0",)))
     d, moved = decisions.run(w, job)
     assert moved is None and d.phase is JobPhase.RUNNING
-    assert d.status["health"]["stopRequestedTime"] is None and d.status["health"]["idleSince"] is None
+    assert health_of(d).stop_requested_time is None and health_of(d).idle_since is None
 
 
 def test_a_stale_report_stops_nothing() -> None:
@@ -258,7 +260,7 @@ def test_a_stopped_job_stays_stopped_without_a_new_resume_request(resume: str | 
     w = _world()
     job = _stopped(w, resume, seen)
     d = decide(job, w.snapshot(), T0)
-    assert d.phase is JobPhase.STOPPED and d.actions == () and d.status == {}
+    assert d.phase is JobPhase.STOPPED and d.actions == () and d.status.empty
     assert decisions.cond(d, "Admitted") == (False, "StoppedIdle")
 
 
@@ -269,7 +271,7 @@ def test_a_new_resume_request_plans_the_job_again_from_its_checkpoint(resume: st
     d = decide(job, w.snapshot(), T0)
     assert d.phase is JobPhase.PENDING
     assert decisions.events(d)[0] == "Resumed" and any(isinstance(a, act.ResolveCheckpoint) for a in d.actions)
-    assert d.status["health"]["stoppedTime"] is None
+    assert health_of(d).stopped_time is None
 
 
 def test_the_resume_annotation_is_kept_as_a_digest() -> None:

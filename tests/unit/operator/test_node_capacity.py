@@ -18,6 +18,7 @@ from accel_operator.reconcile.common.reports import DeviceReport, ReportView
 from accel_operator.reconcile.common.snapshot import Gang, NodeView, PoolCapacity, PoolView
 from accel_operator.reconcile.job.decide import decide
 from accel_operator.reconcile.nodes import health
+from tests.support.decisions import health_of
 from tests.support.reconcile import T0, World
 
 GIB = 2**30
@@ -297,7 +298,7 @@ def test_only_the_job_on_the_failing_device_moves() -> None:
     assert moved_a is None and not [x for x in da.actions if isinstance(x, act.RequestCheckpoint)]
     assert next(c for c in da.conditions if c.type == "DevicesHealthy").ok
     assert [x for x in db.actions if isinstance(x, act.RequestCheckpoint)], db.actions
-    assert "device 5" in db.status["health"]["moveReason"] and moved_b is None
+    assert "device 5" in (health_of(db).move_reason or "") and moved_b is None
 
 
 def test_a_report_without_pod_mapping_moves_every_job_on_the_node_as_before() -> None:

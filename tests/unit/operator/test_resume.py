@@ -9,11 +9,13 @@ from typing import Any
 import pytest
 
 from accel_api.enums import JobPhase
+from accel_api.job import CheckpointStatus, ResumeStatus, SpotStatus
 from accel_operator.reconcile.common import actions as act
 from accel_operator.reconcile.common.checkpoints import Checkpoint
 from accel_operator.reconcile.common.decision import Decision
 from accel_operator.reconcile.job import fallback, resume
 from accel_operator.reconcile.job.decide import decide
+from tests.support.decisions import failure_of, plan_of, spot_of
 from tests.support.reconcile import T0, World
 
 S3_URI = "s3://ckpt/team/run"
@@ -92,8 +94,8 @@ def test_a_preemption_records_its_time_and_asks_nothing_yet() -> None:
     job = w.job("a", "p", devices=8, status=_running(), checkpoint=S3)
     _disrupt(w)
     d = decide(job, w.snapshot(), PREEMPTED)
-    assert d.phase is JobPhase.PENDING and d.status["attempt"] == 1
-    assert d.status["spot"] == {"recentPreemptions": [_ts(PREEMPTED)], "onDemand": False}
+    assert d.phase is JobPhase.PENDING and d.status.attempt == 1
+    assert spot_of(d) == SpotStatus(recent_preemptions=[_ts(PREEMPTED)], on_demand=False)
     assert _kinds(d) == ["DeleteWorkload", "Retrying"]
 
 
@@ -115,20 +117,20 @@ def test_the_latest_complete_checkpoint_is_resumed_and_the_lost_work_counted_onc
     d = decide(job, w.snapshot(), NOW, lookup=_lookup(STEP_1))
     assert d.phase is JobPhase.ADMITTED
     assert _creates(d) == [act.CreateWorkload(1, "a-a1", "p", 8, 1, "s3://ckpt/team/run/step-1")]
-    assert d.status["resume"] == {"attempt": 1, "resumeFrom": "s3://ckpt/team/run/step-1", "source": "s3"}
-    assert d.status["lastCheckpoint"] == {"uri": "s3://ckpt/team/run/step-1", "step": 1, "time": _ts(STEP_1.time)}
+    assert d.status.resume == ResumeStatus(attempt=1, resume_from="s3://ckpt/team/run/step-1", source="s3")
+    assert d.status.last_checkpoint == CheckpointStatus(uri="s3://ckpt/team/run/step-1", step=1, time=_ts(STEP_1.time))
     lost = 8 * (PREEMPTED - STEP_1.time).total_seconds()  # 8 devices × 30 s
-    assert d.status["lastFailure"]["lostDeviceSeconds"] == lost == 240
-    assert d.status["spot"]["lostDeviceSeconds"] == lost
+    assert failure_of(d).lost_device_seconds == lost == 240
+    assert spot_of(d).lost_device_seconds == lost
     assert _cond(d, "Resumed") == (True, "FromCheckpoint")
     assert _kinds(d) == ["ResumingFromCheckpoint", "LostWork", "Admitted", "CreateWorkload"]
     # The next decision sees the resume recorded: no second lookup, no second count.
-    merged = {**_preempted(), **d.status, "phase": "Admitted"}
+    merged = {**_preempted(), **d.status.to_wire(), "phase": "Admitted"}
     w2 = World().pool("p")
     job2 = w2.job("a", "p", devices=8, status=merged, checkpoint=S3)
     d2 = decide(job2, w2.snapshot(), NOW, lookup=_lookup(STEP_1))
     assert not any(isinstance(a, act.ResolveCheckpoint) for a in d2.actions)
-    assert "spot" not in d2.status and "lastFailure" not in d2.status
+    assert d2.status.spot is None and d2.status.last_failure is None
 
 
 def test_without_a_complete_checkpoint_the_attempt_restarts_from_scratch_and_says_so() -> None:
@@ -136,10 +138,10 @@ def test_without_a_complete_checkpoint_the_attempt_restarts_from_scratch_and_say
     job = w.job("a", "p", devices=8, status=_preempted(), checkpoint=S3)
     d = decide(job, w.snapshot(), NOW, lookup=_lookup(None))
     assert _creates(d)[0].resume_from is None
-    assert d.status["resume"] == {"attempt": 1, "resumeFrom": None, "source": "none"}
-    assert "lastCheckpoint" not in d.status
+    assert d.status.resume == ResumeStatus(attempt=1, resume_from=None, source="none")
+    assert d.status.last_checkpoint is None
     # Everything since the attempt started is lost: 8 × 90 s.
-    assert d.status["lastFailure"]["lostDeviceSeconds"] == 8 * 90
+    assert failure_of(d).lost_device_seconds == 8 * 90
     assert _cond(d, "Resumed") == (False, "FromScratch")
     message = next(c.message for c in d.conditions if c.type == "Resumed")
     assert "restarts from scratch: no complete checkpoint under s3://ckpt/team/run" in message
@@ -152,7 +154,7 @@ def test_a_checkpoint_older_than_the_attempt_counts_from_the_attempt_start() -> 
     old = Checkpoint("s3://ckpt/team/run/step-0", 0, T0)
     d = decide(job, w.snapshot(), NOW, lookup=_lookup(old))
     assert _creates(d)[0].resume_from == "s3://ckpt/team/run/step-0"
-    assert d.status["lastFailure"]["lostDeviceSeconds"] == 8 * 90
+    assert failure_of(d).lost_device_seconds == 8 * 90
 
 
 def test_an_attempt_preempted_before_it_ran_lost_nothing() -> None:
@@ -161,7 +163,7 @@ def test_an_attempt_preempted_before_it_ran_lost_nothing() -> None:
     w = World().pool("p")
     job = w.job("a", "p", devices=8, status=st, checkpoint=S3)
     d = decide(job, w.snapshot(), NOW, lookup=_lookup(STEP_1))
-    assert d.status["lastFailure"]["lostDeviceSeconds"] == 0
+    assert failure_of(d).lost_device_seconds == 0
     assert "LostWork" not in _kinds(d)
 
 
@@ -170,7 +172,7 @@ def test_a_real_failure_resumes_too_but_loses_nothing_to_preemption() -> None:
     job = w.job("a", "p", devices=8, status=_preempted(kind="Failure"), checkpoint=S3, maxRetries=1)
     d = decide(job, w.snapshot(), NOW, lookup=_lookup(STEP_1))
     assert _creates(d)[0].resume_from == "s3://ckpt/team/run/step-1"
-    assert "lastFailure" not in d.status and "spot" not in d.status
+    assert d.status.last_failure is None and d.status.spot is None
 
 
 def test_an_unreadable_store_holds_only_this_job_and_is_asked_again_later() -> None:
@@ -203,8 +205,8 @@ def test_a_pvc_job_resumes_from_the_checkpoint_its_pods_reported() -> None:
     job = w.job("a", "p", devices=8, status=_preempted(lastCheckpoint=reported), checkpoint=PVC)
     d = decide(job, w.snapshot(), NOW)
     assert _creates(d)[0].resume_from == "pvc://claim/run/step-7"
-    assert d.status["resume"]["source"] == "reported"
-    assert d.status["lastFailure"]["lostDeviceSeconds"] == 8 * 10
+    assert d.status.resume is not None and d.status.resume.source == "reported"
+    assert failure_of(d).lost_device_seconds == 8 * 10
 
 
 @pytest.mark.parametrize(
@@ -233,10 +235,10 @@ def test_a_running_attempt_mirrors_only_a_valid_newer_reported_checkpoint(
     w.pod("a", 0, 0, node="p-0", reported_checkpoint=annotation[:1025])
     d = decide(job, w.snapshot(), NOW)
     assert d.phase is JobPhase.RUNNING
-    got = d.status.get("lastCheckpoint")
-    assert (got["uri"] if got else None) == recorded
+    got = d.status.last_checkpoint
+    assert (got.uri if got else None) == recorded
     if got:
-        assert got == {"uri": recorded, "step": 12, "time": _ts(NOW)}
+        assert got == CheckpointStatus(uri=recorded, step=12, time=_ts(NOW))
 
 
 def test_an_admitted_attempt_whose_workload_is_missing_is_created_with_its_recorded_resume_point() -> None:
@@ -306,7 +308,7 @@ def test_after_max_preemptions_a_prefer_job_falls_back_to_on_demand(
     _disrupt(w)
     d = decide(job, w.snapshot(), PREEMPTED)
     assert d.phase is phase
-    assert d.status["spot"]["onDemand"] is fell_back
+    assert spot_of(d).on_demand is fell_back
     assert (_cond(d, "SpotFallback") == (True, "MaxPreemptions")) is fell_back
     assert ("FellBackToOnDemand" in _kinds(d)) is fell_back
 
@@ -317,8 +319,8 @@ def test_the_fallback_keeps_the_preemption_total_and_where_the_count_starts_agai
     job = w.job("a", "spot", devices=8, status=st, checkpoint=S3, spot={"policy": "prefer", "maxPreemptions": 1})
     _disrupt(w)
     d = decide(job, w.snapshot(), PREEMPTED)
-    assert d.status["preemptions"] == 2  # the total, as the printer column shows it
-    assert d.status["spot"]["onDemand"] is True and d.status["spot"]["preemptionsAtFallback"] == 2
+    assert d.status.preemptions == 2  # the total, as the printer column shows it
+    assert spot_of(d).on_demand is True and spot_of(d).preemptions_at_fallback == 2
 
 
 @pytest.mark.parametrize(
@@ -342,8 +344,8 @@ def test_a_fallen_back_job_counts_its_preemptions_from_the_fallback(
     _disrupt(w)
     d = decide(job, w.snapshot(), PREEMPTED)
     assert d.phase is phase
-    assert d.status["preemptions"] == total + 1
-    assert d.status["spot"]["onDemand"] is True and d.status["spot"]["preemptionsAtFallback"] == at_fallback
+    assert d.status.preemptions == total + 1
+    assert spot_of(d).on_demand is True and spot_of(d).preemptions_at_fallback == at_fallback
     assert _cond(d, "SpotFallback") is None and "FellBackToOnDemand" not in _kinds(d)
     if phase is JobPhase.PENDING:
         assert f"({total + 1 - at_fallback} of spot.maxPreemptions 1)" in d.reason
@@ -358,7 +360,7 @@ def test_a_spot_pool_that_keeps_failing_within_the_window_sends_the_job_to_on_de
     rules = fallback.SpotRules(window_seconds=3600, preemptions_in_window=3)
     d = decide(job, w.snapshot(), PREEMPTED, rules=rules)
     assert _cond(d, "SpotFallback") == (True, "PreemptedTooOften")
-    assert d.status["spot"]["recentPreemptions"] == [*recent, _ts(PREEMPTED)]
+    assert spot_of(d).recent_preemptions == [*recent, _ts(PREEMPTED)]
     # The same three preemptions spread over more than the window: no fallback.
     narrow = fallback.SpotRules(window_seconds=1800, preemptions_in_window=3)
     assert _cond(decide(job, w.snapshot(), PREEMPTED, rules=narrow), "SpotFallback") is None
@@ -374,7 +376,7 @@ def test_a_fallen_back_job_is_planned_on_on_demand_pools_only(on_demand: bool, p
     d = decide(job, w.snapshot(), NOW)
     assert d.phase is JobPhase.ADMITTED
     assert _creates(d)[0].pool == pool
-    assert d.status["plan"]["capacityType"] == ("on-demand" if on_demand else "spot")
+    assert plan_of(d).capacity_type == ("on-demand" if on_demand else "spot")
 
 
 def test_the_resume_and_fallback_conditions_outlive_the_decisions_that_wrote_them() -> None:
@@ -398,7 +400,7 @@ def test_admitted_to_running_records_when_the_attempt_started() -> None:
     w.workload("a", 0, active=1)
     w.pod("a", 0, 0, node="p-0")
     d = decide(job, w.snapshot(), NOW)
-    assert d.phase is JobPhase.RUNNING and d.status["attemptStartTime"] == _ts(NOW)
+    assert d.phase is JobPhase.RUNNING and d.status.attempt_start_time == _ts(NOW)
 
 
 def test_lost_work_ends_when_kubernetes_recorded_the_end_not_when_the_operator_noticed() -> None:
@@ -415,4 +417,4 @@ def test_lost_work_ends_when_kubernetes_recorded_the_end_not_when_the_operator_n
     }
     job = w.job("a", "p", devices=8, status=_preempted(lastFailure=failure), checkpoint=S3)
     d = decide(job, w.snapshot(), NOW, lookup=_lookup(STEP_1))
-    assert d.status["lastFailure"]["lostDeviceSeconds"] == 8 * (ended - STEP_1.time).total_seconds() == 80
+    assert failure_of(d).lost_device_seconds == 8 * (ended - STEP_1.time).total_seconds() == 80

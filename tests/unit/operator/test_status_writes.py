@@ -25,7 +25,7 @@ def test_a_waiting_job_admitted_on_its_plan_is_not_sent_the_plan_again() -> None
     assert first is not None and first["plan"]["pool"] == "p"
     free = World().pool("p", nodes=1)
     admitted = decide(free.job("a", "p", devices=8, status=first), free.snapshot(), T0)
-    assert admitted.phase is JobPhase.ADMITTED and admitted.status["plan"] == first["plan"]
+    assert admitted.phase is JobPhase.ADMITTED and admitted.status.to_wire()["plan"] == first["plan"]
     patch = settle_status(first, admitted, 1)
     assert patch is not None
     assert "plan" not in patch  # held already: not resent
@@ -57,7 +57,7 @@ def test_status_plan_keeps_a_few_alternatives_and_rounded_estimates() -> None:
     for name in [f"p{i:02d}" for i in range(12)]:
         w = w.pool(name, nodes=1)
     d = decide(w.job("a", "p00", devices=8), w.snapshot(), T0)
-    plan = d.status["plan"]
+    plan = d.status.to_wire()["plan"]  # as written
     assert plan["pool"] == "p00"
     assert 0 < len(plan["alternatives"]) <= STATUS_ALTERNATIVES < 11
     assert all(alt["reason"] for alt in plan["alternatives"])

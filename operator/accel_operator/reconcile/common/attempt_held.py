@@ -10,7 +10,6 @@ admission, and what Kubernetes recorded of it — its batch Job's start and end 
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
 
 from accel_api.durations import parse_time, stamp
 from accel_api.enums import CapacityType
@@ -45,13 +44,13 @@ def _held_end(failure: AttemptFailure) -> dt.datetime | None:
     return parse_time(failure.held.end_time) if failure.held is not None else None
 
 
-def earlier(st: AcceleratorJobStatus) -> list[dict[str, Any]]:
+def earlier(st: AcceleratorJobStatus) -> tuple[AttemptFailure, ...]:
     """``status.earlierFailures`` once a new failure replaces ``lastFailure``: the old one joins the
     list (its message dropped), the latest ``EARLIER_FAILURES`` kept."""
     kept = list(st.earlier_failures)
     if st.last_failure is not None and all(f.attempt != st.last_failure.attempt for f in kept):
         kept.append(st.last_failure.model_copy(update={"message": None}))
-    return [f.model_dump(by_alias=True, mode="json", exclude_none=True) for f in kept[-EARLIER_FAILURES:]]
+    return tuple(kept[-EARLIER_FAILURES:])
 
 
 def failures(st: AcceleratorJobStatus) -> list[AttemptFailure]:

@@ -27,20 +27,20 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any
 
 from accel_api import bounds
 from accel_api import vocabulary as v
 from accel_api.durations import parse_time
 from accel_api.durations import stamp as _ts
 from accel_api.enums import FailureKind, JobPhase
-from accel_api.job import AttemptFailure, ResumeStatus
+from accel_api.job import AttemptFailure, HealthStatus, SpotStatus
 from accel_operator.planning import explain
 from accel_operator.planning.candidates import Candidate, Plan, ranked_per_pool
 from accel_operator.reconcile.common import actions as act
 from accel_operator.reconcile.common import attempt_held, node_capacity
 from accel_operator.reconcile.common.decision import (
     ADMITTED,
+    CLEAR,
     DISRUPTION_RULE,
     FINISHED,
     PLANNED,
@@ -51,6 +51,7 @@ from accel_operator.reconcile.common.decision import (
     VALID,
     Cond,
     Decision,
+    StatusPatch,
 )
 from accel_operator.reconcile.common.decision import clip as _clip
 from accel_operator.reconcile.common.snapshot import (
@@ -63,7 +64,7 @@ from accel_operator.reconcile.common.snapshot import (
     WorkloadView,
 )
 from accel_operator.reconcile.job import bind_clock, fallback, policy_gate, resume
-from accel_operator.reconcile.job.status import plan_wire
+from accel_operator.reconcile.job.status import plan_write
 
 
 def _event_if_new(job: JobView, phase: JobPhase, reason: str, type_: str, message: str) -> tuple[act.Action, ...]:
@@ -83,7 +84,7 @@ def _invalid(job: JobView) -> Decision:
     return Decision(
         phase=JobPhase.FAILED,
         conditions=(Cond(VALID, False, "InvalidSpec", message),),
-        status={"plan": None, "message": _clip(message), "workload": None},
+        status=StatusPatch(plan=CLEAR, message=_clip(message), workload=CLEAR),
         actions=_event_if_new(job, JobPhase.FAILED, "InvalidSpec", "Warning", message),
         reason=message,
     )
@@ -157,14 +158,10 @@ def _waiting(job: JobView, snapshot: Snapshot, now: dt.datetime) -> Decision:
             reason="not planned yet",
         )
     if not plan.schedulable:
-        status: dict[str, Any] = {
-            "plan": plan_wire(plan),
-            "message": _clip(plan.reason),
-        }
         return Decision(
             phase=JobPhase.UNSCHEDULABLE,
             conditions=(Cond(VALID, True, "SpecValid"), Cond(PLANNED, False, "NoPlacement", plan.reason)),
-            status=status,
+            status=StatusPatch(plan=plan_write(plan), message=_clip(plan.reason)),
             actions=_event_if_new(job, JobPhase.UNSCHEDULABLE, "NoPlacement", "Warning", plan.reason),
             reason=plan.reason,
         )
@@ -184,11 +181,6 @@ def _waiting(job: JobView, snapshot: Snapshot, now: dt.datetime) -> Decision:
     # Only the first waiting job in queue order blocks a pool; for the later ones the pool's
     # shadow (a sort of its reservations) is not computed again.
     blocked = snapshot.blocked.get(first.pool) or blocked_for(snapshot, job, first.pool, _gang(first), now)
-    status = {
-        "plan": plan_wire(plan),
-        "message": _clip(reason),
-        "workload": None,
-    }
     return Decision(
         phase=JobPhase.PENDING,
         conditions=(
@@ -196,7 +188,7 @@ def _waiting(job: JobView, snapshot: Snapshot, now: dt.datetime) -> Decision:
             Cond(PLANNED, True, "Planned"),  # the why is status.plan.reason, once
             Cond(ADMITTED, False, waiting_reason, reason),
         ),
-        status=status,
+        status=StatusPatch(plan=plan_write(plan), message=_clip(reason), workload=CLEAR),
         actions=_event_if_new(job, JobPhase.PENDING, waiting_reason, "Normal", reason),
         reason=reason,
         blocks=(first.pool, blocked),
@@ -224,13 +216,13 @@ def _admit(
                 _clip(f"took {c.pool} because the planned pool cannot run it now: {why_not[0] if why_not else ''}"),
             )
         )
-    status = {
-        "plan": plan_wire(plan, chosen=c),
-        "attempt": attempt,
-        "workload": workload,
-        "admittedTime": _ts(now),
-        "message": _clip(message),
-    }
+    status = StatusPatch(
+        plan=plan_write(plan, chosen=c),
+        attempt=attempt,
+        workload=workload,
+        admitted_time=_ts(now),
+        message=_clip(message),
+    )
     return Decision(
         phase=JobPhase.ADMITTED,
         conditions=(
@@ -282,25 +274,25 @@ def _after_failure(
     """A new attempt when the job may have one (or may fall back to on-demand), else Failed."""
     assert job.spec is not None
     st = job.status
-    wire = failure.model_dump(by_alias=True, mode="json", exclude_none=True)
     where = f" (pod {failure.pod}, exit code {failure.exit_code})" if failure.pod else ""
     fell_back: fallback.Fallback | None = None
     if failure.kind is FailureKind.PREEMPTION:
         count, limit, field_name = st.preemptions + 1, job.spec.spot.max_preemptions, "spot.maxPreemptions"
-        spot = st.spot.model_dump(by_alias=True, mode="json") if st.spot is not None else {}
-        recent = [*spot.get("recentPreemptions", []), _ts(now)]
+        spot = st.spot or SpotStatus()
+        recent = [*spot.recent_preemptions, _ts(now)]
         fell_back = fallback.check(job.spec, st, count=count, recent=recent, now=now, rules=rules)
-        spot = {
-            **spot,
-            "recentPreemptions": recent[-bounds.STATUS_PREEMPTION_TIMES :],
-            "onDemand": fallback.on_demand(st) or fell_back is not None,
-            **({"preemptionsAtFallback": count} if fell_back is not None else {}),
-        }
-        counters: dict[str, Any] = {"preemptions": count, "spot": spot}
+        spot = spot.model_copy(
+            update={
+                "recent_preemptions": recent[-bounds.STATUS_PREEMPTION_TIMES :],
+                "on_demand": fallback.on_demand(st) or fell_back is not None,
+                **({"preemptions_at_fallback": count} if fell_back is not None else {}),
+            }
+        )
+        counters = StatusPatch(preemptions=count, spot=spot)
         used = fallback.counted(st, count)  # since the fallback, once fallen back
     else:
         count, limit, field_name = st.retries + 1, job.spec.max_retries, "maxRetries"
-        counters = {"retries": count}
+        counters = StatusPatch(retries=count)
         used = count
     old = st.workload or act.workload_name(job.name, st.attempt)
     if used <= limit or fell_back is not None:
@@ -321,14 +313,15 @@ def _after_failure(
         return Decision(
             phase=JobPhase.PENDING,
             conditions=conditions,
-            status={
-                **counters,
-                "attempt": st.attempt + 1,
-                "workload": None,
-                "lastFailure": wire,
-                "earlierFailures": attempt_held.earlier(st),
-                "message": _clip(message),
-            },
+            status=counters.merged(
+                StatusPatch(
+                    attempt=st.attempt + 1,
+                    workload=CLEAR,
+                    last_failure=failure,
+                    earlier_failures=attempt_held.earlier(st),
+                    message=_clip(message),
+                )
+            ),
             actions=(act.DeleteWorkload(old, "retrying"), *events),
             reason=message,
         )
@@ -343,13 +336,14 @@ def _after_failure(
             Cond(RUNNING, False, failure.kind.value),
             Cond(FINISHED, True, "Failed", message),
         ),
-        status={
-            **counters,
-            "lastFailure": wire,
-            "earlierFailures": attempt_held.earlier(st),
-            "completionTime": _ts(now),
-            "message": _clip(message),
-        },
+        status=counters.merged(
+            StatusPatch(
+                last_failure=failure,
+                earlier_failures=attempt_held.earlier(st),
+                completion_time=_ts(now),
+                message=_clip(message),
+            )
+        ),
         actions=(act.RecordEvent("Warning", "Failed", _clip(message)),),
         reason=message,
     )
@@ -399,7 +393,7 @@ def _holding(
         return Decision(
             phase=JobPhase.SUCCEEDED,
             conditions=(*base, Cond(RUNNING, False, "Succeeded"), Cond(FINISHED, True, "Succeeded", message)),
-            status={"completionTime": _ts(now), "message": message},
+            status=StatusPatch(completion_time=_ts(now), message=message),
             actions=_event_if_new(job, JobPhase.SUCCEEDED, "Succeeded", "Normal", message),
             reason=message,
         )
@@ -412,7 +406,7 @@ def _holding(
             return Decision(
                 phase=JobPhase.RUNNING,
                 conditions=(*base, Cond(RUNNING, True, "Running", message)),
-                status={"startTime": st.start_time or _ts(now), "attemptStartTime": _ts(now), "message": message},
+                status=StatusPatch(start_time=st.start_time or _ts(now), attempt_start_time=_ts(now), message=message),
                 actions=_event_if_new(job, JobPhase.RUNNING, "Running", "Normal", message),
                 reason=message,
             )
@@ -429,7 +423,7 @@ def _holding(
                     Cond(PLANNED, True, "Planned"),
                     Cond(ADMITTED, False, "GangTimeout", message),
                 ),
-                status={"attempt": st.attempt + 1, "workload": None, "message": message},
+                status=StatusPatch(attempt=st.attempt + 1, workload=CLEAR, message=message),
                 actions=(act.DeleteWorkload(name, "gang timeout"), act.RecordEvent("Warning", "GangTimeout", message)),
                 reason=message,
             )
@@ -438,11 +432,10 @@ def _holding(
             conditions=(*base, Cond(RUNNING, False, "WaitingForNodes", f"{bound} of {nodes} pod(s) placed")),
             reason=f"{bound} of {nodes} pod(s) placed",
         )
-    reported = resume.reported_newer(job, pods, now)
     return Decision(
         phase=JobPhase.RUNNING,
         conditions=(*base, _held(job, RUNNING, "Running")),
-        status={"lastCheckpoint": reported} if reported is not None else {},
+        status=StatusPatch(last_checkpoint=resume.reported_newer(job, pods, now)),
         reason="running",
     )
 
@@ -473,7 +466,7 @@ def _resolving(job: JobView, lookup: resume.Lookup | None, now: dt.datetime) -> 
             Cond(ADMITTED, False, "Resuming", message),
             Cond(RESUMED, False, reason, message),
         ),
-        status={"message": message},
+        status=StatusPatch(message=message),
         actions=actions,
         reason=message,
     )
@@ -485,8 +478,8 @@ def _resuming(job: JobView, snapshot: Snapshot, now: dt.datetime, lookup: resume
     r = resume.decide_resume(job, lookup)
     if r is None:
         return _resolving(job, lookup, now)
-    record = ResumeStatus(attempt=r.attempt, resume_from=r.resume_from, source=r.source)
-    resolved = replace(job, status=job.status.model_copy(update={"resume": record}))
+    patch = r.patch(job)
+    resolved = replace(job, status=job.status.model_copy(update={"resume": patch.resume}))
     d = _waiting(resolved, snapshot, now)
     if r.checkpoint is not None:
         cond, event = Cond(RESUMED, True, "FromCheckpoint", _clip(r.message)), ("Normal", "ResumingFromCheckpoint")
@@ -498,7 +491,7 @@ def _resuming(job: JobView, snapshot: Snapshot, now: dt.datetime, lookup: resume
     return replace(
         d,
         conditions=(*(c for c in d.conditions if c.type != RESUMED), cond),
-        status={**r.status(job), **d.status},
+        status=patch.merged(d.status),
         actions=(*events, *d.actions),
     )
 
@@ -572,11 +565,11 @@ def _stopped(job: JobView) -> Decision:
 
 def _resumed(job: JobView, decision: Decision) -> Decision:
     """``decision`` (the job planned again) with the record that a user resumed it."""
-    health = job.status.health.model_dump(by_alias=True, mode="json") if job.status.health is not None else {}
+    health = (job.status.health or HealthStatus()).model_copy(update={"stopped_time": None})
     message = f"resumed by the {v.ANNOTATION_RESUME} annotation as attempt {job.status.attempt}"
     return replace(
         decision,
-        status={**decision.status, "health": {**health, "stoppedTime": None}},
+        status=replace(decision.status, health=health),
         actions=(act.RecordEvent("Normal", "Resumed", message), *decision.actions),
     )
 

@@ -23,7 +23,7 @@ from accel_api.enums import JobPhase
 from accel_operator.planning import policy
 from accel_operator.reconcile.common import actions as act
 from accel_operator.reconcile.common import decision
-from accel_operator.reconcile.common.decision import ADMITTED, VALID, Cond, Decision
+from accel_operator.reconcile.common.decision import ADMITTED, CLEAR, VALID, Cond, Decision, StatusPatch
 from accel_operator.reconcile.common.snapshot import HOLDING, JobView, Snapshot
 
 POLICY = "PolicyCompliant"  # the condition type
@@ -79,7 +79,7 @@ def waiting(job: JobView, snapshot: Snapshot) -> Decision | None:
         return Decision(
             phase=JobPhase.UNSCHEDULABLE,
             conditions=(Cond(VALID, True, "SpecValid"), cond),
-            status={"plan": None, "workload": None, "message": decision.clip(f"not admitted: {message}")},
+            status=StatusPatch(plan=CLEAR, workload=CLEAR, message=decision.clip(f"not admitted: {message}")),
             actions=_event_if_new(job, cond, "Warning", "PolicyViolation", message),
             reason=message,
         )
@@ -93,7 +93,7 @@ def waiting(job: JobView, snapshot: Snapshot) -> Decision | None:
     return Decision(
         phase=JobPhase.PENDING,
         conditions=(Cond(VALID, True, "SpecValid"), cond, Cond(ADMITTED, False, "BudgetExhausted", message)),
-        status={"workload": None, "message": decision.clip(f"queued: {message}")},
+        status=StatusPatch(workload=CLEAR, message=decision.clip(f"queued: {message}")),
         actions=_event_if_new(job, cond, "Normal", "BudgetExhausted", message),
         reason=message,
     )

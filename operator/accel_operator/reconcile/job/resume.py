@@ -25,15 +25,17 @@ import datetime as dt
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import Final, Literal
 
 from accel_api import bounds
 from accel_api import vocabulary as v
 from accel_api.durations import parse_time as _time
 from accel_api.durations import stamp as _ts
 from accel_api.enums import FailureKind
+from accel_api.job import CheckpointStatus, ResumeStatus, SpotStatus
 from accel_operator.reconcile.common import attempt_held
 from accel_operator.reconcile.common.checkpoints import Checkpoint, step_of
+from accel_operator.reconcile.common.decision import StatusPatch
 from accel_operator.reconcile.common.snapshot import JobView, PodView
 
 # The only shape a resume point may have below the job's checkpoint URI.
@@ -66,25 +68,25 @@ class ResumeDecision:
     message: str
     lost_message: str = ""  # the lost work in words (the LostWork event)
 
-    def status(self, job: JobView) -> dict[str, Any]:
+    def patch(self, job: JobView) -> StatusPatch:
         """The status fields this decision sets (merged into the decision that applies it)."""
         st = job.status
-        out: dict[str, Any] = {
-            "resume": {"attempt": self.attempt, "resumeFrom": self.resume_from, "source": self.source},
-        }
-        if self.checkpoint is not None:
-            out["lastCheckpoint"] = checkpoint_status(self.checkpoint)
-        if self.lost_device_seconds is not None and st.last_failure is not None:
-            failure = st.last_failure.model_dump(by_alias=True, mode="json", exclude_none=True)
-            out["lastFailure"] = {**failure, "lostDeviceSeconds": round(self.lost_device_seconds, 3)}
-            spot = st.spot.model_dump(by_alias=True, mode="json") if st.spot is not None else {}
-            total = min(bounds.STATUS_SECONDS_MAX, float(spot.get("lostDeviceSeconds", 0.0)) + self.lost_device_seconds)
-            out["spot"] = {**spot, "lostDeviceSeconds": round(total, 3)}
-        return out
+        resume = ResumeStatus(attempt=self.attempt, resume_from=self.resume_from, source=self.source)
+        checkpoint = checkpoint_status(self.checkpoint) if self.checkpoint is not None else None
+        if self.lost_device_seconds is None or st.last_failure is None:
+            return StatusPatch(resume=resume, last_checkpoint=checkpoint)
+        spot = st.spot or SpotStatus()
+        total = min(bounds.STATUS_SECONDS_MAX, spot.lost_device_seconds + self.lost_device_seconds)
+        return StatusPatch(
+            resume=resume,
+            last_checkpoint=checkpoint,
+            last_failure=st.last_failure.model_copy(update={"lost_device_seconds": round(self.lost_device_seconds, 3)}),
+            spot=spot.model_copy(update={"lost_device_seconds": round(total, 3)}),
+        )
 
 
-def checkpoint_status(c: Checkpoint) -> dict[str, Any]:
-    return {"uri": c.uri, "step": c.step, "time": _ts(c.time)}
+def checkpoint_status(c: Checkpoint) -> CheckpointStatus:
+    return CheckpointStatus(uri=c.uri, step=c.step, time=_ts(c.time))
 
 
 def needs_resume(job: JobView) -> bool:
@@ -174,7 +176,7 @@ def decide_resume(job: JobView, lookup: Lookup | None) -> ResumeDecision | None:
     )
 
 
-def reported_newer(job: JobView, pods: Iterable[PodView], now: dt.datetime) -> dict[str, Any] | None:
+def reported_newer(job: JobView, pods: Iterable[PodView], now: dt.datetime) -> CheckpointStatus | None:
     """``status.lastCheckpoint`` from what the current attempt's pods report, when it is newer
     than the recorded one and lies under the job's checkpoint URI; None otherwise."""
     if job.spec is None or job.spec.checkpoint is None:
@@ -195,4 +197,4 @@ def reported_newer(job: JobView, pods: Iterable[PodView], now: dt.datetime) -> d
         return None
     if last is not None and last.step is not None and under(base, last.uri) and last.step > best[0]:
         return None
-    return {"uri": best[1], "step": best[0], "time": _ts(now)}
+    return CheckpointStatus(uri=best[1], step=best[0], time=_ts(now))

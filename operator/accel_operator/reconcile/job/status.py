@@ -1,5 +1,6 @@
 """Status values: a plan as the job's ``status.plan`` (the winner's figures and at most 5
-alternatives), and a decision as the merge patch of the job's status."""
+alternatives), and a decision as the merge patch of the job's status (its ``StatusPatch`` put on
+the wire once, by ``to_wire``, here)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from accel_api.enums import CapacityType
 from accel_api.job import AcceleratorJobStatus, Alternative, PlanStatus
 from accel_operator.planning import explain
 from accel_operator.planning.candidates import Candidate, Plan, best_per_pool
-from accel_operator.reconcile.common.decision import Decision
+from accel_operator.reconcile.common.decision import Decision, PlanWrite
 
 # The operator writes at most this many alternatives (one per pool, the best ranked first; the
 # schema allows bounds.STATUS_ALTERNATIVES): every status write re-encodes the whole object, so
@@ -63,11 +64,19 @@ def plan_status(plan: Plan, chosen: Candidate | None = None) -> PlanStatus:
         footprint_bytes_per_device=win.memory.footprint_bytes,
         step_seconds=_finite(win.speed.step_seconds, 4),
         tokens_per_second=_finite(win.speed.tokens_per_second, 4),
-        duration_seconds=_finite(win.cost.expected_seconds, 6),
+        duration_seconds=_duration(win),
         cost_usd=round(win.cost.expected_usd, 2),
         reason=plan.reason,
         alternatives=alternatives,
     )
+
+
+def _duration(win: Candidate | None) -> float | None:
+    """``status.plan.durationSeconds`` for the plan's pick ``win``: written only with all of its
+    figures, as :func:`plan_status` writes them."""
+    if win is None or win.memory is None or win.speed is None or win.cost is None:
+        return None
+    return _finite(win.cost.expected_seconds, 6)
 
 
 # Every job of one effective spec shares its plan object (the scheduler caches plans): its wire
@@ -90,6 +99,11 @@ def plan_wire(plan: Plan, chosen: Candidate | None = None) -> dict[str, Any]:
     return wire
 
 
+def plan_write(plan: Plan, chosen: Candidate | None = None) -> PlanWrite:
+    """``status.plan`` for a decision's patch: the shared wire form and its expected duration."""
+    return PlanWrite(wire=plan_wire(plan, chosen), duration_seconds=_duration(chosen or plan.winner))
+
+
 # --- a decision as a status write --------------------------------------------------------------
 
 
@@ -110,7 +124,7 @@ def holds(status: AcceleratorJobStatus, decision: Decision, generation: int | No
     """Whether ``status`` already is what ``decision`` asks for, read on the model itself: the
     common case (a held job decided again on an event or the resync) without serialising the
     status. False means "maybe not": :func:`settle_status` then compares the wire values."""
-    if decision.status or status.phase is not decision.phase or status.observed_generation != generation:
+    if not decision.status.empty or status.phase is not decision.phase or status.observed_generation != generation:
         return False
     have = status.conditions
     if len(have) != len(decision.conditions):
@@ -152,7 +166,7 @@ def settle_status(current: dict[str, Any], decision: Decision, generation: int |
         "phase": decision.phase.value,
         "conditions": conditions,
         "observedGeneration": generation,
-        **decision.status,
+        **decision.status.to_wire(),
     }
     same_conditions = [
         {k: v for k, v in c.items() if k != "lastTransitionTime"} for c in _pruned(current.get("conditions") or [])

@@ -34,7 +34,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from types import MappingProxyType
-from typing import Any
 
 from accel_api import durations
 from accel_api.durations import parse_time
@@ -44,7 +43,7 @@ from accel_api.job import ConsolidationMove, HealthStatus
 from accel_api.policy import AcceleratorPolicy
 from accel_operator.reconcile.common import actions as act
 from accel_operator.reconcile.common import checkpoints
-from accel_operator.reconcile.common.decision import Cond, Decision
+from accel_operator.reconcile.common.decision import Cond, Decision, StatusPatch
 from accel_operator.reconcile.common.decision import clip as _clip
 from accel_operator.reconcile.common.snapshot import HOLDING, TERMINAL, Gang, JobKey, JobView, Snapshot
 from accel_operator.reconcile.nodes import health
@@ -391,12 +390,9 @@ def _with(decision: Decision, job: JobView, cond: Cond, event: str | None, *, fo
 # --- the job that moves ------------------------------------------------------------------------
 
 
-def _health_of(decision: Decision, job: JobView) -> dict[str, Any]:
+def _health_of(decision: Decision, job: JobView) -> HealthStatus:
     """The health markers as the decision leaves them (health.amend may have changed some)."""
-    h = decision.status.get("health")
-    if isinstance(h, dict):
-        return dict(h)
-    return job.status.health.model_dump(by_alias=True, mode="json") if job.status.health is not None else {}
+    return decision.status.health or job.status.health or HealthStatus()
 
 
 def _conditions(job: JobView) -> tuple[Cond, ...]:
@@ -429,11 +425,11 @@ def start(job: JobView, order: Order, snapshot: Snapshot, now: dt.datetime, rule
         f"checkpoint requested; attempt {job.status.attempt} ends after the checkpoint (at most "
         f"{rules.checkpoint_grace:.0f}s) and the job resumes from it off those nodes (planned: {order.move.describe()})"
     )
-    new_health = {**_health_of(Decision(job.phase, ()), job), "consolidation": m.model_dump(by_alias=True, mode="json")}
+    new_health = (job.status.health or HealthStatus()).model_copy(update={"consolidation": m})
     return Decision(
         phase=job.phase,
         conditions=(*_conditions(job), Cond(CONSOLIDATION, True, "Moving", message)),
-        status={"health": new_health},
+        status=StatusPatch(health=new_health),
         actions=(
             act.RecordEvent("Normal", EVENT, message),
             act.RequestCheckpoint(pods, _ts(now), "consolidation"),
@@ -473,10 +469,7 @@ def carry(
             replace(
                 decision,
                 conditions=(*decision.conditions, Cond(CONSOLIDATION, False, "Abandoned", message)),
-                status={
-                    **decision.status,
-                    "health": {**h, "consolidation": done.model_dump(by_alias=True, mode="json")},
-                },
+                status=replace(decision.status, health=h.model_copy(update={"consolidation": done})),
                 actions=(*decision.actions, act.RecordEvent("Normal", EVENT, message)),
             ),
             Stage.ABANDONED,
@@ -493,7 +486,7 @@ def carry(
         why = f"consolidation: making room for {m.gang} on {', '.join(m.targets)}; resumes from {point}"
         moved, _ = health.move(
             job,
-            {**h, "consolidation": done.model_dump(by_alias=True, mode="json")},
+            h.model_copy(update={"consolidation": done}),
             health.MoveReason.CONSOLIDATION,
             why,
             from_checkpoint=True,
@@ -524,7 +517,7 @@ def carry(
 def with_started(snapshot: Snapshot, job: JobView, decision: Decision) -> Snapshot:
     """``snapshot`` with ``job``'s marker as :func:`start` wrote it, so that the rest of the pass
     counts the move (the rate limit, the moves in flight)."""
-    status = job.status.model_copy(update={"health": HealthStatus.model_validate(decision.status.get("health") or {})})
+    status = job.status.model_copy(update={"health": decision.status.health or HealthStatus()})
     jobs = dict(snapshot.jobs)
     jobs[job.key] = replace(job, status=status)
     return replace(snapshot, jobs=MappingProxyType(jobs))

@@ -26,17 +26,17 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
-from typing import Any
 
 from accel_api import vocabulary as v
 from accel_api.durations import parse_time
 from accel_api.durations import stamp as _ts
 from accel_api.enums import JobPhase, WorkloadMode
+from accel_api.job import HealthStatus, RightSize
 from accel_operator.reconcile.common import actions as act
 from accel_operator.reconcile.common import checkpoints, node_capacity
-from accel_operator.reconcile.common.decision import ADMITTED, PLANNED, VALID, Cond, Decision
+from accel_operator.reconcile.common.decision import ADMITTED, CLEAR, PLANNED, VALID, Cond, Decision, StatusPatch
 from accel_operator.reconcile.common.decision import clip as _clip
 from accel_operator.reconcile.common.reports import DeviceReport
 from accel_operator.reconcile.common.snapshot import JobView, PodView, Snapshot
@@ -154,12 +154,12 @@ def _had(job: JobView, type_: str, reason: str) -> bool:
     return any(c.type == type_ and c.reason == reason for c in job.status.conditions)
 
 
-def right_size(job: JobView) -> dict[str, Any]:
+def right_size(job: JobView) -> RightSize:
     """A smaller reservation to suggest: the cheapest of the plan's alternatives that uses fewer
     devices or another accelerator for less money, else half the devices of the same kind."""
     plan = job.status.plan
     if plan is None or not plan.devices:
-        return {"reason": "the reservation sat idle: check that the job is doing work, or stop it"}
+        return RightSize(reason="the reservation sat idle: check that the job is doing work, or stop it")
     cheaper = [
         a
         for a in plan.alternatives
@@ -169,47 +169,48 @@ def right_size(job: JobView) -> dict[str, Any]:
     ]
     if cheaper:
         best = min(cheaper, key=lambda a: (a.cost_usd or 0.0, a.devices))
-        return {
-            "accelerator": best.accelerator,
-            "devices": best.devices,
-            "reason": _clip(
+        return RightSize(
+            accelerator=best.accelerator,
+            devices=best.devices,
+            reason=_clip(
                 f"the planner's alternative in pool {best.pool}: {best.devices} × {best.accelerator} for "
                 f"${best.cost_usd:.2f} (the plan: {plan.devices} × {plan.accelerator})"
             ),
-        }
+        )
     if plan.devices > 1:
         fewer = max(1, plan.devices // 2)
-        return {
-            "accelerator": plan.accelerator,
-            "devices": fewer,
-            "reason": _clip(
+        return RightSize(
+            accelerator=plan.accelerator,
+            devices=fewer,
+            reason=_clip(
                 f"{plan.devices} × {plan.accelerator} sat idle: try {fewer} (check the memory fit with accelctl plan)"
             ),
-        }
-    return {
-        "accelerator": plan.accelerator,
-        "devices": 1,
-        "reason": "one device sat idle: check that the job is doing work, or stop it",
-    }
+        )
+    return RightSize(
+        accelerator=plan.accelerator,
+        devices=1,
+        reason="one device sat idle: check that the job is doing work, or stop it",
+    )
 
 
 def _move(
-    job: JobView, health: dict[str, Any], reason: MoveReason, why: str, *, from_checkpoint: bool
+    job: JobView, health: HealthStatus, reason: MoveReason, why: str, *, from_checkpoint: bool
 ) -> tuple[Decision, MoveReason]:
     st = job.status
     old = st.workload or act.workload_name(job.name, st.attempt)
     start = "from its latest checkpoint" if from_checkpoint else "from the start (the job has no checkpoint)"
     message = _clip(f"attempt {st.attempt} ended: {why}; attempt {st.attempt + 1} is planned again, {start}")
-    new_health = {
-        **health,
-        "idleSince": None,
-        "hungSince": None,
-        "moveRequestedTime": None,
-        "moveCheckpointStep": None,
-        "rightSize": None,
-        "moveReason": _clip(why),
-        "moves": int(health.get("moves") or 0) + 1,
-    }
+    new_health = health.model_copy(
+        update={
+            "idle_since": None,
+            "hung_since": None,
+            "move_requested_time": None,
+            "move_checkpoint_step": None,
+            "right_size": None,
+            "move_reason": _clip(why),
+            "moves": health.moves + 1,
+        }
+    )
     decision = Decision(
         phase=JobPhase.PENDING,
         conditions=(
@@ -217,7 +218,7 @@ def _move(
             Cond(PLANNED, True, "Planned"),
             Cond(ADMITTED, False, "Moved", message),
         ),
-        status={"attempt": st.attempt + 1, "workload": None, "message": message, "health": new_health},
+        status=StatusPatch(attempt=st.attempt + 1, workload=CLEAR, message=message, health=new_health),
         actions=(act.DeleteWorkload(old, f"moved: {reason.value}"), act.RecordEvent("Warning", "Moved", message)),
         reason=message,
     )
@@ -243,12 +244,12 @@ def amend(
     if not pods:
         return decision, None
     f = find(pods, snapshot, now, rules)
-    before = job.status.health.model_dump(by_alias=True, mode="json") if job.status.health is not None else {}
-    health: dict[str, Any] = dict(before)
+    before = job.status.health or HealthStatus()
+    health = before
     conds = list(decision.conditions)
     events: list[act.Action] = []
     checkpointable = job.spec.checkpoint is not None
-    moves = int(health.get("moves") or 0)
+    moves = health.moves
     limit = f"not moved: moved {moves} time(s) already (at most {rules.max_moves})"
 
     if f.stale:
@@ -267,7 +268,7 @@ def amend(
         conds.append(Cond(REPORTS, True, "Fresh", f"reports from {', '.join(f.nodes)}"))
 
     # (a) a failing device where the job runs.
-    requested = parse_time(health.get("moveRequestedTime"))
+    requested = parse_time(health.move_requested_time)
     if f.sick:
         why = _clip("; ".join(f"node {node}: {d.describe()}" for node, d in f.sick))
         if moves >= rules.max_moves:
@@ -280,7 +281,9 @@ def amend(
             return _move(job, health, MoveReason.DEVICE_UNHEALTHY, why, from_checkpoint=False)
         if requested is None:
             step_then = checkpoints.step_at_request(job.status)
-            health.update(moveRequestedTime=_ts(now), moveReason=why, moveCheckpointStep=step_then)
+            health = health.model_copy(
+                update={"move_requested_time": _ts(now), "move_reason": why, "move_checkpoint_step": step_then}
+            )
             # The event first: it is the record a person reads, even if the request fails.
             events.append(
                 act.RecordEvent(
@@ -292,19 +295,22 @@ def amend(
             pod_keys = tuple((p.namespace, p.name) for p in pods)
             events.append(act.RequestCheckpoint(pod_keys, _ts(now), MoveReason.DEVICE_UNHEALTHY.value))
         else:
-            step_then = health.get("moveCheckpointStep")
+            step_then = health.move_checkpoint_step
             saved = checkpoints.written_since(job.status.last_checkpoint, step_then, requested)
             if saved or (now - requested).total_seconds() >= rules.checkpoint_grace:
                 return _move(job, health, MoveReason.DEVICE_UNHEALTHY, why, from_checkpoint=True)
         return _amended(decision, conds, events, before, health), None
     if f.stale and requested is not None and (now - requested).total_seconds() >= rules.checkpoint_grace:
         # Decided on a fresh report; the agent went quiet since: the move goes ahead.
-        why = str(health.get("moveReason") or "a device was failing")
+        why = health.move_reason or "a device was failing"
         return _move(job, health, MoveReason.DEVICE_UNHEALTHY, why, from_checkpoint=True)
     if not f.stale:
         conds.append(Cond(DEVICES, True, "Healthy"))
         if requested is not None:
-            health.update(moveRequestedTime=None, moveReason=None, moveCheckpointStep=None)  # recovered first
+            # Recovered first.
+            health = health.model_copy(
+                update={"move_requested_time": None, "move_reason": None, "move_checkpoint_step": None}
+            )
 
     if f.stale or not f.mapped_everywhere:
         return _amended(decision, conds, events, before, health), None  # markers kept as they are
@@ -316,8 +322,8 @@ def amend(
     all_running = len(pods) >= nodes_n and all(p.phase == "Running" for p in pods)
     quiet = _quiet(f.devices, rules.hung_percent) and _holding_memory(f.devices, rules.hung_memory_fraction)
     if multi and all_running and quiet:
-        since = parse_time(health.get("hungSince")) or now
-        health["hungSince"] = _ts(since)
+        since = parse_time(health.hung_since) or now
+        health = health.model_copy(update={"hung_since": _ts(since)})
         held = (now - since).total_seconds()
         if held >= rules.hung_window:
             why = _clip(
@@ -333,20 +339,20 @@ def amend(
         else:
             conds.append(Cond(HUNG, False, "Stalling", f"every device quiet since {_ts(since)}"))
     elif multi:
-        health["hungSince"] = None
+        health = health.model_copy(update={"hung_since": None})
         conds.append(Cond(HUNG, False, "Progressing"))
 
     # (b) an idle reservation (a hung job is not idle: it is stuck, and handled above).
     if _quiet(f.devices, rules.idle_percent) and not (multi and all_running and quiet):
-        since = parse_time(health.get("idleSince")) or now
-        health["idleSince"] = _ts(since)
+        since = parse_time(health.idle_since) or now
+        health = health.model_copy(update={"idle_since": _ts(since)})
         held = (now - since).total_seconds()
         if held >= rules.idle_window:
             suggestion = right_size(job)
-            health["rightSize"] = suggestion
+            health = health.model_copy(update={"right_size": suggestion})
             why = _clip(
                 f"idle: {len(f.devices)} device(s) at ≤{rules.idle_percent:g}% since {_ts(since)} on node(s) "
-                f"{', '.join(f.nodes)}; suggestion: {suggestion['reason']}"
+                f"{', '.join(f.nodes)}; suggestion: {suggestion.reason}"
             )
             conds.append(Cond(IDLE, True, "IdleReservation", why))
             if not _had(job, IDLE, "IdleReservation"):
@@ -355,15 +361,13 @@ def amend(
             conds.append(Cond(IDLE, False, "Quiet", f"devices near 0% since {_ts(since)}"))
         # A policy may stop it (reconcile/nodes/idle_stop.py).
         rule = idle_stop.rule_for(job.spec.team, snapshot.policy.policies)
-        stop = idle_stop.step(
+        stop, health = idle_stop.step(
             job, pods, rule, held, now=now, health=health, grace=rules.checkpoint_grace, conds=conds, events=events
         )
         if stop is not None:
             return stop, MoveReason.IDLE_STOP
     else:
-        health["idleSince"] = None
-        health["rightSize"] = None
-        idle_stop.clear(health)
+        health = idle_stop.clear(health.model_copy(update={"idle_since": None, "right_size": None}))
         conds.append(Cond(IDLE, False, "Busy"))
     return _amended(decision, conds, events, before, health), None
 
@@ -372,12 +376,8 @@ def _amended(
     decision: Decision,
     conds: list[Cond],
     events: list[act.Action],
-    before: dict[str, Any],
-    health: dict[str, Any],
+    before: HealthStatus,
+    health: HealthStatus,
 ) -> Decision:
-    from dataclasses import replace
-
-    status = dict(decision.status)
-    if {k: x for k, x in health.items() if x is not None} != {k: x for k, x in before.items() if x is not None}:
-        status["health"] = health
+    status = decision.status if health == before else replace(decision.status, health=health)
     return replace(decision, conditions=tuple(conds), status=status, actions=(*decision.actions, *events))

@@ -26,16 +26,16 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from accel_api import vocabulary as v
 from accel_api.durations import parse_time
 from accel_api.durations import stamp as _ts
 from accel_api.enums import IdleAction, JobPhase
+from accel_api.job import HealthStatus
 from accel_api.policy import AcceleratorPolicy
 from accel_operator.reconcile.common import actions as act
 from accel_operator.reconcile.common import checkpoints
-from accel_operator.reconcile.common.decision import ADMITTED, PLANNED, VALID, Cond, Decision
+from accel_operator.reconcile.common.decision import ADMITTED, CLEAR, PLANNED, VALID, Cond, Decision, StatusPatch
 from accel_operator.reconcile.common.decision import clip as _clip
 from accel_operator.reconcile.common.snapshot import JobView, PodView
 
@@ -75,10 +75,9 @@ def _had(job: JobView, type_: str, reason: str) -> bool:
     return any(c.type == type_ and c.reason == reason for c in job.status.conditions)
 
 
-def clear(health: dict[str, Any]) -> None:
+def clear(health: HealthStatus) -> HealthStatus:
     """The devices are busy again: a pending stop request is withdrawn."""
-    health["stopRequestedTime"] = None
-    health["stopCheckpointStep"] = None
+    return health.model_copy(update={"stop_requested_time": None, "stop_checkpoint_step": None})
 
 
 def step(
@@ -88,23 +87,22 @@ def step(
     idle_seconds: float,
     *,
     now: dt.datetime,
-    health: dict[str, Any],
+    health: HealthStatus,
     grace: float,
     conds: list[Cond],
     events: list[act.Action],
-) -> Decision | None:
+) -> tuple[Decision | None, HealthStatus]:
     """The policy's part for a job idle for ``idle_seconds``: conditions and events added to
-    ``conds``/``events``, ``health`` markers updated, or the Decision that stops the job."""
+    ``conds``/``events``, and the ``health`` markers updated; or the Decision that stops the job."""
     assert job.spec is not None
     if rule is None or idle_seconds < rule.after_seconds:
-        clear(health)
-        return None
+        return None, clear(health)
     idle = f"devices idle for {idle_seconds / 60:.0f} min (≥ {rule.after_seconds / 60:.0f} min of {rule.describe()})"
     if rule.action is IdleAction.WARN:
         conds.append(Cond(IDLE_STOP, False, "WouldStop", _clip(f"{idle}: warning only")))
         if not _had(job, IDLE_STOP, "WouldStop"):
             events.append(act.RecordEvent("Warning", "IdleLimit", _clip(f"{idle}: warning only")))
-        return None
+        return None, health
     if job.spec.checkpoint is None:
         if not rule.without_checkpoint:
             message = _clip(
@@ -114,49 +112,51 @@ def step(
             conds.append(Cond(IDLE_STOP, False, "NoCheckpoint", message))
             if not _had(job, IDLE_STOP, "NoCheckpoint"):
                 events.append(act.RecordEvent("Warning", "IdleLimit", message))
-            return None
-        return _stop(job, health, f"{idle}; the job has no checkpoint: its work is lost", now)
-    requested = parse_time(health.get("stopRequestedTime"))
+            return None, health
+        return _stop(job, health, f"{idle}; the job has no checkpoint: its work is lost", now), health
+    requested = parse_time(health.stop_requested_time)
     if requested is None:
-        health["stopRequestedTime"] = _ts(now)
-        health["stopCheckpointStep"] = checkpoints.step_at_request(job.status)
+        health = health.model_copy(
+            update={"stop_requested_time": _ts(now), "stop_checkpoint_step": checkpoints.step_at_request(job.status)}
+        )
         message = _clip(f"{idle}: checkpoint requested; the job stops within {grace:.0f}s")
         conds.append(Cond(IDLE_STOP, False, "CheckpointRequested", message))
         events.append(act.RecordEvent("Warning", "IdleStopRequested", message))
         events.append(act.RequestCheckpoint(tuple((p.namespace, p.name) for p in pods), _ts(now), REASON))
-        return None
+        return None, health
     checkpoint = job.status.last_checkpoint
     saved = parse_time(checkpoint.time if checkpoint is not None else None)
-    if checkpoints.written_since(checkpoint, health.get("stopCheckpointStep"), requested):
+    if checkpoints.written_since(checkpoint, health.stop_checkpoint_step, requested):
         at = f" at {_ts(saved)}" if saved is not None else ""
-        return _stop(job, health, f"{idle}; checkpoint written{at}", now)
+        return _stop(job, health, f"{idle}; checkpoint written{at}", now), health
     if (now - requested).total_seconds() >= grace:
         last = f"its latest checkpoint ({_ts(saved)})" if saved is not None else "no checkpoint reported yet"
-        return _stop(job, health, f"{idle}; no checkpoint within {grace:.0f}s of the request, {last}", now)
+        return _stop(job, health, f"{idle}; no checkpoint within {grace:.0f}s of the request, {last}", now), health
     conds.append(
         Cond(IDLE_STOP, False, "CheckpointRequested", _clip(f"{idle}: checkpoint requested at {_ts(requested)}"))
     )
-    return None
+    return None, health
 
 
-def _stop(job: JobView, health: dict[str, Any], why: str, now: dt.datetime) -> Decision:
+def _stop(job: JobView, health: HealthStatus, why: str, now: dt.datetime) -> Decision:
     st = job.status
     old = st.workload or act.workload_name(job.name, st.attempt)
     message = _clip(
         f"attempt {st.attempt} ended, the job is Stopped: {why}. To resume it (from its latest complete "
         f"checkpoint), set the annotation {v.ANNOTATION_RESUME} to a new value"
     )
-    new_health = {
-        **health,
-        "idleSince": None,
-        "hungSince": None,
-        "moveRequestedTime": None,
-        "moveCheckpointStep": None,
-        "stopRequestedTime": None,
-        "stopCheckpointStep": None,
-        "stoppedTime": _ts(now),
-        "resumeSeen": job.resume_request,
-    }
+    new_health = health.model_copy(
+        update={
+            "idle_since": None,
+            "hung_since": None,
+            "move_requested_time": None,
+            "move_checkpoint_step": None,
+            "stop_requested_time": None,
+            "stop_checkpoint_step": None,
+            "stopped_time": _ts(now),
+            "resume_seen": job.resume_request,
+        }
+    )
     return Decision(
         phase=JobPhase.STOPPED,
         conditions=(
@@ -166,7 +166,7 @@ def _stop(job: JobView, health: dict[str, Any], why: str, now: dt.datetime) -> D
             Cond(IDLE, True, "StoppedIdle", _clip(why)),
             Cond(IDLE_STOP, True, "Stopped", message),
         ),
-        status={"attempt": st.attempt + 1, "workload": None, "message": message, "health": new_health},
+        status=StatusPatch(attempt=st.attempt + 1, workload=CLEAR, message=message, health=new_health),
         actions=(act.DeleteWorkload(old, "stopped: idle"), act.RecordEvent("Warning", "StoppedIdle", message)),
         reason=message,
     )
