@@ -152,7 +152,7 @@ class World:
         snap = self.scheduler.observe(now)
         plans = {}
         for key, job in snap.jobs.items():
-            plan = self.scheduler._plan(job, snap)
+            plan = self.scheduler.plans.plan(job, snap)
             if plan is not None:
                 plans[key] = plan
         from dataclasses import replace

@@ -502,13 +502,13 @@ def test_the_scheduler_taints_the_node_and_annotates_the_pods() -> None:
     w.report("p-0", pods=_mine("a-a0-0"), sick={3: ECC})
     fake = FakeRescheduleClient()
     sched = w.scheduler
-    sched.reschedule = fake
-    sched.ready = True
+    sched.applier.reschedule = fake
+    sched.marks.ready = True
 
     async def one_pass() -> None:
         await sched.step()
-        while sched.in_flight:
-            await asyncio.gather(*list(sched.in_flight))
+        while sched.applier.in_flight:
+            await asyncio.gather(*list(sched.applier.in_flight))
 
     # The world's reports are written at T0; the scheduler reads the clock: make them fresh now.
     now = dt.datetime.now(dt.UTC)
