@@ -11,9 +11,7 @@ this process created stands in for the watch the same way (:meth:`Applier.unseen
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import logging
-import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -33,6 +31,7 @@ from accel_operator.adapters.kube.jobs import JobGone, JobRef, JobWriter
 from accel_operator.adapters.kube.reschedule import RescheduleClient
 from accel_operator.engine import calls
 from accel_operator.engine.cache import Observed
+from accel_operator.engine.clock import Clock, SystemClock
 from accel_operator.engine.loop import Marks
 from accel_operator.engine.schedule import Write
 from accel_operator.metrics import OperatorMetrics
@@ -75,6 +74,7 @@ class Applier:
     metrics: OperatorMetrics
     observed: Observed
     marks: Marks
+    clock: Clock = field(default_factory=SystemClock)
     # Rescheduling on node reports: taints and checkpoint-now annotations (None: not applied).
     reschedule: RescheduleClient | None = None
     checkpoints: CheckpointStore | None = None  # S3 lookups for resumes; None: S3 resumes wait with a reason
@@ -127,7 +127,7 @@ class Applier:
         """The workloads this process created that the watch has not shown yet (those it shows,
         or never will within the TTL, are dropped)."""
         if self.created:
-            expired = time.monotonic() - CREATED_TTL_SECONDS
+            expired = self.clock.monotonic() - CREATED_TTL_SECONDS
             for key, (_w, at) in list(self.created.items()):
                 if key in self.observed.workloads or at < expired:
                     del self.created[key]  # the watch caught up (or never will: act on what it says)
@@ -241,11 +241,11 @@ class Applier:
             created = await self._retrying("create_workload", self.workloads.create, batch_job, service)
             name = str(batch_job["metadata"]["name"])
             view = WorkloadView(namespace=job.namespace, name=name, job=job.key, attempt=action.attempt)
-            self.created[(job.namespace, name)] = (view, time.monotonic())
+            self.created[(job.namespace, name)] = (view, self.clock.monotonic())
             if created:
                 self.metrics.workloads_created.inc()
                 since = parse_time(job.status.last_failure.time if job.status.last_failure else None) or job.created
-                self.metrics.admission_latency.observe((dt.datetime.now(dt.UTC) - since).total_seconds())
+                self.metrics.admission_latency.observe((self.clock.now() - since).total_seconds())
         elif isinstance(action, act.RequestCheckpoint):
             if self.reschedule is None:
                 return
@@ -287,7 +287,7 @@ class Applier:
             self.metrics.reconcile_errors.labels("checkpoint_lookup").inc()
             log.warning("%s/%s: checkpoint lookup under %s failed: %s", *key, action.uri, error)
             asyncio.get_running_loop().call_later(resume.RETRY_SECONDS, self.mark, key)
-        self.lookups[key] = resume.Lookup(action.attempt, action.uri, found, error, dt.datetime.now(dt.UTC))
+        self.lookups[key] = resume.Lookup(action.attempt, action.uri, found, error, self.clock.now())
         self.mark(key)
 
     async def _retrying(self, call: str, fn: Any, *args: Any) -> Any:
@@ -303,12 +303,12 @@ class Applier:
         """Taint (untaint) the nodes fresh reports condemn (clear); one write per node in flight."""
         if self.reschedule is None or not snap.reports:
             return
-        expired = time.monotonic() - CREATED_TTL_SECONDS
+        expired = self.clock.monotonic() - CREATED_TTL_SECONDS
         for action in health.node_actions(snap, rules):
             key = (action.node, type(action).__name__)
             if self.node_acting.get(key, -1.0) > expired:
                 continue  # written; the watch has not shown it yet
-            self.node_acting[key] = time.monotonic()
+            self.node_acting[key] = self.clock.monotonic()
             task = asyncio.create_task(self._node_act(action))
             self.in_flight.add(task)
             task.add_done_callback(self.in_flight.discard)

@@ -13,12 +13,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from accel_operator.adapters.kube.lease import Elector
 from accel_operator.engine import calls
+from accel_operator.engine.clock import Clock
 from accel_operator.metrics import OperatorMetrics
 from accel_operator.reconcile.common.snapshot import JobKey
 from accel_operator.settings import OperatorSettings
@@ -51,6 +51,7 @@ async def run(
     settings: OperatorSettings,
     metrics: OperatorMetrics,
     elector: Elector,
+    clock: Clock,
     pools: calls.CallPools,
     closed: Callable[[], bool],
     can_act: Callable[[], bool],
@@ -61,7 +62,7 @@ async def run(
     """Until cancelled (or ``closed``): wait for a mark (or the resync interval), then one pass.
     ``lead``: what a replica that just became leader does first."""
     resync = settings.resync_seconds
-    last_full = time.monotonic()
+    last_full = clock.monotonic()
     last_tick, was_leading = 0.0, False
     while not closed() and (stop is None or not stop.is_set()):
         # asyncio.timeout, not wait_for: before Python 3.12, wait_for drops a cancellation
@@ -72,8 +73,8 @@ async def run(
         if closed():
             return
         marks.wake.clear()
-        if time.monotonic() - last_tick >= settings.lease_seconds / 3:
-            last_tick = time.monotonic()
+        if clock.monotonic() - last_tick >= settings.lease_seconds / 3:
+            last_tick = clock.monotonic()
             leading = await calls.run_in(pools.lease, elector.tick)
             if leading and not was_leading:
                 log.info("this replica leads: it decides and writes")
@@ -83,10 +84,10 @@ async def run(
             was_leading = leading
         if not can_act() or not elector.leading():
             continue
-        if time.monotonic() - last_full >= resync:
+        if clock.monotonic() - last_full >= resync:
             marks.full_pass = True  # the safety net: every job that should be acted on is
         if marks.full_pass:
-            last_full = time.monotonic()
+            last_full = clock.monotonic()
         if not marks.full_pass and not marks.capacity_pass and not marks.dirty:
             continue
         try:

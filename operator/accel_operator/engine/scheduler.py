@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import InitVar, dataclass, field
 from typing import Any, TypeVar
@@ -35,6 +34,7 @@ from accel_operator.adapters.kube.reschedule import RescheduleClient
 from accel_operator.engine import loop, schedule
 from accel_operator.engine.apply import Applier
 from accel_operator.engine.cache import Observed
+from accel_operator.engine.clock import Clock, SystemClock
 from accel_operator.engine.loop import Marks
 from accel_operator.engine.plans import Plans
 from accel_operator.metrics import OperatorMetrics
@@ -73,6 +73,8 @@ class Scheduler:
     metrics: OperatorMetrics
     elector: Elector = field(default_factory=AlwaysLeader)
     indices: Indices | None = None
+    # Every time the engine reads (the tests' and a simulator's: a ManualClock).
+    clock: Clock = field(default_factory=SystemClock)
     # Rescheduling on node reports: taints and checkpoint-now annotations (None: not applied).
     reschedule: InitVar[RescheduleClient | None] = None
     checkpoints: InitVar[CheckpointStore | None] = None  # S3 lookups for resumes
@@ -104,6 +106,7 @@ class Scheduler:
             metrics=self.metrics,
             observed=self.observed,
             marks=self.marks,
+            clock=self.clock,
             reschedule=reschedule,
             checkpoints=checkpoints,
         )
@@ -218,6 +221,7 @@ class Scheduler:
             settings=self.settings,
             metrics=self.metrics,
             elector=self.elector,
+            clock=self.clock,
             pools=self.applier.call_pools,
             closed=lambda: self.applier.closed,
             can_act=self.can_act,
@@ -232,8 +236,8 @@ class Scheduler:
         self.marks.full_pass = True
 
     async def step(self) -> None:
-        t0 = time.perf_counter()
-        now = dt.datetime.now(dt.UTC)
+        t0 = self.clock.monotonic()
+        now = self.clock.now()
         marks = self.marks
         full, marks.full_pass = marks.full_pass, False
         if full:
@@ -275,7 +279,7 @@ class Scheduler:
                 self.metrics.jobs.labels(phase.value).set(result.phases.get(phase.value, 0))
             for pool in result.snapshot.pools:
                 self.metrics.queue_depth.labels(pool).set(result.queue.get(pool, 0))
-        self.metrics.pass_seconds.observe(time.perf_counter() - t0)
+        self.metrics.pass_seconds.observe(self.clock.monotonic() - t0)
 
     async def close(self, runner: asyncio.Task[None] | None = None) -> None:
         """At the operator's stop: the scheduling loop (``runner``, the task of :meth:`run`) ends

@@ -326,7 +326,7 @@ def test_an_attempt_on_a_preempted_tpu_node_is_a_preemption(preempted: set[str],
     message = "Container main for pod ns/a-a0-0 failed with exit code 143 matching FailJob rule at index 1"
     w.workload("a", 0, failed=1, failed_condition=True, failure_reason="PodFailurePolicy", failure_message=message)
     w.pod("a", 0, 0, node="p-0", phase="Failed", exit_code=143)
-    w.scheduler.preempted_nodes = preempted
+    w.preempted = preempted
     d = decide(job, w.snapshot(), T0 + dt.timedelta(seconds=30))
     assert d.status["lastFailure"]["kind"] == kind
     assert d.phase is JobPhase.PENDING
