@@ -209,15 +209,18 @@ class World:
         now: dt.datetime = T0,
         keys: Iterable[JobKey] | None = None,
         *,
+        marked: Iterable[JobKey] | None = None,
         busy: Iterable[JobKey] = (),
         full: bool = True,
     ) -> schedule.Pass:
         """One pure pass over :meth:`observe` at ``now``: ``keys`` (default every job) decided,
-        each one marked (as a full pass marks every job), ``busy`` ones left to the next."""
+        ``marked`` ones as an event named them (default all of ``keys``), ``busy`` ones left to
+        the next pass."""
         snap = self.observe(now)
-        keys = set(snap.jobs) if keys is None else set(keys)
+        keys = list(snap.jobs) if keys is None else list(keys)
+        marked = keys if marked is None else list(marked)
         rules = schedule.rules_from(self.settings, snap)
-        return schedule.schedule_pass(snap, keys, now, rules, self.plans, marked=keys, busy=busy, full=full)
+        return schedule.schedule_pass(snap, keys, now, rules, self.plans, marked=marked, busy=busy, full=full)
 
 
 def _as_is(job: JobView) -> JobView:

@@ -142,7 +142,9 @@ class _Tally:
 
 
 def order(snap: Snapshot, keys: Iterable[JobKey]) -> list[JobView]:
-    jobs = [snap.jobs[k] for k in keys if k in snap.jobs and not snap.jobs[k].deleting]
+    """The jobs of ``keys`` to decide, each once: those holding devices first, then the waiting
+    ones in queue order (priority, then submission)."""
+    jobs = [snap.jobs[k] for k in dict.fromkeys(keys) if k in snap.jobs and not snap.jobs[k].deleting]
     holding = [j for j in jobs if j.phase in HOLDING]
     waiting = sorted((j for j in jobs if j.phase not in HOLDING), key=JobView.queue_order)
     return holding + waiting
