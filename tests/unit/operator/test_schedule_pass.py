@@ -13,8 +13,11 @@ import pytest
 from accel_api.enums import JobPhase
 from accel_operator.engine.clock import ManualClock, SystemClock
 from accel_operator.engine.schedule import Pass
+from accel_operator.reconcile.common import actions as act
 from accel_operator.reconcile.common.decision import Decision
+from accel_operator.reconcile.nodes import consolidate
 from tests.support.reconcile import T0, World
+from tests.unit.operator.test_consolidate import ALLOW, CKPT, _fragmented
 
 SHORT = {"mode": "training", "tokens": 10_000_000, "microBatch": 1}  # about a minute on 4 devices
 
@@ -201,6 +204,35 @@ def test_a_write_carries_its_status_patch_and_a_decision_already_held_writes_not
     [again] = w.schedule_pass(T0).writes
     assert again.decision.phase is JobPhase.PENDING
     assert again.patch is None and again.status is None and not again.acts
+
+
+# --- consolidation within the pass -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("held", [True, False], ids=["the jobs to move wrote nothing", "they are writing"])
+def test_a_gang_starts_a_move_unless_the_job_to_move_writes_in_this_pass(held: bool) -> None:
+    # Two jobs of 4 devices on two nodes, a waiting gang of 8, a policy that allows moves.
+    w = _fragmented().policy("platform", consolidation=ALLOW)
+    w.workload("x", 0, active=1)
+    w.workload("y", 0, active=1)
+    if held:  # the running jobs already hold what they are decided to hold: their decisions write nothing
+        for x in w.schedule_pass(T0, [("ns", "x"), ("ns", "y")]).writes:
+            w.job(x.job.name, "p", devices=4, status=x.status, checkpoint=CKPT)
+    w.job("g", "p", devices=8)
+    p = w.schedule_pass(T0)
+    writes = [(x.job.name, x.acts) for x in p.writes]
+    if held:
+        # x's own decision wrote nothing, so x is free to move: its move's first step is written
+        # (a checkpoint request) before the gang's own decision.
+        assert writes == [("x", False), ("y", False), ("x", True), ("g", True)]
+        assert p.stages == (consolidate.Stage.REQUESTED,)
+        assert any(isinstance(a, act.RequestCheckpoint) for a in p.writes[2].decision.actions)
+        assert p.retry == frozenset()
+    else:
+        # x's decision is being written in this pass: the gang proposes again on the next.
+        assert writes == [("x", True), ("y", True), ("g", True)]
+        assert p.stages == ()
+        assert p.retry == {("ns", "g")}
 
 
 # --- the clock ----------------------------------------------------------------------------------
