@@ -22,6 +22,7 @@ from pathlib import Path
 
 from accel_api.job import AcceleratorJobSpec, AcceleratorJobStatus
 from accel_api.policy import AcceleratorPolicy
+from accel_operator.engine import schedule
 from accel_operator.engine.scheduler import Scheduler
 from accel_operator.reconcile.common.snapshot import JobView
 from accel_operator.reconcile.job.decide import decide
@@ -67,9 +68,9 @@ def main() -> None:
     snap = sched.observe(NOW)
     from dataclasses import replace
 
-    plans = {k: p for k, j in snap.jobs.items() if j.phase is None and (p := sched._plan(j, snap)) is not None}
+    plans = {k: p for k, j in snap.jobs.items() if j.phase is None and (p := sched.plans.plan(j, snap)) is not None}
     snap = replace(snap, plans=plans)
-    rules = sched.consolidation_rules(snap)
+    rules = schedule.consolidation_rules(sched.settings, snap)
     gangs = [j for j in snap.jobs.values() if j.phase is None]
     running = [j for j in snap.jobs.values() if j.phase is not None]
     g_plain, g_amend, r_plain, r_carry = [], [], [], []

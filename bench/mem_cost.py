@@ -155,15 +155,15 @@ async def run(args: argparse.Namespace) -> None:
     )
 
     # 2. the scheduler's first pass, then the watch catching up (statuses, workloads, bound pods).
-    sched.full_pass = False
+    sched.marks.full_pass = False
     tracemalloc.reset_peak()
     before_pass = _traced()
     await sched.step()
-    if sched.in_flight:
-        await asyncio.gather(*sched.in_flight)
+    if sched.applier.in_flight:
+        await asyncio.gather(*sched.applier.in_flight)
     first_peak = tracemalloc.get_traced_memory()[1]
-    writer: Any = sched.writer
-    made: Any = sched.workloads
+    writer: Any = sched.applier.writer
+    made: Any = sched.applier.workloads
     free = dict.fromkeys(w.nodes, 8)
     by_pool: dict[str, list[str]] = {}
     for name, entries in w.nodes.items():
@@ -204,16 +204,16 @@ async def run(args: argparse.Namespace) -> None:
     made.jobs.clear()
     for _ in range(2):  # Running, then nothing more to write
         await sched.step()
-        if sched.in_flight:
-            await asyncio.gather(*sched.in_flight)
+        if sched.applier.in_flight:
+            await asyncio.gather(*sched.applier.in_flight)
         statuses_seen()
         made.jobs.clear()
-    sched.full_pass = True
+    sched.marks.full_pass = True
     tracemalloc.reset_peak()
     settled = _traced()
     await sched.step()
-    if sched.in_flight:
-        await asyncio.gather(*sched.in_flight)
+    if sched.applier.in_flight:
+        await asyncio.gather(*sched.applier.in_flight)
     full_peak = tracemalloc.get_traced_memory()[1]
     writer.statuses.clear()
     made.jobs.clear()

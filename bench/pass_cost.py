@@ -48,8 +48,8 @@ _SEEN: dict[tuple[str, str], dict[str, Any]] = {}
 def _settle(w: World) -> list[tuple[str, str]]:
     """Show the scheduler's writes through the 'watch': statuses, workloads and bound pods."""
     sched = w.scheduler
-    writer: Any = sched.writer
-    workloads: Any = sched.workloads
+    writer: Any = sched.applier.writer
+    workloads: Any = sched.applier.workloads
     free: dict[str, int] = {}
     for name, entries in w.nodes.items():
         node = entries[0]
@@ -116,8 +116,8 @@ async def _pass(w: World) -> float:
     t0 = time.process_time()
     await w.scheduler.step()
     took = time.process_time() - t0
-    if w.scheduler.in_flight:
-        await asyncio.gather(*w.scheduler.in_flight)
+    if w.scheduler.applier.in_flight:
+        await asyncio.gather(*w.scheduler.applier.in_flight)
     return took
 
 
@@ -135,7 +135,7 @@ async def run(args: argparse.Namespace) -> None:
         f"world: {args.nodes} nodes in {args.pools} pools, {args.jobs} jobs ({time.perf_counter() - t0:.1f}s to build)"
     )
     sched = w.scheduler
-    sched.full_pass = False
+    sched.marks.full_pass = False
     profiler = cProfile.Profile() if args.profile else None
     if profiler and (args.profile_all or args.profile_first):
         profiler.enable()
@@ -152,7 +152,7 @@ async def run(args: argparse.Namespace) -> None:
     await _pass(w)
     if profiler:
         profiler.enable()
-    sched.full_pass = True
+    sched.marks.full_pass = True
     full = await _pass(w)
     new_job: list[float] = []
     pod_end: list[float] = []

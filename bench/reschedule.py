@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 from accel_api.job import AcceleratorJobSpec
+from accel_operator.engine import schedule
 from accel_operator.engine.scheduler import Scheduler
 from accel_operator.reconcile.common.reports import DeviceReport, ReportView
 from accel_operator.reconcile.job.decide import decide
@@ -63,7 +64,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=5)
     args = ap.parse_args()
     sched = build(args.nodes)
-    rules = sched.health_rules
+    rules = schedule.health_rules(sched.settings)
     observe, nodes_ms, plain, amended = [], [], [], []
     counts: dict[str, int] = {}
     for _ in range(args.repeat):

@@ -1,9 +1,14 @@
-"""A small world for table tests of ``decide``: pools with nodes, jobs, pods and workloads as the
-operator's views, folded into a Snapshot by the scheduler's own ``observe``."""
+"""A small world for table tests of ``decide`` and ``schedule_pass``: pools with nodes, jobs, pods
+and workloads as the operator's views, folded into a Snapshot by the engine's own cache
+(:class:`~accel_operator.engine.cache.Observed`) and planned by its plan cache, with no scheduler.
+Tests of the scheduler itself (its writes, its loop) take ``world.scheduler``, built on first use
+over the same indexes."""
 
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Iterable
+from dataclasses import replace
 from typing import Any
 
 from accel_api import catalog
@@ -12,10 +17,23 @@ from accel_api.policy import AcceleratorPolicy
 from accel_api.pool import AcceleratorPoolSpec
 from accel_operator.adapters.kube.jobs import FakeJobWriter
 from accel_operator.adapters.kube.workloads import FakeWorkloadClient
+from accel_operator.engine import schedule
+from accel_operator.engine.cache import Observed
+from accel_operator.engine.clock import Clock, SystemClock
+from accel_operator.engine.plans import Plans
 from accel_operator.engine.scheduler import Indices, Scheduler
 from accel_operator.metrics import OperatorMetrics
+from accel_operator.reconcile.common import policy_inputs
 from accel_operator.reconcile.common.reports import DeviceReport, ReportView
-from accel_operator.reconcile.common.snapshot import JobView, NodeView, PodView, PoolView, Snapshot, WorkloadView
+from accel_operator.reconcile.common.snapshot import (
+    JobKey,
+    JobView,
+    NodeView,
+    PodView,
+    PoolView,
+    Snapshot,
+    WorkloadView,
+)
 from accel_operator.settings import OperatorSettings
 from tests.support.jobs import job_doc
 
@@ -32,16 +50,34 @@ class World:
         self.policies: dict[str, list[AcceleratorPolicy | None]] = {}
         self.teams: dict[str, list[str | None]] = {}
         self.created = T0
-        self.scheduler = Scheduler(
-            settings=OperatorSettings(),
-            catalog=catalog.default(),
-            writer=FakeJobWriter(),
-            workloads=FakeWorkloadClient(),
-            metrics=OperatorMetrics(),
-        )
-        self.scheduler.indices = Indices(
-            self.pools, self.nodes, self.pods, self.workloads, self.jobs, self.policies, self.teams
-        )
+        self.settings = OperatorSettings()
+        self.indices = Indices(self.pools, self.nodes, self.pods, self.workloads, self.jobs, self.policies, self.teams)
+        self.observed = Observed()
+        self.plans = Plans(catalog.default())
+        self.preempted: set[str] = set()  # nodes a cloud API reports preempted
+        self.clock: Clock = SystemClock()  # the scheduler's, when one is built
+        self._scheduler: Scheduler | None = None
+
+    @property
+    def scheduler(self) -> Scheduler:
+        """A scheduler over this world's indexes (and plan cache), built on first use with
+        ``self.clock``: for tests of what the scheduler itself does."""
+        if self._scheduler is None:
+            self._scheduler = Scheduler(
+                settings=self.settings,
+                catalog=self.plans.catalog,
+                writer=FakeJobWriter(),
+                workloads=FakeWorkloadClient(),
+                metrics=OperatorMetrics(),
+                clock=self.clock,
+            )
+            self._scheduler.indices = self.indices
+            self._scheduler.plans = self.plans
+        return self._scheduler
+
+    def _policies_changed(self) -> None:
+        if self._scheduler is not None:
+            self._scheduler.policies_changed()  # what handlers.policies does on the event
 
     def policy(self, name: str, spend: list[dict[str, Any]] | None = None, **spec: Any) -> World:
         """An AcceleratorPolicy ``name`` (its spec in camelCase; ``spend``: its status.spend)."""
@@ -49,13 +85,13 @@ class World:
         if spend is not None:
             doc["status"] = {"spend": spend}
         self.policies[name] = [AcceleratorPolicy.model_validate(doc)]
-        self.scheduler.policies_changed()  # what handlers.policies does on the event
+        self._policies_changed()
         return self
 
     def team(self, namespace: str, team: str | None) -> World:
         """The namespace's team label (None: unlabelled)."""
         self.teams[namespace] = [team]
-        self.scheduler.policies_changed()
+        self._policies_changed()
         return self
 
     def pool(
@@ -140,21 +176,52 @@ class World:
             )
             for i in range(devices)
         )
-        assert self.scheduler.indices is not None
-        reports: Any = self.scheduler.indices.reports
+        reports: Any = self.indices.reports
         reports[node] = [ReportView(node, now - dt.timedelta(seconds=age), devs)]
 
     def workload(self, job: str, attempt: int, **kw: Any) -> None:
         name = f"{job}-a{attempt}"
         self.workloads[("ns", name)] = [WorkloadView("ns", name, ("ns", job), attempt, **kw)]
 
+    def observe(self, now: dt.datetime = T0) -> Snapshot:
+        """Every index entry folded into one snapshot, as a full pass of the scheduler sees it
+        (nothing written by this process yet: no overlay)."""
+        self.observed.invalidate()
+        self.observed.refresh(self.indices, _as_is, now, stale_after=self.settings.report_stale_seconds)
+        return self.observed.snapshot(
+            now,
+            policy=policy_inputs.fold(self.policies, self.teams),
+            preempted_nodes=frozenset(self.preempted),
+        )
+
     def snapshot(self, now: dt.datetime = T0) -> Snapshot:
-        snap = self.scheduler.observe(now)
+        """:meth:`observe` with every job that has a spec planned."""
+        snap = self.observe(now)
         plans = {}
         for key, job in snap.jobs.items():
-            plan = self.scheduler._plan(job, snap)
+            plan = self.plans.plan(job, snap)
             if plan is not None:
                 plans[key] = plan
-        from dataclasses import replace
-
         return replace(snap, plans=plans)
+
+    def schedule_pass(
+        self,
+        now: dt.datetime = T0,
+        keys: Iterable[JobKey] | None = None,
+        *,
+        marked: Iterable[JobKey] | None = None,
+        busy: Iterable[JobKey] = (),
+        full: bool = True,
+    ) -> schedule.Pass:
+        """One pure pass over :meth:`observe` at ``now``: ``keys`` (default every job) decided,
+        ``marked`` ones as an event named them (default all of ``keys``), ``busy`` ones left to
+        the next pass."""
+        snap = self.observe(now)
+        keys = list(snap.jobs) if keys is None else list(keys)
+        marked = keys if marked is None else list(marked)
+        rules = schedule.rules_from(self.settings, snap)
+        return schedule.schedule_pass(snap, keys, now, rules, self.plans, marked=marked, busy=busy, full=full)
+
+
+def _as_is(job: JobView) -> JobView:
+    return job

@@ -179,8 +179,8 @@ def test_the_pod_view_carries_the_last_request_clipped() -> None:
 def _world(*, sqs: bool = True, tpu_pools: list[str] | None = None) -> tuple[World, Signals]:
     w = World().pool("p", nodes=2)
     w.nodes["p-0"] = [replace(w.nodes["p-0"][0], uid="u0", provider_id="aws:///us-east-1a/i-0000000000000000a")]
-    w.scheduler.ready = True
-    writer = w.scheduler.writer
+    w.scheduler.marks.ready = True
+    writer = w.scheduler.applier.writer
     assert isinstance(writer, FakeJobWriter)
     signals = Signals(
         sched=w.scheduler,
@@ -214,9 +214,9 @@ def test_a_queued_warning_is_acted_on_then_deleted() -> None:
     assert _fake(s).taints == {"p-0": {v.TAINT_ACCEL_INTERRUPTION: ("aws-spot-interruption", "NoSchedule")}}
     [(pod, token)] = _fake(s).annotations.items()
     assert pod == ("ns", "a-a0-0") and token.startswith("aws-spot-interruption/i-0000000000000000a/")
-    assert [e[2] for e in w.scheduler.writer.events] == ["CheckpointRequested"]  # type: ignore[attr-defined]
+    assert [e[2] for e in w.scheduler.applier.writer.events] == ["CheckpointRequested"]  # type: ignore[attr-defined]
     assert len(q.acked) == 1 and not q.in_flight
-    assert ("ns", "a") in w.scheduler.dirty
+    assert ("ns", "a") in w.scheduler.marks.dirty
 
 
 def test_a_failed_write_leaves_the_message_and_the_redelivery_is_harmless() -> None:
@@ -236,11 +236,11 @@ def test_a_failed_write_leaves_the_message_and_the_redelivery_is_harmless() -> N
     # What the watch shows afterwards: the pod carries the request, the node our taint.
     w.pods["p-0"] = [replace(p, checkpoint_now=token) for p in w.pods["p-0"]]
     w.nodes["p-0"] = [replace(w.nodes["p-0"][0], termination_taints=frozenset({v.TAINT_ACCEL_INTERRUPTION}))]
-    calls, events = len(_fake(s).calls), len(w.scheduler.writer.events)  # type: ignore[attr-defined]
+    calls, events = len(_fake(s).calls), len(w.scheduler.applier.writer.events)  # type: ignore[attr-defined]
     q.expire_visibility()  # the visibility timeout passes: delivered again, to the restarted operator
     assert asyncio.run(s.sqs_once()) == 1
     assert len(_fake(s).calls) == calls, "acting twice wrote again"
-    assert len(w.scheduler.writer.events) == events, "acting twice posted a second event"  # type: ignore[attr-defined]
+    assert len(w.scheduler.applier.writer.events) == events, "acting twice posted a second event"  # type: ignore[attr-defined]
     assert len(q.acked) == 1 and not q.in_flight and not q.queued
 
 
@@ -327,7 +327,7 @@ def test_an_attempt_on_a_preempted_tpu_node_is_a_preemption(preempted: set[str],
     message = "Container main for pod ns/a-a0-0 failed with exit code 143 matching FailJob rule at index 1"
     w.workload("a", 0, failed=1, failed_condition=True, failure_reason="PodFailurePolicy", failure_message=message)
     w.pod("a", 0, 0, node="p-0", phase="Failed", exit_code=143)
-    w.scheduler.preempted_nodes = preempted
+    w.preempted = preempted
     d = decide(job, w.snapshot(), T0 + dt.timedelta(seconds=30))
     assert failure_of(d).kind == kind
     assert d.phase is JobPhase.PENDING

@@ -1,5 +1,5 @@
 """reconcile/nodes/health.py: what the node reports make of a running job and of the nodes, as tables of
-small worlds (the scheduler's own ``observe`` folds the reports into the snapshot)."""
+small worlds (the engine's own cache, ``Observed``, folds the reports into the snapshot)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from accel_api import vocabulary as v
 from accel_api.enums import JobPhase
 from accel_api.job import RightSize
 from accel_operator.adapters.kube.reschedule import FakeRescheduleClient
+from accel_operator.engine.clock import ManualClock
 from accel_operator.reconcile.common import actions as act
 from accel_operator.reconcile.common.decision import CLEAR
 from accel_operator.reconcile.common.snapshot import JobView, NodeView
@@ -393,7 +394,7 @@ def test_not_hung(case: str) -> None:
     p1 = {} if case == "a node not mapped" else _mine("g-a0-1")
     w.report("p-1", util=0.0, pods=p1)
     if busy:
-        snap_reports: Any = w.scheduler.indices.reports  # type: ignore[union-attr]
+        snap_reports: Any = w.indices.reports
         r = snap_reports["p-1"][0]
         from dataclasses import replace
 
@@ -504,18 +505,17 @@ def test_the_scheduler_taints_the_node_and_annotates_the_pods() -> None:
     _one_node_job(w)
     w.report("p-0", pods=_mine("a-a0-0"), sick={3: ECC})
     fake = FakeRescheduleClient()
+    # The world's reports are written at T0: the scheduler's clock reads T0 too, so they are fresh.
+    w.clock = ManualClock(T0)
     sched = w.scheduler
-    sched.reschedule = fake
-    sched.ready = True
+    sched.applier.reschedule = fake
+    sched.marks.ready = True
 
     async def one_pass() -> None:
         await sched.step()
-        while sched.in_flight:
-            await asyncio.gather(*list(sched.in_flight))
+        while sched.applier.in_flight:
+            await asyncio.gather(*list(sched.applier.in_flight))
 
-    # The world's reports are written at T0; the scheduler reads the clock: make them fresh now.
-    now = dt.datetime.now(dt.UTC)
-    w.report("p-0", pods=_mine("a-a0-0"), sick={3: ECC}, now=now)
     asyncio.run(one_pass())
     assert fake.taints == {"p-0": {v.TAINT_DEVICE_UNHEALTHY: "3"}}
     assert list(fake.annotations) == [("ns", "a-a0-0")]

@@ -1,6 +1,6 @@
 """reconcile/common/node_capacity.py and the snapshot's capacity: free devices and memory from fresh node
 reports, per-device exclusion of failing devices, the fallback to Kubernetes' view; as tables of
-small worlds folded by the scheduler's own ``observe``."""
+small worlds folded by the engine's own cache (``Observed``)."""
 
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ def _dev(
 
 
 def _report(w: World, node: str, devices: list[DeviceReport], *, age: float = 10.0) -> None:
-    reports: Any = w.scheduler.indices.reports if w.scheduler.indices is not None else None
+    reports: Any = w.indices.reports
     reports[node] = [ReportView(node, T0 - dt.timedelta(seconds=age), tuple(devices))]
 
 

@@ -232,9 +232,9 @@ def test_a_capacity_pass_skips_only_jobs_that_can_only_wait(monkeypatch: pytest.
     w = World().pool("p", nodes=1, per_node=8, free=[1])
     jobs = [w.job(f"j{i}", "p", devices=1) for i in range(4)]
     sched = w.scheduler
-    sched.ready = True
+    sched.marks.ready = True
     asyncio.run(_run_pass(sched))  # the first pass decides everything
-    assert set(sched.overlay) == {j.key for j in jobs}
+    assert set(sched.applier.overlay) == {j.key for j in jobs}
 
     def show(key: Any, status: AcceleratorJobStatus) -> None:  # the watch shows the job: a mark
         j = w.jobs[key][0]
@@ -242,7 +242,7 @@ def test_a_capacity_pass_skips_only_jobs_that_can_only_wait(monkeypatch: pytest.
         sched.mark(key)
 
     for j in jobs:
-        show(j.key, sched.overlay[j.key].status)
+        show(j.key, sched.applier.overlay[j.key].status)
     assert [w.jobs[j.key][0].phase for j in jobs] == [JobPhase.ADMITTED] + [JobPhase.PENDING] * 3
     asyncio.run(_run_pass(sched))
     show(jobs[0].key, AcceleratorJobStatus.model_validate({"phase": "Succeeded"}))  # its device is free again
@@ -254,13 +254,13 @@ def test_a_capacity_pass_skips_only_jobs_that_can_only_wait(monkeypatch: pytest.
         seen.append(job.name)
         return real(job, snap, now, **kw)
 
-    monkeypatch.setattr("accel_operator.engine.scheduler.decide", spy)
+    monkeypatch.setattr("accel_operator.engine.schedule.decide", spy)
     asyncio.run(_run_pass(sched))
     assert seen == ["j0", "j1", "j2"]
-    assert sched.overlay[("ns", "j1")].status.phase is JobPhase.ADMITTED
+    assert sched.applier.overlay[("ns", "j1")].status.phase is JobPhase.ADMITTED
     assert w.jobs[("ns", "j3")][0].phase is JobPhase.PENDING
 
 
 async def _run_pass(sched: Any) -> None:
     await sched.step()
-    await asyncio.gather(*sched.in_flight)
+    await asyncio.gather(*sched.applier.in_flight)

@@ -21,27 +21,27 @@ ASK = act.ResolveCheckpoint(1, "s3://b/run")
 def test_a_found_checkpoint_is_handed_to_the_next_decision() -> None:
     w = World()
     found = Checkpoint("s3://b/run/step-4", 4, T0)
-    w.scheduler.checkpoints = FakeCheckpointStore(latest={"s3://b/run": found})
+    w.scheduler.applier.checkpoints = FakeCheckpointStore(latest={"s3://b/run": found})
 
     async def go() -> None:
-        await w.scheduler._resolve(("ns", "a"), ASK)
+        await w.scheduler.applier._resolve(("ns", "a"), ASK)
 
     asyncio.run(go())
-    lookup = w.scheduler.lookups[("ns", "a")]
+    lookup = w.scheduler.applier.lookups[("ns", "a")]
     assert (lookup.attempt, lookup.checkpoint, lookup.error) == (1, found, None)
-    assert ("ns", "a") in w.scheduler.dirty
+    assert ("ns", "a") in w.scheduler.marks.dirty
 
 
 def test_a_store_error_is_recorded_and_the_job_woken_again() -> None:
     w = World()
     store = FakeCheckpointStore(fail_next=CloudUnavailable("connection refused"))
-    w.scheduler.checkpoints = store
+    w.scheduler.applier.checkpoints = store
 
     async def go() -> None:
-        await w.scheduler._resolve(("ns", "a"), ASK)
+        await w.scheduler.applier._resolve(("ns", "a"), ASK)
 
     asyncio.run(go())
-    lookup = w.scheduler.lookups[("ns", "a")]
+    lookup = w.scheduler.applier.lookups[("ns", "a")]
     assert lookup.checkpoint is None and lookup.error is not None and "connection refused" in lookup.error
     assert store.calls == ["s3://b/run"]
     assert w.scheduler.metrics.reconcile_errors.labels("checkpoint_lookup")._value.get() == 1
@@ -56,17 +56,17 @@ def test_a_lookup_that_hangs_ends_at_the_timeout() -> None:
             return None
 
     w = World()
-    w.scheduler.settings = OperatorSettings(checkpoint_lookup_timeout_seconds=0.2)
-    w.scheduler.checkpoints = Hanging()
+    w.scheduler.applier.settings = OperatorSettings(checkpoint_lookup_timeout_seconds=0.2)
+    w.scheduler.applier.checkpoints = Hanging()
 
     async def go() -> None:
-        await w.scheduler._resolve(("ns", "a"), ASK)
+        await w.scheduler.applier._resolve(("ns", "a"), ASK)
 
     try:
         asyncio.run(go())
     finally:
         release.set()
-    error = w.scheduler.lookups[("ns", "a")].error
+    error = w.scheduler.applier.lookups[("ns", "a")].error
     assert error is not None and "no answer within" in error
 
 
@@ -74,10 +74,10 @@ def test_without_a_store_an_s3_resume_waits_with_a_reason() -> None:
     w = World()
 
     async def go() -> None:
-        await w.scheduler._resolve(("ns", "a"), ASK)
+        await w.scheduler.applier._resolve(("ns", "a"), ASK)
 
     asyncio.run(go())
-    assert w.scheduler.lookups[("ns", "a")].error == "no checkpoint store is configured"
+    assert w.scheduler.applier.lookups[("ns", "a")].error == "no checkpoint store is configured"
 
 
 def _pod(annotations: dict[str, str]) -> dict[str, object]:

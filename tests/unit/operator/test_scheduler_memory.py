@@ -25,7 +25,7 @@ def test_statuses_written_and_not_seen_yet_share_their_plan_and_conditions() -> 
     async def run() -> None:
         w = _burst(6)
         await w.scheduler.step()
-        pending = [w.scheduler.overlay[("ns", f"j{i}")].status for i in range(6)]
+        pending = [w.scheduler.applier.overlay[("ns", f"j{i}")].status for i in range(6)]
         # Equal to a parse of the whole status ...
         for status in pending:
             whole = AcceleratorJobStatus.model_validate(status.model_dump(by_alias=True, mode="json"))
@@ -38,7 +38,7 @@ def test_statuses_written_and_not_seen_yet_share_their_plan_and_conditions() -> 
             for c in s.conditions:
                 if c == first.get(c.type):
                     assert c is first[c.type]
-        await asyncio.gather(*w.scheduler.in_flight)
+        await asyncio.gather(*w.scheduler.applier.in_flight)
 
     asyncio.run(run())
 
@@ -49,7 +49,7 @@ def test_a_queued_write_does_not_keep_the_pass_snapshot() -> None:
     async def run() -> None:
         w = _burst(6)
         await w.scheduler.step()
-        tasks = list(w.scheduler.in_flight)
+        tasks = list(w.scheduler.applier.in_flight)
         assert len(tasks) == 6
         for task in tasks:
             coro = task.get_coro()

@@ -51,15 +51,15 @@ def _world(threads: int = 16) -> tuple[World, Scheduler, Calls]:
     log = Calls()
     sched = w.scheduler
     sched.settings = OperatorSettings(api_threads=threads)
-    sched.slots = calls.Slots(threads)
-    sched.writer = RecordingWriter(log)
-    sched.workloads = RecordingWorkloads(log)
+    sched.applier.slots = calls.Slots(threads)
+    sched.applier.writer = RecordingWriter(log)
+    sched.applier.workloads = RecordingWorkloads(log)
     return w, sched, log
 
 
 async def _drain(sched: Scheduler) -> None:
-    while sched.in_flight:  # a write's events are posted by a task it starts
-        await asyncio.gather(*list(sched.in_flight))
+    while sched.applier.in_flight:  # a write's events are posted by a task it starts
+        await asyncio.gather(*list(sched.applier.in_flight))
 
 
 def test_an_admission_creates_its_workload_before_its_events() -> None:
@@ -74,7 +74,7 @@ def test_an_admission_creates_its_workload_before_its_events() -> None:
     asyncio.run(run())
     assert log.seen[:2] == [("status", "j"), ("workload", "j")]
     assert ("event", "j", "Admitted") in log.seen[2:]
-    assert [e[2] for e in sched.writer.events] == ["Admitted"]  # type: ignore[attr-defined]
+    assert [e[2] for e in sched.applier.writer.events] == ["Admitted"]  # type: ignore[attr-defined]
 
 
 def test_an_admission_writes_before_a_backlog_of_waiting_jobs() -> None:
@@ -88,12 +88,12 @@ def test_an_admission_writes_before_a_backlog_of_waiting_jobs() -> None:
     w.job("a", "open")  # submitted last: decided last in the pass
 
     async def run() -> None:
-        assert sched.slots is not None
-        await sched.slots.acquire(calls.URGENT)  # an earlier decision still writing
+        assert sched.applier.slots is not None
+        await sched.applier.slots.acquire(calls.URGENT)  # an earlier decision still writing
         await sched.step()
         await asyncio.sleep(0)  # every decision's writer is queued for the slot
         assert not log.seen
-        sched.slots.release()
+        sched.applier.slots.release()
         await _drain(sched)
 
     asyncio.run(run())
@@ -174,13 +174,13 @@ def test_a_cost_write_waits_behind_an_admission() -> None:
     ref = JobRef("ns", "ledger", "uid-ledger")
 
     async def run() -> None:
-        assert sched.slots is not None
-        await sched.slots.acquire(calls.URGENT)
-        cost = asyncio.create_task(sched.background_write(sched.writer.patch_status, ref, {"cost": {}}))
+        assert sched.applier.slots is not None
+        await sched.applier.slots.acquire(calls.URGENT)
+        cost = asyncio.create_task(sched.background_write(sched.applier.writer.patch_status, ref, {"cost": {}}))
         await asyncio.sleep(0)  # queued first
         await sched.step()
         await asyncio.sleep(0)
-        sched.slots.release()
+        sched.applier.slots.release()
         await cost
         await _drain(sched)
 
@@ -197,19 +197,19 @@ def test_closing_cancels_the_writes_in_flight_and_starts_nothing_new() -> None:
     w.job("a", "open")
 
     async def run() -> None:
-        assert sched.slots is not None
-        await sched.slots.acquire(calls.URGENT)
+        assert sched.applier.slots is not None
+        await sched.applier.slots.acquire(calls.URGENT)
         await sched.step()
         await asyncio.sleep(0)
-        tasks = list(sched.in_flight)
+        tasks = list(sched.applier.in_flight)
         assert tasks
         await sched.close()
         assert all(t.done() for t in tasks)
         await asyncio.sleep(0)
-        assert not sched.in_flight
+        assert not sched.applier.in_flight
         sched.mark(("ns", "a"))
         await sched.step()  # a pass after the stop writes nothing
-        assert not sched.in_flight
+        assert not sched.applier.in_flight
 
     asyncio.run(run())
     assert log.seen == []
@@ -231,7 +231,7 @@ def test_closing_ends_the_scheduling_loop_first_even_when_its_cancellation_is_lo
     ("cannot schedule new futures after shutdown", raised from the operator's stop)."""
     w, sched, log = _world()
     w.pool("open", nodes=1)
-    sched.wake = LosingWake()
+    sched.marks.wake = LosingWake()
 
     async def run() -> None:
         runner = asyncio.create_task(sched.run())
@@ -242,7 +242,7 @@ def test_closing_ends_the_scheduling_loop_first_even_when_its_cancellation_is_lo
         await sched.close(runner)
         assert runner.done()
         assert runner.cancelled() or runner.exception() is None
-        assert not sched.in_flight
+        assert not sched.applier.in_flight
 
     asyncio.run(run())
     assert log.seen == []

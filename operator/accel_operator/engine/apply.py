@@ -1,0 +1,353 @@
+"""Applying a pass's writes: the status first (the record of an admission survives a crash), then
+the workload, deletions and requests in the decision's order, then its events in their own
+threads; node taints; checkpoint lookups. Every call runs in a thread of the call pools, retried
+with bounded backoff while the API server is unavailable.
+
+A decision's status is kept in an in-memory overlay (:meth:`Applier.job_view`) until the watch
+shows it, so a pass that runs before the watch caught up never admits a job twice; a workload
+this process created stands in for the watch the same way (:meth:`Applier.unseen_workloads`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from typing import Any, TypeVar
+
+from accel_api import catalog as catalog_mod
+from accel_api.durations import parse_time
+from accel_api.enums import JobPhase
+from accel_api.job import AcceleratorJobStatus
+from accel_api.vocabulary import ANNOTATION_CHECKPOINT_NOW
+from accel_operator.adapters.aws.checkpoints import CheckpointStore
+from accel_operator.adapters.aws.errors import CloudUnavailable
+from accel_operator.adapters.kube import views
+from accel_operator.adapters.kube import workloads as wl_mod
+from accel_operator.adapters.kube.client import ClusterUnavailable
+from accel_operator.adapters.kube.jobs import JobGone, JobRef, JobWriter
+from accel_operator.adapters.kube.reschedule import RescheduleClient
+from accel_operator.engine import calls
+from accel_operator.engine.cache import Observed
+from accel_operator.engine.clock import Clock, SystemClock
+from accel_operator.engine.loop import Marks
+from accel_operator.engine.schedule import Write
+from accel_operator.metrics import OperatorMetrics
+from accel_operator.reconcile.common import actions as act
+from accel_operator.reconcile.common.decision import Decision
+from accel_operator.reconcile.common.snapshot import JobKey, JobView, PoolView, Snapshot, WorkloadView
+from accel_operator.reconcile.job import resume
+from accel_operator.reconcile.nodes import consolidate, health
+from accel_operator.settings import OperatorSettings
+
+log = logging.getLogger("accel_operator.scheduler")
+
+T = TypeVar("T")
+
+# How long a workload this process created stands in for the watch that has not shown it yet.
+CREATED_TTL_SECONDS = 60.0
+
+
+def _int(text: str | None) -> int:
+    try:
+        return int(text or 0)
+    except ValueError:
+        return 0
+
+
+@dataclass
+class _Pending:
+    """A status this process wrote (or is writing) that the watch has not shown yet."""
+
+    status: AcceleratorJobStatus  # validated once, when the decision is applied
+    revision: int | None = None  # the resourceVersion the write returned; None while in flight
+
+
+@dataclass
+class Applier:
+    settings: OperatorSettings
+    catalog: catalog_mod.Catalog
+    writer: JobWriter
+    workloads: wl_mod.WorkloadClient
+    metrics: OperatorMetrics
+    observed: Observed
+    marks: Marks
+    clock: Clock = field(default_factory=SystemClock)
+    # Rescheduling on node reports: taints and checkpoint-now annotations (None: not applied).
+    reschedule: RescheduleClient | None = None
+    checkpoints: CheckpointStore | None = None  # S3 lookups for resumes; None: S3 resumes wait with a reason
+    # The threads the API calls run in: the lease, the writes and the events each have their own.
+    pools: calls.CallPools | None = None
+    # One slot per write thread, held by a decision from its status write to its workload's.
+    slots: calls.Slots | None = None
+    overlay: dict[JobKey, _Pending] = field(default_factory=dict)
+    # Workloads this process created that the watch has not shown yet: (namespace, name) ->
+    # (view, monotonic time of the create). Without them, every pass until the watch catches up
+    # would create the workload again (a 409 and a read each time).
+    created: dict[tuple[str, str], tuple[WorkloadView, float]] = field(default_factory=dict)
+    acting: set[JobKey] = field(default_factory=set)  # jobs whose last decision is being applied
+    in_flight: set[asyncio.Task[None]] = field(default_factory=set)
+    # (node, taint | untaint) -> monotonic time of the write: not written again until the watch shows it.
+    node_acting: dict[tuple[str, str], float] = field(default_factory=dict)
+    # The answer of the last checkpoint lookup per job (for one attempt): what the next decision reads.
+    lookups: dict[JobKey, resume.Lookup] = field(default_factory=dict)
+    closed: bool = False  # the operator is stopping: nothing new is started
+
+    def __post_init__(self) -> None:
+        if self.pools is None:
+            self.pools = calls.CallPools(self.settings.api_threads)
+        if self.slots is None:
+            self.slots = calls.Slots(self.settings.api_threads)
+
+    @property
+    def call_pools(self) -> calls.CallPools:
+        assert self.pools is not None
+        return self.pools
+
+    def mark(self, key: JobKey) -> None:
+        """Decide ``key`` again on the next pass."""
+        self.observed.touch_job(key)
+        self.marks.mark(key)
+
+    # --- what the watches have not shown yet --------------------------------------------------
+
+    def job_view(self, raw: JobView) -> JobView:
+        pending = self.overlay.get(raw.key)
+        if pending is None:
+            return raw
+        seen = _int(raw.resource_version)
+        if pending.revision is not None and seen >= pending.revision:
+            del self.overlay[raw.key]  # the watch caught up
+            return raw
+        return replace(raw, status=pending.status)
+
+    def unseen_workloads(self) -> dict[tuple[str, str], WorkloadView]:
+        """The workloads this process created that the watch has not shown yet (those it shows,
+        or never will within the TTL, are dropped)."""
+        if self.created:
+            expired = self.clock.monotonic() - CREATED_TTL_SECONDS
+            for key, (_w, at) in list(self.created.items()):
+                if key in self.observed.workloads or at < expired:
+                    del self.created[key]  # the watch caught up (or never will: act on what it says)
+        return {key: w for key, (w, _at) in self.created.items()}
+
+    # --- apply ------------------------------------------------------------------------------
+
+    def apply(self, w: Write, pools: Mapping[str, PoolView]) -> None:
+        job, decision, new = w.job, w.decision, w.patch
+        if (new is None and not decision.actions) or self.closed:
+            return
+        self.metrics.decisions.labels(decision.phase.value).inc()
+        if w.status is not None:
+            self.overlay[job.key] = _Pending(views.job_status(w.status))  # plan and conditions shared
+            self.observed.touch_job(job.key)
+        self.acting.add(job.key)
+        # The write keeps the pools only: a pass's snapshots (one per admission, each with the
+        # reservations admitted before it) would all live as long as their writes were queued.
+        task = asyncio.create_task(self._write(job, decision, new, pools))
+        self.in_flight.add(task)
+        task.add_done_callback(self.in_flight.discard)
+        task.add_done_callback(lambda _: self._acted(job.key))
+
+    def _acted(self, key: JobKey) -> None:
+        self.acting.discard(key)
+        if key in self.marks.dirty:
+            self.marks.wake.set()  # a pass skipped it while its decision was being applied
+
+    async def _write(
+        self, job: JobView, decision: Decision, new: dict[str, Any] | None, pools: Mapping[str, PoolView]
+    ) -> None:
+        ref = JobRef(job.namespace, job.name, job.uid)
+        events: list[act.RecordEvent] = []
+        assert self.slots is not None
+        try:
+            async with self.slots.slot(_priority(decision)):
+                if new is not None:
+                    revision = await self._retrying("patch_status", self.writer.patch_status, ref, new)
+                    pending = self.overlay.get(job.key)
+                    if pending is not None:
+                        pending.revision = _int(revision)
+                        self.observed.touch_job(job.key)  # the next pass drops it once the watch shows it
+                # The state first (the workload, deletions, requests), in the decision's order; its
+                # events go to their own threads after it: a burst's Events never delay the next
+                # admission's writes. An event is recorded only if every action before it in the
+                # decision was applied, as when they ran in line.
+                for action in decision.actions:
+                    if isinstance(action, act.RecordEvent):
+                        events.append(action)
+                    else:
+                        await self._act(job, ref, action, pools)
+        except JobGone:
+            self.overlay.pop(job.key, None)
+            self.observed.touch_job(job.key)
+        except Exception as exc:  # noqa: BLE001 - any failure: count it, retry the job, keep the loop
+            self.metrics.reconcile_errors.labels(type(exc).__name__).inc()
+            log.warning("applying the decision for %s/%s failed (%s); it will be taken again", *job.key, exc)
+            self.overlay.pop(job.key, None)
+            self.observed.touch_job(job.key)
+            await asyncio.sleep(1.0)
+            self.mark(job.key)
+        finally:
+            if events and not self.closed:
+                task = asyncio.create_task(self._record(job, ref, events))
+                self.in_flight.add(task)
+                task.add_done_callback(self.in_flight.discard)
+
+    async def _record(self, job: JobView, ref: JobRef, events: list[act.RecordEvent]) -> None:
+        """Post a decision's events in their order, in the events' own threads (an event is
+        information, not state: one the API server refuses is logged, and the decision stands)."""
+        for event in events:
+            log.info(
+                "%s/%s: %s: %s",
+                job.namespace,
+                job.name,
+                event.reason,
+                event.message,
+                extra={"job": f"{job.namespace}/{job.name}", "reason": event.reason},
+            )
+            try:
+                await calls.run_in(
+                    self.call_pools.events, self.writer.event, ref, event.type, event.reason, event.message
+                )
+            except ClusterUnavailable as exc:
+                log.info("event %s on %s/%s not recorded: %s", event.reason, *job.key, exc)
+
+    async def _act(self, job: JobView, ref: JobRef, action: act.Action, pools: Mapping[str, PoolView]) -> None:
+        if isinstance(action, act.RecordEvent):
+            await self._record(job, ref, [action])
+        elif isinstance(action, act.CreateWorkload):
+            assert job.spec is not None
+            pool = pools.get(action.pool)
+            accel = self.catalog.get(pool.spec.accelerator) if pool is not None else None
+            if pool is None or accel is None:
+                raise ClusterUnavailable(f"pool {action.pool} or its accelerator is gone")
+            spec = wl_mod.WorkloadSpec(
+                job_name=job.name,
+                namespace=job.namespace,
+                job_uid=job.uid,
+                spec=job.spec,
+                attempt=action.attempt,
+                pool_name=action.pool,
+                pool=pool.spec,
+                accelerator=accel,
+                devices=action.devices,
+                nodes=action.nodes,
+                resume_from=action.resume_from,
+                avoid_nodes=consolidate.avoid_nodes(job),
+            )
+            batch_job, service = wl_mod.build(spec)
+            created = await self._retrying("create_workload", self.workloads.create, batch_job, service)
+            name = str(batch_job["metadata"]["name"])
+            view = WorkloadView(namespace=job.namespace, name=name, job=job.key, attempt=action.attempt)
+            self.created[(job.namespace, name)] = (view, self.clock.monotonic())
+            if created:
+                self.metrics.workloads_created.inc()
+                since = parse_time(job.status.last_failure.time if job.status.last_failure else None) or job.created
+                self.metrics.admission_latency.observe((self.clock.now() - since).total_seconds())
+        elif isinstance(action, act.RequestCheckpoint):
+            if self.reschedule is None:
+                return
+            for namespace, name in action.pods:
+                await self._retrying(
+                    "annotate_pod",
+                    self.reschedule.annotate_pod,
+                    namespace,
+                    name,
+                    ANNOTATION_CHECKPOINT_NOW,
+                    action.token,
+                )
+            self.metrics.checkpoint_requests.labels(action.reason).inc()
+            # The move is due after the grace: decide the job again then, not at the next resync.
+            grace = self.settings.checkpoint_grace_seconds + 0.5
+            asyncio.get_running_loop().call_later(grace, self.mark, job.key)
+        elif isinstance(action, act.DeleteWorkload):
+            self.created.pop((job.namespace, action.name), None)
+            await self._retrying("delete_workload", self.workloads.delete, job.namespace, action.name)
+        elif isinstance(action, act.ResolveCheckpoint):
+            await self._resolve(job.key, action)
+
+    async def _resolve(self, key: JobKey, action: act.ResolveCheckpoint) -> None:
+        """Look up the latest complete checkpoint in a thread, within the settings' timeout; the
+        answer (or the error) goes to the next decision of this job, and only this job waits."""
+        found, error = None, None
+        timeout = self.settings.checkpoint_lookup_timeout_seconds
+        if self.checkpoints is None:
+            error = "no checkpoint store is configured"
+        else:
+            try:
+                async with asyncio.timeout(timeout):
+                    found = await asyncio.to_thread(self.checkpoints.latest_complete, action.uri)
+            except TimeoutError:
+                error = f"no answer within {timeout:.0f}s"
+            except (CloudUnavailable, ValueError) as exc:
+                error = str(exc)[:300]
+        if error is not None:
+            self.metrics.reconcile_errors.labels("checkpoint_lookup").inc()
+            log.warning("%s/%s: checkpoint lookup under %s failed: %s", *key, action.uri, error)
+            asyncio.get_running_loop().call_later(resume.RETRY_SECONDS, self.mark, key)
+        self.lookups[key] = resume.Lookup(action.attempt, action.uri, found, error, self.clock.now())
+        self.mark(key)
+
+    async def _retrying(self, call: str, fn: Any, *args: Any) -> Any:
+        return await _retrying(self.metrics, self.call_pools.writes, call, fn, *args)
+
+    async def background_write(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` in a write thread once no decision waits for one (handlers.cost)."""
+        assert self.slots is not None
+        async with self.slots.slot(calls.BACKGROUND):
+            return await calls.run_in(self.call_pools.writes, fn, *args)
+
+    def node_actions(self, snap: Snapshot, rules: health.Rules) -> None:
+        """Taint (untaint) the nodes fresh reports condemn (clear); one write per node in flight."""
+        if self.reschedule is None or not snap.reports:
+            return
+        expired = self.clock.monotonic() - CREATED_TTL_SECONDS
+        for action in health.node_actions(snap, rules):
+            key = (action.node, type(action).__name__)
+            if self.node_acting.get(key, -1.0) > expired:
+                continue  # written; the watch has not shown it yet
+            self.node_acting[key] = self.clock.monotonic()
+            task = asyncio.create_task(self._node_act(action))
+            self.in_flight.add(task)
+            task.add_done_callback(self.in_flight.discard)
+
+    async def _node_act(self, action: act.NodeAction) -> None:
+        assert self.reschedule is not None
+        try:
+            if isinstance(action, act.TaintNode):
+                await self._retrying("taint_node", self.reschedule.taint, action.node, action.key, action.value)
+                self.metrics.node_taints.labels("taint").inc()
+                log.warning("node %s tainted %s: %s", action.node, action.key, action.reason)
+            else:
+                await self._retrying("untaint_node", self.reschedule.untaint, action.node, action.key)
+                self.metrics.node_taints.labels("untaint").inc()
+                log.info("node %s untainted %s: %s", action.node, action.key, action.reason)
+        except Exception as exc:  # noqa: BLE001 - count it; the next pass decides again
+            self.metrics.reconcile_errors.labels(type(exc).__name__).inc()
+            log.warning("changing the taints of node %s failed (%s); it will be taken again", action.node, exc)
+            self.node_acting.pop((action.node, type(action).__name__), None)
+
+
+def _priority(decision: Decision) -> int:
+    """A decision that only says its job still waits writes after those that change what runs."""
+    if decision.phase is JobPhase.PENDING and all(isinstance(a, act.RecordEvent) for a in decision.actions):
+        return calls.WAITING
+    return calls.URGENT
+
+
+async def _retrying(metrics: OperatorMetrics, pool: ThreadPoolExecutor, call: str, fn: Any, *args: Any) -> Any:
+    """``fn(*args)`` in one of ``pool``'s threads, retried with bounded backoff while the API
+    server is unavailable."""
+    delay = 0.2
+    for attempt in range(5):
+        try:
+            return await calls.run_in(pool, fn, *args)
+        except ClusterUnavailable:
+            if attempt == 4:
+                raise
+            metrics.api_retries.labels(call).inc()
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5.0)
+    return None

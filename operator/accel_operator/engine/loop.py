@@ -1,0 +1,121 @@
+"""The scheduling loop: wait for a mark (or the safety-net timer), check the Lease, run one pass;
+and its end at the operator's stop.
+
+kopf's event handlers only mark what changed (:class:`Marks`): the jobs to decide, a full pass (at
+start, on the resync, after a failed pass), a capacity pass (something freed or added devices).
+The loop wakes on a mark, ticks the Lease a third of a lease period apart (only the leader decides
+and writes; a replica that just became leader forgets its overlay and decides every job), and runs
+a pass when this replica may act and something is marked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from accel_operator.adapters.kube.lease import Elector
+from accel_operator.engine import calls
+from accel_operator.engine.clock import Clock
+from accel_operator.metrics import OperatorMetrics
+from accel_operator.reconcile.common.snapshot import JobKey
+from accel_operator.settings import OperatorSettings
+
+log = logging.getLogger("accel_operator.scheduler")
+
+# At the operator's stop, how long the scheduling loop's last pass may take to end.
+CLOSE_SECONDS = 30.0
+
+
+@dataclass
+class Marks:
+    """What the next pass decides, as the event handlers marked it."""
+
+    ready: bool = False
+    dirty: set[JobKey] = field(default_factory=set)
+    full_pass: bool = True  # decide every job (start, resync, a failed pass)
+    grown_unseen: set[str] = field(default_factory=set)  # pools a ``current`` read saw grow
+    capacity_pass: bool = False  # decide every waiting job (something freed or added devices)
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def mark(self, key: JobKey) -> None:
+        self.dirty.add(key)
+        self.wake.set()
+
+
+async def run(
+    *,
+    marks: Marks,
+    settings: OperatorSettings,
+    metrics: OperatorMetrics,
+    elector: Elector,
+    clock: Clock,
+    pools: calls.CallPools,
+    closed: Callable[[], bool],
+    can_act: Callable[[], bool],
+    lead: Callable[[], None],
+    step: Callable[[], Awaitable[None]],
+    stop: asyncio.Event | None = None,
+) -> None:
+    """Until cancelled (or ``closed``): wait for a mark (or the resync interval), then one pass.
+    ``lead``: what a replica that just became leader does first."""
+    resync = settings.resync_seconds
+    last_full = clock.monotonic()
+    last_tick, was_leading = 0.0, False
+    while not closed() and (stop is None or not stop.is_set()):
+        # asyncio.timeout, not wait_for: before Python 3.12, wait_for drops a cancellation
+        # that comes as the event fires, and the loop went on past the operator's stop.
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(min(resync, 1.0)):
+                await marks.wake.wait()
+        if closed():
+            return
+        marks.wake.clear()
+        if clock.monotonic() - last_tick >= settings.lease_seconds / 3:
+            last_tick = clock.monotonic()
+            leading = await calls.run_in(pools.lease, elector.tick)
+            if leading and not was_leading:
+                log.info("this replica leads: it decides and writes")
+                lead()
+            elif was_leading and not leading:
+                log.warning("this replica lost the lease: it stops deciding")
+            was_leading = leading
+        if not can_act() or not elector.leading():
+            continue
+        if clock.monotonic() - last_full >= resync:
+            marks.full_pass = True  # the safety net: every job that should be acted on is
+        if marks.full_pass:
+            last_full = clock.monotonic()
+        if not marks.full_pass and not marks.capacity_pass and not marks.dirty:
+            continue
+        try:
+            await step()
+        except Exception:  # one bad pass must not stop the loop for every job
+            metrics.reconcile_errors.labels("pass").inc()
+            log.exception("scheduling pass failed; retrying on the next wake")
+            await asyncio.sleep(1.0)
+            marks.full_pass = True
+
+
+async def close(
+    *,
+    runner: asyncio.Task[None] | None,
+    wake: asyncio.Event,
+    in_flight: set[asyncio.Task[None]],
+    pools: calls.CallPools,
+) -> None:
+    """At the operator's stop (the caller has said closed already): the scheduling loop
+    (``runner``) ends first, so that no pass starts a write after the pools are shut; the writes
+    in flight are cancelled (what they did not write, the next leader decides again from the
+    cluster); then the call pools are shut down."""
+    if runner is not None:
+        runner.cancel()
+        wake.set()  # should the cancellation be lost, the loop still sees closed and ends
+        await asyncio.wait({runner}, timeout=CLOSE_SECONDS)
+    tasks = list(in_flight)
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    pools.shutdown()

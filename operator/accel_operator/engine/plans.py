@@ -1,0 +1,111 @@
+"""The plans the scheduler keeps between passes: one per job (its uid, generation, the pools'
+version and whether it fell back to on-demand), shared by every job with the same effective spec,
+each with its admission shapes beside it.
+
+A plan is a function of the job's effective spec and the pools (free capacity only adds notes), so
+thousands of jobs from one template share one plan and one tuple of shapes. A change of the pools
+(:meth:`Plans.pools_changed`) drops them all. The shapes live in the same entry as their plan, so
+they are found by the job (never by the plan object's address, which a later plan may reuse).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+from accel_api import catalog as catalog_mod
+from accel_operator.planning import policy, selection
+from accel_operator.planning.candidates import OWN_MAX_DEVICES, Plan, PoolOffer, ranked_per_pool
+from accel_operator.reconcile.common.snapshot import Gang, JobView, Snapshot
+from accel_operator.reconcile.job import fallback
+from accel_operator.reconcile.job.decide import gang_of
+
+# (job uid, generation, pools version, fell back to on-demand)
+PlanKey = tuple[str, int | None, int, bool]
+Shapes = tuple[tuple[str, Gang], ...]
+
+# Above this many cached plans, the caches start again (a bound on memory, not a tuning).
+MAX_PLANS = 20_000
+
+
+def shapes_of(plan: Plan) -> Shapes:
+    """``plan``'s admission shapes: (pool, gang) of its ranked candidates, best first."""
+    ranked = ranked_per_pool(plan)
+    return tuple((c.pool, gang_of(c)) for c in ranked)
+
+
+@dataclass
+class Entry:
+    """One cached plan and, once asked for, its admission shapes."""
+
+    plan: Plan
+    ranked: Shapes | None = None
+
+    def shapes(self) -> Shapes:
+        if self.ranked is None:
+            self.ranked = shapes_of(self.plan)
+        return self.ranked
+
+
+@dataclass
+class Plans:
+    catalog: catalog_mod.Catalog
+    pools_version: int = 0
+    by_job: dict[PlanKey, Entry] = field(default_factory=dict)
+    by_spec: dict[tuple[bytes, int], Entry] = field(default_factory=dict)  # by (effective spec digest, pools_version)
+
+    def pools_changed(self) -> None:
+        self.pools_version += 1
+        self.by_job.clear()
+        self.by_spec.clear()
+
+    def key(self, job: JobView) -> PlanKey:
+        return (job.uid, job.generation, self.pools_version, fallback.on_demand(job.status))
+
+    def plan(self, job: JobView, snap: Snapshot) -> Plan | None:
+        if job.spec is None:
+            return None
+        key = self.key(job)  # fell back: plan it as spot.policy never
+        entry = self.by_job.get(key)
+        if entry is None:
+            # A job fallen back to on-demand is planned as spot.policy: never, and the policies'
+            # granted pools and device cap limit the candidates. A plan is then a function of that
+            # spec and the pools (free capacity only adds notes), so jobs with the same effective
+            # spec share one: thousands of jobs from one template, one plan.
+            spec = fallback.effective_spec(job.spec, job.status)
+            same = (hashlib.blake2b(spec.model_dump_json().encode(), digest_size=16).digest(), self.pools_version)
+            entry = self.by_spec.get(same)
+            if entry is None:
+                offers = [
+                    PoolOffer(
+                        name=name,
+                        spec=pool.spec,
+                        free_devices=snap.capacity[name].free_devices,
+                        free_nodes=snap.capacity[name].whole_free_nodes,
+                    )
+                    for name, pool in sorted(snap.pools.items())
+                ]
+                pols = snap.policy.policies
+                restricted, offers = policy.restrict(spec, offers, pols)
+                capped = restricted.placement.max_devices != spec.placement.max_devices
+                source = policy.cap_source(pols) if capped else OWN_MAX_DEVICES
+                plan = selection.plan(restricted, offers, self.catalog, max_devices_from=source)
+                entry = Entry(plan)
+                self.by_spec[same] = entry
+            if len(self.by_job) > MAX_PLANS:
+                self.by_job.clear()
+                self.by_spec.clear()
+            self.by_job[key] = entry
+        return entry.plan
+
+    def entry(self, job: JobView) -> Entry | None:
+        """``job``'s cached plan (None: not planned since the pools or the job last changed)."""
+        return self.by_job.get(self.key(job))
+
+    def shapes(self, job: JobView, plan: Plan) -> Shapes:
+        """The admission shapes of ``plan``, planned for ``job``: the cached ones when the cache
+        holds that very plan for it, else worked out afresh (and not kept)."""
+        entry = self.entry(job)
+        if entry is None or entry.plan is not plan:
+            return shapes_of(plan)
+        return entry.shapes()

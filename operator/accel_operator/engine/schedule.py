@@ -1,0 +1,299 @@
+"""One scheduling pass as a pure function: the jobs to decide, in queue order, each decided on a
+snapshot that counts every decision before it, and amended for node health and consolidation.
+
+:func:`schedule_pass` makes no call and reads no clock: it takes the snapshot, the jobs to
+decide, ``now``, the rules and the plan cache (:class:`~accel_operator.engine.plans.Plans`, which
+it fills), and returns the writes in the order they are to be applied (:class:`Pass`). Jobs that
+hold devices come first, then waiting jobs in queue order (priority, then submission), so that
+admission is serialized and sees every earlier reservation. Within a pass, a job that already
+waits for shapes that did not fit earlier in the pass is not decided again; a job whose last
+decision is still being written (``busy``, or written earlier in this pass) is left to the next.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from accel_api.enums import JobPhase
+from accel_operator.engine.plans import Plans
+from accel_operator.planning.candidates import Plan
+from accel_operator.reconcile.common.decision import ADMITTED, Decision, PlanWrite
+from accel_operator.reconcile.common.snapshot import AT_REST, HOLDING, Gang, JobKey, JobView, Snapshot
+from accel_operator.reconcile.job import fallback, resume
+from accel_operator.reconcile.job.decide import decide
+from accel_operator.reconcile.job.status import holds, settle_status
+from accel_operator.reconcile.nodes import consolidate, health
+from accel_operator.settings import OperatorSettings
+
+
+@dataclass(frozen=True)
+class Rules:
+    """The settings a pass decides by."""
+
+    bind_timeout: float
+    spot: fallback.SpotRules
+    health: health.Rules
+    consolidation: consolidate.Rules
+
+
+def spot_rules(settings: OperatorSettings) -> fallback.SpotRules:
+    return fallback.SpotRules(
+        window_seconds=settings.spot_fallback_window_seconds,
+        preemptions_in_window=settings.spot_fallback_preemptions,
+    )
+
+
+def health_rules(settings: OperatorSettings) -> health.Rules:
+    s = settings
+    return health.Rules(
+        stale_after=s.report_stale_seconds,
+        checkpoint_grace=s.checkpoint_grace_seconds,
+        idle_window=s.idle_window_seconds,
+        idle_percent=s.idle_utilization_percent,
+        hung_window=s.hung_window_seconds,
+        hung_percent=s.hung_utilization_percent,
+    )
+
+
+def consolidation_rules(settings: OperatorSettings, snap: Snapshot) -> consolidate.Rules:
+    s = settings
+    # A gang waits this long for the moves made for it (checkpoint, then the moved job's new
+    # attempt bound) before it may propose more.
+    settle = s.checkpoint_grace_seconds + s.bind_timeout_seconds + 60.0
+    return consolidate.rules_from(snap.policy.policies, checkpoint_grace=s.checkpoint_grace_seconds, settle=settle)
+
+
+def rules_from(settings: OperatorSettings, snap: Snapshot) -> Rules:
+    return Rules(
+        bind_timeout=settings.bind_timeout_seconds,
+        spot=spot_rules(settings),
+        health=health_rules(settings),
+        consolidation=consolidation_rules(settings, snap),
+    )
+
+
+@dataclass(frozen=True)
+class Write:
+    """A decision to apply: the job as decided, the decision, and the status merge patch it
+    writes with the whole status it leaves (both None when the job already holds it)."""
+
+    job: JobView
+    decision: Decision
+    patch: dict[str, Any] | None
+    status: dict[str, Any] | None
+
+    @property
+    def acts(self) -> bool:
+        """Whether applying it writes anything (a status, a workload, an event...)."""
+        return self.patch is not None or bool(self.decision.actions)
+
+
+def settle(job: JobView, decision: Decision) -> Write:
+    current: dict[str, Any] = {}
+    new: dict[str, Any] | None = None
+    if not holds(job.status, decision, job.generation):  # the common case, without serialising
+        current = job.status.model_dump(by_alias=True, mode="json", exclude_none=True)
+        new = settle_status(current, decision, job.generation)
+    merged: dict[str, Any] | None = None
+    if new is not None:
+        merged = {**current, **{k: v for k, v in new.items() if v is not None}}
+        for k, v in new.items():
+            if v is None:
+                merged.pop(k, None)
+    return Write(job, decision, new, merged)
+
+
+@dataclass(frozen=True)
+class Pass:
+    """What a pass decided: the writes in the order to apply them, the jobs left to the next
+    pass (busy), what to count, and the snapshot after every admission of the pass."""
+
+    writes: tuple[Write, ...]
+    retry: frozenset[JobKey]
+    moves: tuple[health.MoveReason, ...]
+    stages: tuple[consolidate.Stage, ...]
+    phases: Mapping[str, int]  # jobs per phase after the pass (at rest ones counted as they are)
+    queue: Mapping[str, int]  # waiting jobs per pool they block
+    snapshot: Snapshot
+
+    @property
+    def decisions(self) -> list[tuple[JobView, Decision]]:
+        return [(w.job, w.decision) for w in self.writes]
+
+
+@dataclass
+class _Tally:
+    """A pass's results as they accumulate (private to :func:`schedule_pass`)."""
+
+    acting: set[JobKey]
+    writes: list[Write] = field(default_factory=list)
+    retry: set[JobKey] = field(default_factory=set)
+    moves: list[health.MoveReason] = field(default_factory=list)
+    stages: list[consolidate.Stage] = field(default_factory=list)
+
+    def write(self, job: JobView, decision: Decision) -> None:
+        w = settle(job, decision)
+        self.writes.append(w)
+        if w.acts:
+            self.acting.add(job.key)
+
+
+def order(snap: Snapshot, keys: Iterable[JobKey]) -> list[JobView]:
+    """The jobs of ``keys`` to decide, each once: those holding devices first, then the waiting
+    ones in queue order (priority, then submission)."""
+    jobs = [snap.jobs[k] for k in dict.fromkeys(keys) if k in snap.jobs and not snap.jobs[k].deleting]
+    holding = [j for j in jobs if j.phase in HOLDING]
+    waiting = sorted((j for j in jobs if j.phase not in HOLDING), key=JobView.queue_order)
+    return holding + waiting
+
+
+def waiting_for(snap: Snapshot, plans: Plans, pools: set[str] | None) -> set[JobKey]:
+    """The waiting jobs that may fit in ``pools`` (None: any pool) now."""
+    out: set[JobKey] = set()
+    for key, job in snap.jobs.items():
+        if job.phase in HOLDING or job.phase in AT_REST:
+            continue
+        entry = plans.entry(job) if pools is not None else None
+        if entry is None or pools is None or any(pool in pools for pool, _gang in entry.shapes()):
+            out.add(key)
+    return out
+
+
+def still_waits(job: JobView, snap: Snapshot, refused: set[tuple[str, Gang]], plans: Plans) -> bool:
+    """Whether deciding ``job`` again in this pass can only repeat that it waits: it waits
+    already, and every placement its plan ranks is a shape that did not fit earlier in this
+    pass (capacity only shrinks during a pass), with its first-choice pool already blocked."""
+    if job.phase is not JobPhase.PENDING or not refused:
+        return False
+    waiting = next((c for c in job.status.conditions if c.type == ADMITTED), None)
+    if waiting is None or waiting.status != "False" or waiting.reason not in ("QueuedBehind", "WaitingForCapacity"):
+        return False
+    entry = plans.entry(job)
+    if entry is None or not entry.plan.schedulable:
+        return False
+    shapes = entry.shapes()
+    return bool(shapes) and shapes[0][0] in snap.blocked and all(s in refused for s in shapes)
+
+
+def schedule_pass(
+    snapshot: Snapshot,
+    keys: Iterable[JobKey],
+    now: dt.datetime,
+    rules: Rules,
+    plans: Plans,
+    *,
+    marked: Iterable[JobKey] = (),
+    busy: Iterable[JobKey] = (),
+    lookups: Mapping[JobKey, resume.Lookup] | None = None,
+    full: bool = False,
+) -> Pass:
+    """Decide ``keys`` on ``snapshot`` at ``now``. ``marked``: the jobs an event named (a job at
+    rest is decided only then); ``busy``: the jobs whose last decision is still being written;
+    ``lookups``: the last checkpoint lookup per job; ``full``: a full pass (every job decided,
+    none skipped as still waiting)."""
+    snap = snapshot
+    dirty = set(marked)
+    lookups = lookups or {}
+    tally = _Tally(acting=set(busy))
+    plan_of = dict(snap.plans)
+    refused: set[tuple[str, Gang]] = set()  # shapes that did not fit a pool in this pass
+    queue: dict[str, int] = {}
+    phases: dict[str, int] = {}
+    for job in order(snap, keys):
+        if job.key in tally.acting:
+            tally.retry.add(job.key)  # its last decision is still being written: next pass
+            continue
+        if job.phase in AT_REST and job.key not in dirty:
+            phases[job.phase.value] = phases.get(job.phase.value, 0) + 1
+            continue
+        if not full and still_waits(job, snap, refused, plans):
+            continue
+        if job.phase not in HOLDING and job.spec is not None:
+            plan = plans.plan(job, snap)
+            if plan is not None:
+                plan_of[job.key] = plan
+                snap = _with_plans(snap, plan_of)
+        decision = decide(
+            job,
+            snap,
+            now,
+            bind_timeout=rules.bind_timeout,
+            lookup=lookups.get(job.key),
+            rules=rules.spot,
+        )
+        if decision.phase is JobPhase.RUNNING:  # running, or starting to (health.amend says why)
+            decision, moved = health.amend(decision, job, snap, now, rules.health)
+            if moved is not None:
+                tally.moves.append(moved)
+            decision, stage = consolidate.carry(decision, job, snap, now, rules.consolidation)
+            if stage is not None:
+                tally.stages.append(stage)
+        elif decision.phase is JobPhase.PENDING:
+            decision, orders = consolidate.amend(decision, job, snap, now, rules.consolidation)
+            snap = _start_moves(job, orders, snap, now, rules.consolidation, tally=tally)
+        if decision.admitted is not None:
+            pool, gang = decision.admitted
+            end = now + dt.timedelta(seconds=_seconds(decision))
+            snap = snap.with_admission(job.key, pool, gang, end)
+        if decision.blocks is not None:
+            snap = snap.with_blocked(*decision.blocks)
+            queue[decision.blocks[0]] = queue.get(decision.blocks[0], 0) + 1
+            blocked_plan = snap.plans.get(job.key)
+            if blocked_plan is not None and decision.admitted is None:
+                refused.update(
+                    (pool, gang)
+                    for pool, gang in plans.shapes(job, blocked_plan)
+                    if pool in snap.capacity and not snap.capacity[pool].fits(gang)
+                )
+        phases[decision.phase.value] = phases.get(decision.phase.value, 0) + 1
+        tally.write(job, decision)
+    return Pass(
+        writes=tuple(tally.writes),
+        retry=frozenset(tally.retry),
+        moves=tuple(tally.moves),
+        stages=tuple(tally.stages),
+        phases=phases,
+        queue=queue,
+        snapshot=snap,
+    )
+
+
+def _start_moves(
+    gang: JobView,
+    orders: tuple[consolidate.Order, ...],
+    snap: Snapshot,
+    now: dt.datetime,
+    rules: consolidate.Rules,
+    *,
+    tally: _Tally,
+) -> Snapshot:
+    """Each order's first step on the job to move (its own status write, event and
+    checkpoint-now request); the snapshot then counts it for the rest of the pass."""
+    for order_ in orders:
+        job = snap.jobs.get(order_.move.job)
+        if job is None or job.key in tally.acting:
+            tally.retry.add(gang.key)  # busy: the gang proposes again next pass
+            continue
+        decision = consolidate.start(job, order_, snap, now, rules)
+        if decision is None:
+            continue
+        tally.write(job, decision)
+        tally.stages.append(consolidate.Stage.REQUESTED)
+        snap = consolidate.with_started(snap, job, decision)
+    return snap
+
+
+def _with_plans(snap: Snapshot, plans: dict[JobKey, Plan]) -> Snapshot:
+    if snap.plans is plans:
+        return snap
+    return replace(snap, plans=plans)
+
+
+def _seconds(decision: Decision) -> float:
+    plan = decision.status.plan
+    if not isinstance(plan, PlanWrite) or plan.duration_seconds is None:
+        return 0.0
+    return plan.duration_seconds

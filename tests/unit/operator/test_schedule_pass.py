@@ -1,0 +1,260 @@
+"""schedule_pass(snapshot, keys, now, rules, plans): one scheduling pass as a pure function, as
+tables of small worlds (no scheduler, no clock, no I/O): the queue order (priority, then
+submission, jobs that hold devices first), backfill around a blocked head, one decision per job;
+and the engine's ManualClock."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import pytest
+
+from accel_api.enums import JobPhase
+from accel_operator.engine.clock import ManualClock, SystemClock
+from accel_operator.engine.schedule import Pass
+from accel_operator.reconcile.common import actions as act
+from accel_operator.reconcile.common.decision import Decision
+from accel_operator.reconcile.nodes import consolidate
+from tests.support.reconcile import T0, World
+from tests.unit.operator.test_consolidate import ALLOW, CKPT, _fragmented
+
+SHORT = {"mode": "training", "tokens": 10_000_000, "microBatch": 1}  # about a minute on 4 devices
+
+
+def _running(pool: str, *, devices: int, seconds: int) -> dict[str, Any]:
+    """A job running in ``pool`` since T0 on ``devices`` devices, planned for ``seconds``."""
+    return {
+        "phase": "Running",
+        "attempt": 0,
+        "workload": "r-a0",
+        "admittedTime": T0.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "startTime": T0.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "plan": {"pool": pool, "accelerator": "h100-80gb", "devices": devices, "nodes": 1, "durationSeconds": seconds},
+    }
+
+
+def _decided(p: Pass) -> list[str]:
+    return [job.name for job, _d in p.decisions]
+
+
+def _of(p: Pass, name: str) -> Decision:
+    [d] = [d for job, d in p.decisions if job.name == name]
+    return d
+
+
+def _admitted(p: Pass) -> list[str]:
+    return [job.name for job, d in p.decisions if d.phase is JobPhase.ADMITTED]
+
+
+def _reason(d: Decision) -> str | None:
+    c = next((c for c in d.conditions if c.type == "Admitted"), None)
+    return None if c is None else c.reason
+
+
+# --- queue order ---------------------------------------------------------------------------------
+
+# (case, jobs in submission order as (name, priority), decided in this order, admitted)
+QUEUE = [
+    ("one job", [("a", 0)], ["a"], ["a"]),
+    ("earlier submission first among equals", [("a", 0), ("b", 0)], ["a", "b"], ["a"]),
+    ("higher priority first", [("a", 0), ("b", 10)], ["b", "a"], ["b"]),
+    ("priority, then submission", [("a", 0), ("b", 5), ("c", 5), ("d", 10)], ["d", "b", "c", "a"], ["d"]),
+    ("a negative priority goes last", [("a", -1), ("b", 0), ("c", 0)], ["b", "c", "a"], ["b"]),
+]
+
+
+@pytest.mark.parametrize(("case", "jobs", "order", "admitted"), QUEUE, ids=[c[0] for c in QUEUE])
+def test_waiting_jobs_are_decided_by_priority_then_submission(
+    case: str, jobs: list[tuple[str, int]], order: list[str], admitted: list[str]
+) -> None:
+    # One whole node: the first job in queue order takes it; the rest wait behind it.
+    w = World().pool("p", nodes=1)
+    for name, priority in jobs:
+        w.job(name, "p", devices=8, priority=priority)
+    p = w.schedule_pass(T0, reversed([("ns", n) for n, _ in jobs]))  # the keys' order does not matter
+    assert _decided(p) == order, case
+    assert _admitted(p) == admitted, case
+    for name in order[1:]:
+        assert _of(p, name).phase is JobPhase.PENDING, name
+        assert _reason(_of(p, name)) in ("QueuedBehind", "WaitingForCapacity"), name
+
+
+def test_jobs_that_hold_devices_are_decided_before_waiting_ones() -> None:
+    w = World().pool("p", nodes=1)
+    w.job("early", "p", devices=4, priority=100)
+    w.job("r", "p", devices=4, status=_running("p", devices=4, seconds=600))
+    w.pod("r", 0, 0, node="p-0", devices=4)
+    w.workload("r", 0, active=1)
+    p = w.schedule_pass(T0)
+    assert _decided(p) == ["r", "early"]
+    # The running job's devices are counted before the waiting one is decided: 4 of 8 are left.
+    assert _admitted(p) == ["early"]
+    assert p.snapshot.capacity["p"].free_devices == 0
+
+
+def test_an_admission_is_seen_by_every_later_decision_of_the_pass() -> None:
+    w = World().pool("p", nodes=2)
+    for name in ("a", "b", "c"):
+        w.job(name, "p", devices=8)
+    p = w.schedule_pass(T0)
+    assert _admitted(p) == ["a", "b"]
+    assert _of(p, "c").phase is JobPhase.PENDING
+    assert p.queue == {"p": 1}
+
+
+# --- backfill ------------------------------------------------------------------------------------
+
+# (case, a head waiting for the whole node, the later job's workload (None: examples/01, about 22
+# minutes on 4 devices), the later job's phase, its Admitted reason). A running job holds 4 of the
+# node's 8 devices for 10 minutes: the head could start then (its shadow time).
+BACKFILL = [
+    ("no head: the later job fits", False, None, JobPhase.ADMITTED, "Admitted"),
+    ("ends before the head could start: backfilled", True, SHORT, JobPhase.ADMITTED, "Admitted"),
+    ("would still hold the head's devices: queued behind", True, None, JobPhase.PENDING, "QueuedBehind"),
+]
+
+
+@pytest.mark.parametrize(("case", "head", "workload", "phase", "reason"), BACKFILL, ids=[c[0] for c in BACKFILL])
+def test_later_jobs_backfill_only_around_the_blocked_head(
+    case: str, head: bool, workload: dict[str, Any] | None, phase: JobPhase, reason: str
+) -> None:
+    w = World().pool("p", nodes=1)
+    w.job("r", "p", devices=4, status=_running("p", devices=4, seconds=600))
+    w.pod("r", 0, 0, node="p-0", devices=4)
+    w.workload("r", 0, active=1)
+    if head:
+        w.job("head", "p", devices=8)
+    extra: dict[str, Any] = {"workload": workload} if workload is not None else {}
+    w.job("later", "p", devices=4, **extra)
+    p = w.schedule_pass(T0)
+    if head:
+        assert _of(p, "head").phase is JobPhase.PENDING, case
+        assert p.snapshot.blocked["p"].job == ("ns", "head"), case
+    later = _of(p, "later")
+    assert later.phase is phase, (case, later.reason)
+    assert _reason(later) == reason, case
+    if reason == "QueuedBehind":
+        assert "held for ns/head, which is ahead in the queue" in later.reason
+
+
+# --- one decision per job ------------------------------------------------------------------------
+
+
+def _three() -> World:
+    w = World().pool("p", nodes=3)
+    for name in ("a", "b", "c"):
+        w.job(name, "p", devices=8)
+    w.job("done", "p", devices=8, status={"phase": "Succeeded"})
+    return w
+
+
+A, B, C, DONE = ("ns", "a"), ("ns", "b"), ("ns", "c"), ("ns", "done")
+
+# (case, keys, marked (None: the keys), busy, decided, left to the next pass)
+ONCE: list[tuple[str, list[tuple[str, str]], list[tuple[str, str]] | None, list[tuple[str, str]], list[str], set[Any]]]
+ONCE = [
+    ("every key once", [A, B, C], None, [], ["a", "b", "c"], set()),
+    ("a key given twice is decided once", [A, B, A, C, B], None, [], ["a", "b", "c"], set()),
+    ("only the keys given", [C], None, [], ["c"], set()),
+    ("a key of no job is ignored", [("ns", "gone"), B], None, [], ["b"], set()),
+    ("a busy job is left to the next pass", [A, B, C], None, [B], ["a", "c"], {B}),
+    ("a job at rest is decided when an event named it", [DONE, A], None, [], ["a", "done"], set()),
+    ("a job at rest is not decided when none did", [DONE, A], [A], [], ["a"], set()),
+]
+
+
+@pytest.mark.parametrize(("case", "keys", "marked", "busy", "decided", "retry"), ONCE, ids=[c[0] for c in ONCE])
+def test_each_job_is_decided_at_most_once_per_pass(
+    case: str,
+    keys: list[tuple[str, str]],
+    marked: list[tuple[str, str]] | None,
+    busy: list[tuple[str, str]],
+    decided: list[str],
+    retry: set[Any],
+) -> None:
+    p = _three().schedule_pass(T0, keys, marked=marked, busy=busy)
+    assert sorted(_decided(p)) == decided, case
+    assert len(_decided(p)) == len(set(_decided(p))), case
+    assert set(p.retry) == retry, case
+
+
+def test_a_job_at_rest_left_undecided_is_still_counted_in_its_phase() -> None:
+    p = _three().schedule_pass(T0, [DONE, A], marked=[A])
+    assert p.phases.get("Succeeded") == 1
+    assert p.phases.get("Admitted") == 1
+
+
+def test_the_same_snapshot_is_decided_the_same_way_twice() -> None:
+    # A pure pass: the plan cache it fills changes nothing in what it decides.
+    w = _three()
+    first, again = w.schedule_pass(T0), w.schedule_pass(T0)
+    assert first.decisions == again.decisions
+    assert [x.patch for x in first.writes] == [x.patch for x in again.writes]
+
+
+def test_a_write_carries_its_status_patch_and_a_decision_already_held_writes_nothing() -> None:
+    w = World().pool("p", nodes=1, free=[0])
+    w.job("a", "p", devices=8)
+    [first] = w.schedule_pass(T0).writes
+    assert first.patch is not None and first.patch["phase"] == "Pending" and first.acts
+    assert first.status is not None and first.status["phase"] == "Pending"
+    # The job now holds that status (as the watch shows it): deciding it again writes nothing.
+    w.job("a", "p", devices=8, status=first.status)
+    [again] = w.schedule_pass(T0).writes
+    assert again.decision.phase is JobPhase.PENDING
+    assert again.patch is None and again.status is None and not again.acts
+
+
+# --- consolidation within the pass -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("held", [True, False], ids=["the jobs to move wrote nothing", "they are writing"])
+def test_a_gang_starts_a_move_unless_the_job_to_move_writes_in_this_pass(held: bool) -> None:
+    # Two jobs of 4 devices on two nodes, a waiting gang of 8, a policy that allows moves.
+    w = _fragmented().policy("platform", consolidation=ALLOW)
+    w.workload("x", 0, active=1)
+    w.workload("y", 0, active=1)
+    if held:  # the running jobs already hold what they are decided to hold: their decisions write nothing
+        for x in w.schedule_pass(T0, [("ns", "x"), ("ns", "y")]).writes:
+            w.job(x.job.name, "p", devices=4, status=x.status, checkpoint=CKPT)
+    w.job("g", "p", devices=8)
+    p = w.schedule_pass(T0)
+    writes = [(x.job.name, x.acts) for x in p.writes]
+    if held:
+        # x's own decision wrote nothing, so x is free to move: its move's first step is written
+        # (a checkpoint request) before the gang's own decision.
+        assert writes == [("x", False), ("y", False), ("x", True), ("g", True)]
+        assert p.stages == (consolidate.Stage.REQUESTED,)
+        assert any(isinstance(a, act.RequestCheckpoint) for a in p.writes[2].decision.actions)
+        assert p.retry == frozenset()
+    else:
+        # x's decision is being written in this pass: the gang proposes again on the next.
+        assert writes == [("x", True), ("y", True), ("g", True)]
+        assert p.stages == ()
+        assert p.retry == {("ns", "g")}
+
+
+# --- the clock ----------------------------------------------------------------------------------
+
+
+def test_the_manual_clock_moves_only_when_told() -> None:
+    clock = ManualClock(T0)
+    mono = clock.monotonic()
+    assert clock.now() == T0 and clock.monotonic() == mono
+    clock.advance(90)
+    assert clock.now() == T0 + dt.timedelta(seconds=90)
+    assert clock.monotonic() == mono + 90
+    clock.set(T0 + dt.timedelta(hours=1))
+    assert clock.now() == T0 + dt.timedelta(hours=1) and clock.monotonic() == mono + 3600
+    with pytest.raises(ValueError, match="does not go back"):
+        clock.advance(-1)
+    with pytest.raises(ValueError, match="timezone-aware"):
+        ManualClock(dt.datetime(2026, 1, 1))  # the naive time it refuses
+
+
+def test_the_system_clock_is_aware_and_monotonic() -> None:
+    clock = SystemClock()
+    assert clock.now().tzinfo is not None
+    first = clock.monotonic()
+    assert clock.monotonic() >= first
