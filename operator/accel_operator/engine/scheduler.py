@@ -46,6 +46,7 @@ from accel_operator.engine import calls
 from accel_operator.engine.cache import Observed
 from accel_operator.metrics import OperatorMetrics
 from accel_operator.planning import policy, selection
+from accel_operator.planning.cache import PlanCache
 from accel_operator.planning.candidates import OWN_MAX_DEVICES, Plan, PoolOffer, ranked_per_pool
 from accel_operator.reconcile.common import actions as act
 from accel_operator.reconcile.common import policy_inputs
@@ -143,6 +144,9 @@ class Scheduler:
     observed: Observed = field(default_factory=Observed)
     # Each cached plan's admission shapes: (pool, gang) of its ranked candidates, best first.
     shapes: dict[int, tuple[tuple[str, Gang], ...]] = field(default_factory=dict)
+    # The planner's memo (step estimates, pool skeletons, each plan's ranking and status form),
+    # keyed on values: passed to every planning call and decision.
+    plan_cache: PlanCache = field(default_factory=PlanCache)
     # Rescheduling on node reports: taints and checkpoint-now annotations (None: not applied).
     reschedule: RescheduleClient | None = None
     # (node, taint | untaint) -> monotonic time of the write: not written again until the watch shows it.
@@ -337,7 +341,7 @@ class Scheduler:
                 restricted, offers = policy.restrict(spec, offers, pols)
                 capped = restricted.placement.max_devices != spec.placement.max_devices
                 source = policy.cap_source(pols) if capped else OWN_MAX_DEVICES
-                plan = selection.plan(restricted, offers, self.catalog, max_devices_from=source)
+                plan = selection.plan(restricted, offers, self.catalog, max_devices_from=source, cache=self.plan_cache)
                 self.spec_plans[same] = plan
             if len(self.plans) > 20_000:
                 self.plans.clear()
@@ -349,7 +353,7 @@ class Scheduler:
     def _shapes(self, plan: Plan) -> tuple[tuple[str, Gang], ...]:
         shapes = self.shapes.get(id(plan))
         if shapes is None:
-            ranked = ranked_per_pool(plan)
+            ranked = ranked_per_pool(plan, cache=self.plan_cache)
             shapes = tuple((c.pool, gang_of(c)) for c in ranked)
             self.shapes[id(plan)] = shapes
         return shapes
@@ -476,6 +480,7 @@ class Scheduler:
                 bind_timeout=self.settings.bind_timeout_seconds,
                 lookup=self.lookups.get(job.key),
                 rules=self.spot_rules,
+                cache=self.plan_cache,
             )
             if decision.phase is JobPhase.RUNNING:  # running, or starting to (health.amend says why)
                 decision, moved = health.amend(decision, job, snap, now, rules)

@@ -36,6 +36,7 @@ from accel_api.durations import stamp as _ts
 from accel_api.enums import FailureKind, JobPhase
 from accel_api.job import AttemptFailure, ResumeStatus
 from accel_operator.planning import explain
+from accel_operator.planning.cache import PlanCache
 from accel_operator.planning.candidates import Candidate, Plan, ranked_per_pool
 from accel_operator.reconcile.common import actions as act
 from accel_operator.reconcile.common import attempt_held, node_capacity
@@ -148,7 +149,7 @@ def _may_use(snapshot: Snapshot, job: JobView, c: Candidate, now: dt.datetime) -
     return None
 
 
-def _waiting(job: JobView, snapshot: Snapshot, now: dt.datetime) -> Decision:
+def _waiting(job: JobView, snapshot: Snapshot, now: dt.datetime, cache: PlanCache | None) -> Decision:
     plan: Plan | None = snapshot.plans.get(job.key)
     if plan is None:
         return Decision(
@@ -158,7 +159,7 @@ def _waiting(job: JobView, snapshot: Snapshot, now: dt.datetime) -> Decision:
         )
     if not plan.schedulable:
         status: dict[str, Any] = {
-            "plan": plan_wire(plan),
+            "plan": plan_wire(plan, cache=cache),
             "message": _clip(plan.reason),
         }
         return Decision(
@@ -168,7 +169,7 @@ def _waiting(job: JobView, snapshot: Snapshot, now: dt.datetime) -> Decision:
             actions=_event_if_new(job, JobPhase.UNSCHEDULABLE, "NoPlacement", "Warning", plan.reason),
             reason=plan.reason,
         )
-    ranked = ranked_per_pool(plan)
+    ranked = ranked_per_pool(plan, cache=cache)
     first = ranked[0]
     why_not: list[str] = []
     for c in ranked:
@@ -176,7 +177,7 @@ def _waiting(job: JobView, snapshot: Snapshot, now: dt.datetime) -> Decision:
         if problem is not None:
             why_not.append(problem)
             continue
-        return _admit(job, plan, c, first=first, why_not=why_not, now=now)
+        return _admit(job, plan, c, first=first, why_not=why_not, now=now, cache=cache)
     reason = "waiting for capacity: " + "; ".join(why_not[:3])
     if len(why_not) > 3:
         reason += f"; and {len(why_not) - 3} more pools"
@@ -185,7 +186,7 @@ def _waiting(job: JobView, snapshot: Snapshot, now: dt.datetime) -> Decision:
     # shadow (a sort of its reservations) is not computed again.
     blocked = snapshot.blocked.get(first.pool) or blocked_for(snapshot, job, first.pool, _gang(first), now)
     status = {
-        "plan": plan_wire(plan),
+        "plan": plan_wire(plan, cache=cache),
         "message": _clip(reason),
         "workload": None,
     }
@@ -204,7 +205,14 @@ def _waiting(job: JobView, snapshot: Snapshot, now: dt.datetime) -> Decision:
 
 
 def _admit(
-    job: JobView, plan: Plan, c: Candidate, *, first: Candidate, why_not: Sequence[str], now: dt.datetime
+    job: JobView,
+    plan: Plan,
+    c: Candidate,
+    *,
+    first: Candidate,
+    why_not: Sequence[str],
+    now: dt.datetime,
+    cache: PlanCache | None,
 ) -> Decision:
     attempt = job.status.attempt
     workload = act.workload_name(job.name, attempt)
@@ -225,7 +233,7 @@ def _admit(
             )
         )
     status = {
-        "plan": plan_wire(plan, chosen=c),
+        "plan": plan_wire(plan, chosen=c, cache=cache),
         "attempt": attempt,
         "workload": workload,
         "admittedTime": _ts(now),
@@ -479,7 +487,9 @@ def _resolving(job: JobView, lookup: resume.Lookup | None, now: dt.datetime) -> 
     )
 
 
-def _resuming(job: JobView, snapshot: Snapshot, now: dt.datetime, lookup: resume.Lookup | None) -> Decision:
+def _resuming(
+    job: JobView, snapshot: Snapshot, now: dt.datetime, lookup: resume.Lookup | None, cache: PlanCache | None
+) -> Decision:
     """A new attempt's resume point (and the lost work) decided, then planned and admitted as
     any waiting job, all in one status write."""
     r = resume.decide_resume(job, lookup)
@@ -487,7 +497,7 @@ def _resuming(job: JobView, snapshot: Snapshot, now: dt.datetime, lookup: resume
         return _resolving(job, lookup, now)
     record = ResumeStatus(attempt=r.attempt, resume_from=r.resume_from, source=r.source)
     resolved = replace(job, status=job.status.model_copy(update={"resume": record}))
-    d = _waiting(resolved, snapshot, now)
+    d = _waiting(resolved, snapshot, now, cache)
     if r.checkpoint is not None:
         cond, event = Cond(RESUMED, True, "FromCheckpoint", _clip(r.message)), ("Normal", "ResumingFromCheckpoint")
     else:
@@ -522,10 +532,12 @@ def decide(
     bind_timeout: float = 120.0,
     lookup: resume.Lookup | None = None,
     rules: fallback.SpotRules = fallback.DEFAULT_RULES,
+    cache: PlanCache | None = None,
 ) -> Decision:
     """The next step of ``job``, with reasons. ``lookup``: what the scheduler found for the
-    current attempt's resume point; ``rules``: the operator's spot fallback window."""
-    return _sticky(job, _decide(job, snapshot, now, bind_timeout=bind_timeout, lookup=lookup, rules=rules))
+    current attempt's resume point; ``rules``: the operator's spot fallback window; ``cache``:
+    the scheduler's, keeping what every job sharing a plan reads of it (None: made afresh)."""
+    return _sticky(job, _decide(job, snapshot, now, bind_timeout=bind_timeout, lookup=lookup, rules=rules, cache=cache))
 
 
 def _decide(
@@ -536,6 +548,7 @@ def _decide(
     bind_timeout: float,
     lookup: resume.Lookup | None,
     rules: fallback.SpotRules,
+    cache: PlanCache | None,
 ) -> Decision:
     if job.spec is None:
         return _invalid(job)
@@ -551,8 +564,8 @@ def _decide(
     if phase is JobPhase.STOPPED:  # stopped for idleness by a policy: until a user resumes it
         if not _resume_requested(job):
             return _stopped(job)
-        return _resumed(job, _waiting_or_resuming(job, snapshot, now, lookup))
-    return _waiting_or_resuming(job, snapshot, now, lookup)
+        return _resumed(job, _waiting_or_resuming(job, snapshot, now, lookup, cache))
+    return _waiting_or_resuming(job, snapshot, now, lookup, cache)
 
 
 # --- a Stopped job (stopped for idleness by a policy: reconcile/nodes/idle_stop.py) ------------
@@ -581,12 +594,14 @@ def _resumed(job: JobView, decision: Decision) -> Decision:
     )
 
 
-def _waiting_or_resuming(job: JobView, snapshot: Snapshot, now: dt.datetime, lookup: resume.Lookup | None) -> Decision:
+def _waiting_or_resuming(
+    job: JobView, snapshot: Snapshot, now: dt.datetime, lookup: resume.Lookup | None, cache: PlanCache | None
+) -> Decision:
     if resume.needs_resume(job):
         return policy_gate.waiting(job, snapshot) or policy_gate.holding(
-            job, snapshot, _resuming(job, snapshot, now, lookup)
+            job, snapshot, _resuming(job, snapshot, now, lookup, cache)
         )
-    return policy_gate.waiting(job, snapshot) or policy_gate.holding(job, snapshot, _waiting(job, snapshot, now))
+    return policy_gate.waiting(job, snapshot) or policy_gate.holding(job, snapshot, _waiting(job, snapshot, now, cache))
 
 
 OVER_BUDGET = "OverBudget"
