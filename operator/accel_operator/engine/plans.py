@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from accel_api import catalog as catalog_mod
 from accel_operator.planning import policy, selection
+from accel_operator.planning.cache import PlanCache
 from accel_operator.planning.candidates import OWN_MAX_DEVICES, Plan, PoolOffer, ranked_per_pool
 from accel_operator.reconcile.common.snapshot import Gang, JobView, Snapshot
 from accel_operator.reconcile.job import fallback
@@ -28,9 +29,9 @@ Shapes = tuple[tuple[str, Gang], ...]
 MAX_PLANS = 20_000
 
 
-def shapes_of(plan: Plan) -> Shapes:
+def shapes_of(plan: Plan, cache: PlanCache | None = None) -> Shapes:
     """``plan``'s admission shapes: (pool, gang) of its ranked candidates, best first."""
-    ranked = ranked_per_pool(plan)
+    ranked = ranked_per_pool(plan, cache=cache)
     return tuple((c.pool, gang_of(c)) for c in ranked)
 
 
@@ -41,9 +42,9 @@ class Entry:
     plan: Plan
     ranked: Shapes | None = None
 
-    def shapes(self) -> Shapes:
+    def shapes(self, cache: PlanCache | None = None) -> Shapes:
         if self.ranked is None:
-            self.ranked = shapes_of(self.plan)
+            self.ranked = shapes_of(self.plan, cache)
         return self.ranked
 
 
@@ -53,6 +54,9 @@ class Plans:
     pools_version: int = 0
     by_job: dict[PlanKey, Entry] = field(default_factory=dict)
     by_spec: dict[tuple[bytes, int], Entry] = field(default_factory=dict)  # by (effective spec digest, pools_version)
+    # The planner's memo (step estimates, pool skeletons, each plan's ranking and status form),
+    # keyed on values: passed to every planning call and decision.
+    cache: PlanCache = field(default_factory=PlanCache)
 
     def pools_changed(self) -> None:
         self.pools_version += 1
@@ -89,7 +93,7 @@ class Plans:
                 restricted, offers = policy.restrict(spec, offers, pols)
                 capped = restricted.placement.max_devices != spec.placement.max_devices
                 source = policy.cap_source(pols) if capped else OWN_MAX_DEVICES
-                plan = selection.plan(restricted, offers, self.catalog, max_devices_from=source)
+                plan = selection.plan(restricted, offers, self.catalog, max_devices_from=source, cache=self.cache)
                 entry = Entry(plan)
                 self.by_spec[same] = entry
             if len(self.by_job) > MAX_PLANS:
@@ -107,5 +111,5 @@ class Plans:
         holds that very plan for it, else worked out afresh (and not kept)."""
         entry = self.entry(job)
         if entry is None or entry.plan is not plan:
-            return shapes_of(plan)
-        return entry.shapes()
+            return shapes_of(plan, self.cache)
+        return entry.shapes(self.cache)

@@ -157,7 +157,7 @@ def waiting_for(snap: Snapshot, plans: Plans, pools: set[str] | None) -> set[Job
         if job.phase in HOLDING or job.phase in AT_REST:
             continue
         entry = plans.entry(job) if pools is not None else None
-        if entry is None or pools is None or any(pool in pools for pool, _gang in entry.shapes()):
+        if entry is None or pools is None or any(pool in pools for pool, _gang in entry.shapes(plans.cache)):
             out.add(key)
     return out
 
@@ -174,7 +174,7 @@ def still_waits(job: JobView, snap: Snapshot, refused: set[tuple[str, Gang]], pl
     entry = plans.entry(job)
     if entry is None or not entry.plan.schedulable:
         return False
-    shapes = entry.shapes()
+    shapes = entry.shapes(plans.cache)
     return bool(shapes) and shapes[0][0] in snap.blocked and all(s in refused for s in shapes)
 
 
@@ -223,6 +223,7 @@ def schedule_pass(
             bind_timeout=rules.bind_timeout,
             lookup=lookups.get(job.key),
             rules=rules.spot,
+            cache=plans.cache,
         )
         if decision.phase is JobPhase.RUNNING:  # running, or starting to (health.amend says why)
             decision, moved = health.amend(decision, job, snap, now, rules.health)

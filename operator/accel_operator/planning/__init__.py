@@ -7,6 +7,8 @@ Nothing here performs I/O or imports kopf or the Kubernetes client. Import the m
 - ``cost.estimate(...)``: dollars and wall time with spot preemptions priced in.
 - ``selection.plan(spec, pools, catalog) -> Plan``: where a job runs, every alternative and why
   it lost (types in ``candidates``, sentences in ``explain``).
+- ``cache.PlanCache``: what planning remembers between calls (keyed on values), owned by the
+  caller and passed as ``cache=``; nothing is kept in module state.
 
 The hardware facts come from ``accel_api.catalog``. The memory and throughput models follow what
 Hugging Face transformers models do in eager PyTorch (see ``blocks``); bench/plan_accuracy.py

@@ -19,10 +19,10 @@ inputs of column-parallel projections); "split" ones are divided by the tensor-p
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 from accel_api.enums import Attention, MlpKind
+from accel_operator.planning.cache import PlanCache, memoised
 from accel_operator.planning.profile import Numerics, Shape
 
 
@@ -60,8 +60,10 @@ class Block:
     backward_transient_per_score: float  # eager attention: softmax backward's fp32 buffers
 
 
-@functools.lru_cache(maxsize=64)
-def block(shape: Shape, num: Numerics, attention: Attention, dropout: float) -> Block:
+@memoised(64)
+def block(
+    shape: Shape, num: Numerics, attention: Attention, dropout: float, *, cache: PlanCache | None = None
+) -> Block:
     # A token routed to k experts passes through k MLPs: as one MLP k times as wide.
     h, q, kv, i = shape.hidden, shape.q_dim, shape.kv_dim, shape.intermediate * shape.active_experts
     r, a, n = num.residual, num.compute, num.norm_out
@@ -212,8 +214,8 @@ class Fused:
     saved_split: float  # ... divided by TP
 
 
-@functools.lru_cache(maxsize=64)
-def fused(shape: Shape, num: Numerics) -> Fused:
+@memoised(64)
+def fused(shape: Shape, num: Numerics, *, cache: PlanCache | None = None) -> Fused:
     """What a layer of a fused stack saves, per token.
 
     Korthikanti et al., "Reducing Activation Recomputation in Large Transformer Models" (2022),
@@ -246,8 +248,8 @@ class Head:
     loss_kernels: int
 
 
-@functools.lru_cache(maxsize=64)
-def head(shape: Shape, num: Numerics, fused: bool = False) -> Head:
+@memoised(64)
+def head(shape: Shape, num: Numerics, fused: bool = False, *, cache: PlanCache | None = None) -> Head:
     h, r, a = shape.hidden, num.residual, num.compute
     norm_saved = (4 + r) * h if shape.rmsnorm else r * h
     if fused:

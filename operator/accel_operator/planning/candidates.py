@@ -15,6 +15,7 @@ from accel_api.enums import CapacityType
 from accel_api.job import AcceleratorJobSpec
 from accel_api.pool import AcceleratorPoolSpec
 from accel_operator.planning import cost, memory, throughput
+from accel_operator.planning.cache import Kind, PlanCache
 from accel_operator.planning.profile import JobProfile
 
 # Under spot.policy prefer a spot placement wins when its objective is within this fraction of
@@ -121,6 +122,12 @@ class Plan:
     def schedulable(self) -> bool:
         return self.winner is not None
 
+    def __hash__(self) -> int:
+        # Equality is the dataclass's, field by field; the hash reads a few fields that tell
+        # plans apart cheaply (the spec, a model with lists, has no hash), so that what is
+        # derived from a plan can be kept in a PlanCache keyed on the plan's value.
+        return hash((self.name, self.reason, self.profile, len(self.candidates)))
+
 
 def best_per_pool(candidates: tuple[Candidate, ...] | list[Candidate]) -> list[Candidate]:
     """Each pool's best candidate: its best-ranked, else the one closest to feasible."""
@@ -132,19 +139,18 @@ def best_per_pool(candidates: tuple[Candidate, ...] | list[Candidate]) -> list[C
     return list(best.values())
 
 
-# Plans are shared by every job of one effective spec (the scheduler caches them): what is read
-# from a plan on every decision is kept per plan object, held here so its id is not reused.
-_RANKED: dict[int, tuple[Plan, tuple[Candidate, ...]]] = {}
-_RANKED_LIMIT = 4096
+# Plans are shared by every job of one effective spec (the scheduler caches them): what every
+# decision reads of a plan is kept per plan in the caller's PlanCache.
+_RANKED: Kind[Plan, tuple[Candidate, ...]] = Kind("candidates.ranked_per_pool", 4096)
 
 
-def ranked_per_pool(plan: Plan) -> tuple[Candidate, ...]:
-    """Each pool's best candidate among the ranked (feasible) ones, best first; memoised per plan."""
-    hit = _RANKED.get(id(plan))
-    if hit is not None and hit[0] is plan:
-        return hit[1]
-    if len(_RANKED) >= _RANKED_LIMIT:
-        _RANKED.clear()
-    ranked = tuple(c for c in best_per_pool(plan.candidates) if c.rank is not None)
-    _RANKED[id(plan)] = (plan, ranked)
-    return ranked
+def ranked_per_pool(plan: Plan, *, cache: PlanCache | None = None) -> tuple[Candidate, ...]:
+    """Each pool's best candidate among the ranked (feasible) ones, best first; kept in ``cache``
+    per plan (None: computed afresh)."""
+    memo = cache.memo(_RANKED) if cache is not None else None
+    hit = memo.get(plan) if memo is not None else None
+    if hit is None:
+        hit = tuple(c for c in best_per_pool(plan.candidates) if c.rank is not None)
+        if memo is not None:
+            memo.put(plan, hit)
+    return hit

@@ -25,13 +25,13 @@ allocator strands) plus the runtime context.
 from __future__ import annotations
 
 import dataclasses
-import functools
 from dataclasses import dataclass
 from typing import NamedTuple
 
 from accel_api.catalog import Accelerator
 from accel_api.enums import Framework, Optimizer, Recompute, Sharding
 from accel_operator.planning import blocks, stacks
+from accel_operator.planning.cache import PlanCache, memoised
 from accel_operator.planning.layout import Layout
 from accel_operator.planning.profile import JobProfile, Shape
 
@@ -83,8 +83,8 @@ class MemoryEstimate(NamedTuple):
         )
 
 
-@functools.lru_cache(maxsize=64)
-def _optimizer_state_bytes(shape: Shape, optimizer: Optimizer, p: int) -> float:
+@memoised(64)
+def _optimizer_state_bytes(shape: Shape, optimizer: Optimizer, p: int, *, cache: PlanCache | None = None) -> float:
     """Optimizer state bytes for the whole model (before any sharding); ``p``: parameter bytes."""
     n = shape.params
     if optimizer is Optimizer.ADAMW:
@@ -108,7 +108,7 @@ def _optimizer_temp_bytes(w: JobProfile, tp: int) -> float:
     return 0.0  # fused AdamW, foreach SGD (momentum in place) and bitsandbytes: in place
 
 
-def _deepspeed_states(w: JobProfile, tp: int, dp: int) -> tuple[float, float, float]:
+def _deepspeed_states(w: JobProfile, tp: int, dp: int, *, cache: PlanCache | None = None) -> tuple[float, float, float]:
     """DeepSpeed's mixed-precision model states per device: (16-bit weights, gradients, optimizer).
 
     DeepSpeed's own accounting (``estimate_zero2_model_states_mem_needs`` in
@@ -120,7 +120,7 @@ def _deepspeed_states(w: JobProfile, tp: int, dp: int) -> tuple[float, float, fl
     the ZeRO paper's P_os = 4Ψ + KΨ/N (Rajbhandari et al. 2020, section 5).
     """
     n = _params(w, tp).total
-    master = _optimizer_state_bytes(w.shape, w.optimizer, 4) / tp + 4.0 * n  # moments + fp32 master
+    master = _optimizer_state_bytes(w.shape, w.optimizer, 4, cache=cache) / tp + 4.0 * n  # moments + fp32 master
     if w.sharding is Sharding.ZERO3:
         largest = w.shape.largest_matrix / tp
         return 2.0 * n / dp + 2.0 * largest, 6.0 * n / dp + 2.0 * largest, master / dp
@@ -131,15 +131,15 @@ def _deepspeed_states(w: JobProfile, tp: int, dp: int) -> tuple[float, float, fl
     return 2.0 * n, 6.0 * n / dp, master / dp
 
 
-def model_state_bytes(w: JobProfile, tp: int, dp: int) -> float:
+def model_state_bytes(w: JobProfile, tp: int, dp: int, *, cache: PlanCache | None = None) -> float:
     """Weights, gradients and optimizer states per device (no activations or buffers)."""
     if w.framework is Framework.DEEPSPEED and w.numerics.param == 4:
-        return sum(_deepspeed_states(w, tp, dp))
+        return sum(_deepspeed_states(w, tp, dp, cache=cache))
     n, p = _params(w, tp).total, w.numerics.param
     sharded = dp if w.sharding is not Sharding.NONE else 1
     shard_w = dp if w.sharding in (Sharding.ZERO3, Sharding.FSDP) else 1
     shard_g = dp if w.sharding in (Sharding.ZERO2, Sharding.ZERO3, Sharding.FSDP) else 1
-    states = _optimizer_state_bytes(w.shape, w.optimizer, p) / tp / sharded
+    states = _optimizer_state_bytes(w.shape, w.optimizer, p, cache=cache) / tp / sharded
     return n * p / shard_w + n * p / shard_g + states
 
 
@@ -224,26 +224,28 @@ def _stages(w: JobProfile, tp: int) -> tuple[_Stage, ...]:
     )
 
 
-@functools.lru_cache(maxsize=128)
-def _training_peak(w: JobProfile, tp: int, dp: int) -> _Peak:
+@memoised(128)
+def _training_peak(w: JobProfile, tp: int, dp: int, *, cache: PlanCache | None = None) -> _Peak:
     """What is alive at each moment of a training step (per pipeline stage: the largest is the
     device's peak), and the bytes the allocator strands."""
     moments: list[tuple[str, dict[str, float]]] = []
     stranded = 0.0
     for stage in _stages(w, tp):
-        stage_moments, persistent = _stage_moments(w, tp, dp, stage)
+        stage_moments, persistent = _stage_moments(w, tp, dp, stage, cache=cache)
         peak = max(sum(parts.values()) for _, parts in stage_moments)
         stranded = max(stranded, TRAINING_STRANDED * max(0.0, peak - persistent))
         moments += stage_moments
     return _peak(moments, stranded)
 
 
-def _stage_moments(w: JobProfile, tp: int, dp: int, stage: _Stage) -> tuple[list[tuple[str, dict[str, float]]], float]:
+def _stage_moments(
+    w: JobProfile, tp: int, dp: int, stage: _Stage, *, cache: PlanCache | None
+) -> tuple[list[tuple[str, dict[str, float]]], float]:
     """The moments of one stage's step, and its persistent bytes (weights, states, buckets)."""
     s, num = w.shape, w.numerics
     prm = _params(w, tp)
-    blk = blocks.block(s, num, w.attention, w.dropout)
-    hd = blocks.head(s, num)
+    blk = blocks.block(s, num, w.attention, w.dropout, cache=cache)
+    hd = blocks.head(s, num, cache=cache)
     tokens = w.device_tokens
     fully_sharded = w.sharding in (Sharding.ZERO3, Sharding.FSDP) and dp > 1
     shard_w = dp if fully_sharded else 1
@@ -254,9 +256,9 @@ def _stage_moments(w: JobProfile, tp: int, dp: int, stage: _Stage) -> tuple[list
     grads = stage.params * num.param / shard_g
     # The optimizer's states (given for the whole model) scale with the parameters the stage holds.
     held = stage.params / (s.layers * prm.layer + (s.embedding_params + s.head_params) / tp + s.norm_params)
-    states = _optimizer_state_bytes(s, w.optimizer, num.param) / tp / shard_s * held
+    states = _optimizer_state_bytes(s, w.optimizer, num.param, cache=cache) / tp / shard_s * held
     if w.framework is Framework.DEEPSPEED and num.param == 4:
-        weights, grads, states = _deepspeed_states(w, tp, dp)
+        weights, grads, states = _deepspeed_states(w, tp, dp, cache=cache)
         weights, grads = weights * stage.params / prm.total, grads * stage.params / prm.total
         states *= held
     buckets = 0.0
@@ -379,8 +381,8 @@ def _stage_moments(w: JobProfile, tp: int, dp: int, stage: _Stage) -> tuple[list
     return moments, weights + states + buckets
 
 
-@functools.lru_cache(maxsize=128)
-def _fsdp_peak(w: JobProfile, tp: int, dp: int) -> _Peak:
+@memoised(128)
+def _fsdp_peak(w: JobProfile, tp: int, dp: int, *, cache: PlanCache | None = None) -> _Peak:
     """PyTorch FSDP2 (``fully_shard`` per decoder layer and on the root) with a bf16
     ``MixedPrecisionPolicy`` (reduce in fp32), measured on 1, 2 and 4 H200.
 
@@ -394,15 +396,15 @@ def _fsdp_peak(w: JobProfile, tp: int, dp: int) -> _Peak:
     """
     s, num = w.shape, w.numerics
     prm = _params(w, tp)
-    blk = blocks.block(s, num, w.attention, w.dropout)
-    hd = blocks.head(s, num, w.fused)
+    blk = blocks.block(s, num, w.attention, w.dropout, cache=cache)
+    hd = blocks.head(s, num, w.fused, cache=cache)
     tokens = w.device_tokens
     gather = 2.0 if num.param == 4 else num.param  # bf16 gathered copies
     reduce = 4.0 if num.param == 4 else num.param  # reduce_dtype fp32 under the policy
     layer = prm.layer
     root = prm.total - w.stage_layers * layer
     weights = prm.total * num.param / dp
-    states = _optimizer_state_bytes(s, w.optimizer, num.param) / tp / dp
+    states = _optimizer_state_bytes(s, w.optimizer, num.param, cache=cache) / tp / dp
     grads = prm.total * num.param / dp
     keep_gathered = w.sharding in (Sharding.ZERO1, Sharding.ZERO2) and dp > 1
     layers_gathered = w.stage_layers if keep_gathered else min(2, s.layers)
@@ -411,7 +413,7 @@ def _fsdp_peak(w: JobProfile, tp: int, dp: int) -> _Peak:
     per_score = 0.0 if w.selective else blk.saved_per_score * w.seq_len / tp
     per_layer = blk.saved_shared + blk.saved_split / tp + per_score
     if w.fused:
-        fb = blocks.fused(s, num)
+        fb = blocks.fused(s, num, cache=cache)
         # Selective recompute rebuilds the attention's output statistics (fp32 logsumexp).
         per_layer = fb.saved_shared + (fb.saved_split - (4.0 * s.heads if w.selective else 0.0)) / tp
     one_layer = per_layer * tokens
@@ -467,8 +469,8 @@ def _fsdp_peak(w: JobProfile, tp: int, dp: int) -> _Peak:
     return _peak(moments, stranded)
 
 
-@functools.lru_cache(maxsize=128)
-def _stack_peak(w: JobProfile, tp: int, dp: int) -> _Peak:
+@memoised(128)
+def _stack_peak(w: JobProfile, tp: int, dp: int, *, cache: PlanCache | None = None) -> _Peak:
     """Megatron-LM and MaxText (their terms and sources in ``stacks``), stage by stage.
 
     With pipeline parallelism the first stage holds its layers, the embedding and the
@@ -477,8 +479,8 @@ def _stack_peak(w: JobProfile, tp: int, dp: int) -> _Peak:
     logits. Every stage is a moment set; the largest moment is the device's peak.
     """
     s, num = w.shape, w.numerics
-    act = stacks.activations(w, tp)
-    moments_fp32 = _optimizer_state_bytes(s, w.optimizer, 4) / s.params
+    act = stacks.activations(w, tp, cache=cache)
+    moments_fp32 = _optimizer_state_bytes(s, w.optimizer, 4, cache=cache) / s.params
     st = stacks.states(w, moments_fp32)
     shard = dp * w.context_parallel  # the distributed optimizer / fsdp axis spans dp × cp
     tokens = w.device_tokens
@@ -541,7 +543,7 @@ def full_remat(w: JobProfile) -> JobProfile:
     return dataclasses.replace(w, recompute=Recompute.FULL, checkpointing=True)
 
 
-def xla_remat_fraction(w: JobProfile, accel: Accelerator, layout: Layout) -> float:
+def xla_remat_fraction(w: JobProfile, accel: Accelerator, layout: Layout, *, cache: PlanCache | None = None) -> float:
     """MaxText: the fraction of what its remat policy saves beyond full remat that XLA recomputes
     instead, so that the program fits the device (0 when it fits as it is, or cannot fit anyway).
 
@@ -555,20 +557,20 @@ def xla_remat_fraction(w: JobProfile, accel: Accelerator, layout: Layout) -> flo
     if w.framework is not Framework.MAXTEXT or w.recompute is Recompute.FULL or not w.training:
         return 0.0
     tp, dp = layout.tensor_parallel, layout.data_parallel
-    policy = _stack_peak(w, tp, dp).allocated
-    floor = _stack_peak(full_remat(w), tp, dp).allocated
+    policy = _stack_peak(w, tp, dp, cache=cache).allocated
+    floor = _stack_peak(full_remat(w), tp, dp, cache=cache).allocated
     limit = accel.memory_bytes * (1 - SAFETY) - accel.context_bytes - accel.workspace_bytes
     if policy <= limit or floor > limit or policy <= floor:
         return 0.0
     return (policy - limit) / (policy - floor)
 
 
-def _maxtext(w: JobProfile, accel: Accelerator, layout: Layout) -> MemoryEstimate:
-    est = _result(_stack_peak(w, layout.tensor_parallel, layout.data_parallel), accel)
-    f = xla_remat_fraction(w, accel, layout)
+def _maxtext(w: JobProfile, accel: Accelerator, layout: Layout, *, cache: PlanCache | None) -> MemoryEstimate:
+    est = _result(_stack_peak(w, layout.tensor_parallel, layout.data_parallel, cache=cache), accel)
+    f = xla_remat_fraction(w, accel, layout, cache=cache)
     if f <= 0:
         return est
-    floor = _stack_peak(full_remat(w), layout.tensor_parallel, layout.data_parallel).allocated
+    floor = _stack_peak(full_remat(w), layout.tensor_parallel, layout.data_parallel, cache=cache).allocated
     given_back = f * (est.peak_allocated_bytes - accel.workspace_bytes - floor)
     parts = dict(est.components)
     parts["activations"] = parts.get("activations", 0.0) - given_back
@@ -583,18 +585,18 @@ def _maxtext(w: JobProfile, accel: Accelerator, layout: Layout) -> MemoryEstimat
     )
 
 
-def _training(w: JobProfile, accel: Accelerator, layout: Layout) -> MemoryEstimate:
+def _training(w: JobProfile, accel: Accelerator, layout: Layout, *, cache: PlanCache | None) -> MemoryEstimate:
     if w.framework is Framework.MAXTEXT:
-        return _maxtext(w, accel, layout)
+        return _maxtext(w, accel, layout, cache=cache)
     if w.framework is Framework.MEGATRON:
-        return _result(_stack_peak(w, layout.tensor_parallel, layout.data_parallel), accel)
+        return _result(_stack_peak(w, layout.tensor_parallel, layout.data_parallel, cache=cache), accel)
     # Context-parallel ranks hold the same weights: sharding spans data × context ranks.
     shards = layout.data_parallel * w.context_parallel
     # Without sharding, the data-parallel degree matters only as "more than one" (DDP buckets).
     dp = shards if w.sharding is not Sharding.NONE else min(2, shards)
     if w.framework is Framework.FSDP:
-        return _result(_fsdp_peak(w, layout.tensor_parallel, shards), accel)
-    return _result(_training_peak(w, layout.tensor_parallel, dp), accel)
+        return _result(_fsdp_peak(w, layout.tensor_parallel, shards, cache=cache), accel)
+    return _result(_training_peak(w, layout.tensor_parallel, dp, cache=cache), accel)
 
 
 def kv_cache_bytes(w: JobProfile, tp: int, tokens_per_sequence: int) -> float:
@@ -604,11 +606,11 @@ def kv_cache_bytes(w: JobProfile, tp: int, tokens_per_sequence: int) -> float:
     return float(s.layers * (s.kv_dim / tp) * (k_bytes + num.compute) * w.batch * tokens_per_sequence)
 
 
-def _inference(w: JobProfile, accel: Accelerator, layout: Layout) -> MemoryEstimate:
+def _inference(w: JobProfile, accel: Accelerator, layout: Layout, *, cache: PlanCache | None) -> MemoryEstimate:
     s, num = w.shape, w.numerics
     tp = layout.tensor_parallel
     prm = _params(w, tp)
-    blk = blocks.block(s, num, w.attention, 0.0)
+    blk = blocks.block(s, num, w.attention, 0.0, cache=cache)
     weights = prm.total * num.param
     copies = prm.matmul * num.compute if num.autocast else 0.0
     prompt_tokens = w.batch * w.prompt_len
@@ -634,8 +636,11 @@ def _inference(w: JobProfile, accel: Accelerator, layout: Layout) -> MemoryEstim
     return _result(_peak(moments, stranded), accel)
 
 
-def estimate(job: JobProfile, accelerator: Accelerator, layout: Layout) -> MemoryEstimate:
-    """Per-device memory of ``job`` on ``layout`` ."""
+def estimate(
+    job: JobProfile, accelerator: Accelerator, layout: Layout, *, cache: PlanCache | None = None
+) -> MemoryEstimate:
+    """Per-device memory of ``job`` on ``layout``; ``cache`` keeps what other layouts and jobs of
+    the same shape share (None: computed afresh)."""
     if job.training:
-        return _training(job, accelerator, layout)
-    return _inference(job, accelerator, layout)
+        return _training(job, accelerator, layout, cache=cache)
+    return _inference(job, accelerator, layout, cache=cache)

@@ -12,7 +12,6 @@ reason for every pool; it never raises.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 import operator
 from collections.abc import Sequence
@@ -24,6 +23,7 @@ from accel_api.job import AcceleratorJobSpec
 from accel_api.pool import AcceleratorPoolSpec
 from accel_operator.planning import candidates as cand
 from accel_operator.planning import cost, explain, memory, profile, throughput
+from accel_operator.planning.cache import Kind, PlanCache, memoised
 from accel_operator.planning.candidates import Candidate, JobTerms, Plan, PoolOffer, PoolTerms
 from accel_operator.planning.layout import Layout
 from accel_operator.planning.profile import JobProfile
@@ -43,8 +43,10 @@ def device_counts(pool: AcceleratorPoolSpec) -> list[int]:
     return list(_device_counts(pool.devices_per_node, pool.max_nodes, pool.tpu_topology))
 
 
-@functools.lru_cache(maxsize=256)
-def _device_counts(per_node: int, max_nodes: int, topology: str | None, model_parallel: int = 1) -> tuple[int, ...]:
+@memoised(256)
+def _device_counts(
+    per_node: int, max_nodes: int, topology: str | None, model_parallel: int = 1, *, cache: PlanCache | None = None
+) -> tuple[int, ...]:
     counts = _counts(per_node, max_nodes, topology)
     if model_parallel & (model_parallel - 1) and topology is None:
         # A model-parallel group that is not a power of two (pipelineParallel 3, 5, 10 ...) never
@@ -137,25 +139,21 @@ def _pool(job: JobTerms, offer: PoolOffer, cat: Catalog) -> PoolTerms:
 
 
 # Step-level estimates (memory, step-level speed and the data-parallel degree; None where the
-# layout cannot be built) per (accelerator, network, devices, nodes), shared by pools that offer
-# the same accelerator and layout.
+# layout cannot be built) per (accelerator with the pool's network, devices, nodes), shared by
+# pools that offer the same accelerator and layout.
 _Step = tuple[memory.MemoryEstimate, throughput.ThroughputEstimate, int]
-_StepKey = tuple[str, float, int, int]
+_StepKey = tuple[Accelerator, int, int]
 _StepMemo = dict[_StepKey, _Step | None]
-# Step-level estimates of the last jobs planned (memory and step time do not depend on the token
-# count, price or pool): a new job that differs only in ``tokens`` — every resubmission, every
-# re-plan after a preemption with the tokens left — reuses them. Bounded; cleared when full.
-_STEP_CACHE: dict[JobProfile, _StepMemo] = {}
-_STEP_CACHE_JOBS = 32
+# Step-level estimates of the last jobs planned, per job less its tokens (memory and step time do
+# not depend on the token count, price or pool): a new job that differs only in ``tokens`` —
+# every resubmission, every re-plan after a preemption with the tokens left — reuses them.
+_STEPS: Kind[JobProfile, _StepMemo] = Kind("selection.steps", 32)
 
 
-def _step_memo(key: JobProfile) -> _StepMemo:
-    found = _STEP_CACHE.get(key)
-    if found is None:
-        if len(_STEP_CACHE) >= _STEP_CACHE_JOBS:
-            _STEP_CACHE.clear()
-        found = _STEP_CACHE[key] = {}
-    return found
+def _step_memo(key: JobProfile, cache: PlanCache) -> _StepMemo:
+    memo = cache.memo(_STEPS)
+    found = memo.get(key)
+    return found if found is not None else memo.put(key, {})
 
 
 # One device count of a pool's skeleton: devices, nodes, the bits of the checks that do not
@@ -170,11 +168,10 @@ _Priced = tuple[throughput.ThroughputEstimate, cost.CostEstimate, int, float, fl
 class _Skeleton(NamedTuple):
     """What one pool offers one job whatever its token count: the pool's terms, and per device
     count the nodes, the checks that do not depend on the duration (placement bounds, layout,
-    memory) and the step-level estimates. Built once per (pool, catalog, job less its tokens) and
-    reused across plans, so a plan only prices each candidate for its tokens."""
+    memory) and the step-level estimates. Built once per (pool's values, job less its tokens) and
+    reused across plans, so a plan only prices each candidate for its tokens. What it depends
+    on of the pool is :func:`_offer_key`; the offer's free devices and nodes are read per plan."""
 
-    offer: PoolOffer  # held: the cache is keyed by its id, which cannot be reused while it lives
-    catalog: Catalog
     accel: Accelerator | None
     problems: tuple[str, ...]
     prices: cost.Pricing | None
@@ -197,7 +194,7 @@ class _JobCache:
     __slots__ = ("costs", "skeletons", "speeds")
 
     def __init__(self) -> None:
-        self.skeletons: dict[tuple[int, int], _Skeleton] = {}
+        self.skeletons: dict[_OfferKey, _Skeleton] = {}
         self.speeds: dict[_StepKey, int] = {}
         self.costs: dict[tuple[object, _StepKey], int] = {}
 
@@ -208,35 +205,64 @@ class _JobCache:
         return found
 
 
-# Per job less its tokens (and the rules the skeletons check): the last jobs planned. Bounded;
-# cleared when full.
-_JOBS: dict[object, _JobCache] = {}
-_JOBS_LIMIT = 32
-# One job's cache starts again past these: pool offers rebuilt for every plan (new objects, new
-# skeletons) or prices that keep changing (new cost slots) would otherwise grow it, and each plan
-# allocates its tables at the size of the slot counts.
+# Per job less its tokens (and the rules the skeletons check): the last jobs planned.
+_JOBS: Kind[tuple[object, ...], _JobCache] = Kind("selection.jobs", 32)
+# One job's cache starts again past these: pools that keep changing (new skeletons) or prices
+# that keep changing (new cost slots) would otherwise grow it, and each plan allocates its
+# tables at the size of the slot counts.
 _JOB_SKELETONS = 4096
 _JOB_SLOTS = 16384
 
 
-def _job_cache(job_key: object) -> _JobCache:
-    found = _JOBS.get(job_key)
+def _job_cache(job_key: tuple[object, ...], cache: PlanCache) -> _JobCache:
+    memo = cache.memo(_JOBS)
+    found = memo.get(job_key)
     if found is None or len(found.skeletons) > _JOB_SKELETONS or len(found.costs) > _JOB_SLOTS:
-        if found is None and len(_JOBS) >= _JOBS_LIMIT:
-            _JOBS.clear()
-        found = _JOBS[job_key] = _JobCache()
+        found = memo.put(job_key, _JobCache())
     return found
 
 
+# What a pool's skeleton depends on of the pool (besides the job): its name (placement.pools),
+# its accelerator as the catalog has it (the catalog's ids where it has none: the sentence names
+# them), its shape, network, capacity type, prices, restart time and preemption rates. Not its
+# free devices and nodes: they only add notes, read per plan.
+_OfferKey = tuple[object, ...]
+
+
+def _offer_key(offer: PoolOffer, accel: Accelerator | None, cat: Catalog) -> _OfferKey:
+    pool = offer.spec
+    return (
+        offer.name,
+        accel if accel is not None else cat.ids(),
+        pool.devices_per_node,
+        pool.max_nodes,
+        pool.tpu_topology,
+        pool.inter_node_bytes_per_second,
+        pool.capacity_type,
+        pool.price.on_demand_per_device_hour,
+        pool.price.spot_per_device_hour,
+        pool.restart_seconds,
+        pool.preemption_rate_per_hour,
+        offer.observed_preemption_rate_per_hour,
+    )
+
+
 def _skeleton(
-    job: JobTerms, offer: PoolOffer, cat: Catalog, counts: Sequence[int], *, steps: _StepMemo, jc: _JobCache
+    job: JobTerms,
+    offer: PoolOffer,
+    cat: Catalog,
+    counts: Sequence[int],
+    *,
+    steps: _StepMemo,
+    jc: _JobCache,
+    cache: PlanCache | None,
 ) -> _Skeleton:
     src = _pool(job, offer, cat)
     accel, prices, pool = src.accel, src.prices, offer.spec
     per_node = pool.devices_per_node
     if accel is None or prices is None:
         entries = tuple((n, -(-n // per_node), 0, None, -1, -1) for n in counts)
-        return _Skeleton(offer, cat, accel, src.problems, prices, src.preemption_rate, None, entries)
+        return _Skeleton(accel, src.problems, prices, src.preemption_rate, None, entries)
     w = job.profile
     pricer = cost.PoolCost(
         pool.capacity_type, prices, src.preemption_rate, pool.restart_seconds, job.checkpoint_interval
@@ -251,7 +277,7 @@ def _skeleton(
             failed |= cand.MAX_DEVICES
         if job.max_nodes is not None and nodes > job.max_nodes:
             failed |= cand.MAX_NODES
-        key = (accel.id, accel.inter_node_bytes_per_second, devices, nodes)
+        key = (accel, devices, nodes)
         if key in steps:
             step = steps[key]
         else:
@@ -259,7 +285,8 @@ def _skeleton(
             layout = Layout.of(w, devices, nodes)
             if layout.problem(per_node) is None:
                 ws = w.step_key
-                mem_est, speed_est = memory.estimate(ws, accel, layout), throughput.estimate(ws, accel, layout)
+                mem_est = memory.estimate(ws, accel, layout, cache=cache)
+                speed_est = throughput.estimate(ws, accel, layout, cache=cache)
                 step = (mem_est, speed_est, layout.data_parallel)
             steps[key] = step
         if step is None:
@@ -269,7 +296,7 @@ def _skeleton(
         if not step[0].fits:
             failed |= cand.MEMORY
         out.append((devices, nodes, failed, step, jc.slot(jc.speeds, key), jc.slot(jc.costs, (pricer.terms, key))))
-    return _Skeleton(offer, cat, accel, src.problems, prices, src.preemption_rate, pricer, tuple(out))
+    return _Skeleton(accel, src.problems, prices, src.preemption_rate, pricer, tuple(out))
 
 
 _RANK_KEY = operator.itemgetter(0)
@@ -278,6 +305,7 @@ _new = tuple.__new__  # builds a NamedTuple from its fields without the keyword-
 
 def _candidates(
     job: JobTerms,
+    offer: PoolOffer,
     sk: _Skeleton,
     *,
     speeds: list[throughput.ThroughputEstimate | None],
@@ -289,7 +317,6 @@ def _candidates(
     """Each device count of one pool priced for the job's tokens: the feasible ones go to
     ``feasible`` as their rank key and fields (the candidate is built once ranked, in _decide),
     the rest to ``rest`` as candidates. A hot loop: locals hoisted on purpose."""
-    offer = sk.offer
     pool = offer.spec
     name, capacity, acc_id = offer.name, pool.capacity_type, pool.accelerator
     src = PoolTerms(job, offer, sk.accel, sk.problems, sk.prices, sk.rate)
@@ -395,13 +422,19 @@ def plan(
     *,
     name: str | None = None,
     max_devices_from: str = cand.OWN_MAX_DEVICES,
+    cache: PlanCache | None = None,
 ) -> Plan:
     """Where ``spec`` should run among ``pools``, with the alternatives and why they lost;
-    ``max_devices_from`` names what set ``maxDevices`` (a policy's cap: ``policy.cap_source``)."""
+    ``max_devices_from`` names what set ``maxDevices`` (a policy's cap: ``policy.cap_source``).
+    ``cache`` keeps what later plans of jobs of the same shape and of the same pools reuse (the
+    step-level estimates, each pool's skeleton); None keeps them for this call alone (its pools
+    share the pieces of the memory and speed models), with the same result."""
+    if cache is None:
+        cache = PlanCache()
     job = _terms(spec, profile.from_spec(spec), max_devices_from)
     w = job.profile
     step_key = w.step_key
-    steps = _step_memo(step_key)
+    steps = _step_memo(step_key, cache)
     model_parallel = w.tensor_parallel * w.pipeline_parallel * w.context_parallel
     # Everything a pool's skeleton depends on besides the pool: the job less its tokens (its
     # profile: precision, framework, shape, layout), its placement and spot rules, whether it
@@ -413,28 +446,31 @@ def plan(
         spec.checkpoint is None,
         job.checkpoint_interval,
     )
-    jc = _job_cache(job_key)
+    jc = _job_cache(job_key, cache)
     skeletons = jc.skeletons
-    cat_id = id(catalog)
-    todo: list[_Skeleton] = []
+    get = catalog.accelerators.get
+    todo: list[tuple[PoolOffer, _Skeleton]] = []
     for offer in pools:
-        sk = skeletons.get((id(offer), cat_id))
-        if sk is None or sk.offer is not offer or sk.catalog is not catalog:
-            pool = offer.spec
-            counts = _device_counts(pool.devices_per_node, pool.max_nodes, pool.tpu_topology, model_parallel)
-            sk = skeletons[id(offer), cat_id] = _skeleton(job, offer, catalog, counts, steps=steps, jc=jc)
-        todo.append(sk)
+        pool = offer.spec
+        key = _offer_key(offer, get(pool.accelerator), catalog)
+        sk = skeletons.get(key)
+        if sk is None:
+            counts = _device_counts(
+                pool.devices_per_node, pool.max_nodes, pool.tpu_topology, model_parallel, cache=cache
+            )
+            sk = skeletons[key] = _skeleton(job, offer, catalog, counts, steps=steps, jc=jc, cache=cache)
+        todo.append((offer, sk))
     return _price(job, todo, jc, name)
 
 
-def _price(job: JobTerms, skeletons: Sequence[_Skeleton], jc: _JobCache, name: str | None) -> Plan:
+def _price(job: JobTerms, skeletons: Sequence[tuple[PoolOffer, _Skeleton]], jc: _JobCache, name: str | None) -> Plan:
     speeds: list[throughput.ThroughputEstimate | None] = [None] * len(jc.speeds)
     priced: list[_Priced | None] = [None] * len(jc.costs)
     steps: dict[int, int] = {}  # optimizer steps (or generate() calls) per data-parallel degree
     feasible: list[tuple[tuple[float, float, int, str], tuple[object, ...]]] = []
     rest: list[Candidate] = []
-    for sk in skeletons:
-        _candidates(job, sk, speeds=speeds, steps=steps, priced=priced, feasible=feasible, rest=rest)
+    for offer, sk in skeletons:
+        _candidates(job, offer, sk, speeds=speeds, steps=steps, priced=priced, feasible=feasible, rest=rest)
     return _decide(job, feasible, rest, name)
 
 
@@ -462,7 +498,7 @@ def evaluate(
         ),
     )
     jc = _JobCache()
-    return _price(job, [_skeleton(job, offer, catalog, [devices], steps={}, jc=jc)], jc, name)
+    return _price(job, [(offer, _skeleton(job, offer, catalog, [devices], steps={}, jc=jc, cache=None))], jc, name)
 
 
 def _default_offer(accel: Accelerator, capacity: CapacityType) -> PoolOffer:

@@ -67,11 +67,11 @@ MaxText (``MaxText/configs/base.yml`` and ``layers/decoders.py``; JAX's
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 from accel_api.enums import Framework, MlpKind, Recompute, Sharding
 from accel_operator.planning import blocks
+from accel_operator.planning.cache import PlanCache, memoised
 from accel_operator.planning.profile import JobProfile
 
 # Megatron's vocabulary-parallel cross-entropy, in units of one fp32 [tokens × V/t] tensor: the
@@ -92,12 +92,12 @@ class Activations:
     backward_transient: float  # gradient buffers alive inside one layer's backward
 
 
-@functools.lru_cache(maxsize=64)
-def activations(w: JobProfile, tp: int) -> Activations:
+@memoised(64)
+def activations(w: JobProfile, tp: int, *, cache: PlanCache | None = None) -> Activations:
     s, num = w.shape, w.numerics
     a, h = num.compute, s.hidden
     i = s.intermediate * s.active_experts
-    fb = blocks.fused(s, num)
+    fb = blocks.fused(s, num, cache=cache)
     lse = 4.0 * s.heads
     eager = not w.fused
     if w.framework is Framework.MEGATRON:

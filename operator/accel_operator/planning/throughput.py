@@ -31,7 +31,6 @@ weight and the KV cache once, so it is bandwidth-bound, and for small batches ho
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -40,6 +39,7 @@ from accel_api.catalog import Accelerator
 from accel_api.enums import AcceleratorKind, Attention, Framework, Optimizer, Precision, Sharding, WorkloadMode
 from accel_operator.planning import blocks, memory
 from accel_operator.planning.blocks import Gemm
+from accel_operator.planning.cache import PlanCache, memoised
 from accel_operator.planning.layout import Layout
 from accel_operator.planning.profile import JobProfile
 
@@ -217,16 +217,16 @@ class _DeviceStep:
     p2p_bytes: float  # pipeline parallel: activation bytes a stage sends per micro-batch
 
 
-@functools.lru_cache(maxsize=128)
-def _device_step(w: JobProfile, accel: Accelerator, tp: int) -> _DeviceStep:
+@memoised(128)
+def _device_step(w: JobProfile, accel: Accelerator, tp: int, *, cache: PlanCache | None = None) -> _DeviceStep:
     s, num = w.shape, w.numerics
     a = num.compute
     # Context parallel: each device runs 1/cp of every sequence's tokens (queries); its attention
     # still covers the whole sequence's keys (w.seq_len), load-balanced over the causal half.
     m = float(w.device_tokens)
     layers = w.stage_layers  # pipeline parallel: the fullest stage's layers
-    blk = blocks.block(s, num, w.attention, w.dropout)
-    hd = blocks.head(s, num, w.fused)
+    blk = blocks.block(s, num, w.attention, w.dropout, cache=cache)
+    hd = blocks.head(s, num, w.fused, cache=cache)
     bw = _bandwidth(accel)
     ew = _elementwise_scale(accel)
     if w.framework is Framework.MAXTEXT:
@@ -349,14 +349,14 @@ def _device_step(w: JobProfile, accel: Accelerator, tp: int) -> _DeviceStep:
     )
 
 
-def _training(w: JobProfile, accel: Accelerator, layout: Layout) -> ThroughputEstimate:
+def _training(w: JobProfile, accel: Accelerator, layout: Layout, *, cache: PlanCache | None) -> ThroughputEstimate:
     tp, dp = layout.tensor_parallel, layout.data_parallel
-    dev = _device_step(w, accel, tp)
-    remat = memory.xla_remat_fraction(w, accel, layout)
+    dev = _device_step(w, accel, tp, cache=cache)
+    remat = memory.xla_remat_fraction(w, accel, layout, cache=cache)
     if remat > 0:
         # MaxText whose remat policy does not fit: XLA recomputes that fraction of what the policy
         # saves beyond full remat (memory.xla_remat_fraction), in the backward pass.
-        full = _device_step(memory.full_remat(w), accel, tp)
+        full = _device_step(memory.full_remat(w), accel, tp, cache=cache)
         dev = dataclasses.replace(
             dev,
             backward=dev.backward + remat * (full.backward - dev.backward),
@@ -467,11 +467,13 @@ def _training(w: JobProfile, accel: Accelerator, layout: Layout) -> ThroughputEs
     )
 
 
-def _forward_seconds(w: JobProfile, accel: Accelerator, tp: int, tokens: float, context: float) -> float:
+def _forward_seconds(
+    w: JobProfile, accel: Accelerator, tp: int, tokens: float, context: float, *, cache: PlanCache | None
+) -> float:
     """Device time of one forward pass over ``tokens`` new tokens, each attending to ``context``."""
     s, num = w.shape, w.numerics
     a = num.compute
-    blk = blocks.block(s, num, w.attention, 0.0)
+    blk = blocks.block(s, num, w.attention, 0.0, cache=cache)
     g_fwd, _ = _layer_gemms(blk.gemms, tokens, tp, a, accel)
     eager = w.attention is Attention.EAGER
     causal = 1.0 if eager or tokens <= w.batch else 0.5
@@ -486,22 +488,24 @@ def _forward_seconds(w: JobProfile, accel: Accelerator, tp: int, tokens: float, 
     return s.layers * (g_fwd + attn + ew)
 
 
-def _inference(w: JobProfile, accel: Accelerator, layout: Layout) -> ThroughputEstimate:
+def _inference(w: JobProfile, accel: Accelerator, layout: Layout, *, cache: PlanCache | None) -> ThroughputEstimate:
     s, num = w.shape, w.numerics
     tp, replicas = layout.tensor_parallel, layout.data_parallel
     a = num.compute
-    blk = blocks.block(s, num, w.attention, 0.0)
+    blk = blocks.block(s, num, w.attention, 0.0, cache=cache)
     head_last, _ = _layer_gemms((Gemm(s.vocab, s.hidden, True),), float(w.batch), tp, a, accel)
     kernels = s.layers * blk.fwd_kernels
     tp_step = s.layers * 2 * COLLECTIVE_LATENCY if tp > 1 else 0.0
 
-    prefill_device = _forward_seconds(w, accel, tp, float(w.batch * w.prompt_len), float(w.prompt_len)) + head_last
+    prefill_device = (
+        _forward_seconds(w, accel, tp, float(w.batch * w.prompt_len), float(w.prompt_len), cache=cache) + head_last
+    )
     if tp > 1:
         act = w.batch * w.prompt_len * s.hidden * a
         prefill_device += s.layers * 2 * (2 * (tp - 1) / tp * act / accel.intra_node_bytes_per_second)
     prefill = _overlap(prefill_device + tp_step, kernels * accel.host_seconds_per_op)
     mid = w.prompt_len + w.new_tokens / 2  # the average context while decoding
-    decode_device = _forward_seconds(w, accel, tp, float(w.batch), mid) + head_last + tp_step
+    decode_device = _forward_seconds(w, accel, tp, float(w.batch), mid, cache=cache) + head_last + tp_step
     decode_host = (kernels + GENERATE_OPS_PER_STEP) * accel.host_seconds_per_op
     decode = _overlap(decode_device, decode_host)
     call = prefill + w.new_tokens * decode
@@ -561,8 +565,11 @@ def for_steps(step: ThroughputEstimate, n: int) -> ThroughputEstimate:
     return _new(ThroughputEstimate, (step[0], step[1], n * step[0], n, *step[4:]))
 
 
-def estimate(job: JobProfile, accelerator: Accelerator, layout: Layout) -> ThroughputEstimate:
-    """Step time, tokens/s and duration of ``job`` on ``layout`` ."""
+def estimate(
+    job: JobProfile, accelerator: Accelerator, layout: Layout, *, cache: PlanCache | None = None
+) -> ThroughputEstimate:
+    """Step time, tokens/s and duration of ``job`` on ``layout``; ``cache`` keeps what other
+    layouts and jobs of the same shape share (None: computed afresh)."""
     if job.training:
-        return _training(job, accelerator, layout)
-    return _inference(job, accelerator, layout)
+        return _training(job, accelerator, layout, cache=cache)
+    return _inference(job, accelerator, layout, cache=cache)

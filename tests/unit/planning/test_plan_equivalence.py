@@ -1,7 +1,7 @@
 """The fast selection path gives the plan the unoptimised one gave, field for field.
 
-``selection.plan`` caches per job less its tokens and shares speeds and prices between pools
-(skeletons, slot tables); ``tests/support/plan_reference.py`` is the selection as it was before
+``selection.plan`` caches per job less its tokens (in the PlanCache it is passed) and shares speeds
+and prices between pools (skeletons, slot tables); ``tests/support/plan_reference.py`` is the selection as it was before
 that work, every estimate made afresh. Both must give equal ``Plan`` values — every candidate, its
 rank, cost, notes, failed checks and the candidate it lost to, the decision — and so the same
 ``status.plan`` and reasons, for the example jobs, the calibration and published rows, and random
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import itertools
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -26,6 +27,7 @@ from accel_api import catalog
 from accel_api.job import AcceleratorJobSpec
 from accel_api.pool import AcceleratorPoolSpec
 from accel_operator.planning import candidates, explain, selection
+from accel_operator.planning.cache import PlanCache
 from accel_operator.reconcile.job.status import plan_status
 from tests.support import plan_reference
 from tests.support.builders import GPT2_355M, LLAMA_1B, LLAMA_8B, LLAMA_125M, job, pool
@@ -78,13 +80,17 @@ MIXED = [
     pool("nowhere", "no-such-accelerator", max_nodes=2),
 ]
 POOL_SETS = {"bench-50": BENCH_POOLS, "mixed": MIXED, "defaults": list(selection.default_pools(CAT))}
+# One cache for every plan of this module, as the scheduler holds one for the process: a plan is
+# made through what the plans before it left there.
+CACHE = PlanCache()
 
 
 def _same(spec: AcceleratorJobSpec, pools: list[candidates.PoolOffer], name: str | None = None) -> None:
     want = plan_reference.plan(spec, pools, CAT, name=name)
-    cold = selection.plan(spec, pools, CAT, name=name)
-    warm = selection.plan(spec, pools, CAT, name=name)  # through every cache the first call filled
-    for got in (cold, warm):
+    cold = selection.plan(spec, pools, CAT, name=name, cache=CACHE)
+    warm = selection.plan(spec, pools, CAT, name=name, cache=CACHE)  # through every memo the first call filled
+    alone = selection.plan(spec, pools, CAT, name=name)  # no cache: a memo for this call alone
+    for got in (cold, warm, alone):
         difference = _difference(got, want)
         assert difference is None, difference
         assert [explain.reasons(c) for c in got.candidates] == [explain.reasons(c) for c in want.candidates]
@@ -243,22 +249,25 @@ def test_random_specs_plan_as_before(spec: AcceleratorJobSpec, pools: str) -> No
     _same(spec, POOL_SETS[pools])
 
 
-def test_a_job_fed_new_pool_objects_and_prices_every_plan_keeps_a_bounded_cache(
+def test_a_job_fed_new_pools_and_prices_every_plan_keeps_a_bounded_cache(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # The operator builds its offers afresh from each snapshot, and live prices change: each plan
-    # adds skeletons (new offer objects) and cost slots (new prices) to the job's cache, which
-    # starts again past its bounds, and the plans stay the ones made afresh.
-    monkeypatch.setattr(selection, "_JOB_SKELETONS", 2 * len(MIXED))
+    # The operator builds its offers afresh from each snapshot (new objects, equal values: the
+    # same skeletons), and pools come and go with live prices: each plan adds a skeleton (a new
+    # pool) and cost slots (its new price) to the job's cache, which starts again past its
+    # bounds, and the plans stay the ones made afresh.
+    monkeypatch.setattr(selection, "_JOB_SKELETONS", len(MIXED) + 3)
     monkeypatch.setattr(selection, "_JOB_SLOTS", 200)
-    monkeypatch.setattr(selection, "_JOBS", {})  # this job's cache alone, whatever ran before
+    cache = PlanCache()  # this job's cache alone, whatever ran before
     spec = job().arch(LLAMA_1B).checkpoint().spot("prefer").spec()
     sizes = []
     for i in range(8):
         offers = [dataclasses.replace(o) for o in MIXED]
         offers += [pool(f"h100-live-{i}", "h100-80gb", spot=True, max_nodes=16, price=2.0 + i / 100)]
-        assert _difference(selection.plan(spec, offers, CAT), plan_reference.plan(spec, offers, CAT)) is None
-        sizes.append(max((len(c.skeletons), len(c.costs)) for c in selection._JOBS.values()))
+        got = selection.plan(spec, offers, CAT, cache=cache)
+        assert _difference(got, plan_reference.plan(spec, offers, CAT)) is None
+        sizes.append(max((len(c.skeletons), len(c.costs)) for c in cache.memo(selection._JOBS).values()))
     assert max(s for s, _ in sizes) <= 3 * (len(MIXED) + 1)
     assert max(c for _, c in sizes) <= 200 + 100
     assert len(set(sizes)) > 1  # it grew, then started again
+    assert any(later < earlier for earlier, later in itertools.pairwise(sizes))  # started again

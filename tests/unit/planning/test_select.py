@@ -14,6 +14,7 @@ from accel_api.enums import CapacityType
 from accel_api.job import AcceleratorJobSpec, PlanStatus
 from accel_operator.cli import render
 from accel_operator.planning import candidates, explain, selection
+from accel_operator.planning.cache import PlanCache
 from accel_operator.reconcile.job.status import plan_status
 from tests.support.builders import LLAMA_1B, LLAMA_8B, LLAMA_125M, job, pool
 
@@ -341,8 +342,9 @@ def _summary(p: candidates.Plan) -> list[tuple[object, ...]]:
 
 
 def test_pool_skeletons_reused_across_plans_give_the_plan_made_afresh() -> None:
-    # plan() keeps each pool's token-independent terms per job-less-its-tokens and reuses them for
-    # the same pool objects; a job that differs in anything else they depend on gets its own.
+    # plan() keeps each pool's token-independent terms per job-less-its-tokens in its cache and
+    # reuses them for pools of equal values (new objects too); a job that differs in anything
+    # else they depend on gets its own.
     base = job().arch(LLAMA_1B).workload(microBatch=4, seqLen=2048).checkpoint().spot("prefer")
     variants = [
         base.spec(),
@@ -356,10 +358,17 @@ def test_pool_skeletons_reused_across_plans_give_the_plan_made_afresh() -> None:
         base.workload(precision="fp32").spec(),
         base.max_cost(50).spec(),
     ]
+    cache = PlanCache()
+    sizes = []
     for spec in variants * 2:  # the second round reuses every skeleton the first made
-        again = selection.plan(spec, POOLS, CAT)
-        fresh = selection.plan(spec, [dataclasses.replace(o) for o in POOLS], CAT)  # new objects: new skeletons
-        assert _summary(again) == _summary(fresh)
-    # The same pool observed with fewer free devices is a new offer: its note follows it.
+        again = selection.plan(spec, POOLS, CAT, cache=cache)
+        copies = selection.plan(spec, [dataclasses.replace(o) for o in POOLS], CAT, cache=cache)  # equal values
+        fresh = selection.plan(spec, POOLS, CAT)  # no cache
+        assert _summary(again) == _summary(copies) == _summary(fresh)
+        sizes.append(sum(len(c.skeletons) for c in cache.memo(selection._JOBS).values()))
+    assert sizes[len(variants) - 1] == sizes[-1]  # the second round made no skeleton
+    # The same pool observed with fewer free devices shares its skeleton: its note follows the offer.
     busy = [dataclasses.replace(o, free_devices=1) for o in POOLS]
-    assert any("devices free now" in n for c in selection.plan(variants[0], busy, CAT).candidates for n in c.notes)
+    busy_plan = selection.plan(variants[0], busy, CAT, cache=cache)
+    assert any("devices free now" in n for c in busy_plan.candidates for n in c.notes)
+    assert sum(len(c.skeletons) for c in cache.memo(selection._JOBS).values()) == sizes[-1]

@@ -35,6 +35,7 @@ from accel_api.durations import stamp as _ts
 from accel_api.enums import FailureKind, JobPhase
 from accel_api.job import AttemptFailure, HealthStatus, SpotStatus
 from accel_operator.planning import explain
+from accel_operator.planning.cache import PlanCache
 from accel_operator.planning.candidates import Candidate, Plan, ranked_per_pool
 from accel_operator.reconcile.common import actions as act
 from accel_operator.reconcile.common import attempt_held, node_capacity
@@ -149,7 +150,7 @@ def _may_use(snapshot: Snapshot, job: JobView, c: Candidate, now: dt.datetime) -
     return None
 
 
-def _waiting(job: JobView, snapshot: Snapshot, now: dt.datetime) -> Decision:
+def _waiting(job: JobView, snapshot: Snapshot, now: dt.datetime, cache: PlanCache | None) -> Decision:
     plan: Plan | None = snapshot.plans.get(job.key)
     if plan is None:
         return Decision(
@@ -161,11 +162,11 @@ def _waiting(job: JobView, snapshot: Snapshot, now: dt.datetime) -> Decision:
         return Decision(
             phase=JobPhase.UNSCHEDULABLE,
             conditions=(Cond(VALID, True, "SpecValid"), Cond(PLANNED, False, "NoPlacement", plan.reason)),
-            status=StatusPatch(plan=plan_write(plan), message=_clip(plan.reason)),
+            status=StatusPatch(plan=plan_write(plan, cache=cache), message=_clip(plan.reason)),
             actions=_event_if_new(job, JobPhase.UNSCHEDULABLE, "NoPlacement", "Warning", plan.reason),
             reason=plan.reason,
         )
-    ranked = ranked_per_pool(plan)
+    ranked = ranked_per_pool(plan, cache=cache)
     first = ranked[0]
     why_not: list[str] = []
     for c in ranked:
@@ -173,7 +174,7 @@ def _waiting(job: JobView, snapshot: Snapshot, now: dt.datetime) -> Decision:
         if problem is not None:
             why_not.append(problem)
             continue
-        return _admit(job, plan, c, first=first, why_not=why_not, now=now)
+        return _admit(job, plan, c, first=first, why_not=why_not, now=now, cache=cache)
     reason = "waiting for capacity: " + "; ".join(why_not[:3])
     if len(why_not) > 3:
         reason += f"; and {len(why_not) - 3} more pools"
@@ -188,7 +189,7 @@ def _waiting(job: JobView, snapshot: Snapshot, now: dt.datetime) -> Decision:
             Cond(PLANNED, True, "Planned"),  # the why is status.plan.reason, once
             Cond(ADMITTED, False, waiting_reason, reason),
         ),
-        status=StatusPatch(plan=plan_write(plan), message=_clip(reason), workload=CLEAR),
+        status=StatusPatch(plan=plan_write(plan, cache=cache), message=_clip(reason), workload=CLEAR),
         actions=_event_if_new(job, JobPhase.PENDING, waiting_reason, "Normal", reason),
         reason=reason,
         blocks=(first.pool, blocked),
@@ -196,7 +197,14 @@ def _waiting(job: JobView, snapshot: Snapshot, now: dt.datetime) -> Decision:
 
 
 def _admit(
-    job: JobView, plan: Plan, c: Candidate, *, first: Candidate, why_not: Sequence[str], now: dt.datetime
+    job: JobView,
+    plan: Plan,
+    c: Candidate,
+    *,
+    first: Candidate,
+    why_not: Sequence[str],
+    now: dt.datetime,
+    cache: PlanCache | None,
 ) -> Decision:
     attempt = job.status.attempt
     workload = act.workload_name(job.name, attempt)
@@ -217,7 +225,7 @@ def _admit(
             )
         )
     status = StatusPatch(
-        plan=plan_write(plan, chosen=c),
+        plan=plan_write(plan, chosen=c, cache=cache),
         attempt=attempt,
         workload=workload,
         admitted_time=_ts(now),
@@ -472,7 +480,9 @@ def _resolving(job: JobView, lookup: resume.Lookup | None, now: dt.datetime) -> 
     )
 
 
-def _resuming(job: JobView, snapshot: Snapshot, now: dt.datetime, lookup: resume.Lookup | None) -> Decision:
+def _resuming(
+    job: JobView, snapshot: Snapshot, now: dt.datetime, lookup: resume.Lookup | None, cache: PlanCache | None
+) -> Decision:
     """A new attempt's resume point (and the lost work) decided, then planned and admitted as
     any waiting job, all in one status write."""
     r = resume.decide_resume(job, lookup)
@@ -515,10 +525,12 @@ def decide(
     bind_timeout: float = 120.0,
     lookup: resume.Lookup | None = None,
     rules: fallback.SpotRules = fallback.DEFAULT_RULES,
+    cache: PlanCache | None = None,
 ) -> Decision:
     """The next step of ``job``, with reasons. ``lookup``: what the scheduler found for the
-    current attempt's resume point; ``rules``: the operator's spot fallback window."""
-    return _sticky(job, _decide(job, snapshot, now, bind_timeout=bind_timeout, lookup=lookup, rules=rules))
+    current attempt's resume point; ``rules``: the operator's spot fallback window; ``cache``:
+    the scheduler's, keeping what every job sharing a plan reads of it (None: made afresh)."""
+    return _sticky(job, _decide(job, snapshot, now, bind_timeout=bind_timeout, lookup=lookup, rules=rules, cache=cache))
 
 
 def _decide(
@@ -529,6 +541,7 @@ def _decide(
     bind_timeout: float,
     lookup: resume.Lookup | None,
     rules: fallback.SpotRules,
+    cache: PlanCache | None,
 ) -> Decision:
     if job.spec is None:
         return _invalid(job)
@@ -544,8 +557,8 @@ def _decide(
     if phase is JobPhase.STOPPED:  # stopped for idleness by a policy: until a user resumes it
         if not _resume_requested(job):
             return _stopped(job)
-        return _resumed(job, _waiting_or_resuming(job, snapshot, now, lookup))
-    return _waiting_or_resuming(job, snapshot, now, lookup)
+        return _resumed(job, _waiting_or_resuming(job, snapshot, now, lookup, cache))
+    return _waiting_or_resuming(job, snapshot, now, lookup, cache)
 
 
 # --- a Stopped job (stopped for idleness by a policy: reconcile/nodes/idle_stop.py) ------------
@@ -574,12 +587,14 @@ def _resumed(job: JobView, decision: Decision) -> Decision:
     )
 
 
-def _waiting_or_resuming(job: JobView, snapshot: Snapshot, now: dt.datetime, lookup: resume.Lookup | None) -> Decision:
+def _waiting_or_resuming(
+    job: JobView, snapshot: Snapshot, now: dt.datetime, lookup: resume.Lookup | None, cache: PlanCache | None
+) -> Decision:
     if resume.needs_resume(job):
         return policy_gate.waiting(job, snapshot) or policy_gate.holding(
-            job, snapshot, _resuming(job, snapshot, now, lookup)
+            job, snapshot, _resuming(job, snapshot, now, lookup, cache)
         )
-    return policy_gate.waiting(job, snapshot) or policy_gate.holding(job, snapshot, _waiting(job, snapshot, now))
+    return policy_gate.waiting(job, snapshot) or policy_gate.holding(job, snapshot, _waiting(job, snapshot, now, cache))
 
 
 OVER_BUDGET = "OverBudget"

@@ -11,6 +11,7 @@ from typing import Any
 from accel_api.enums import CapacityType
 from accel_api.job import AcceleratorJobStatus, Alternative, PlanStatus
 from accel_operator.planning import explain
+from accel_operator.planning.cache import Kind, PlanCache
 from accel_operator.planning.candidates import Candidate, Plan, best_per_pool
 from accel_operator.reconcile.common.decision import Decision, PlanWrite
 
@@ -79,29 +80,29 @@ def _duration(win: Candidate | None) -> float | None:
     return _finite(win.cost.expected_seconds, 6)
 
 
-# Every job of one effective spec shares its plan object (the scheduler caches plans): its wire
-# form is made once per (plan, chosen candidate), held here so the ids are not reused. Shared:
-# callers must not change the dict.
-_WIRE: dict[tuple[int, int], tuple[Plan, Candidate | None, dict[str, Any]]] = {}
-_WIRE_LIMIT = 4096
+# Every job of one effective spec shares its plan (the scheduler caches plans): its wire form is
+# made once per plan and chosen candidate (named by pool, devices and rank: one of the plan's
+# candidates) and kept in the caller's PlanCache. Shared: callers must not change the dict.
+_WireKey = tuple[Plan, str | None, int, int | None]
+_WIRE: Kind[_WireKey, dict[str, Any]] = Kind("status.plan_wire", 4096)
 
 
-def plan_wire(plan: Plan, chosen: Candidate | None = None) -> dict[str, Any]:
-    """:func:`plan_status` as JSON (camelCase), memoised per plan object and chosen candidate."""
-    key = (id(plan), id(chosen))
-    hit = _WIRE.get(key)
-    if hit is not None and hit[0] is plan and hit[1] is chosen:
-        return hit[2]
-    if len(_WIRE) >= _WIRE_LIMIT:
-        _WIRE.clear()
-    wire: dict[str, Any] = plan_status(plan, chosen).model_dump(by_alias=True, mode="json")
-    _WIRE[key] = (plan, chosen, wire)
-    return wire
+def plan_wire(plan: Plan, chosen: Candidate | None = None, *, cache: PlanCache | None = None) -> dict[str, Any]:
+    """:func:`plan_status` as JSON (camelCase); ``chosen`` is one of the plan's candidates. Kept in
+    ``cache`` per plan and chosen candidate (None: made afresh)."""
+    if cache is None:
+        return plan_status(plan, chosen).model_dump(by_alias=True, mode="json")
+    memo = cache.memo(_WIRE)
+    key = (plan, None, 0, None) if chosen is None else (plan, chosen.pool, chosen.devices, chosen.rank)
+    hit = memo.get(key)
+    if hit is None:
+        hit = memo.put(key, plan_status(plan, chosen).model_dump(by_alias=True, mode="json"))
+    return hit
 
 
-def plan_write(plan: Plan, chosen: Candidate | None = None) -> PlanWrite:
+def plan_write(plan: Plan, chosen: Candidate | None = None, *, cache: PlanCache | None = None) -> PlanWrite:
     """``status.plan`` for a decision's patch: the shared wire form and its expected duration."""
-    return PlanWrite(wire=plan_wire(plan, chosen), duration_seconds=_duration(chosen or plan.winner))
+    return PlanWrite(wire=plan_wire(plan, chosen, cache=cache), duration_seconds=_duration(chosen or plan.winner))
 
 
 # --- a decision as a status write --------------------------------------------------------------

@@ -18,6 +18,7 @@ that already carries it, posts no second event, and finds the taint already ther
 from __future__ import annotations
 
 import re
+import types
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -52,13 +53,15 @@ class WarningSource(StrEnum):
         return self is not WarningSource.GKE_IMPENDING_TERMINATION
 
 
-_WHAT: Final = {
-    WarningSource.AWS_SPOT_INTERRUPTION: "EC2 spot interruption warning (2 minutes)",
-    WarningSource.AWS_REBALANCE: "EC2 rebalance recommendation",
-    WarningSource.AWS_STATE_CHANGE: "EC2 instance stopping or terminating",
-    WarningSource.GKE_IMPENDING_TERMINATION: "GKE impending node termination (about 30 s)",
-    WarningSource.TPU_PREEMPTED: "the TPU API reports the TPU VM PREEMPTED",
-}
+_WHAT: Final = types.MappingProxyType(
+    {
+        WarningSource.AWS_SPOT_INTERRUPTION: "EC2 spot interruption warning (2 minutes)",
+        WarningSource.AWS_REBALANCE: "EC2 rebalance recommendation",
+        WarningSource.AWS_STATE_CHANGE: "EC2 instance stopping or terminating",
+        WarningSource.GKE_IMPENDING_TERMINATION: "GKE impending node termination (about 30 s)",
+        WarningSource.TPU_PREEMPTED: "the TPU API reports the TPU VM PREEMPTED",
+    }
+)
 
 
 def token(source: WarningSource, *parts: str) -> str:
