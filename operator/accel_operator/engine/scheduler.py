@@ -34,6 +34,7 @@ from accel_api.durations import parse_time
 from accel_api.enums import JobPhase
 from accel_api.job import AcceleratorJobStatus
 from accel_api.vocabulary import ANNOTATION_CHECKPOINT_NOW
+from accel_operator.adapters import errors
 from accel_operator.adapters.aws.checkpoints import CheckpointStore
 from accel_operator.adapters.aws.errors import CloudUnavailable
 from accel_operator.adapters.kube import views
@@ -792,14 +793,6 @@ def _seconds(decision: Decision) -> float:
 async def _retrying(metrics: OperatorMetrics, pool: ThreadPoolExecutor, call: str, fn: Any, *args: Any) -> Any:
     """``fn(*args)`` in one of ``pool``'s threads, retried with bounded backoff while the API
     server is unavailable."""
-    delay = 0.2
-    for attempt in range(5):
-        try:
-            return await calls.run_in(pool, fn, *args)
-        except ClusterUnavailable:
-            if attempt == 4:
-                raise
-            metrics.api_retries.labels(call).inc()
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 5.0)
-    return None
+    return await errors.retrying(
+        lambda: calls.run_in(pool, fn, *args), on_retry=lambda _: metrics.api_retries.labels(call).inc()
+    )
