@@ -33,7 +33,6 @@ from accel_api import catalog as catalog_mod
 from accel_api.durations import parse_time
 from accel_api.enums import JobPhase
 from accel_api.job import AcceleratorJobStatus
-from accel_api.vocabulary import ANNOTATION_CHECKPOINT_NOW
 from accel_operator.adapters import errors
 from accel_operator.adapters.aws.checkpoints import CheckpointStore
 from accel_operator.adapters.aws.errors import CloudUnavailable
@@ -42,8 +41,8 @@ from accel_operator.adapters.kube import workloads as wl_mod
 from accel_operator.adapters.kube.client import ClusterUnavailable
 from accel_operator.adapters.kube.jobs import JobGone, JobRef, JobWriter
 from accel_operator.adapters.kube.lease import AlwaysLeader, Elector
-from accel_operator.adapters.kube.reschedule import RescheduleClient
-from accel_operator.engine import calls
+from accel_operator.adapters.kube.nodes import NodeWriter
+from accel_operator.engine import calls, node_writes
 from accel_operator.engine.cache import Observed
 from accel_operator.metrics import OperatorMetrics
 from accel_operator.planning import policy, selection
@@ -145,7 +144,7 @@ class Scheduler:
     # Each cached plan's admission shapes: (pool, gang) of its ranked candidates, best first.
     shapes: dict[int, tuple[tuple[str, Gang], ...]] = field(default_factory=dict)
     # Rescheduling on node reports: taints and checkpoint-now annotations (None: not applied).
-    reschedule: RescheduleClient | None = None
+    node_writer: NodeWriter | None = None
     # (node, taint | untaint) -> monotonic time of the write: not written again until the watch shows it.
     node_acting: dict[tuple[str, str], float] = field(default_factory=dict)
     # Nodes a cloud API reports preempted (handlers.signals, TPU VMs): into every snapshot.
@@ -577,7 +576,7 @@ class Scheduler:
 
     def _node_actions(self, snap: Snapshot) -> None:
         """Taint (untaint) the nodes fresh reports condemn (clear); one write per node in flight."""
-        if self.reschedule is None or not snap.reports:
+        if self.node_writer is None or not snap.reports:
             return
         expired = time.monotonic() - CREATED_TTL_SECONDS
         for action in health.node_actions(snap, self.health_rules):
@@ -590,14 +589,13 @@ class Scheduler:
             task.add_done_callback(self.in_flight.discard)
 
     async def _node_act(self, action: act.NodeAction) -> None:
-        assert self.reschedule is not None
+        assert self.node_writer is not None
         try:
+            await node_writes.apply(self.node_writer, action, run=self._retrying)
             if isinstance(action, act.TaintNode):
-                await self._retrying("taint_node", self.reschedule.taint, action.node, action.key, action.value)
                 self.metrics.node_taints.labels("taint").inc()
                 log.warning("node %s tainted %s: %s", action.node, action.key, action.reason)
             else:
-                await self._retrying("untaint_node", self.reschedule.untaint, action.node, action.key)
                 self.metrics.node_taints.labels("untaint").inc()
                 log.info("node %s untainted %s: %s", action.node, action.key, action.reason)
         except Exception as exc:  # noqa: BLE001 - count it; the next pass decides again
@@ -725,17 +723,9 @@ class Scheduler:
                 since = parse_time(job.status.last_failure.time if job.status.last_failure else None) or job.created
                 self.metrics.admission_latency.observe((dt.datetime.now(dt.UTC) - since).total_seconds())
         elif isinstance(action, act.RequestCheckpoint):
-            if self.reschedule is None:
+            if self.node_writer is None:
                 return
-            for namespace, name in action.pods:
-                await self._retrying(
-                    "annotate_pod",
-                    self.reschedule.annotate_pod,
-                    namespace,
-                    name,
-                    ANNOTATION_CHECKPOINT_NOW,
-                    action.token,
-                )
+            await node_writes.apply(self.node_writer, action, run=self._retrying)
             self.metrics.checkpoint_requests.labels(action.reason).inc()
             # The move is due after the grace: decide the job again then, not at the next resync.
             grace = self.settings.checkpoint_grace_seconds + 0.5
