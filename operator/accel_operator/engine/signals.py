@@ -106,7 +106,9 @@ class Signals:
 
     async def act(self, warning: ew.NodeWarning) -> ew.Response:
         """Taint, tell, ask: in that order, each step idempotent. Raises ClusterUnavailable when a
-        write could not be made (the caller leaves the notice to be acted on again)."""
+        write could not be made (the caller leaves the notice to be acted on again); a refusal
+        (RBAC) is raised as the API's error, which the loops count as an error (the notice stays
+        on the queue too)."""
         response = ew.respond(warning, self.nodes().get(warning.node), self.pods_on(warning.node))
         if response.taint is not None:
             await node_writes.apply(self.node_writer, response.taint, run=node_writes.in_thread)
