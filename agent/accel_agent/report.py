@@ -9,13 +9,14 @@ beyond the thresholds, a health/process/device-set change, or a due heartbeat is
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Final
 
 from accel_agent import health
 from accel_agent.backends import DeviceSample, NodeSample
 from accel_api import vocabulary
 from accel_api.base import Condition, ObjectMeta
+from accel_api.durations import stamp
 from accel_api.enums import AcceleratorKind
 from accel_api.nodereport import (
     AcceleratorNodeReport,
@@ -44,10 +45,6 @@ class ChangeThresholds:
 class WriteDecision:
     write: bool
     reasons: tuple[str, ...]
-
-
-def rfc3339(moment: datetime) -> str:
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _device(d: DeviceSample, policy: health.HealthPolicy) -> Device:
@@ -151,7 +148,7 @@ def build(
             devices=devices,
             fragmentation=health.fragmentation(sample.devices, policy),
             not_supported=list(sample.not_supported),
-            sample_time=rfc3339(sample_time),
+            sample_time=stamp(sample_time),
             agent_version=AGENT_VERSION,
             conditions=[_sampled_condition(sample)],
         ),
@@ -160,7 +157,7 @@ def build(
 
 def stamp_heartbeat(report: AcceleratorNodeReport, moment: datetime) -> AcceleratorNodeReport:
     status = report.status or AcceleratorNodeReportStatus()
-    return report.model_copy(update={"status": status.model_copy(update={"heartbeat_time": rfc3339(moment)})})
+    return report.model_copy(update={"status": status.model_copy(update={"heartbeat_time": stamp(moment)})})
 
 
 # --- change detection -------------------------------------------------------------------------

@@ -19,14 +19,31 @@ def parse_seconds(text: str) -> float:
 
 
 def stamp(t: dt.datetime) -> str:
+    """``t`` as a status timestamp: RFC 3339 in UTC, to the second (``2026-11-26T12:00:00Z``)."""
     return t.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def stamp_exact(t: dt.datetime) -> str:
+    """``t`` as :func:`stamp` writes it, with its microseconds when it has any (the cost ledger:
+    its intervals must telescope)."""
+    t = t.astimezone(dt.UTC)
+    if t.microsecond:
+        return t.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return stamp(t)
+
+
+def parse_time_strict(text: str) -> dt.datetime:
+    """An RFC 3339 timestamp; one without an offset is read as UTC. ValueError when unreadable."""
+    t = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    return t if t.tzinfo is not None else t.replace(tzinfo=dt.UTC)
+
+
 def parse_time(text: str | None) -> dt.datetime | None:
-    """A status timestamp (RFC 3339), or None when absent or unreadable."""
+    """A status timestamp (RFC 3339; without an offset read as UTC), or None when absent or
+    unreadable."""
     if not text:
         return None
     try:
-        return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+        return parse_time_strict(text)
     except ValueError:
         return None

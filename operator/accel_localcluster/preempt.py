@@ -17,11 +17,12 @@ from typing import Any
 from kubernetes import client
 
 from accel_api import vocabulary as v
+from accel_api.durations import stamp
 from accel_localcluster import kubeapi
 
 
 def _now() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return stamp(dt.datetime.now(dt.UTC))
 
 
 def _pods_on(core: client.CoreV1Api, node: str) -> list[Any]:

@@ -25,8 +25,7 @@ from accel_operator.adapters.kube.client import api_client
 from accel_operator.adapters.kube.costs import KubeCostWriter
 from accel_operator.adapters.kube.jobs import KubeJobWriter
 from accel_operator.adapters.kube.lease import AlwaysLeader, Elector, LeaseElector
-from accel_operator.adapters.kube.reschedule import KubeRescheduleClient
-from accel_operator.adapters.kube.signals import KubeSignalWriter
+from accel_operator.adapters.kube.nodes import KubeNodeWriter
 from accel_operator.adapters.kube.workloads import KubeWorkloadClient
 from accel_operator.adapters.pricebook import PriceBook
 from accel_operator.context import OperatorContext
@@ -83,8 +82,7 @@ def build_context(settings: OperatorSettings) -> OperatorContext:
         writer=KubeJobWriter(api),
         workloads=KubeWorkloadClient(api),
         elector=elector,
-        reschedule=KubeRescheduleClient(api),
-        signals=KubeSignalWriter(api),
+        nodes=KubeNodeWriter(api),
         interruptions=SqsInterruptionQueue.from_environment(
             settings.sqs_queue_url, settings.sqs_region, settings.aws_endpoint_url
         )

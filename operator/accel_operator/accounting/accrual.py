@@ -17,6 +17,7 @@ import datetime as dt
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from accel_api.durations import parse_time_strict, stamp_exact
 from accel_api.enums import CapacityType, FailureKind, JobPhase
 from accel_api.job import CostStatus, OverBudget
 from accel_api.policy import TeamSpend
@@ -39,7 +40,7 @@ def _time(text: str | None) -> dt.datetime | None:
     if not text:
         return None
     try:
-        return ledger.parse(text)
+        return parse_time_strict(text)
     except ValueError:
         return None
 
@@ -188,7 +189,7 @@ def accrue(
         preempted = failure is not None and failure.attempt == st.attempt and failure.kind is FailureKind.PREEMPTION
         lost = _reported_lost(job, st.attempt)
         cost = _close(cost, st.attempt, end, preempted and st.phase is JobPhase.FAILED, _checkpoint(job), reported=lost)
-    return ledger.with_totals(cost.model_copy(update={"updated": ledger.fmt(now)}))
+    return ledger.with_totals(cost.model_copy(update={"updated": stamp_exact(now)}))
 
 
 def _reported_lost(job: JobView, attempt: int) -> float | None:
@@ -226,10 +227,10 @@ def _close(
         return cost
     ivs = entry.intervals
     if end is None:  # ended without a recorded time (a released gang): at what was accrued
-        end = ledger.parse(ivs[-1].end) if ivs else None
+        end = parse_time_strict(ivs[-1].end) if ivs else None
         if end is None:
             return cost
-    elif ivs and ledger.parse(ivs[-1].end) < end:
+    elif ivs and parse_time_strict(ivs[-1].end) < end:
         # The tail between the last tick and the end, at the attempt's last price.
         last = ivs[-1]
         cost = ledger.record(
@@ -239,7 +240,7 @@ def _close(
                 entry.pool,
                 entry.capacity_type,
                 entry.devices,
-                ledger.parse(ivs[0].start),
+                parse_time_strict(ivs[0].start),
                 end,
                 last.usd_per_device_hour,
                 entry.on_demand_usd_per_device_hour,
@@ -275,7 +276,7 @@ def over_budget(
     if worst is None:
         return None
     _, policy, s = worst
-    since = current.since if current is not None and current.policy == policy else ledger.fmt(now)
+    since = current.since if current is not None and current.policy == policy else stamp_exact(now)
     return OverBudget(policy=policy, period=s.period, spent_usd=s.spent_usd, limit_usd=s.limit_usd, since=since)
 
 

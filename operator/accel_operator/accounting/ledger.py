@@ -24,6 +24,7 @@ import datetime as dt
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
+from accel_api.durations import parse_time_strict, stamp_exact
 from accel_api.enums import CapacityType
 from accel_api.job import (
     COST_ATTEMPTS,
@@ -35,19 +36,6 @@ from accel_api.job import (
 )
 
 HOUR = 3600.0
-
-
-def fmt(t: dt.datetime) -> str:
-    """A ledger timestamp: RFC 3339 in UTC, microseconds kept (intervals must telescope)."""
-    t = t.astimezone(dt.UTC)
-    if t.microsecond:
-        return t.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def parse(text: str) -> dt.datetime:
-    t = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    return t if t.tzinfo else t.replace(tzinfo=dt.UTC)
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,12 +81,18 @@ class _Iv:
 
 
 def _ivs(a: AttemptCost) -> list[_Iv]:
-    return [_Iv(parse(i.start), parse(i.end), i.usd_per_device_hour, i.idle_fraction) for i in a.intervals]
+    return [
+        _Iv(parse_time_strict(i.start), parse_time_strict(i.end), i.usd_per_device_hour, i.idle_fraction)
+        for i in a.intervals
+    ]
 
 
 def _wire(ivs: list[_Iv]) -> list[CostInterval]:
     return [
-        CostInterval(start=fmt(i.start), end=fmt(i.end), usd_per_device_hour=i.price, idle_fraction=i.idle) for i in ivs
+        CostInterval(
+            start=stamp_exact(i.start), end=stamp_exact(i.end), usd_per_device_hour=i.price, idle_fraction=i.idle
+        )
+        for i in ivs
     ]
 
 
@@ -175,7 +169,7 @@ def _record(cost: CostStatus, obs: Observation) -> CostStatus:
             devices=obs.devices,
             on_demand_usd_per_device_hour=obs.on_demand_usd_per_device_hour,
         )
-    end = obs.end if entry.end is None else min(obs.end, parse(entry.end))
+    end = obs.end if entry.end is None else min(obs.end, parse_time_strict(entry.end))
     if end <= obs.start:
         return _replace(cost, entry)
     ivs = _ivs(entry)
@@ -208,7 +202,7 @@ def close(cost: CostStatus | None, ended: AttemptEnd) -> CostStatus:
     entry = entry.model_copy(
         update={
             "intervals": _wire(ivs),
-            "end": fmt(ended.end),
+            "end": stamp_exact(ended.end),
             "preempted": ended.preempted,
             "lost_device_seconds": lost,
         }
@@ -262,7 +256,7 @@ def _close_as(cost: CostStatus, entry: AttemptCost) -> CostStatus:
         return cost
     return close(
         cost,
-        AttemptEnd(entry.attempt, parse(entry.end), entry.preempted, None, entry.lost_device_seconds),
+        AttemptEnd(entry.attempt, parse_time_strict(entry.end), entry.preempted, None, entry.lost_device_seconds),
     )
 
 

@@ -41,6 +41,7 @@ from accel_api.costrollup import (
     OpenShard,
     Pending,
 )
+from accel_api.durations import parse_time_strict, stamp_exact
 from accel_api.enums import CapacityType
 from accel_api.job import AttemptCost, CostStatus
 from accel_operator.accounting import ledger
@@ -240,7 +241,7 @@ def fold_many(rollup: CostRollup, items: Iterable[FoldItem]) -> CostRollup:
         marks[job.uid] = Pending(
             uid=job.uid,
             attempts=sorted(done)[-64:],
-            gone=ledger.fmt(it.gone) if it.gone is not None else (old.gone if old is not None else None),
+            gone=stamp_exact(it.gone) if it.gone is not None else (old.gone if old is not None else None),
         )
         if it.gone is not None and it.summary is not None and job.uid not in summaries:
             summaries.add(job.uid)
@@ -290,7 +291,7 @@ def _summary(job: JobId, rows: Mapping[Row, ledger.Figures], gone: dt.datetime) 
         name=job.name,
         team=job.team,
         forecast_usd=job.forecast_usd,
-        deleted=ledger.fmt(gone),
+        deleted=stamp_exact(gone),
         days=_job_days(rows),
     )
 
@@ -306,7 +307,7 @@ def open_attempts(job: JobId, cost: CostStatus, pending: Collection[int], now: d
         rows = attempt_rows(entry)
         if not rows:
             continue
-        ends = [ledger.parse(iv.end) for iv in entry.intervals]
+        ends = [parse_time_strict(iv.end) for iv in entry.intervals]
         through = min(max(ends), now) if ends else now
         out.append(
             OpenAttempt(
@@ -316,7 +317,7 @@ def open_attempts(job: JobId, cost: CostStatus, pending: Collection[int], now: d
                 name=job.name,
                 team=job.team,
                 forecast_usd=job.forecast_usd,
-                through=ledger.fmt(through),
+                through=stamp_exact(through),
                 days=_job_days(rows),
             )
         )
@@ -341,7 +342,7 @@ def vanished(entries: Iterable[OpenAttempt], existing: Collection[str], skip: Co
             per_attempt.append((e.attempt, rows))
             for key, f in rows.items():
                 summary[key] = summary.get(key, ledger.Figures()) + f
-        gone = max(ledger.parse(e.through) for e in group)
+        gone = max(parse_time_strict(e.through) for e in group)
         out.append(FoldItem(who, tuple(per_attempt), gone, summary))
     return out
 
@@ -385,9 +386,9 @@ def prune(
             if left:
                 out.append(p if len(left) == len(p.attempts) else p.model_copy(update={"attempts": left}))
             continue
-        gone = ledger.parse(p.gone) if p.gone is not None else now
+        gone = parse_time_strict(p.gone) if p.gone is not None else now
         if now - gone < GONE_KEEP:
-            out.append(p if p.gone is not None else p.model_copy(update={"gone": ledger.fmt(now)}))
+            out.append(p if p.gone is not None else p.model_copy(update={"gone": stamp_exact(now)}))
     if out == list(rollup.pending):
         return rollup
     return rollup.model_copy(update={"pending": out, "revision": rollup.revision + 1})

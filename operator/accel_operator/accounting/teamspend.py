@@ -22,6 +22,7 @@ import datetime as dt
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
+from accel_api.durations import parse_time_strict, stamp_exact
 from accel_api.enums import BudgetPeriod
 from accel_api.job import CostStatus
 from accel_api.policy import (
@@ -90,7 +91,7 @@ def _figures(
     figures = [
         PeriodFigures(
             period=p,
-            period_start=ledger.fmt(starts[p]),
+            period_start=stamp_exact(starts[p]),
             spent_usd=round(t.spent_usd, 6),
             lost_to_preemption_usd=round(t.lost_to_preemption_usd, 6),
             idle_usd=round(t.idle_usd, 6),
@@ -104,7 +105,7 @@ def _figures(
 
 def _current(f: PeriodFigures, starts: dict[BudgetPeriod, dt.datetime]) -> bool:
     start = starts.get(f.period)
-    return start is not None and ledger.parse(f.period_start) == start
+    return start is not None and parse_time_strict(f.period_start) == start
 
 
 def step(
@@ -187,7 +188,7 @@ def step(
             SettledSpend(
                 team=team,
                 period=period,
-                period_start=ledger.fmt(starts[period]),
+                period_start=stamp_exact(starts[period]),
                 spent_usd=round(s.spent, 6),
                 lost_to_preemption_usd=round(s.lost, 6),
                 idle_usd=round(s.idle, 6),
@@ -228,7 +229,7 @@ def _spend(
                 limit_usd=budget.limit_usd,
                 lost_to_preemption_usd=round(total.lost, 6),
                 idle_usd=round(total.idle, 6),
-                period_start=ledger.fmt(starts[budget.period]),
+                period_start=stamp_exact(starts[budget.period]),
                 used_fraction=round(spent / budget.limit_usd, 6),
                 jobs=total.jobs,
             )

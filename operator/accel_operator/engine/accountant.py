@@ -29,6 +29,7 @@ from typing import Any
 
 from accel_api import catalog as catalog_mod
 from accel_api.costrollup import ROLLUP_OPEN_SHARDS, CostRollup, OpenShard
+from accel_api.durations import parse_time_strict, stamp_exact
 from accel_api.job import CostStatus, OverBudget
 from accel_api.policy import SpendLedger, TeamSpend
 from accel_operator.accounting import accrual, ledger, rollup, teamspend
@@ -253,7 +254,7 @@ class Accountant:
             return time.monotonic() - last
         stored = job.status.cost
         if stored is not None and stored.updated is not None:
-            return max(0.0, (self._now - ledger.parse(stored.updated)).total_seconds())
+            return max(0.0, (self._now - parse_time_strict(stored.updated)).total_seconds())
         return math.inf
 
     def _choose(self, snap: Snapshot, ledgers: Mapping[JobKey, CostStatus]) -> set[JobKey]:
@@ -556,7 +557,7 @@ class Accountant:
                 "status": "True" if live else "False",
                 "reason": "LivePrice" if live else "FellBackToStaticPrice",
                 "message": (quote.fallback or f"priced from the {quote.source} source")[:1000],
-                "lastTransitionTime": ledger.fmt(now.replace(microsecond=0)),
+                "lastTransitionTime": stamp_exact(now.replace(microsecond=0)),
             }
             try:
                 await asyncio.to_thread(self.costs.patch_pool_status, name, {"conditions": [condition]})

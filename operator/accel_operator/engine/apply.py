@@ -21,15 +21,15 @@ from accel_api import catalog as catalog_mod
 from accel_api.durations import parse_time
 from accel_api.enums import JobPhase
 from accel_api.job import AcceleratorJobStatus
-from accel_api.vocabulary import ANNOTATION_CHECKPOINT_NOW
+from accel_operator.adapters import errors
 from accel_operator.adapters.aws.checkpoints import CheckpointStore
 from accel_operator.adapters.aws.errors import CloudUnavailable
 from accel_operator.adapters.kube import views
 from accel_operator.adapters.kube import workloads as wl_mod
 from accel_operator.adapters.kube.client import ClusterUnavailable
 from accel_operator.adapters.kube.jobs import JobGone, JobRef, JobWriter
-from accel_operator.adapters.kube.reschedule import RescheduleClient
-from accel_operator.engine import calls
+from accel_operator.adapters.kube.nodes import NodeWriter
+from accel_operator.engine import calls, node_writes
 from accel_operator.engine.cache import Observed
 from accel_operator.engine.clock import Clock, SystemClock
 from accel_operator.engine.loop import Marks
@@ -76,7 +76,7 @@ class Applier:
     marks: Marks
     clock: Clock = field(default_factory=SystemClock)
     # Rescheduling on node reports: taints and checkpoint-now annotations (None: not applied).
-    reschedule: RescheduleClient | None = None
+    node_writer: NodeWriter | None = None
     checkpoints: CheckpointStore | None = None  # S3 lookups for resumes; None: S3 resumes wait with a reason
     # The threads the API calls run in: the lease, the writes and the events each have their own.
     pools: calls.CallPools | None = None
@@ -247,17 +247,9 @@ class Applier:
                 since = parse_time(job.status.last_failure.time if job.status.last_failure else None) or job.created
                 self.metrics.admission_latency.observe((self.clock.now() - since).total_seconds())
         elif isinstance(action, act.RequestCheckpoint):
-            if self.reschedule is None:
+            if self.node_writer is None:
                 return
-            for namespace, name in action.pods:
-                await self._retrying(
-                    "annotate_pod",
-                    self.reschedule.annotate_pod,
-                    namespace,
-                    name,
-                    ANNOTATION_CHECKPOINT_NOW,
-                    action.token,
-                )
+            await node_writes.apply(self.node_writer, action, run=self._retrying)
             self.metrics.checkpoint_requests.labels(action.reason).inc()
             # The move is due after the grace: decide the job again then, not at the next resync.
             grace = self.settings.checkpoint_grace_seconds + 0.5
@@ -301,7 +293,7 @@ class Applier:
 
     def node_actions(self, snap: Snapshot, rules: health.Rules) -> None:
         """Taint (untaint) the nodes fresh reports condemn (clear); one write per node in flight."""
-        if self.reschedule is None or not snap.reports:
+        if self.node_writer is None or not snap.reports:
             return
         expired = self.clock.monotonic() - CREATED_TTL_SECONDS
         for action in health.node_actions(snap, rules):
@@ -314,14 +306,13 @@ class Applier:
             task.add_done_callback(self.in_flight.discard)
 
     async def _node_act(self, action: act.NodeAction) -> None:
-        assert self.reschedule is not None
+        assert self.node_writer is not None
         try:
+            await node_writes.apply(self.node_writer, action, run=self._retrying)
             if isinstance(action, act.TaintNode):
-                await self._retrying("taint_node", self.reschedule.taint, action.node, action.key, action.value)
                 self.metrics.node_taints.labels("taint").inc()
                 log.warning("node %s tainted %s: %s", action.node, action.key, action.reason)
             else:
-                await self._retrying("untaint_node", self.reschedule.untaint, action.node, action.key)
                 self.metrics.node_taints.labels("untaint").inc()
                 log.info("node %s untainted %s: %s", action.node, action.key, action.reason)
         except Exception as exc:  # noqa: BLE001 - count it; the next pass decides again
@@ -340,14 +331,6 @@ def _priority(decision: Decision) -> int:
 async def _retrying(metrics: OperatorMetrics, pool: ThreadPoolExecutor, call: str, fn: Any, *args: Any) -> Any:
     """``fn(*args)`` in one of ``pool``'s threads, retried with bounded backoff while the API
     server is unavailable."""
-    delay = 0.2
-    for attempt in range(5):
-        try:
-            return await calls.run_in(pool, fn, *args)
-        except ClusterUnavailable:
-            if attempt == 4:
-                raise
-            metrics.api_retries.labels(call).inc()
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 5.0)
-    return None
+    return await errors.retrying(
+        lambda: calls.run_in(pool, fn, *args), on_retry=lambda _: metrics.api_retries.labels(call).inc()
+    )

@@ -30,7 +30,7 @@ from accel_operator.adapters.aws.checkpoints import CheckpointStore
 from accel_operator.adapters.kube import workloads as wl_mod
 from accel_operator.adapters.kube.jobs import JobWriter
 from accel_operator.adapters.kube.lease import AlwaysLeader, Elector
-from accel_operator.adapters.kube.reschedule import RescheduleClient
+from accel_operator.adapters.kube.nodes import NodeWriter
 from accel_operator.engine import loop, schedule
 from accel_operator.engine.apply import Applier
 from accel_operator.engine.cache import Observed
@@ -76,7 +76,7 @@ class Scheduler:
     # Every time the engine reads (the tests' and a simulator's: a ManualClock).
     clock: Clock = field(default_factory=SystemClock)
     # Rescheduling on node reports: taints and checkpoint-now annotations (None: not applied).
-    reschedule: InitVar[RescheduleClient | None] = None
+    node_writer: InitVar[NodeWriter | None] = None
     checkpoints: InitVar[CheckpointStore | None] = None  # S3 lookups for resumes
     # The policies and namespaces' teams folded once per change (handlers.policies bumps it), with
     # the evaluations of unchanged jobs memoised on the folded value.
@@ -94,7 +94,7 @@ class Scheduler:
         self,
         writer: JobWriter,
         workloads: wl_mod.WorkloadClient,
-        reschedule: RescheduleClient | None,
+        node_writer: NodeWriter | None,
         checkpoints: CheckpointStore | None,
     ) -> None:
         self.plans = Plans(self.catalog)
@@ -107,7 +107,7 @@ class Scheduler:
             observed=self.observed,
             marks=self.marks,
             clock=self.clock,
-            reschedule=reschedule,
+            node_writer=node_writer,
             checkpoints=checkpoints,
         )
 

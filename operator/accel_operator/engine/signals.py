@@ -37,7 +37,8 @@ from accel_operator.adapters.aws.interruptions import (
 from accel_operator.adapters.gcp.tpu import TpuNodes, TpuUnavailable
 from accel_operator.adapters.kube.client import ClusterUnavailable
 from accel_operator.adapters.kube.jobs import JobRef, JobWriter
-from accel_operator.adapters.kube.signals import SignalWriter
+from accel_operator.adapters.kube.nodes import NodeWriter
+from accel_operator.engine import node_writes
 from accel_operator.engine.scheduler import Scheduler
 from accel_operator.metrics import OperatorMetrics
 from accel_operator.reconcile.common.snapshot import NodeView, PodView
@@ -70,7 +71,7 @@ def aws_warning(interruption: Interruption, node: str) -> ew.NodeWarning:
 @dataclass
 class Signals:
     sched: Scheduler
-    signals: SignalWriter
+    node_writer: NodeWriter  # the taint and the checkpoint-now requests
     writer: JobWriter
     metrics: OperatorMetrics
     settings: OperatorSettings
@@ -105,11 +106,12 @@ class Signals:
 
     async def act(self, warning: ew.NodeWarning) -> ew.Response:
         """Taint, tell, ask: in that order, each step idempotent. Raises ClusterUnavailable when a
-        write could not be made (the caller leaves the notice to be acted on again)."""
+        write could not be made (the caller leaves the notice to be acted on again); a refusal
+        (RBAC) is raised as the API's error, which the loops count as an error (the notice stays
+        on the queue too)."""
         response = ew.respond(warning, self.nodes().get(warning.node), self.pods_on(warning.node))
         if response.taint is not None:
-            t = response.taint
-            await asyncio.to_thread(self.signals.taint_node, t.node, t.key, t.value, t.effect)
+            await node_writes.apply(self.node_writer, response.taint, run=node_writes.in_thread)
         for e in response.events:
             uid = self._uid(e.job)
             if uid is None:
@@ -119,8 +121,8 @@ class Signals:
             except ClusterUnavailable as exc:  # an event is information: the request still goes out
                 log.info("event %s on %s/%s not recorded: %s", e.reason, *e.job, exc)
         for r in response.requests:
-            if await asyncio.to_thread(self.signals.request_checkpoint, r.namespace, r.pod, r.token):
-                self.metrics.checkpoint_requests.labels("early-warning").inc()
+            if asked := await node_writes.apply(self.node_writer, r, run=node_writes.in_thread):
+                self.metrics.checkpoint_requests.labels(r.reason).inc(asked)
         for job in response.jobs:
             self.sched.mark(job)
         self.metrics.early_warnings.labels(warning.source.value).inc()

@@ -38,7 +38,7 @@ def register(reg: kopf.OperatorRegistry, ctx: OperatorContext) -> Scheduler:
         workloads=ctx.workloads,
         metrics=ctx.metrics,
         elector=ctx.elector,
-        reschedule=ctx.reschedule,
+        node_writer=ctx.nodes,
         checkpoints=ctx.checkpoints,
     )
     for module in (pools, nodes, reports):
@@ -48,7 +48,7 @@ def register(reg: kopf.OperatorRegistry, ctx: OperatorContext) -> Scheduler:
         admission.register(reg, ctx.settings, ctx.watch_api)
     early_warnings = signals.Signals(
         sched=sched,
-        signals=ctx.signals,
+        node_writer=ctx.nodes,
         writer=ctx.writer,
         metrics=ctx.metrics,
         settings=ctx.settings,

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from accel_api.costrollup import ROLLUP_OPEN_BYTES, ROLLUP_OPEN_SHARDS, CostRollup, JobDay, OpenAttempt
+from accel_api.durations import stamp_exact
 from accel_api.enums import CapacityType
 from accel_api.job import CostStatus
 from accel_operator.accounting import ledger, rollup
@@ -71,7 +72,7 @@ def test_a_running_attempt_is_kept_open_and_folded_once_when_its_job_is_gone() -
     running = _cost(0, T0, T0 + 5 * H, close=False)  # 2 devices x 5 h x $3.60 so far, across midnight
     who = rollup.JobId("uid-a", "ns", "a", "research", forecast_usd=50.0)
     (entry,) = rollup.open_attempts(who, running, (), T0 + 5 * H)
-    assert entry.through == ledger.fmt(T0 + 5 * H)
+    assert entry.through == stamp_exact(T0 + 5 * H)
     assert [d.day for d in entry.days] == ["2026-03-31", "2026-04-01"]
     # The job still exists: nothing is folded from its open attempt.
     assert rollup.vanished([entry], existing={"uid-a"}, skip=()) == []
@@ -80,7 +81,7 @@ def test_a_running_attempt_is_kept_open_and_folded_once_when_its_job_is_gone() -
     assert _spent(stored) == pytest.approx(36.0)
     assert sum(b.f[0] for b in stored.buckets if b.day == "2026-03-31") == pytest.approx(4 * 7.2)
     (row,) = stored.jobs
-    assert (row.name, row.forecast_usd, row.deleted) == ("a", 50.0, ledger.fmt(T0 + 5 * H))
+    assert (row.name, row.forecast_usd, row.deleted) == ("a", 50.0, stamp_exact(T0 + 5 * H))
     # A replay (the shard not yet rewritten when the operator was killed) adds nothing.
     again = rollup.fold_many(stored, rollup.vanished([entry], existing=set(), skip=()))
     assert _spent(again) == pytest.approx(36.0)

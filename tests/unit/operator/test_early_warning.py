@@ -20,8 +20,9 @@ from accel_operator.adapters.gcp.tpu import FakeTpuNodes, TpuUnavailable
 from accel_operator.adapters.kube import views
 from accel_operator.adapters.kube.client import ClusterUnavailable
 from accel_operator.adapters.kube.jobs import FakeJobWriter
-from accel_operator.adapters.kube.signals import FakeSignalWriter
+from accel_operator.adapters.kube.nodes import FakeNodeWriter
 from accel_operator.engine.signals import Signals
+from accel_operator.reconcile.common import actions as act
 from accel_operator.reconcile.common import decision
 from accel_operator.reconcile.common.snapshot import NodeView, PodView
 from accel_operator.reconcile.job.decide import decide
@@ -38,6 +39,10 @@ def _pod(name: str, job: str = "a", *, node: str = "n1", phase: str = "Running",
     return PodView("ns", name, node, phase, 8, ("ns", job), 0, checkpoint_now=asked)
 
 
+def _asked(r: ew.Response) -> list[str]:
+    return [pod for _, pod in r.pods]
+
+
 # --- the pure response ------------------------------------------------------------------------------
 
 
@@ -45,8 +50,12 @@ def test_a_spot_warning_taints_asks_every_running_pod_and_tells_each_job() -> No
     pods = [_pod("a-0"), _pod("a-1"), _pod("b-0", "b"), _pod("c-0", "c", phase="Succeeded"), _pod("x", node="n2")]
     pods.append(PodView("other", "theirs", "n1", "Running", 8))  # not ours: never annotated
     r = ew.respond(WARN, NODE, pods)
-    assert r.taint == ew.TaintNode("n1", v.TAINT_ACCEL_INTERRUPTION, "aws-spot-interruption", "NoSchedule")
-    assert [(q.pod, q.token) for q in r.requests] == [("a-0", "tok-1"), ("a-1", "tok-1"), ("b-0", "tok-1")]
+    assert r.taint is not None and r.taint.keep_existing  # the first notice's taint is the record
+    assert (r.taint.node, r.taint.key, r.taint.value) == ("n1", v.TAINT_ACCEL_INTERRUPTION, "aws-spot-interruption")
+    assert r.requests == (
+        act.RequestCheckpoint((("ns", "a-0"), ("ns", "a-1")), "tok-1", ew.REASON_EARLY_WARNING),
+        act.RequestCheckpoint((("ns", "b-0"),), "tok-1", ew.REASON_EARLY_WARNING),
+    )
     assert [(e.job, e.reason) for e in r.events] == [
         (("ns", "a"), "CheckpointRequested"),
         (("ns", "b"), "CheckpointRequested"),
@@ -61,16 +70,16 @@ def test_acting_twice_asks_nothing_new() -> None:
     assert (r.taint, r.events, r.requests) == (None, (), ())
     # One pod asked before a crash, the other not yet: only the other, one event.
     r = ew.respond(WARN, tainted, [_pod("a-0", asked="tok-1"), _pod("a-1")])
-    assert [q.pod for q in r.requests] == ["a-1"] and len(r.events) == 1
+    assert _asked(r) == ["a-1"] and len(r.events) == 1
     # A new notice (another token) is a new request.
     r = ew.respond(replace(WARN, token="tok-2"), tainted, [_pod("a-0", asked="tok-1")])
-    assert [q.token for q in r.requests] == ["tok-2"]
+    assert [q.token for q in r.requests] == ["tok-2"] and _asked(r) == ["a-0"]
 
 
 def test_gke_taints_its_own_node_and_tpu_is_after_the_fact() -> None:
     gke = ew.NodeWarning("n1", ew.WarningSource.GKE_IMPENDING_TERMINATION, "g")
     r = ew.respond(gke, NODE, [_pod("a-0")])
-    assert r.taint is None and [q.pod for q in r.requests] == ["a-0"]
+    assert r.taint is None and _asked(r) == ["a-0"]
     tpu = ew.NodeWarning("n1", ew.WarningSource.TPU_PREEMPTED, "t", "tpu-1")
     r = ew.respond(tpu, NODE, [_pod("a-0")])
     assert r.taint is not None and r.requests == ()
@@ -82,7 +91,7 @@ def test_gke_taints_its_own_node_and_tpu_is_after_the_fact() -> None:
 
 def test_a_node_gone_from_the_snapshot_is_not_tainted() -> None:
     r = ew.respond(WARN, None, [_pod("a-0")])
-    assert r.taint is None and [q.pod for q in r.requests] == ["a-0"]
+    assert r.taint is None and _asked(r) == ["a-0"]
 
 
 def test_tokens_are_stable_bounded_and_safe() -> None:
@@ -96,7 +105,7 @@ def test_tokens_are_stable_bounded_and_safe() -> None:
 def test_hostile_pod_names_are_not_listed_without_bound() -> None:
     pods = [_pod(f"a-{i:04d}") for i in range(500)]
     r = ew.respond(WARN, NODE, pods)
-    assert len(r.requests) == 500 and len(r.events) == 1
+    assert len(r.pods) == 500 and len(r.events) == 1
     assert "and 495 more" in r.events[0].message and len(r.events[0].message) <= decision.MESSAGE_LIMIT
 
 
@@ -184,7 +193,7 @@ def _world(*, sqs: bool = True, tpu_pools: list[str] | None = None) -> tuple[Wor
     assert isinstance(writer, FakeJobWriter)
     signals = Signals(
         sched=w.scheduler,
-        signals=FakeSignalWriter(),
+        node_writer=FakeNodeWriter(),
         writer=writer,
         metrics=w.scheduler.metrics,
         settings=OperatorSettings(sqs_wait_seconds=0, tpu_pools=tpu_pools or []),
@@ -199,9 +208,9 @@ def _queue(s: Signals) -> FakeInterruptionQueue:
     return s.interruptions
 
 
-def _fake(s: Signals) -> FakeSignalWriter:
-    assert isinstance(s.signals, FakeSignalWriter)
-    return s.signals
+def _fake(s: Signals) -> FakeNodeWriter:
+    assert isinstance(s.node_writer, FakeNodeWriter)
+    return s.node_writer
 
 
 def test_a_queued_warning_is_acted_on_then_deleted() -> None:
@@ -211,7 +220,8 @@ def test_a_queued_warning_is_acted_on_then_deleted() -> None:
     q = _queue(s)
     q.send(spot_interruption_event("aws:///us-east-1a/i-0000000000000000a"))
     assert asyncio.run(s.sqs_once()) == 1
-    assert _fake(s).taints == {"p-0": {v.TAINT_ACCEL_INTERRUPTION: ("aws-spot-interruption", "NoSchedule")}}
+    assert _fake(s).taints == {"p-0": {v.TAINT_ACCEL_INTERRUPTION: "aws-spot-interruption"}}
+    assert _fake(s).calls[0] == ("taint", "p-0", v.TAINT_ACCEL_INTERRUPTION, "aws-spot-interruption", "keep")
     [(pod, token)] = _fake(s).annotations.items()
     assert pod == ("ns", "a-a0-0") and token.startswith("aws-spot-interruption/i-0000000000000000a/")
     assert [e[2] for e in w.scheduler.applier.writer.events] == ["CheckpointRequested"]  # type: ignore[attr-defined]
@@ -284,7 +294,7 @@ def test_gke_taint_asks_once_per_node_incarnation() -> None:
     node = w.nodes["p-1"][0]
     w.nodes["p-1"] = [replace(node, uid="u1", termination_taints=frozenset({v.TAINT_GKE_IMPENDING_TERMINATION}))]
     [r] = asyncio.run(s.gke_once())
-    assert [q.pod for q in r.requests] == ["a-a0-0"] and not _fake(s).taints
+    assert _asked(r) == ["a-a0-0"] and not _fake(s).taints
     assert asyncio.run(s.gke_once()) == []
     # The node re-created under the same name is another incarnation.
     w.nodes["p-1"] = [replace(w.nodes["p-1"][0], uid="u2")]
@@ -301,7 +311,7 @@ def test_tpu_preempted_marks_the_node_for_decide() -> None:
     s.tpu.nodes[("proj", "zone-a")] = {"tpu-1": "PREEMPTED"}
     [r] = asyncio.run(s.tpu_once())
     assert w.scheduler.preempted_nodes == {"p-1"}
-    assert r.taint is not None and _fake(s).taints["p-1"][v.TAINT_ACCEL_INTERRUPTION][0] == "tpu-preempted"
+    assert r.taint is not None and _fake(s).taints["p-1"][v.TAINT_ACCEL_INTERRUPTION] == "tpu-preempted"
     assert asyncio.run(s.tpu_once()) == []  # once
     s.tpu.fail_next = TpuUnavailable("503")
     with pytest.raises(TpuUnavailable):

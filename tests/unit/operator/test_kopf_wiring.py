@@ -6,29 +6,14 @@ import inspect
 
 import kopf
 
-from accel_api import catalog
 from accel_operator import handlers
-from accel_operator.adapters.kube.jobs import FakeJobWriter
-from accel_operator.adapters.kube.lease import AlwaysLeader
-from accel_operator.adapters.kube.reschedule import FakeRescheduleClient
-from accel_operator.adapters.kube.workloads import FakeWorkloadClient
-from accel_operator.context import OperatorContext
 from accel_operator.handlers import essence
-from accel_operator.metrics import OperatorMetrics
-from accel_operator.settings import OperatorSettings
+from tests.support.context import fake_context
 
 
 def _registry() -> kopf.OperatorRegistry:
     reg = kopf.OperatorRegistry()
-    ctx = OperatorContext(
-        settings=OperatorSettings(),
-        catalog=catalog.default(),
-        metrics=OperatorMetrics(),
-        writer=FakeJobWriter(),
-        workloads=FakeWorkloadClient(),
-        elector=AlwaysLeader(),
-        reschedule=FakeRescheduleClient(),
-    )
+    ctx = fake_context()
     handlers.register(reg, ctx)
     return reg
 

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from accel_api.durations import parse_time_strict
 from accel_api.enums import CapacityType
 from accel_api.job import COST_ATTEMPTS, COST_INTERVALS, CostStatus
 from accel_operator.accounting import ledger
@@ -196,7 +197,7 @@ def test_status_stays_bounded_and_keeps_the_money() -> None:
     ],
 )
 def test_period_start(period: str, now: str, start: str) -> None:
-    assert ledger.period_start(period, ledger.parse(now)) == ledger.parse(start)
+    assert ledger.period_start(period, parse_time_strict(now)) == parse_time_strict(start)
 
 
 @settings(max_examples=100, deadline=None)

@@ -11,12 +11,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
+from accel_operator.adapters.errors import Unavailable
+
 PREEMPTED: Final = "PREEMPTED"
 TERMINATED: Final = "TERMINATED"
 GONE_STATES: Final = frozenset({PREEMPTED, TERMINATED})  # the node's workload is lost
 
 
-class TpuUnavailable(RuntimeError):
+class TpuUnavailable(Unavailable):
     """The TPU API did not answer (network, quota, 5xx, permissions): try again later."""
 
 

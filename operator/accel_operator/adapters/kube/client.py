@@ -4,8 +4,10 @@ import os
 
 from kubernetes import client, config
 
+from accel_operator.adapters.errors import Unavailable
 
-class ClusterUnavailable(RuntimeError):
+
+class ClusterUnavailable(Unavailable):
     """The API server could not answer now (network, 5xx, throttling): worth retrying soon."""
 
 

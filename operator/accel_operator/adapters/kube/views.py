@@ -15,6 +15,7 @@ from typing import Any
 from accel_api import InvalidResource, bounds
 from accel_api import vocabulary as v
 from accel_api.base import Condition
+from accel_api.durations import parse_time
 from accel_api.job import AcceleratorJobSpec, AcceleratorJobStatus, PlanStatus
 from accel_api.loader import parse_as
 from accel_api.pool import AcceleratorPool
@@ -42,10 +43,8 @@ def _meta(body: Mapping[str, Any]) -> Mapping[str, Any]:
 
 
 def _time(text: Any) -> dt.datetime:
-    try:
-        return dt.datetime.fromisoformat(str(text).replace("Z", "+00:00"))
-    except ValueError:
-        return dt.datetime.now(dt.UTC)
+    """A timestamp Kubernetes always writes (creation); now when it is unreadable."""
+    return parse_time(str(text)) or dt.datetime.now(dt.UTC)
 
 
 # Longer values are not cloud provider ids (the longest real ones are about 100 characters).
@@ -185,11 +184,7 @@ def _maybe_time(text: Any) -> dt.datetime | None:
     """A timestamp Kubernetes wrote, or None when absent or unreadable (never "now")."""
     if not isinstance(text, str) or len(text) > bounds.TIME_LENGTH:
         return None
-    try:
-        t = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return t if t.tzinfo else t.replace(tzinfo=dt.UTC)
+    return parse_time(text)
 
 
 def pool_view(body: Mapping[str, Any]) -> tuple[PoolView | None, tuple[str, ...]]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
 
@@ -49,7 +49,8 @@ class RecordEvent:
 
 @dataclass(frozen=True, slots=True)
 class RequestCheckpoint:
-    """Ask a running attempt to checkpoint now: the checkpoint-now annotation on its pods."""
+    """Ask a running attempt to checkpoint now: the checkpoint-now annotation on its pods (a job's
+    decision: device health, consolidation, idle stop; or an early warning of its node's end)."""
 
     pods: tuple[tuple[str, str], ...]  # (namespace, name)
     token: str  # the annotation's value (the request's time): a job acts once per new value
@@ -58,12 +59,17 @@ class RequestCheckpoint:
 
 @dataclass(frozen=True, slots=True)
 class TaintNode:
-    """Keep new work off a node (NoSchedule): a device there is failing."""
+    """Keep new work off a node (NoSchedule): a device there is failing, or a cloud will take it.
+
+    ``keep_existing``: a taint of ``key`` already on the node stays as it is (an early warning:
+    the first notice's taint is the record); otherwise this value replaces it (device health: the
+    value names the failing devices, which change)."""
 
     node: str
     key: str
     value: str
     reason: str
+    keep_existing: bool = field(default=False, kw_only=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +81,7 @@ class UntaintNode:
 
 Action = CreateWorkload | DeleteWorkload | ResolveCheckpoint | RecordEvent | RequestCheckpoint
 NodeAction = TaintNode | UntaintNode
+NodeWrite = NodeAction | RequestCheckpoint  # what engine.node_writes applies through the NodeWriter port
 
 
 # --- names -------------------------------------------------------------------------------------

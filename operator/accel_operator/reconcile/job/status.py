@@ -8,6 +8,7 @@ import datetime as dt
 import math
 from typing import Any
 
+from accel_api.durations import stamp
 from accel_api.enums import CapacityType
 from accel_api.job import AcceleratorJobStatus, Alternative, PlanStatus
 from accel_operator.planning import explain
@@ -118,7 +119,7 @@ def _pruned(value: Any) -> Any:
 
 
 def _now() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return stamp(dt.datetime.now(dt.UTC))
 
 
 def holds(status: AcceleratorJobStatus, decision: Decision, generation: int | None) -> bool:

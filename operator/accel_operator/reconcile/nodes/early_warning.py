@@ -25,6 +25,7 @@ from enum import StrEnum
 from typing import Final
 
 from accel_api import vocabulary as v
+from accel_operator.reconcile.common import actions as act
 from accel_operator.reconcile.common.decision import clip as _clip
 from accel_operator.reconcile.common.snapshot import JobKey, NodeView, PodView
 
@@ -33,6 +34,7 @@ _UNSAFE: Final = re.compile(r"[^A-Za-z0-9._:/@+-]")
 POD_NAMES_IN_MESSAGE: Final = 5
 REASON_CHECKPOINT_REQUESTED: Final = "CheckpointRequested"
 REASON_NODE_PREEMPTED: Final = "NodePreempted"
+REASON_EARLY_WARNING: Final = "early-warning"  # the checkpoint requests' metric label
 
 
 class WarningSource(StrEnum):
@@ -80,23 +82,6 @@ class NodeWarning:
 
 
 @dataclass(frozen=True, slots=True)
-class TaintNode:
-    node: str
-    key: str
-    value: str
-    effect: str = "NoSchedule"
-
-
-@dataclass(frozen=True, slots=True)
-class RequestCheckpoint:
-    """Set ``vocabulary.ANNOTATION_CHECKPOINT_NOW`` = ``token`` on one pod."""
-
-    namespace: str
-    pod: str
-    token: str
-
-
-@dataclass(frozen=True, slots=True)
 class JobEvent:
     job: JobKey
     type: str
@@ -107,14 +92,19 @@ class JobEvent:
 @dataclass(frozen=True, slots=True)
 class Response:
     warning: NodeWarning
-    taint: TaintNode | None
+    taint: act.TaintNode | None  # keep_existing: the first notice's taint is the record
     events: tuple[JobEvent, ...]  # before the requests: a crash in between repeats an event, never loses one
-    requests: tuple[RequestCheckpoint, ...]
+    requests: tuple[act.RequestCheckpoint, ...]  # one per job, with the pods not asked yet
     summary: str  # one line for the log
 
     @property
     def jobs(self) -> tuple[JobKey, ...]:
         return tuple(e.job for e in self.events)
+
+    @property
+    def pods(self) -> tuple[tuple[str, str], ...]:
+        """Every pod asked to checkpoint: (namespace, name)."""
+        return tuple(pod for r in self.requests for pod in r.pods)
 
 
 def _names(pods: Iterable[str]) -> str:
@@ -129,19 +119,22 @@ def respond(warning: NodeWarning, node: NodeView | None, pods: Iterable[PodView]
     what = _WHAT[warning.source] + (f" for {warning.detail}" if warning.detail else "")
     taint = None
     if warning.source.we_taint and node is not None and v.TAINT_ACCEL_INTERRUPTION not in node.termination_taints:
-        taint = TaintNode(node.name, v.TAINT_ACCEL_INTERRUPTION, warning.source.value)
+        taint = act.TaintNode(
+            node.name, v.TAINT_ACCEL_INTERRUPTION, warning.source.value, _clip(what), keep_existing=True
+        )
     running: dict[JobKey, list[PodView]] = {}
     for pod in pods:
         if pod.job is not None and not pod.ended and pod.node == warning.node:
             running.setdefault(pod.job, []).append(pod)
     events: list[JobEvent] = []
-    requests: list[RequestCheckpoint] = []
+    requests: list[act.RequestCheckpoint] = []
     for job, job_pods in sorted(running.items()):
         if warning.source.announced:
             asks = [p for p in job_pods if p.checkpoint_now != warning.token]
             if not asks:
                 continue  # asked already (a re-delivered notice): nothing new to say
-            requests += [RequestCheckpoint(p.namespace, p.name, warning.token) for p in asks]
+            keys = tuple((p.namespace, p.name) for p in asks)
+            requests.append(act.RequestCheckpoint(keys, warning.token, REASON_EARLY_WARNING))
             message = (
                 f"node {warning.node} will be reclaimed ({what}): asked pod(s) {_names(p.name for p in asks)} "
                 f"to checkpoint now"
@@ -154,7 +147,8 @@ def respond(warning: NodeWarning, node: NodeView | None, pods: Iterable[PodView]
             )
             events.append(JobEvent(job, "Warning", REASON_NODE_PREEMPTED, _clip(message)))
     summary = f"{what} on node {warning.node}: " + (
-        f"{'tainted, ' if taint else ''}{len(requests)} pod(s) of {len(events)} job(s) asked to checkpoint now"
+        f"{'tainted, ' if taint else ''}{sum(len(r.pods) for r in requests)} pod(s) of {len(events)} job(s) "
+        "asked to checkpoint now"
         if warning.source.announced
         else f"{'tainted, ' if taint else ''}{len(events)} job(s) preempted"
     )
