@@ -490,7 +490,7 @@ def _resuming(
         return _resolving(job, lookup, now)
     patch = r.patch(job)
     resolved = replace(job, status=job.status.model_copy(update={"resume": patch.resume}))
-    d = _waiting(resolved, snapshot, now)
+    d = _waiting(resolved, snapshot, now, cache)
     if r.checkpoint is not None:
         cond, event = Cond(RESUMED, True, "FromCheckpoint", _clip(r.message)), ("Normal", "ResumingFromCheckpoint")
     else:
