@@ -22,7 +22,6 @@ import asyncio
 import datetime as dt
 import logging
 import math
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,6 +36,7 @@ from accel_operator.adapters.kube.client import ClusterUnavailable
 from accel_operator.adapters.kube.costs import CostWriter, RollupConflict, open_shard_name
 from accel_operator.adapters.kube.jobs import JobGone, JobRef, JobWriter
 from accel_operator.adapters.pricebook import PriceBook, Quote
+from accel_operator.engine.clock import Clock, SystemClock
 from accel_operator.engine.scheduler import Scheduler
 from accel_operator.metrics import CostKey, OperatorMetrics
 from accel_operator.reconcile.common import actions
@@ -97,8 +97,10 @@ class Accountant:
     # ... and at most this many running jobs' ledgers a second on average: with N running jobs
     # each is written every max(write_every, N / write_rate) seconds.
     write_rate: float = 5.0
+    # Every time this accountant reads (the scheduler's clock when wired: one clock per process).
+    clock: Clock = field(default_factory=SystemClock)
     _every: float = 0.0  # this step's interval
-    _now: dt.datetime = field(default_factory=lambda: dt.datetime.now(dt.UTC))  # this step's time
+    _now: dt.datetime = field(init=False)  # this step's time
     known: dict[str, CostStatus] = field(default_factory=dict)  # job uid -> what this process wrote
     written_at: dict[str, float] = field(default_factory=dict)  # job uid -> monotonic time of that write
     live: dict[str, bool] = field(default_factory=dict)  # pool -> PriceLive as last written
@@ -124,12 +126,15 @@ class Accountant:
     open_shards: list[OpenShard] | None = None
     open_versions: list[str | None] = field(default_factory=list)
 
+    def __post_init__(self) -> None:
+        self._now = self.clock.now()
+
     def job_deleted(self, job: JobView) -> None:
         """An AcceleratorJob was deleted (the jobs informer saw it go): its open attempt is
         charged up to now. With no finalizer a deletion is immediate, so the event comes within
         the watch's delay of it."""
         if job.uid and len(self.deleted_at) < 100_000:
-            self.deleted_at[job.uid] = dt.datetime.now(dt.UTC)
+            self.deleted_at[job.uid] = self.clock.now()
 
     async def run(self, stop: asyncio.Event | None = None) -> None:
         pause = self.interval
@@ -143,14 +148,14 @@ class Accountant:
                 self.previous.clear()
                 self.deleted_at.clear()
                 continue
-            t0 = time.monotonic()
+            t0 = self.clock.monotonic()
             try:
-                await self.step(dt.datetime.now(dt.UTC))
+                await self.step(self.clock.now())
             except Exception:  # one bad step must not stop accounting for good
                 self.metrics.reconcile_errors.labels("cost").inc()
                 log.exception("cost accrual step failed; retrying on the next tick")
             # Accounting never takes more than a fifth of the process's time from scheduling.
-            pause = max(self.interval, 4 * (time.monotonic() - t0))
+            pause = max(self.interval, 4 * (self.clock.monotonic() - t0))
 
     def _quote(self, snap: Snapshot, pool_name: str, quotes: dict[str, Quote | None]) -> Quote | None:
         if pool_name not in quotes:
@@ -251,7 +256,7 @@ class Accountant:
         already stored does not go before a job that has none); never written: infinite."""
         last = self.written_at.get(job.uid)
         if last is not None:
-            return time.monotonic() - last
+            return self.clock.monotonic() - last
         stored = job.status.cost
         if stored is not None and stored.updated is not None:
             return max(0.0, (self._now - parse_time_strict(stored.updated)).total_seconds())
@@ -302,7 +307,7 @@ class Accountant:
         return steps
 
     async def step(self, now: dt.datetime) -> None:
-        t0 = time.perf_counter()
+        t0 = self.clock.monotonic()
         snap = self.scheduler.current(now)
         self._note_gone(snap, now)
         ledgers, steps, writes, quotes = await asyncio.to_thread(self._compute, snap, now)
@@ -316,7 +321,7 @@ class Accountant:
         self.final_spend.clear()
         await self._pool_conditions(snap, quotes, now)
         self._counters(snap, ledgers)
-        self.metrics.accrual_seconds.observe(time.perf_counter() - t0)
+        self.metrics.accrual_seconds.observe(self.clock.monotonic() - t0)
 
     # --- the durable rollup -------------------------------------------------------------------------
 
@@ -523,7 +528,7 @@ class Accountant:
             # Behind every admission's writes: the ledger is bookkeeping, a burst of it waits.
             await self.scheduler.background_write(self.writer.patch_status, ref, {"cost": _wire(cost)})
             self.known[job.uid] = cost
-            self.written_at[job.uid] = time.monotonic()
+            self.written_at[job.uid] = self.clock.monotonic()
             over = cost.over_budget
             if over is not None and (before is None or before.policy != over.policy):
                 message = (

@@ -91,12 +91,12 @@ class Write:
         return self.patch is not None or bool(self.decision.actions)
 
 
-def settle(job: JobView, decision: Decision) -> Write:
+def settle(job: JobView, decision: Decision, now: dt.datetime) -> Write:
     current: dict[str, Any] = {}
     new: dict[str, Any] | None = None
     if not holds(job.status, decision, job.generation):  # the common case, without serialising
         current = job.status.model_dump(by_alias=True, mode="json", exclude_none=True)
-        new = settle_status(current, decision, job.generation)
+        new = settle_status(current, decision, job.generation, now=now)
     merged: dict[str, Any] | None = None
     if new is not None:
         merged = {**current, **{k: v for k, v in new.items() if v is not None}}
@@ -134,8 +134,8 @@ class _Tally:
     moves: list[health.MoveReason] = field(default_factory=list)
     stages: list[consolidate.Stage] = field(default_factory=list)
 
-    def write(self, job: JobView, decision: Decision) -> None:
-        w = settle(job, decision)
+    def write(self, job: JobView, decision: Decision, now: dt.datetime) -> None:
+        w = settle(job, decision, now)
         self.writes.append(w)
         if w.acts:
             self.acting.add(job.key)
@@ -250,7 +250,7 @@ def schedule_pass(
                     if pool in snap.capacity and not snap.capacity[pool].fits(gang)
                 )
         phases[decision.phase.value] = phases.get(decision.phase.value, 0) + 1
-        tally.write(job, decision)
+        tally.write(job, decision, now)
     return Pass(
         writes=tuple(tally.writes),
         retry=frozenset(tally.retry),
@@ -281,7 +281,7 @@ def _start_moves(
         decision = consolidate.start(job, order_, snap, now, rules)
         if decision is None:
             continue
-        tally.write(job, decision)
+        tally.write(job, decision, now)
         tally.stages.append(consolidate.Stage.REQUESTED)
         snap = consolidate.with_started(snap, job, decision)
     return snap

@@ -367,7 +367,7 @@ def test_a_failure_keeps_what_the_attempt_held_and_the_batch_jobs_times() -> Non
 
 def _settled(before: dict[str, Any], d: Decision) -> dict[str, Any] | None:
     """The status a job has after the operator wrote ``d`` (None: nothing to write)."""
-    new = settle_status(before, d, 1)
+    new = settle_status(before, d, 1, now=T0)
     if new is None:
         return None
     merged = {**before, **{k: v for k, v in new.items() if v is not None}}

@@ -21,18 +21,18 @@ def test_a_waiting_job_admitted_on_its_plan_is_not_sent_the_plan_again() -> None
     full = World().pool("p", nodes=1, free=[0])
     waiting = decide(full.job("a", "p", devices=8), full.snapshot(), T0)
     assert waiting.phase is JobPhase.PENDING
-    first = settle_status({}, waiting, 1)
+    first = settle_status({}, waiting, 1, now=T0)
     assert first is not None and first["plan"]["pool"] == "p"
     free = World().pool("p", nodes=1)
     admitted = decide(free.job("a", "p", devices=8, status=first), free.snapshot(), T0)
     assert admitted.phase is JobPhase.ADMITTED and admitted.status.to_wire()["plan"] == first["plan"]
-    patch = settle_status(first, admitted, 1)
+    patch = settle_status(first, admitted, 1, now=T0)
     assert patch is not None
     assert "plan" not in patch  # held already: not resent
     assert patch["phase"] == "Admitted" and patch["workload"] == "a-a0"
     assert patch["attempt"] == 0  # a value equal to the model's default is always written
     # What the API server stores after the patch is what the whole status would have given.
-    whole = settle_status({}, admitted, 1)
+    whole = settle_status({}, admitted, 1, now=T0)
     assert whole is not None
     stored = _merged(first, patch)
     assert {k: stored[k] for k in whole if k != "conditions"} == {k: v for k, v in whole.items() if k != "conditions"}
@@ -40,16 +40,16 @@ def test_a_waiting_job_admitted_on_its_plan_is_not_sent_the_plan_again() -> None
 
 def test_the_running_patch_carries_no_plan_and_a_repeat_writes_nothing() -> None:
     w = World().pool("p", nodes=1)
-    admitted = settle_status({}, decide(w.job("a", "p", devices=8), w.snapshot(), T0), 1)
+    admitted = settle_status({}, decide(w.job("a", "p", devices=8), w.snapshot(), T0), 1, now=T0)
     assert admitted is not None
     w.workload("a", 0, active=1)
     w.pod("a", 0, 0, node="p-0")
     running = decide(w.job("a", "p", devices=8, status=admitted), w.snapshot(), T0)
-    patch = settle_status(admitted, running, 1)
+    patch = settle_status(admitted, running, 1, now=T0)
     assert patch is not None and patch["phase"] == "Running"
     assert not {"plan", "workload", "admittedTime"} & patch.keys()
     after = _merged(admitted, patch)
-    assert settle_status(after, decide(w.job("a", "p", devices=8, status=after), w.snapshot(), T0), 1) is None
+    assert settle_status(after, decide(w.job("a", "p", devices=8, status=after), w.snapshot(), T0), 1, now=T0) is None
 
 
 def test_status_plan_keeps_a_few_alternatives_and_rounded_estimates() -> None:

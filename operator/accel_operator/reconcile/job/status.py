@@ -118,10 +118,6 @@ def _pruned(value: Any) -> Any:
     return value
 
 
-def _now() -> str:
-    return stamp(dt.datetime.now(dt.UTC))
-
-
 def holds(status: AcceleratorJobStatus, decision: Decision, generation: int | None) -> bool:
     """Whether ``status`` already is what ``decision`` asks for, read on the model itself: the
     common case (a held job decided again on an event or the resync) without serialising the
@@ -143,13 +139,16 @@ def holds(status: AcceleratorJobStatus, decision: Decision, generation: int | No
     return True
 
 
-def settle_status(current: dict[str, Any], decision: Decision, generation: int | None) -> dict[str, Any] | None:
+def settle_status(
+    current: dict[str, Any], decision: Decision, generation: int | None, *, now: dt.datetime
+) -> dict[str, Any] | None:
     """The merge patch that gives a job the status ``decision`` asks for (only the fields that
     change), or None when the job already has it. Each condition keeps its ``lastTransitionTime``
-    while its status holds, so a decision repeated by a timer or after a restart writes nothing."""
+    while its status holds, so a decision repeated by a timer or after a restart writes nothing;
+    a condition that changes takes ``now``."""
     before = {c.get("type"): c for c in current.get("conditions") or []}
     conditions = []
-    now = _now()
+    changed_at = stamp(now)
     for cond in decision.conditions:
         status = "True" if cond.ok else "False"
         prior = before.get(cond.type)
@@ -160,7 +159,7 @@ def settle_status(current: dict[str, Any], decision: Decision, generation: int |
                 "status": status,
                 "reason": cond.reason,
                 "message": cond.message[:1000] or None,
-                "lastTransitionTime": prior["lastTransitionTime"] if held and prior else now,
+                "lastTransitionTime": prior["lastTransitionTime"] if held and prior else changed_at,
                 "observedGeneration": generation,
             }
         )
