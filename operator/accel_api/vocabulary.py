@@ -119,7 +119,7 @@ ENV_NPROC_PER_NODE: Final = "ACCEL_NPROC_PER_NODE"  # devices per pod (torchrun 
 # requests to the running job (e.g. "checkpoint now" before a preemption) arrive as annotations.
 POD_ANNOTATIONS_DIR: Final = "/etc/accel"
 POD_ANNOTATIONS_FILE: Final = f"{POD_ANNOTATIONS_DIR}/annotations"
-# The layout under ACCEL_CHECKPOINT_URI (README, "The checkpoint contract"): checkpoint N is the
+# The layout under ACCEL_CHECKPOINT_URI (docs/concepts.md, "The checkpoint contract"): checkpoint N is the
 # directory (or S3 prefix) <uri>/step-<N>/; its data objects are written first and the empty
 # marker <uri>/step-<N>/COMPLETE last. A step without its marker is never resumed from.
 CHECKPOINT_STEP_PREFIX: Final = "step-"

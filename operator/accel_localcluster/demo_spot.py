@@ -4,7 +4,7 @@ the fallback to on-demand after ``spot.maxPreemptions``.
 A GKE spot pool of H100 nodes (two) and an on-demand pool (one node). One 8-GPU job, ``spot.policy:
 prefer``, ``maxPreemptions: 1``, checkpointing to a PVC path. The demo plays the training program:
 it reports each checkpoint by annotating the running pod ``accel.dev/last-checkpoint`` (what a job
-on a PVC does, README "The checkpoint contract"), then preempts the pod's node the GKE way (taint,
+on a PVC does, docs/concepts.md, "The checkpoint contract"), then preempts the pod's node the GKE way (taint,
 pods failed by the kubelet's shutdown, node deleted). The operator starts a new attempt whose
 ``ACCEL_RESUME_FROM`` is the reported step, with the lost device-seconds in the status and an
 event; the second preemption moves the job to the on-demand pool.

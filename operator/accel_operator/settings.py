@@ -95,7 +95,7 @@ class OperatorSettings(BaseSettings):
         description="Every device of a multi-device job at ~0% this long while its pods run: a hung job.",
     )
     hung_utilization_percent: float = Field(default=1.0, ge=0, le=100, description="'~0%' for a hung job.")
-    # Early warnings (each off while unset): README, "Early warnings".
+    # Early warnings (each off while unset): docs/rescheduling.md, "Early warnings".
     sqs_queue_url: str = Field(
         default="",
         max_length=1024,
@@ -148,7 +148,7 @@ class OperatorSettings(BaseSettings):
         default="", max_length=64, description="TPU types per zone for `price.source: live` TPU pools; empty: off."
     )
     price_ttl_seconds: float = Field(default=300.0, gt=0, le=86_400, description="How long a live price is kept.")
-    # Spot recovery (README, "The checkpoint contract"): where S3 checkpoints are read, how long a
+    # Spot recovery (docs/concepts.md, "The checkpoint contract"): where S3 checkpoints are read, how long a
     # lookup may take, and the window after which a spot job falls back to on-demand pools.
     s3_endpoint_url: str | None = Field(
         default=None, max_length=256, description="S3 endpoint for checkpoint lookups; empty: AWS's own."

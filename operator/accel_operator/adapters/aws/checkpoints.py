@@ -1,6 +1,6 @@
 """The latest complete checkpoint under an ``s3://`` checkpoint URI, read with boto3.
 
-The convention (README, "The checkpoint contract"; pure choices in ``reconcile.checkpoints``):
+The convention (docs/concepts.md, "The checkpoint contract"; pure choices in ``reconcile.common.checkpoints``):
 checkpoint N is the prefix ``<uri>/step-<N>/``; the job writes its data objects there first and
 the empty marker ``<uri>/step-<N>/COMPLETE`` last. S3 has no rename, so the marker is what makes
 a checkpoint atomic: a writer killed mid-checkpoint leaves objects without a marker, and that

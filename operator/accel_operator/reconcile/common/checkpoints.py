@@ -1,6 +1,6 @@
 """Which checkpoint a new attempt resumes from: pure choices over what a store or the job reported.
 
-The layout (README, "The checkpoint contract"): checkpoint N lives under ``<uri>/step-<N>/``
+The layout (docs/concepts.md, "The checkpoint contract"): checkpoint N lives under ``<uri>/step-<N>/``
 (N in decimal, zero-padding allowed, compared as a number); its data is written first and the
 empty marker ``<uri>/step-<N>/COMPLETE`` last. Only a step whose marker exists is complete: a
 writer killed mid-write leaves data without a marker, and that step is never chosen. Among
