@@ -72,6 +72,14 @@ IDLE_MINUTES_MIN: Final = 5  # an idle-stop window: below the agent's sampling, 
 IDLE_MINUTES_MAX: Final = 43_200  # thirty days
 RESUME_TOKEN_LENGTH: Final = 63  # the accel.dev/resume annotation's value as the operator keeps it
 DEADLINE_SECONDS_MAX: Final = 365 * 86_400  # one year
+# The planning horizon: a placement expected to run longer than this is not schedulable (the
+# planner says so in a sentence, and the operator never admits it). As long as the longest
+# deadline a job may set; real training runs take days to a few months.
+PLANNING_HORIZON_SECONDS: Final = DEADLINE_SECONDS_MAX
+# Time arithmetic on an estimate (now + expected seconds) is clamped to this: datetime ends in
+# the year 9999, and an estimate may be up to STATUS_SECONDS_MAX (1e15 s), so an unclamped sum
+# raises OverflowError and would stop every scheduling pass.
+TIMEDELTA_SECONDS_MAX: Final = 100 * 365 * 86_400  # a century
 USD_MAX: Final = 1e9  # a job's maxCost or a team's budget per period
 PRICE_MAX: Final = 1000.0  # USD per device-hour; list prices are $0.2-$15
 PREEMPTION_RATE_MAX: Final = 60.0  # per node-hour: one a minute is already useless capacity

@@ -5,6 +5,7 @@ import datetime as dt
 import re
 from typing import Final
 
+from accel_api.bounds import TIMEDELTA_SECONDS_MAX
 from accel_api.patterns import DURATION as DURATION_PATTERN
 
 _PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(d|h|m|s)")
@@ -47,3 +48,12 @@ def parse_time(text: str | None) -> dt.datetime | None:
         return parse_time_strict(text)
     except ValueError:
         return None
+
+
+def later(t: dt.datetime, seconds: float) -> dt.datetime:
+    """``t`` plus an estimate of ``seconds``, clamped to ``[0, bounds.TIMEDELTA_SECONDS_MAX]``
+    (NaN counts as the maximum): an absurd estimate never raises ``OverflowError``."""
+    s = float(seconds)
+    if not s <= TIMEDELTA_SECONDS_MAX:  # also NaN and +inf
+        s = TIMEDELTA_SECONDS_MAX
+    return t + dt.timedelta(seconds=max(0.0, s))

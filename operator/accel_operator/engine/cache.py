@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from accel_api.durations import parse_time
+from accel_api.durations import later, parse_time
 from accel_operator.reconcile.common import node_capacity
 from accel_operator.reconcile.common.policy_inputs import PolicyInputs
 from accel_operator.reconcile.common.reports import ReportView
@@ -60,7 +60,7 @@ def reservation(job: JobView, pods: Iterable[PodView], now: dt.datetime) -> Rese
     nodes_n = st.plan.nodes or 1
     bound = sum(1 for p in pods if p.attempt == st.attempt and p.node and not p.ended)
     start = parse_time(st.start_time) or parse_time(st.admitted_time) or now
-    end = start + dt.timedelta(seconds=st.plan.duration_seconds) if st.plan.duration_seconds else None
+    end = later(start, st.plan.duration_seconds) if st.plan.duration_seconds else None
     return Reservation(job.key, st.plan.pool, nodes_n, st.plan.devices // nodes_n, min(bound, nodes_n), end)
 
 

@@ -17,13 +17,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from accel_api.durations import later
 from accel_api.enums import JobPhase
 from accel_operator.engine.plans import Plans
 from accel_operator.planning.candidates import Plan
 from accel_operator.reconcile.common.decision import ADMITTED, Decision, PlanWrite
 from accel_operator.reconcile.common.snapshot import AT_REST, HOLDING, Gang, JobKey, JobView, Snapshot
 from accel_operator.reconcile.job import fallback, resume
-from accel_operator.reconcile.job.decide import decide
+from accel_operator.reconcile.job.decide import decide, failed
 from accel_operator.reconcile.job.status import holds, settle_status
 from accel_operator.reconcile.nodes import consolidate, health
 from accel_operator.settings import OperatorSettings
@@ -118,6 +119,9 @@ class Pass:
     phases: Mapping[str, int]  # jobs per phase after the pass (at rest ones counted as they are)
     queue: Mapping[str, int]  # waiting jobs per pool they block
     snapshot: Snapshot
+    # Jobs whose decision raised, with the error as text: each got a DecisionFailed condition and
+    # event instead, and the pass went on (one tenant's job never stops admission for everyone).
+    failed: tuple[tuple[JobKey, str], ...] = ()
 
     @property
     def decisions(self) -> list[tuple[JobView, Decision]]:
@@ -133,6 +137,14 @@ class _Tally:
     retry: set[JobKey] = field(default_factory=set)
     moves: list[health.MoveReason] = field(default_factory=list)
     stages: list[consolidate.Stage] = field(default_factory=list)
+    failed: list[tuple[JobKey, str]] = field(default_factory=list)
+
+    def saved(self) -> tuple[set[JobKey], set[JobKey], int, int, int]:
+        return set(self.acting), set(self.retry), len(self.writes), len(self.moves), len(self.stages)
+
+    def restore(self, saved: tuple[set[JobKey], set[JobKey], int, int, int]) -> None:
+        self.acting, self.retry, writes, moves, stages = saved
+        del self.writes[writes:], self.moves[moves:], self.stages[stages:]
 
     def write(self, job: JobView, decision: Decision, now: dt.datetime) -> None:
         w = settle(job, decision, now)
@@ -211,44 +223,53 @@ def schedule_pass(
             continue
         if not full and still_waits(job, snap, refused, plans):
             continue
-        if job.phase not in HOLDING and job.spec is not None:
-            plan = plans.plan(job, snap)
-            if plan is not None:
-                plan_of[job.key] = plan
-                snap = _with_plans(snap, plan_of)
-        decision = decide(
-            job,
-            snap,
-            now,
-            bind_timeout=rules.bind_timeout,
-            lookup=lookups.get(job.key),
-            rules=rules.spot,
-            cache=plans.cache,
-        )
-        if decision.phase is JobPhase.RUNNING:  # running, or starting to (health.amend says why)
-            decision, moved = health.amend(decision, job, snap, now, rules.health)
-            if moved is not None:
-                tally.moves.append(moved)
-            decision, stage = consolidate.carry(decision, job, snap, now, rules.consolidation)
-            if stage is not None:
-                tally.stages.append(stage)
-        elif decision.phase is JobPhase.PENDING:
-            decision, orders = consolidate.amend(decision, job, snap, now, rules.consolidation)
-            snap = _start_moves(job, orders, snap, now, rules.consolidation, tally=tally)
-        if decision.admitted is not None:
-            pool, gang = decision.admitted
-            end = now + dt.timedelta(seconds=_seconds(decision))
-            snap = snap.with_admission(job.key, pool, gang, end)
-        if decision.blocks is not None:
-            snap = snap.with_blocked(*decision.blocks)
-            queue[decision.blocks[0]] = queue.get(decision.blocks[0], 0) + 1
-            blocked_plan = snap.plans.get(job.key)
-            if blocked_plan is not None and decision.admitted is None:
-                refused.update(
-                    (pool, gang)
-                    for pool, gang in plans.shapes(job, blocked_plan)
-                    if pool in snap.capacity and not snap.capacity[pool].fits(gang)
-                )
+        # One job's failure is that job's alone: what it changed of the pass is rolled back, it
+        # gets a DecisionFailed condition and event, and the jobs behind it are decided as usual.
+        before = (snap, plan_of.copy(), set(refused), tally.saved())
+        try:
+            if job.phase not in HOLDING and job.spec is not None:
+                plan = plans.plan(job, snap)
+                if plan is not None:
+                    plan_of[job.key] = plan
+                    snap = _with_plans(snap, plan_of)
+            decision = decide(
+                job,
+                snap,
+                now,
+                bind_timeout=rules.bind_timeout,
+                lookup=lookups.get(job.key),
+                rules=rules.spot,
+                cache=plans.cache,
+            )
+            if decision.phase is JobPhase.RUNNING:  # running, or starting to (health.amend says why)
+                decision, moved = health.amend(decision, job, snap, now, rules.health)
+                if moved is not None:
+                    tally.moves.append(moved)
+                decision, stage = consolidate.carry(decision, job, snap, now, rules.consolidation)
+                if stage is not None:
+                    tally.stages.append(stage)
+            elif decision.phase is JobPhase.PENDING:
+                decision, orders = consolidate.amend(decision, job, snap, now, rules.consolidation)
+                snap = _start_moves(job, orders, snap, now, rules.consolidation, tally=tally)
+            if decision.admitted is not None:
+                pool, gang = decision.admitted
+                end = later(now, _seconds(decision))
+                snap = snap.with_admission(job.key, pool, gang, end)
+            if decision.blocks is not None:
+                snap = snap.with_blocked(*decision.blocks)
+                queue[decision.blocks[0]] = queue.get(decision.blocks[0], 0) + 1
+                blocked_plan = snap.plans.get(job.key)
+                if blocked_plan is not None and decision.admitted is None:
+                    refused.update(
+                        (pool, gang)
+                        for pool, gang in plans.shapes(job, blocked_plan)
+                        if pool in snap.capacity and not snap.capacity[pool].fits(gang)
+                    )
+        except Exception as exc:  # noqa: BLE001 - isolated to this job, reported in Pass.failed
+            snap, plan_of, refused, saved = before
+            tally.restore(saved)
+            tally.failed.append((job.key, f"{type(exc).__name__}: {exc}"))
+            decision = failed(job, exc)
         phases[decision.phase.value] = phases.get(decision.phase.value, 0) + 1
         tally.write(job, decision, now)
     return Pass(
@@ -259,6 +280,7 @@ def schedule_pass(
         phases=phases,
         queue=queue,
         snapshot=snap,
+        failed=tuple(tally.failed),
     )
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import InitVar, dataclass, field
 from typing import Any, TypeVar
@@ -44,6 +45,9 @@ from accel_operator.reconcile.nodes import consolidate, health
 from accel_operator.settings import OperatorSettings
 
 T = TypeVar("T")
+
+
+log = logging.getLogger("accel_operator.scheduler")
 
 
 @dataclass
@@ -266,6 +270,9 @@ class Scheduler:
             full=full,
         )
         marks.dirty |= result.retry
+        for key, error in result.failed:
+            self.metrics.reconcile_errors.labels("decide").inc()
+            log.error("deciding job %s/%s failed (the pass went on without it): %s", key[0], key[1], error[:1000])
         for moved in result.moves:
             self.metrics.moves.labels(moved.value).inc()
         for stage in result.stages:

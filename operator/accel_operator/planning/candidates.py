@@ -27,6 +27,7 @@ TIE = 0.005
 # Checks a candidate can fail, as bits of Candidate.failed.
 MIN_DEVICES, MAX_DEVICES, MAX_NODES, LAYOUT = 1, 2, 4, 8
 MEMORY, DEADLINE, MAX_COST, PREEMPTIONS = 16, 32, 64, 128
+HORIZON = 256  # expected to run longer than bounds.PLANNING_HORIZON_SECONDS
 
 
 @dataclass(frozen=True, slots=True)

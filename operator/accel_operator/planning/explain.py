@@ -9,12 +9,32 @@ from __future__ import annotations
 
 import math
 
+from accel_api import bounds
 from accel_api.enums import CapacityType
 from accel_operator.planning import candidates as cand
 from accel_operator.planning.candidates import Candidate, JobTerms, Plan
 from accel_operator.planning.layout import Layout
 
 GB = 1e9
+
+
+# Above this a figure in a sentence is written in engineering notation (``5.19e15``), not as a
+# run of digits nobody reads.
+ENGINEERING_ABOVE = 1e6
+
+
+def eng(x: float, small: str = ",.0f") -> str:
+    """``x`` formatted with ``small`` up to ``ENGINEERING_ABOVE``, else in engineering notation
+    (three significant digits, an exponent that is a multiple of 3)."""
+    if not math.isfinite(x) or abs(x) < ENGINEERING_ABOVE:
+        return format(x, small)
+    exponent = 3 * math.floor(math.log10(abs(x)) / 3)
+    mantissa = x / 10**exponent
+    if abs(round(mantissa, 3 - len(str(int(abs(mantissa)))))) >= 1000:  # 999.96e6 rounds to 1.00e9
+        exponent += 3
+        mantissa /= 1000
+    digits = max(0, 3 - len(str(int(abs(mantissa)))))
+    return f"{mantissa:.{digits}f}e{exponent}"
 
 
 def duration(seconds: float) -> str:
@@ -24,13 +44,13 @@ def duration(seconds: float) -> str:
         return f"{seconds:.0f}s"
     if seconds < 2 * 3600:
         return f"{seconds / 60:.0f}m"
-    return f"{seconds / 3600:.1f}h"
+    return f"{eng(seconds / 3600, '.1f')}h"
 
 
 def money(x: float) -> str:
     if not math.isfinite(x):
         return "unbounded"
-    return f"${x:,.0f}" if x >= 100 else f"${x:,.2f}"
+    return f"${eng(x)}" if x >= 100 else f"${x:,.2f}"
 
 
 def failed_checks(c: Candidate) -> list[str]:
@@ -60,8 +80,14 @@ def failed_checks(c: Candidate) -> list[str]:
         if f & cand.MAX_COST and job.max_cost is not None:
             out.append(f"costs {money(ce.expected_usd)} > maxCost {money(job.max_cost)}")
         if f & cand.PREEMPTIONS:
-            shown = f"{ce.preemptions:.1f}" if math.isfinite(ce.preemptions) else "unbounded"
+            shown = eng(ce.preemptions, ".1f") if math.isfinite(ce.preemptions) else "unbounded"
             out.append(f"expects {shown} preemptions > spot.maxPreemptions {job.max_preemptions}")
+        if f & cand.HORIZON:
+            out.append(
+                f"takes {duration(ce.expected_seconds)}, beyond the planning horizon of "
+                f"{bounds.PLANNING_HORIZON_SECONDS / 86_400:.0f} days: process fewer tokens (workload.tokens) "
+                "or allow more devices (placement.maxDevices)"
+            )
     return out
 
 

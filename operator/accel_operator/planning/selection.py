@@ -17,6 +17,7 @@ import operator
 from collections.abc import Sequence
 from typing import NamedTuple, TypeVar
 
+from accel_api import bounds
 from accel_api.catalog import Accelerator, Catalog
 from accel_api.enums import AcceleratorKind, CapacityType, Framework, Objective, Precision, Provider, SpotPolicy
 from accel_api.job import AcceleratorJobSpec
@@ -362,6 +363,8 @@ def _candidates(
                 late |= cand.MAX_COST
             if spot and c.preemptions > max_preemptions:
                 late |= cand.PREEMPTIONS
+            if not c.expected_seconds <= bounds.PLANNING_HORIZON_SECONDS:  # NaN and inf too
+                late |= cand.HORIZON
             # explain.objective, with the spot preference the ranking applies.
             primary, secondary = (
                 (c.expected_seconds, c.expected_usd) if by_time else (c.expected_usd, c.expected_seconds)

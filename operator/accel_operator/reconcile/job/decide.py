@@ -30,7 +30,7 @@ from dataclasses import replace
 
 from accel_api import bounds
 from accel_api import vocabulary as v
-from accel_api.durations import parse_time
+from accel_api.durations import later, parse_time
 from accel_api.durations import stamp as _ts
 from accel_api.enums import FailureKind, JobPhase
 from accel_api.job import AttemptFailure, HealthStatus, SpotStatus
@@ -144,7 +144,7 @@ def _may_use(snapshot: Snapshot, job: JobView, c: Candidate, now: dt.datetime) -
         )
     blocked = snapshot.blocked.get(c.pool)
     if blocked is not None and blocked.job != job.key:
-        ends_in_time = blocked.shadow is not None and now + dt.timedelta(seconds=_duration(c)) <= blocked.shadow
+        ends_in_time = blocked.shadow is not None and later(now, _duration(c)) <= blocked.shadow
         if not ends_in_time and gang.devices > blocked.extra:
             return f"{c.pool} is held for {blocked.job[0]}/{blocked.job[1]}, which is ahead in the queue"
     return None
@@ -595,6 +595,28 @@ def _waiting_or_resuming(
             job, snapshot, _resuming(job, snapshot, now, lookup, cache)
         )
     return policy_gate.waiting(job, snapshot) or policy_gate.holding(job, snapshot, _waiting(job, snapshot, now, cache))
+
+
+DECISION_FAILED = "DecisionFailed"  # a condition type and an event reason
+# How much of an error's text a condition quotes (the rest is in the operator's log).
+ERROR_QUOTE = 300
+
+
+def failed(job: JobView, error: BaseException) -> Decision:
+    """What a job gets when deciding it raised: its phase and conditions as they are, plus a
+    ``DecisionFailed`` condition (and an event, once) naming the error, so the pass goes on for
+    every other job and a person sees why this one does not move."""
+    text = f"{type(error).__name__}: {error}"
+    text = text if len(text) <= ERROR_QUOTE else text[: ERROR_QUOTE - 1] + "…"
+    message = _clip(f"the operator could not decide this job ({text}); other jobs are not held up by it")
+    conds = tuple(c for c in _keep(job) if c.type != DECISION_FAILED)
+    phase = job.status.phase or JobPhase.PENDING
+    return Decision(
+        phase=phase,
+        conditions=(*conds, Cond(DECISION_FAILED, True, "DecisionFailed", message)),
+        actions=_event_if_new(job, phase, "DecisionFailed", "Warning", message),
+        reason=message,
+    )
 
 
 OVER_BUDGET = "OverBudget"
