@@ -12,6 +12,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
+from types import MappingProxyType
 from typing import Any, Final
 
 from pydantic import BaseModel
@@ -126,7 +127,7 @@ def _wire(name: str, value: object) -> Any:
 
 
 _NAMES: Final = tuple(f.name for f in fields(StatusPatch))
-_WIRE_NAMES: Final = {name: to_camel(name) for name in _NAMES}
+_WIRE_NAMES: Final = MappingProxyType({name: to_camel(name) for name in _NAMES})  # read-only
 NO_CHANGE: Final = StatusPatch()
 
 
