@@ -20,6 +20,7 @@ import datetime as dt
 import json
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from accel_api.costrollup import (
     ROLLUP_BUCKETS,
@@ -283,16 +284,19 @@ def _job_days(rows: Mapping[Row, ledger.Figures]) -> list[JobDay]:
     return [JobDay(day=d, pool=p, capacity_type=c, f=wire(f)) for (d, p, c), f in ordered]
 
 
+def _who(job: JobId) -> dict[str, Any]:
+    """The fields that name ``job`` in a summary or an open attempt (``JobFigures``)."""
+    return {
+        "uid": job.uid,
+        "namespace": job.namespace,
+        "name": job.name,
+        "team": job.team,
+        "forecast_usd": job.forecast_usd,
+    }
+
+
 def _summary(job: JobId, rows: Mapping[Row, ledger.Figures], gone: dt.datetime) -> JobSummary:
-    return JobSummary(
-        uid=job.uid,
-        namespace=job.namespace,
-        name=job.name,
-        team=job.team,
-        forecast_usd=job.forecast_usd,
-        deleted=ledger.fmt(gone),
-        days=_job_days(rows),
-    )
+    return JobSummary(**_who(job), deleted=ledger.fmt(gone), days=_job_days(rows))
 
 
 # --- open attempts ---------------------------------------------------------------------------------
@@ -308,18 +312,7 @@ def open_attempts(job: JobId, cost: CostStatus, pending: Collection[int], now: d
             continue
         ends = [ledger.parse(iv.end) for iv in entry.intervals]
         through = min(max(ends), now) if ends else now
-        out.append(
-            OpenAttempt(
-                uid=job.uid,
-                attempt=entry.attempt,
-                namespace=job.namespace,
-                name=job.name,
-                team=job.team,
-                forecast_usd=job.forecast_usd,
-                through=ledger.fmt(through),
-                days=_job_days(rows),
-            )
-        )
+        out.append(OpenAttempt(**_who(job), attempt=entry.attempt, through=ledger.fmt(through), days=_job_days(rows)))
     return out
 
 
