@@ -15,6 +15,7 @@ the buckets).
 
 from __future__ import annotations
 
+import json
 from typing import Annotated
 
 from pydantic import BeforeValidator, Field
@@ -34,6 +35,13 @@ ROLLUP_JOB_DAYS = 8  # days per job summary (older days merge into the first kep
 ROLLUP_PENDING = 4096  # job uids with folded attempts their status does not show yet
 ROLLUP_ATTEMPTS = 64  # attempts per pending uid
 ROLLUP_BYTES = 900 * 1024  # the JSON's size; a ConfigMap holds 1 MiB
+
+
+def stored_json(value: ApiModel) -> str:
+    """``value`` as the rollup's ConfigMaps store it: wire names, no nulls, no spaces (its size is
+    what the bounds above count)."""
+    return json.dumps(value.model_dump(by_alias=True, mode="json", exclude_none=True), separators=(",", ":"))
+
 
 # Seven figures in a fixed order (compact on the wire): spent, lost to preemption, idle,
 # on-demand equivalent (USD), device-seconds, lost device-seconds, idle device-seconds.

@@ -30,3 +30,10 @@ def parse_time(text: str | None) -> dt.datetime | None:
         return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
         return None
+
+
+def parse_utc(text: object) -> dt.datetime | None:
+    """A time from outside input (a cloud's event, an agent's report), or None when absent or
+    unreadable; one written without an offset is taken as UTC."""
+    t = parse_time(text) if isinstance(text, str) else None
+    return t if t is None or t.tzinfo is not None else t.replace(tzinfo=dt.UTC)

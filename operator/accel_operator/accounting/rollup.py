@@ -17,7 +17,6 @@ status after the rollup is written; once the status shows it, the pending key go
 from __future__ import annotations
 
 import datetime as dt
-import json
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -41,6 +40,7 @@ from accel_api.costrollup import (
     OpenAttempt,
     OpenShard,
     Pending,
+    stored_json,
 )
 from accel_api.enums import CapacityType
 from accel_api.job import AttemptCost, CostStatus
@@ -340,7 +340,7 @@ def vanished(entries: Iterable[OpenAttempt], existing: Collection[str], skip: Co
 
 
 def _json_size(model: OpenAttempt) -> int:
-    return len(json.dumps(model.model_dump(by_alias=True, mode="json", exclude_none=True), separators=(",", ":"))) + 1
+    return len(stored_json(model)) + 1
 
 
 def pack(entries: Iterable[OpenAttempt]) -> tuple[list[OpenShard], int]:
@@ -387,7 +387,7 @@ def prune(
 
 
 def size(rollup: CostRollup) -> int:
-    return len(json.dumps(rollup.model_dump(by_alias=True, mode="json", exclude_none=True), separators=(",", ":")))
+    return len(stored_json(rollup))
 
 
 def bound(rollup: CostRollup, now: dt.datetime) -> CostRollup:
@@ -465,7 +465,7 @@ def _coarsened(buckets: Sequence[Bucket], now: dt.datetime, keep_days: int = ROL
 
 
 def _item_size(item: Bucket | JobSummary) -> int:
-    return len(json.dumps(item.model_dump(by_alias=True, mode="json", exclude_none=True), separators=(",", ":"))) + 1
+    return len(stored_json(item)) + 1
 
 
 def _with(rollup: CostRollup, buckets: list[Bucket], moved: list[Bucket], jobs: list[JobSummary]) -> CostRollup:

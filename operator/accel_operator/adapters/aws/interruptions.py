@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Final, Protocol
 
+from accel_api import durations
 from accel_operator.adapters.aws.errors import CloudUnavailable
 
 
@@ -56,16 +57,6 @@ class Interruption:
     receipt: str = ""  # the SQS receipt handle: what ack deletes
 
 
-def _parse_time(text: object) -> dt.datetime | None:
-    if not isinstance(text, str):
-        return None
-    try:
-        t = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return t if t.tzinfo is not None else t.replace(tzinfo=dt.UTC)
-
-
 def parse_event(body: str | bytes, receipt: str = "") -> Interruption | None:
     """One queue message's body as an interruption, or None: not JSON, not an event we act on,
     or missing the instance id or a valid time."""
@@ -86,7 +77,7 @@ def parse_event(body: str | bytes, receipt: str = "") -> Interruption | None:
         return None
     if kind is InterruptionKind.STATE_CHANGE and detail.get("state") not in ACTED_ON_STATES:
         return None
-    time = _parse_time(event.get("time"))
+    time = durations.parse_utc(event.get("time"))
     if time is None:
         return None
     return Interruption(kind=kind, instance_id=instance_id, time=time, receipt=receipt)

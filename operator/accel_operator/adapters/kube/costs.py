@@ -10,9 +10,8 @@ told to fail next.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import urllib3
 from kubernetes import client
@@ -21,7 +20,7 @@ from pydantic import ValidationError
 
 from accel_api import registry
 from accel_api import vocabulary as v
-from accel_api.costrollup import CostRollup, OpenShard
+from accel_api.costrollup import CostRollup, OpenShard, stored_json
 from accel_operator.adapters.kube.client import ClusterUnavailable
 
 ROLLUP_KEY = "rollup.json"
@@ -41,32 +40,35 @@ class RollupUnreadable(ClusterUnavailable):
     """The rollup's ConfigMap holds something that is not a rollup: it is left as it is."""
 
 
+_M = TypeVar("_M", CostRollup, OpenShard)
+
+
+def _parse(model: type[_M], key: str, what: str, data: dict[str, str] | None) -> _M:
+    """The ``model`` stored under ``key`` of a ConfigMap's ``data`` (empty when there is none);
+    RollupUnreadable when it holds something else (``what`` says what it should be)."""
+    text = (data or {}).get(key)
+    if text is None:
+        return model()
+    try:
+        return model.model_validate_json(text)
+    except ValidationError as exc:
+        raise RollupUnreadable(f"{key} is not {what}: {str(exc)[:300]}") from exc
+
+
 def rollup_json(rollup: CostRollup) -> str:
-    return json.dumps(rollup.model_dump(by_alias=True, mode="json", exclude_none=True), separators=(",", ":"))
+    return stored_json(rollup)
 
 
 def parse_rollup(data: dict[str, str] | None) -> CostRollup:
-    text = (data or {}).get(ROLLUP_KEY)
-    if text is None:
-        return CostRollup()
-    try:
-        return CostRollup.model_validate_json(text)
-    except ValidationError as exc:
-        raise RollupUnreadable(f"{ROLLUP_KEY} is not a cost rollup: {str(exc)[:300]}") from exc
+    return _parse(CostRollup, ROLLUP_KEY, "a cost rollup", data)
 
 
 def open_json(shard: OpenShard) -> str:
-    return json.dumps(shard.model_dump(by_alias=True, mode="json", exclude_none=True), separators=(",", ":"))
+    return stored_json(shard)
 
 
 def parse_open(data: dict[str, str] | None) -> OpenShard:
-    text = (data or {}).get(OPEN_KEY)
-    if text is None:
-        return OpenShard()
-    try:
-        return OpenShard.model_validate_json(text)
-    except ValidationError as exc:
-        raise RollupUnreadable(f"{OPEN_KEY} is not a shard of open attempts: {str(exc)[:300]}") from exc
+    return _parse(OpenShard, OPEN_KEY, "a shard of open attempts", data)
 
 
 class CostWriter(Protocol):

@@ -6,24 +6,14 @@ that does not validate is treated as no report (so, after the timeout, as stale)
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Mapping
 from typing import Any
 
 from pydantic import ValidationError
 
+from accel_api import durations
 from accel_api.nodereport import AcceleratorNodeReportStatus, Device
 from accel_operator.reconcile.common.reports import DeviceReport, PodKey, ReportView
-
-
-def _time(text: str | None) -> dt.datetime | None:
-    if not text:
-        return None
-    try:
-        t = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return t if t.tzinfo is not None else t.replace(tzinfo=dt.UTC)
 
 
 def _device(d: Device) -> DeviceReport:
@@ -54,6 +44,6 @@ def report_view(body: Mapping[str, Any]) -> ReportView | None:
         return None
     return ReportView(
         node=node,
-        heartbeat=_time(status.heartbeat_time or status.sample_time),
+        heartbeat=durations.parse_utc(status.heartbeat_time or status.sample_time),
         devices=tuple(_device(d) for d in status.devices),
     )
