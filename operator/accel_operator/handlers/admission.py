@@ -128,15 +128,12 @@ def webhook_server(settings: OperatorSettings, api: Callable[[], Any] | None = N
         key_dir = Path(tempfile.mkdtemp(prefix="accel-webhook-"))
         cert_file, key_file = tls.write_pair(pair, key_dir)
         files = {"certfile": cert_file, "pkeyfile": key_file, "cadata": pair.bundle, "key_dir": key_dir}
+    listen = {"addr": settings.webhook_address, "port": settings.webhook_port, **files}
     if host:
-        return UrlWebhookServer(addr=settings.webhook_address, host=host, port=settings.webhook_port, **files)
+        return UrlWebhookServer(host=host, **listen)
+    service = settings.webhook_service
     return ServiceWebhookServer(
-        addr=settings.webhook_address,
-        port=settings.webhook_port,
-        service=settings.webhook_service,
-        namespace=settings.webhook_namespace,
-        service_port=settings.webhook_service_port,
-        **files,
+        service=service, namespace=settings.webhook_namespace, service_port=settings.webhook_service_port, **listen
     )
 
 
