@@ -35,7 +35,7 @@ from accel_operator.adapters.kube.workloads import KubeWorkloadClient, WorkloadS
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from bench.scale import cpu_seconds  # noqa: E402
+from bench.kwok_world import cpu_seconds  # noqa: E402
 from tests.support.jobs import job_doc, pool_doc  # noqa: E402
 
 

@@ -36,18 +36,18 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from kubernetes import client, config, watch
+from kubernetes import client, config
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.scale import cleanup, cpu_seconds, job_doc, make_pools, pct, pool_doc, wait_ready  # noqa: E402
+from bench import kwok_world  # noqa: E402
+from bench.kwok_world import cleanup, cpu_seconds, job_doc, make_pools, pct, pool_doc, wait_ready  # noqa: E402
 
 from accel_api import catalog  # noqa: E402
 from accel_api import vocabulary as v  # noqa: E402
 from accel_api.job import AcceleratorJobSpec  # noqa: E402
 from accel_api.pool import AcceleratorPoolSpec  # noqa: E402
-from accel_localcluster import default_cluster, kubeapi  # noqa: E402
 from accel_operator.adapters.kube import workloads  # noqa: E402
 
 
@@ -75,28 +75,17 @@ def job_body(namespace: str, name: str, pool: str, per_pool: int, devices: int) 
     return body
 
 
-class PodWatch:
+class PodWatch(kwok_world.NamespaceWatch):
     """Records when each Job's first pod (by the job label) is first seen Running."""
 
     def __init__(self, api: client.ApiClient, namespace: str) -> None:
-        self.core = client.CoreV1Api(api)
-        self.namespace = namespace
+        super().__init__(client.CoreV1Api(api).list_namespaced_pod, namespace, thread="pods")
         self.running: dict[str, float] = {}
         self.made: dict[str, float] = {}  # job -> its pod first seen (the Job controller made it)
         self.bound: dict[str, float] = {}  # job -> its pod first seen bound (the scheduler)
         self.lock = threading.Condition()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="pods", daemon=True)
-        self.errors = 0
 
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(15)
-
-    def _record(self, pod: Any, now: float) -> None:
+    def record(self, pod: Any, now: float, event: str) -> None:
         job = (pod.metadata.labels or {}).get(v.LABEL_JOB)
         if not job:
             return
@@ -108,35 +97,6 @@ class PodWatch:
                 if job not in self.running:
                     self.running[job] = now
                     self.lock.notify_all()
-
-    def _loop(self) -> None:
-        rv: str | None = None
-        while not self._stop.is_set():
-            try:
-                if rv is None:
-                    listed = self.core.list_namespaced_pod(self.namespace)
-                    now = time.monotonic()
-                    for pod in listed.items:
-                        self._record(pod, now)
-                    rv = listed.metadata.resource_version
-                w = watch.Watch()
-                for event in w.stream(
-                    self.core.list_namespaced_pod, self.namespace, resource_version=rv, timeout_seconds=5
-                ):
-                    now = time.monotonic()
-                    rv = event["object"].metadata.resource_version
-                    self._record(event["object"], now)
-                    if self._stop.is_set():
-                        w.stop()
-                        break
-            except client.ApiException as exc:
-                self.errors += 1
-                if exc.status == 410:
-                    rv = None
-                time.sleep(0.2)
-            except Exception:  # noqa: BLE001 - a dropped connection: watch again
-                self.errors += 1
-                time.sleep(0.2)
 
     def wait(self, want: int, timeout: float) -> int:
         end = time.monotonic() + timeout
@@ -170,26 +130,13 @@ def create_all(kubeconfig: Path, bodies: list[dict[str, Any]], clients: int) -> 
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    cluster = default_cluster()
-    started_cluster = not cluster.healthy()
-    if started_cluster:
-        print("starting the local control plane ...", flush=True)
-        cluster.up(timeout=300)
-    kubeconfig = cluster.kubeconfig
-
-    def api_factory() -> client.ApiClient:
-        api = config.new_client_from_config(config_file=str(kubeconfig))
-        api.configuration.connection_pool_maxsize = 8
-        return api
-
-    api = api_factory()
-    core = client.CoreV1Api(api)
-    kubeapi.install_crds(api, ROOT / "crds")
+    world = kwok_world.start()
+    cluster, kubeconfig, api, core = world.cluster, world.kubeconfig, world.api, world.core
+    api_factory = world.new_api
     per_pool = args.nodes // args.pools
     pools = [f"ceil-{i}" for i in range(args.pools)]
     jobs = min(args.jobs, per_pool * args.pools * args.devices_per_node)
-    namespace = f"ceiling-{uuid.uuid4().hex[:6]}"
-    kubeapi.ensure_namespace(api, namespace)
+    namespace = world.new_namespace("ceiling")
     out: dict[str, Any] = {"nodes": per_pool * args.pools, "pools": args.pools, "jobs": jobs, "clients": args.clients}
     try:
         made = make_pools(api_factory, pools, per_pool, args.devices_per_node, args.node_threads)
@@ -246,7 +193,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             }
         )
     finally:
-        cleanup(api, core, namespace, pools, stop_cluster=started_cluster and not args.keep_cluster)
+        cleanup(api, core, namespace, pools, stop_cluster=world.started and not args.keep_cluster)
     return out
 
 

@@ -64,106 +64,16 @@ from pathlib import Path
 from typing import Any
 
 import urllib3
-from kubernetes import client, config, watch
+from kubernetes import client
 
 from accel_api import registry
 from accel_api import vocabulary as v
-from accel_api.pool import AcceleratorPoolSpec
-from accel_localcluster import default_cluster, kubeapi, nodes, preempt
 
 ROOT = Path(__file__).resolve().parents[1]
-JOB_SPEC: dict[str, Any] = {
-    "team": "bench",
-    "image": "bench/trainer:1",
-    "command": ["python", "-m", "trainer"],
-    "model": {
-        "name": "tinyllama-1.1b",
-        "architecture": {
-            "layers": 22,
-            "hidden": 2048,
-            "heads": 32,
-            "kvHeads": 4,
-            "intermediate": 5632,
-            "vocab": 32000,
-            "mlp": "swiglu",
-        },
-    },
-    "workload": {
-        "mode": "training",
-        "precision": "amp-bf16",
-        "optimizer": "adamw",
-        "microBatch": 4,
-        "seqLen": 2048,
-        "tokens": 200_000_000,
-    },
-    "objective": "cost",
-    "spot": {"policy": "never"},
-}
+sys.path.insert(0, str(ROOT))
 
-
-# --- set-up -----------------------------------------------------------------------------------
-
-
-def pool_doc(name: str, node_count: int, devices_per_node: int) -> dict[str, Any]:
-    return {
-        "apiVersion": v.API_VERSION,
-        "kind": "AcceleratorPool",
-        "metadata": {"name": name, "labels": {"accel.dev/bench": "scale"}},
-        "spec": {
-            "provider": "aws",
-            "accelerator": "h100-80gb",
-            "devicesPerNode": devices_per_node,
-            "maxNodes": node_count,
-            "tolerations": [{"key": v.TAINT_GPU, "operator": "Exists", "effect": "NoSchedule"}],
-        },
-    }
-
-
-def job_doc(namespace: str, name: str, pool: str) -> dict[str, Any]:
-    spec = {**JOB_SPEC, "placement": {"acceleratorKinds": ["gpu"], "pools": [pool], "minDevices": 1, "maxDevices": 1}}
-    return {
-        "apiVersion": v.API_VERSION,
-        "kind": "AcceleratorJob",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": spec,
-    }
-
-
-def make_pools(
-    api_factory: Callable[[], client.ApiClient], pools: list[str], per_pool: int, devices: int, threads: int
-) -> list[str]:
-    """The pools and their KWOK nodes; nodes are created from ``threads`` threads."""
-    api = api_factory()
-    manifests: list[dict[str, Any]] = []
-    for name in pools:
-        doc = pool_doc(name, per_pool, devices)
-        kubeapi.apply(api, doc)
-        manifests += nodes.node_manifests(name, AcceleratorPoolSpec.model_validate(doc["spec"]), per_pool)
-    local = threading.local()
-
-    def create(m: dict[str, Any]) -> str:
-        if not hasattr(local, "core"):
-            local.core = client.CoreV1Api(api_factory())
-        return nodes.ensure_nodes(local.core, [m])[0]
-
-    with ThreadPoolExecutor(threads) as pool:
-        return list(pool.map(create, manifests))
-
-
-def wait_ready(core: client.CoreV1Api, names: set[str], timeout: float) -> float:
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < timeout:
-        ready = set()
-        for n in core.list_node(label_selector="type=kwok").items:
-            if n.metadata.name in names and any(
-                c.type == "Ready" and c.status == "True" for c in (n.status.conditions or [])
-            ):
-                ready.add(n.metadata.name)
-        if ready >= names:
-            return time.monotonic() - t0
-        time.sleep(1.0)
-    raise TimeoutError(f"only some of {len(names)} nodes became Ready in {timeout:.0f}s")
-
+from bench import kwok_world  # noqa: E402
+from bench.kwok_world import cleanup, cpu_seconds, job_doc, make_pools, pct, wait_ready  # noqa: E402
 
 # --- the operator, its RSS and its metrics ----------------------------------------------------
 
@@ -257,17 +167,6 @@ def operator_process(
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(10)
-
-
-def cpu_seconds(pid: int | None) -> float:
-    """User + system CPU seconds of ``pid`` so far (NaN when it is gone)."""
-    if pid is None:
-        return math.nan
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    except OSError:
-        return math.nan
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def cores_used(pids: dict[str, int | None], window: float) -> float:
@@ -383,70 +282,24 @@ def wait_metrics(port: int, timeout: float) -> None:
 # --- watching workloads -----------------------------------------------------------------------
 
 
-class WorkloadWatch:
+class WorkloadWatch(kwok_world.NamespaceWatch):
     """Records when the first batch Job of each AcceleratorJob (by its job label) is seen."""
 
     def __init__(self, api: client.ApiClient, namespace: str) -> None:
-        self.batch = client.BatchV1Api(api)
-        self.namespace = namespace
+        selector = f"{v.LABEL_MANAGED_BY}={v.MANAGED_BY_VALUE}"
+        batch = client.BatchV1Api(api)
+        super().__init__(batch.list_namespaced_job, namespace, thread="watch", bookmarks=True, label_selector=selector)
         self.seen: dict[str, float] = {}  # job name -> monotonic arrival
         self.lock = threading.Lock()
         self.changed = threading.Condition(self.lock)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="watch", daemon=True)
-        self.errors = 0
 
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(15)
-
-    def _record(self, obj: Any, now: float) -> None:
+    def record(self, obj: Any, now: float, event: str) -> None:
         job = (obj.metadata.labels or {}).get(v.LABEL_JOB)
-        if job:
+        if job and event == "ADDED":
             with self.lock:
                 if job not in self.seen:
                     self.seen[job] = now
                     self.changed.notify_all()
-
-    def _loop(self) -> None:
-        selector = f"{v.LABEL_MANAGED_BY}={v.MANAGED_BY_VALUE}"
-        rv: str | None = None
-        while not self._stop.is_set():
-            try:
-                if rv is None:
-                    listed = self.batch.list_namespaced_job(self.namespace, label_selector=selector)
-                    now = time.monotonic()
-                    for obj in listed.items:
-                        self._record(obj, now)
-                    rv = listed.metadata.resource_version
-                w = watch.Watch()
-                for event in w.stream(
-                    self.batch.list_namespaced_job,
-                    self.namespace,
-                    label_selector=selector,
-                    resource_version=rv,
-                    timeout_seconds=5,
-                    allow_watch_bookmarks=True,
-                ):
-                    now = time.monotonic()
-                    obj = event["object"]
-                    rv = obj.metadata.resource_version
-                    if event["type"] == "ADDED":
-                        self._record(obj, now)
-                    if self._stop.is_set():
-                        w.stop()
-                        break
-            except client.ApiException as exc:
-                self.errors += 1
-                if exc.status == 410:
-                    rv = None  # expired: list again (arrival times of missed ones are later than real)
-                time.sleep(0.2)
-            except Exception:  # noqa: BLE001 - a dropped connection: watch again
-                self.errors += 1
-                time.sleep(0.2)
 
     def wait_count(self, names: set[str], want: int, timeout: float, alive: Callable[[], bool]) -> int:
         end = time.monotonic() + timeout
@@ -525,14 +378,6 @@ def fixed_rate(creator: Creator, docs: list[dict[str, Any]], rate: float) -> flo
 # --- figures ----------------------------------------------------------------------------------
 
 
-def pct(values: list[float], p: float) -> float:
-    if not values:
-        return math.nan
-    s = sorted(values)
-    k = max(0, min(len(s) - 1, math.ceil(p / 100 * len(s)) - 1))
-    return s[k]
-
-
 def latencies(names: list[str], creator: Creator, seen: WorkloadWatch) -> list[float]:
     out = []
     for n in names:
@@ -587,27 +432,14 @@ def split_pools(args: argparse.Namespace) -> tuple[list[str], list[str], int, in
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    cluster = default_cluster()
-    started = not cluster.healthy()
-    if started:
-        print("starting the local control plane ...", flush=True)
-        cluster.up(timeout=300)
-    kubeconfig = cluster.kubeconfig
-
-    def api_factory() -> client.ApiClient:
-        api = config.new_client_from_config(config_file=str(kubeconfig))
-        api.configuration.connection_pool_maxsize = 8
-        return api
-
-    api = api_factory()
-    core = client.CoreV1Api(api)
-    kubeapi.install_crds(api, ROOT / "crds")
+    world = kwok_world.start()
+    cluster, started, kubeconfig, api, core = world.cluster, world.started, world.kubeconfig, world.api, world.core
+    api_factory = world.new_api
     burst_pools, rate_pools, per_pool, rate_jobs = split_pools(args)
     burst_jobs = args.jobs - rate_jobs
     if burst_jobs < 1:
         raise SystemExit("--jobs must exceed rate × rate-seconds")
-    namespace = f"scalebench-{uuid.uuid4().hex[:6]}"
-    kubeapi.ensure_namespace(api, namespace)
+    namespace = world.new_namespace("scalebench")
     out: dict[str, Any] = {
         "nodes": per_pool * args.pools,
         "pools": args.pools,
@@ -758,55 +590,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             print(f"clean-up failed ({type(exc).__name__}: {str(exc)[:200]}); remove namespace {namespace} by hand")
             out["cleanup_error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
     return out
-
-
-def cleanup(
-    api: client.ApiClient, core: client.CoreV1Api, namespace: str, pools: list[str], *, stop_cluster: bool
-) -> None:
-    if stop_cluster:
-        print("stopping the local control plane ...", flush=True)
-        default_cluster().down()
-        return
-    print("removing the benchmark's namespace, nodes and pools ...", flush=True)
-    with kubeapi.ignoring(404):
-        core.delete_namespace(namespace, propagation_policy="Background", grace_period_seconds=0)
-    release_pods(core, namespace)
-    custom = client.CustomObjectsApi(api)
-    for pool in pools:
-        for n in core.list_node(label_selector=f"{v.LABEL_POOL}={pool}").items:
-            preempt.delete_node(core, n.metadata.name)
-        with kubeapi.ignoring(404):
-            custom.delete_cluster_custom_object(v.GROUP, v.VERSION, registry.POOL.plural, pool)
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < 180:
-        try:
-            core.read_namespace(namespace)
-        except client.ApiException as exc:
-            if exc.status == 404:
-                return
-            raise
-        time.sleep(2.0)
-    print(f"namespace {namespace} is still terminating after 180 s", flush=True)
-
-
-def release_pods(core: client.CoreV1Api, namespace: str, threads: int = 8) -> None:
-    """Delete the namespace's pods now: drop the Job controller's tracking finalizer, which a pod
-    whose Job and node are gone may keep for minutes, then delete them without grace."""
-    with kubeapi.ignoring(404):
-        # The answer lists every deleted pod (tens of MB at full size): read and dropped unparsed.
-        resp = core.delete_collection_namespaced_pod(
-            namespace, grace_period_seconds=0, _preload_content=False, _request_timeout=600
-        )
-        resp.read()
-    with kubeapi.ignoring(404):
-        pods = [p.metadata.name for p in core.list_namespaced_pod(namespace).items if p.metadata.finalizers]
-
-    def release(name: str) -> None:
-        with kubeapi.ignoring(404):
-            core.patch_namespaced_pod(name, namespace, {"metadata": {"finalizers": None}})
-
-    with ThreadPoolExecutor(threads) as pool:
-        list(pool.map(release, pods))
 
 
 def table(out: dict[str, Any]) -> str:

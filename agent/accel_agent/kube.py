@@ -113,23 +113,22 @@ def quantity(value: Any) -> int:
         return 0
 
 
-def allocatable(node: dict[str, Any], resource: str) -> int:
-    status = node.get("status") or {}
-    for key in ("allocatable", "capacity"):
-        amount = (status.get(key) or {}).get(resource)
+def _first_quantity(lists: dict[str, Any], keys: tuple[str, str], resource: str) -> int:
+    """``resource``'s quantity in the first of the ``keys`` lists of ``lists`` that names it (0: none)."""
+    for key in keys:
+        amount = (lists.get(key) or {}).get(resource)
         if amount is not None:
             return quantity(amount)
     return 0
+
+
+def allocatable(node: dict[str, Any], resource: str) -> int:
+    return _first_quantity(node.get("status") or {}, ("allocatable", "capacity"), resource)
 
 
 def container_request(container: dict[str, Any], resource: str) -> int:
     # Extended resources must have limits == requests; either may be written.
-    resources = container.get("resources") or {}
-    for key in ("limits", "requests"):
-        amount = (resources.get(key) or {}).get(resource)
-        if amount is not None:
-            return quantity(amount)
-    return 0
+    return _first_quantity(container.get("resources") or {}, ("limits", "requests"), resource)
 
 
 def active(pods: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -188,38 +188,37 @@ def _str(value: int | bytes) -> str:
     return value.decode() if isinstance(value, bytes) else ""
 
 
+def _message(data: bytes, *, repeated: int) -> tuple[dict[int, str], list[int | bytes]]:
+    """One message's string fields by number (the last of a number wins) and the values of its
+    repeated field ``repeated``."""
+    strings: dict[int, str] = {}
+    items: list[int | bytes] = []
+    for number, value in _fields(data):
+        if number == repeated:
+            items.append(value)
+        else:
+            strings[number] = _str(value)
+    return strings, items
+
+
+def _embedded(items: list[int | bytes]) -> list[bytes]:
+    return [i for i in items if isinstance(i, bytes)]
+
+
 def decode_list_response(data: bytes) -> list[Allocation]:
     """Decode ``v1.ListPodResourcesResponse`` (k8s.io/kubelet/pkg/apis/podresources/v1)."""
     out: list[Allocation] = []
     for number, pod_raw in _fields(data):
         if number != 1 or not isinstance(pod_raw, bytes):  # repeated PodResources pod_resources = 1
             continue
-        name = namespace = ""
-        containers: list[bytes] = []
-        for f, v in _fields(pod_raw):
-            if f == 1:
-                name = _str(v)
-            elif f == 2:
-                namespace = _str(v)
-            elif f == 3 and isinstance(v, bytes):
-                containers.append(v)
-        for c_raw in containers:  # ContainerResources: name = 1, devices = 2
-            cname = ""
-            devices: list[bytes] = []
-            for f, v in _fields(c_raw):
-                if f == 1:
-                    cname = _str(v)
-                elif f == 2 and isinstance(v, bytes):
-                    devices.append(v)
-            for d_raw in devices:  # ContainerDevices: resource_name = 1, device_ids = 2
-                resource = ""
-                ids: list[str] = []
-                for f, v in _fields(d_raw):
-                    if f == 1:
-                        resource = _str(v)
-                    elif f == 2:
-                        ids.append(_str(v))
-                out.append(Allocation(namespace, name, cname, resource, tuple(ids)))
+        pod, containers = _message(pod_raw, repeated=3)  # name = 1, namespace = 2, containers = 3
+        for c_raw in _embedded(containers):
+            container, devices = _message(c_raw, repeated=2)  # ContainerResources: name = 1, devices = 2
+            for d_raw in _embedded(devices):
+                # ContainerDevices: resource_name = 1, device_ids = 2
+                device, ids = _message(d_raw, repeated=2)
+                name, namespace, cname = pod.get(1, ""), pod.get(2, ""), container.get(1, "")
+                out.append(Allocation(namespace, name, cname, device.get(1, ""), tuple(_str(i) for i in ids)))
     return out
 
 

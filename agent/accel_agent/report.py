@@ -10,12 +10,12 @@ beyond the thresholds, a health/process/device-set change, or a due heartbeat is
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from accel_agent import health
 from accel_agent.backends import DeviceSample, NodeSample
 from accel_api import vocabulary
-from accel_api.base import Condition, ObjectMeta
+from accel_api.base import ApiModel, Condition, ObjectMeta
 from accel_api.durations import stamp
 from accel_api.enums import AcceleratorKind
 from accel_api.nodereport import (
@@ -25,7 +25,6 @@ from accel_api.nodereport import (
     Device,
     DeviceProcess,
     MigInstance,
-    RemappedRows,
 )
 
 AGENT_VERSION: Final = "0.1.0"
@@ -47,50 +46,27 @@ class WriteDecision:
     reasons: tuple[str, ...]
 
 
+M = TypeVar("M", bound=ApiModel)
+
+
+def _as_read(model: type[M], sample: object, **judged: Any) -> M:
+    """``model`` (a report's part) from ``sample`` (the backend's read of it): every field of
+    ``model`` but the ``judged`` ones is the sample's field of the same name, as read, so the two
+    cannot drift apart unnoticed (a field the sample lacks is an AttributeError)."""
+    read = {name: getattr(sample, name) for name in model.model_fields if name not in judged}
+    return model(**read, **judged)
+
+
 def _device(d: DeviceSample, policy: health.HealthPolicy) -> Device:
     problems = health.device_problems(d, policy)
-    return Device(
-        index=d.index,
-        uuid=d.uuid,
-        name=d.name,
-        pci_bus_id=d.pci_bus_id,
-        memory_total_bytes=d.memory_total_bytes,
-        memory_used_bytes=d.memory_used_bytes,
-        utilization_gpu_percent=d.utilization_gpu_percent,
-        utilization_memory_percent=d.utilization_memory_percent,
-        power_watts=d.power_watts,
-        power_limit_watts=d.power_limit_watts,
-        temperature_celsius=d.temperature_celsius,
-        sm_clock_mhz=d.sm_clock_mhz,
+    return _as_read(
+        Device,
+        d,
         throttle_reasons=health.decode_throttle(d.throttle_mask),
-        ecc_uncorrected=d.ecc_uncorrected,
-        remapped_rows=(
-            None
-            if d.remapped_rows is None
-            else RemappedRows(
-                correctable=d.remapped_rows.correctable,
-                uncorrectable=d.remapped_rows.uncorrectable,
-                pending=d.remapped_rows.pending,
-                failed=d.remapped_rows.failed,
-            )
-        ),
-        mig_enabled=d.mig_enabled,
-        mig_instances=[
-            MigInstance(
-                gpu_instance_id=m.gpu_instance_id,
-                profile=m.profile,
-                memory_bytes=m.memory_bytes,
-                slices=m.slices,
-                in_use=health.mig_in_use(m, d),
-            )
-            for m in d.mig_instances
-        ],
-        processes=[DeviceProcess(pid=p.pid, used_memory_bytes=p.used_memory_bytes, pod=p.pod) for p in d.processes],
-        allocated_pods=list(d.allocated_pods),
-        xid_errors=list(d.xid_errors),
+        mig_instances=[_as_read(MigInstance, m, in_use=health.mig_in_use(m, d)) for m in d.mig_instances],
+        processes=[_as_read(DeviceProcess, p) for p in d.processes],
         healthy=not problems,
         problems=problems,
-        not_supported=list(d.not_supported),
     )
 
 

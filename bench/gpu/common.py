@@ -1,5 +1,6 @@
-"""What the GPU measurement scripts share: the model they build, the figures they read off the
-device, the environment they record, and the ``torchrun`` launches of the distributed ones.
+"""What the GPU measurement scripts share: the model they build, the training step they time, the
+figures they read off the device, the environment they record, and the ``torchrun`` ranks and
+launches (relaunched past a configuration that killed one) of the distributed ones.
 
 ``measure_training.py``, ``measure_distributed.py`` and ``measure_pipeline.py`` import this as
 ``bench.gpu.common`` (each puts the repository root on ``sys.path``, so ``python
@@ -9,6 +10,7 @@ bench/gpu/<script>.py`` still runs from anywhere). Like them it needs no ``torch
 
 from __future__ import annotations
 
+import datetime
 import gc
 import importlib
 import importlib.util
@@ -17,7 +19,9 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -124,6 +128,63 @@ def optimizer(torch: Any, name: str, params: Any) -> Any:
     return torch.optim.SGD(params, lr=1e-4, momentum=0.9)
 
 
+def for_training(model: Any, *, grad_ckpt: bool) -> None:
+    """``model`` in training mode, with HF's gradient checkpointing (``use_reentrant=False``) when
+    ``grad_ckpt``."""
+    model.train()
+    if grad_ckpt:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
+
+def train_step(torch: Any, model: Any, ids: Any, opt: Any, *, autocast: bool) -> Any:
+    """One training step on ``ids`` (its own labels): the forward (under bf16 autocast when
+    ``autocast``), the backward, the optimizer's step, the gradients dropped; the loss."""
+    if autocast:
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = model(input_ids=ids, labels=ids).loss
+    else:
+        loss = model(input_ids=ids, labels=ids).loss
+    loss.backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    return loss
+
+
+def timed_steps(
+    torch: Any, step: Callable[[], Any], steps: int, *, before: Callable[[int], None] | None = None
+) -> tuple[list[float], Any]:
+    """Wall seconds of each of ``steps`` calls of ``step``, each timed between two device
+    synchronisations (``before(i)`` runs ahead of the first), and what the last call returned."""
+    times: list[float] = []
+    result = None
+    for i in range(steps):
+        if before is not None:
+            before(i)
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        result = step()
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+    return times, result
+
+
+def static_after_init(torch: Any) -> int:
+    """The memory allocated once garbage is collected and the device idle, with the peaks reset
+    from here: what the model (wrapped) and its inputs hold before the first step."""
+    gc.collect()
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    return int(torch.cuda.memory_allocated())
+
+
+def peaks(torch: Any) -> dict[str, int]:
+    """The device's peak allocated and reserved memory since the last reset, as the rows name them."""
+    return {
+        "peak_alloc": int(torch.cuda.max_memory_allocated()),
+        "peak_reserved": int(torch.cuda.max_memory_reserved()),
+    }
+
+
 def release(torch: Any) -> None:
     """Give back what the last configuration left: collect, wait for the device, empty the cache."""
     gc.collect()
@@ -171,6 +232,12 @@ def environment(torch: Any, transformers: Any, *, distributed: bool | None = Non
 
 
 # --- rows and launches -----------------------------------------------------------------------------
+
+
+def print_configs(configs: Iterable[Any]) -> None:
+    """``--list``: each configuration's name and its other fields as JSON."""
+    for c in configs:
+        print(c.name, json.dumps({k: v for k, v in asdict(c).items() if k != "name"}))
 
 
 def append_row(out: Path, row: dict[str, Any]) -> None:
@@ -231,3 +298,63 @@ def torchrun(script: str, processes: int, *, out: Path, status_dir: Path, names:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
         return -1
+
+
+@dataclass(frozen=True)
+class Rank:
+    """One ``torchrun`` rank, set up: torch, transformers (quiet), ``torch.distributed`` with its
+    NCCL process group, and where this rank stands."""
+
+    torch: Any
+    transformers: Any
+    dist: Any
+    rank: int
+    world: int
+    local_rank: int
+
+
+def init_rank(pg_timeout_s: float) -> Rank:
+    """This process as a ``torchrun`` rank: its GPU chosen and an NCCL process group whose
+    collectives give up after ``pg_timeout_s`` (a rank stuck behind one that died)."""
+    torch = importlib.import_module("torch")
+    transformers = importlib.import_module("transformers")
+    dist = importlib.import_module("torch.distributed")
+    transformers.logging.set_verbosity_error()
+    rank = int(os.environ.get("RANK", "0"))
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    torch.cuda.set_device(local_rank)
+    dist.init_process_group(
+        "nccl", timeout=datetime.timedelta(seconds=pg_timeout_s), device_id=torch.device("cuda", local_rank)
+    )
+    return Rank(torch, transformers, dist, rank, world, local_rank)
+
+
+def relaunch(
+    pending: Sequence[Any],
+    *,
+    launch: Callable[[list[str]], int],
+    done: Callable[[], set[str]],
+    died: Callable[[Any, int], None],
+    gave_up: Callable[[list[Any]], None] | None = None,
+) -> int:
+    """``launch`` the ``pending`` configurations (by name) until each has a row (``done``): after a
+    launch that died, the configuration it was running (the first without a row) is handed to
+    ``died`` with the exit status and the rest are launched again; after three deaths ``gave_up``
+    hears what is left. 1 when a launch died, else 0."""
+    left = list(pending)
+    failures = 0
+    while left:
+        rc = launch([c.name for c in left])
+        finished = done()
+        left = [c for c in left if c.name not in finished]
+        if rc == 0 or not left:
+            break
+        failures += 1
+        if failures >= 3:
+            if gave_up is not None:
+                gave_up(left)
+            break
+        died(left[0], rc)
+        left = left[1:]
+    return 1 if failures else 0

@@ -42,12 +42,9 @@ Needs ``torch`` and ``transformers`` on the GPU machine only; ``--list`` needs n
 from __future__ import annotations
 
 import argparse
-import datetime
-import gc
 import importlib
 import importlib.util
 import json
-import os
 import statistics
 import sys
 import tempfile
@@ -237,39 +234,24 @@ def _measure(c: Config, torch: Any, transformers: Any, rank: int, local_rank: in
     try:
         model = _build(c, torch, transformers)
         local["n_params"] = sum(p.numel() for p in model.parameters())
-        model.train()
-        if c.grad_ckpt:
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        common.for_training(model, grad_ckpt=c.grad_ckpt)
         phase = "wrap"
         model, how = _wrap(c, model, torch, local_rank)
         local |= how
         opt = common.optimizer(torch, c.optimizer, model.parameters())
         gen = torch.Generator(device="cuda").manual_seed(1000 + rank)
         ids = torch.randint(0, c.vocab, (c.micro_batch, c.seq), device="cuda", generator=gen)
-        gc.collect()
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-        local["static_after_init"] = int(torch.cuda.memory_allocated())
+        local["static_after_init"] = common.static_after_init(torch)
         autocast = c.precision == "amp_bf16" and c.sharding in ("ddp", "none")
-        times: list[float] = []
         phase = "steps"
-        for i in range(STEPS):
-            _status(status_dir, rank, {"config": c.name, "phase": f"step{i}"})
-            torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            if autocast:
-                with torch.autocast("cuda", dtype=torch.bfloat16):
-                    loss = model(input_ids=ids, labels=ids).loss
-            else:
-                loss = model(input_ids=ids, labels=ids).loss
-            loss.backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            torch.cuda.synchronize()
-            times.append(time.perf_counter() - t0)
+        times, loss = common.timed_steps(
+            torch,
+            lambda: common.train_step(torch, model, ids, opt, autocast=autocast),
+            STEPS,
+            before=lambda i: _status(status_dir, rank, {"config": c.name, "phase": f"step{i}"}),
+        )
         local |= {
-            "peak_alloc": int(torch.cuda.max_memory_allocated()),
-            "peak_reserved": int(torch.cuda.max_memory_reserved()),
+            **common.peaks(torch),
             "nvml_used_after": common.nvml_used(torch),
             "step_s": statistics.median(times[1:]),
             "loss": float(loss.detach().float().item()),
@@ -348,17 +330,8 @@ def _row(c: Config, ranks: list[dict[str, Any]], devices: int, env: dict[str, An
 
 def worker(names: list[str], out: Path, status_dir: Path) -> int:
     """One rank under torchrun: every configuration in ``names`` in turn; rank 0 appends the rows."""
-    torch = importlib.import_module("torch")
-    transformers = importlib.import_module("transformers")
-    dist = importlib.import_module("torch.distributed")
-    transformers.logging.set_verbosity_error()
-    rank = int(os.environ.get("RANK", "0"))
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    torch.cuda.set_device(local_rank)
-    dist.init_process_group(
-        "nccl", timeout=datetime.timedelta(seconds=PG_TIMEOUT_S), device_id=torch.device("cuda", local_rank)
-    )
+    r = common.init_rank(PG_TIMEOUT_S)
+    torch, transformers, dist, rank, world, local_rank = r.torch, r.transformers, r.dist, r.rank, r.world, r.local_rank
     env = common.environment(torch, transformers, distributed=world > 1)
     names_seen: list[Any] = [None] * world
     dist.all_gather_object(names_seen, env["gpu"])
@@ -401,23 +374,14 @@ def launch(configs: list[Config], devices: int, out: Path, launch_timeout_s: int
     out.parent.mkdir(parents=True, exist_ok=True)
     status_dir = status_root / f"status-{devices}"
     status_dir.mkdir(parents=True, exist_ok=True)
-    pending = [c for c in configs if c.name not in _done(out, devices)]
-    failures = 0
-    while pending:
+    script = str(Path(__file__).resolve())
+
+    def attempt(names: list[str]) -> int:
         for f in status_dir.glob("rank*.json"):
             f.unlink()
-        names = [c.name for c in pending]
-        script = str(Path(__file__).resolve())
-        rc = common.torchrun(script, devices, out=out, status_dir=status_dir, names=names, timeout_s=launch_timeout_s)
-        done = _done(out, devices)
-        left = [c for c in pending if c.name not in done]
-        if rc == 0 or not left:
-            break
-        failures += 1
-        if failures >= 3:
-            print(f"{devices}x: three launches died; giving up on {[c.name for c in left]}", flush=True)
-            break
-        broken = left[0]  # the configuration that was running when the launch died
+        return common.torchrun(script, devices, out=out, status_dir=status_dir, names=names, timeout_s=launch_timeout_s)
+
+    def died(broken: Config, rc: int) -> None:
         ranks = []
         for f in sorted(status_dir.glob("rank*.json")):
             ranks.append(json.loads(f.read_text(encoding="utf-8")))
@@ -432,8 +396,12 @@ def launch(configs: list[Config], devices: int, out: Path, launch_timeout_s: int
         }
         common.append_row(out, row)
         print(f"{devices}x {broken.name}: launch died ({rc}), recorded {'oom' if oom else 'error'}", flush=True)
-        pending = left[1:]
-    return 1 if failures else 0
+
+    def gave_up(left: list[Config]) -> None:
+        print(f"{devices}x: three launches died; giving up on {[c.name for c in left]}", flush=True)
+
+    pending = [c for c in configs if c.name not in _done(out, devices)]
+    return common.relaunch(pending, launch=attempt, done=lambda: _done(out, devices), died=died, gave_up=gave_up)
 
 
 def main(argv: list[str]) -> int:
@@ -452,8 +420,7 @@ def main(argv: list[str]) -> int:
         if unknown:
             parser.error(f"unknown configuration(s): {', '.join(unknown)}; see --list")
     if args.list:
-        for c in configs if args.only else CONFIGS:
-            print(c.name, json.dumps({k: v for k, v in asdict(c).items() if k != "name"}))
+        common.print_configs(configs if args.only else CONFIGS)
         return 0
     if args.out is None:
         parser.error("--out is required")

@@ -36,11 +36,9 @@ Needs ``torch`` and ``transformers`` on the GPU machine only; ``--list`` needs n
 from __future__ import annotations
 
 import argparse
-import datetime
 import gc
 import importlib
 import json
-import os
 import statistics
 import sys
 import tempfile
@@ -159,9 +157,7 @@ def _build(c: Config, torch: Any, transformers: Any, rank: int) -> tuple[Any, in
     n_params = sum(p.numel() for p in model.parameters())
     if c.precision == "bf16":
         model = model.to(torch.bfloat16)
-    model.train()
-    if c.grad_ckpt:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    common.for_training(model, grad_ckpt=c.grad_ckpt)
     split = -(-c.layers // STAGES)
     lo, hi = (0, split) if rank == 0 else (split, c.layers)
     stage = _stage_module(
@@ -179,7 +175,9 @@ def _measure(c: Config, torch: Any, transformers: Any, rank: int, dist: Any) -> 
     local: dict[str, Any] = {"oom": False}
     torch.manual_seed(0)
     phase = "build"
-    stage_mod = opt = sched = None
+    stage_mod: Any = None
+    opt: Any = None
+    sched: Any = None
     try:
         stage_mod, n_params = _build(c, torch, transformers, rank)
         local["n_params"] = n_params
@@ -196,29 +194,22 @@ def _measure(c: Config, torch: Any, transformers: Any, rank: int, dist: Any) -> 
         opt = torch.optim.AdamW(stage_mod.parameters(), lr=1e-4, fused=True)
         gen = torch.Generator(device="cuda").manual_seed(1000)  # the same ids on both stages
         ids = torch.randint(0, c.vocab, (c.micro_batch * c.grad_accum, c.seq), device="cuda", generator=gen)
-        gc.collect()
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-        local["static_after_init"] = int(torch.cuda.memory_allocated())
-        times: list[float] = []
+        local["static_after_init"] = common.static_after_init(torch)
         losses: list[Any] = []
-        phase = "steps"
-        for _ in range(STEPS):
-            dist.barrier()
-            torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            losses = []
+
+        def step() -> None:
+            losses.clear()
             if rank == 0:
                 sched.step(ids)
             else:
                 sched.step(target=ids, losses=losses)
             opt.step()
             opt.zero_grad(set_to_none=True)
-            torch.cuda.synchronize()
-            times.append(time.perf_counter() - t0)
+
+        phase = "steps"
+        times, _ = common.timed_steps(torch, step, STEPS, before=lambda _i: dist.barrier())
         local |= {
-            "peak_alloc": int(torch.cuda.max_memory_allocated()),
-            "peak_reserved": int(torch.cuda.max_memory_reserved()),
+            **common.peaks(torch),
             "nvml_used_after": common.nvml_used(torch),
             "step_s": statistics.median(times[1:]),
             "step_times": times,
@@ -286,16 +277,8 @@ def _row(c: Config, ranks: list[dict[str, Any]], env: dict[str, Any]) -> dict[st
 
 
 def worker(names: list[str], out: Path, status_dir: Path) -> int:
-    torch = importlib.import_module("torch")
-    transformers = importlib.import_module("transformers")
-    dist = importlib.import_module("torch.distributed")
-    transformers.logging.set_verbosity_error()
-    rank = int(os.environ.get("RANK", "0"))
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    torch.cuda.set_device(local_rank)
-    dist.init_process_group(
-        "nccl", timeout=datetime.timedelta(seconds=PG_TIMEOUT_S), device_id=torch.device("cuda", local_rank)
-    )
+    r = common.init_rank(PG_TIMEOUT_S)
+    torch, transformers, dist, rank = r.torch, r.transformers, r.dist, r.rank
     env = common.environment(torch, transformers, distributed=True)
     if rank == 0:
         print(f"{STAGES} × {env['gpu']}, torch {env['torch']}, transformers {env['transformers']}", flush=True)
@@ -330,23 +313,17 @@ def _done(out: Path) -> set[str]:
 def launch(configs: list[Config], out: Path, timeout_s: int, status_dir: Path) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     status_dir.mkdir(parents=True, exist_ok=True)
-    pending = [c for c in configs if c.name not in _done(out)]
-    failures = 0
-    while pending:
-        names = [c.name for c in pending]
-        script = str(Path(__file__).resolve())
-        rc = common.torchrun(script, STAGES, out=out, status_dir=status_dir, names=names, timeout_s=timeout_s)
-        left = [c for c in pending if c.name not in _done(out)]
-        if rc == 0 or not left:
-            break
-        failures += 1
-        if failures >= 3:
-            break
-        broken = left[0]
+    script = str(Path(__file__).resolve())
+
+    def attempt(names: list[str]) -> int:
+        return common.torchrun(script, STAGES, out=out, status_dir=status_dir, names=names, timeout_s=timeout_s)
+
+    def died(broken: Config, rc: int) -> None:
         row = {**asdict(broken), "config": broken.name, "oom": None, "error": f"launch ended with {rc}"}
         common.append_row(out, row)
-        pending = left[1:]
-    return 1 if failures else 0
+
+    pending = [c for c in configs if c.name not in _done(out)]
+    return common.relaunch(pending, launch=attempt, done=lambda: _done(out), died=died)
 
 
 def main(argv: list[str]) -> int:
@@ -364,8 +341,7 @@ def main(argv: list[str]) -> int:
         if unknown:
             parser.error(f"unknown configuration(s): {', '.join(unknown)}; see --list")
     if args.list:
-        for c in configs:
-            print(c.name, json.dumps({k: v for k, v in asdict(c).items() if k != "name"}))
+        common.print_configs(configs)
         return 0
     if args.out is None:
         parser.error("--out is required")

@@ -286,9 +286,7 @@ def _train(c: Config, torch: Any, transformers: Any, profile: bool = False) -> d
 def _train_model(c: Config, torch: Any, transformers: Any, profile: bool = False) -> dict[str, Any]:
     torch.manual_seed(0)
     model = _build(c, torch, transformers)
-    model.train()
-    if c.grad_ckpt:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    common.for_training(model, grad_ckpt=c.grad_ckpt)
     opt = common.optimizer(torch, c.optimizer, model.parameters())
     row = _common(c, model)
     row |= {"optimizer": c.optimizer, "seq": c.seq, "micro_batch": c.micro_batch, "grad_ckpt": c.grad_ckpt}
@@ -298,25 +296,12 @@ def _train_model(c: Config, torch: Any, transformers: Any, profile: bool = False
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     row["static_after_init"] = int(torch.cuda.memory_allocated())
-    times: list[float] = []
 
     def step() -> None:
-        if c.precision == "amp_bf16":
-            with torch.autocast("cuda", dtype=torch.bfloat16):
-                loss = model(input_ids=ids, labels=ids).loss
-        else:
-            loss = model(input_ids=ids, labels=ids).loss
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        common.train_step(torch, model, ids, opt, autocast=c.precision == "amp_bf16")
 
     try:
-        for _ in range(STEPS):
-            torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            step()
-            torch.cuda.synchronize()
-            times.append(time.perf_counter() - t0)
+        times, _ = common.timed_steps(torch, step, STEPS)
     except torch.cuda.OutOfMemoryError:
         row |= {"peak_alloc": int(torch.cuda.max_memory_allocated()), "oom": True}
         return row

@@ -6,14 +6,14 @@ schema the CRDs are generated from are decided in one place.
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Annotated, Any, ClassVar, Self
+from typing import Annotated, Any, ClassVar, Generic, Literal, Self, TypeVar
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, GetJsonSchemaHandler, model_validator
 from pydantic.alias_generators import to_camel
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema
 
-from accel_api import bounds
+from accel_api import bounds, vocabulary
 
 
 @dataclass(frozen=True)
@@ -100,6 +100,21 @@ class ObjectMeta(BaseModel):
     uid: str | None = None
     generation: int | None = None
     resource_version: str | None = None
+
+
+SpecT = TypeVar("SpecT", bound=ApiModel)
+StatusT = TypeVar("StatusT", bound=ApiModel)
+
+
+class Resource(ApiModel, Generic[SpecT, StatusT]):
+    """What every object of the API carries: its group version, its kind (each kind narrows it to
+    its own name), metadata, a spec and, once the operator or the agent writes one, a status."""
+
+    api_version: Literal["accel.dev/v1alpha1"] = vocabulary.API_VERSION  # type: ignore[assignment]
+    kind: str
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+    spec: SpecT
+    status: StatusT | None = None
 
 
 class Condition(ApiModel):

@@ -15,6 +15,7 @@ the buckets).
 
 from __future__ import annotations
 
+import json
 from typing import Annotated
 
 from pydantic import BeforeValidator, Field
@@ -34,6 +35,13 @@ ROLLUP_JOB_DAYS = 8  # days per job summary (older days merge into the first kep
 ROLLUP_PENDING = 4096  # job uids with folded attempts their status does not show yet
 ROLLUP_ATTEMPTS = 64  # attempts per pending uid
 ROLLUP_BYTES = 900 * 1024  # the JSON's size; a ConfigMap holds 1 MiB
+
+
+def stored_json(value: ApiModel) -> str:
+    """``value`` as the rollup's ConfigMaps store it: wire names, no nulls, no spaces (its size is
+    what the bounds above count)."""
+    return json.dumps(value.model_dump(by_alias=True, mode="json", exclude_none=True), separators=(",", ":"))
+
 
 # Seven figures in a fixed order (compact on the wire): spent, lost to preemption, idle,
 # on-demand equivalent (USD), device-seconds, lost device-seconds, idle device-seconds.
@@ -74,18 +82,24 @@ class JobDay(ApiModel):
     f: Figures7
 
 
-class JobSummary(ApiModel):
-    """A deleted job's folded figures per day and pool (its report row once it is gone)."""
+class JobFigures(ApiModel):
+    """A job (who it is, its forecast) and its folded figures per day and pool: what a deleted
+    job's summary and an open attempt share."""
 
     uid: _Uid
     namespace: bounds.ObjectName
     name: bounds.ObjectName
     team: _Team
     forecast_usd: bounds.StatusUsd = None
-    deleted: bounds.Time
     days: Annotated[
         list[JobDay], BeforeValidator(bounds.keep_last(ROLLUP_JOB_DAYS)), Field(max_length=ROLLUP_JOB_DAYS)
     ] = Field(default_factory=list)
+
+
+class JobSummary(JobFigures):
+    """A deleted job's folded figures per day and pool (its report row once it is gone)."""
+
+    deleted: bounds.Time
 
 
 class Pending(ApiModel):
@@ -116,21 +130,13 @@ ROLLUP_OPEN_PER_SHARD = 4096
 ROLLUP_OPEN_BYTES = 800 * 1024  # one shard's JSON
 
 
-class OpenAttempt(ApiModel):
+class OpenAttempt(JobFigures):
     """An attempt not folded yet (running, or ended since the last fold), as accrued through
     ``through``: if its job is deleted while no operator runs, the next one folds this (at most
     one accrual tick is lost) instead of losing the attempt."""
 
-    uid: _Uid
     attempt: bounds.Count
-    namespace: bounds.ObjectName
-    name: bounds.ObjectName
-    team: _Team
-    forecast_usd: bounds.StatusUsd = None
     through: bounds.Time
-    days: Annotated[
-        list[JobDay], BeforeValidator(bounds.keep_last(ROLLUP_JOB_DAYS)), Field(max_length=ROLLUP_JOB_DAYS)
-    ] = Field(default_factory=list)
 
 
 class OpenShard(ApiModel):

@@ -11,7 +11,7 @@ from typing import Annotated, ClassVar, Literal
 from pydantic import BeforeValidator, Field, ValidationInfo, field_validator
 
 from accel_api import bounds, durations, errors, patterns, vocabulary
-from accel_api.base import ApiModel, CelRule, Conditions, ObjectMeta
+from accel_api.base import ApiModel, CelRule, Conditions, Resource
 from accel_api.enums import (
     AcceleratorKind,
     Attention,
@@ -744,11 +744,7 @@ class AcceleratorJobStatus(ApiModel):
     message: bounds.Message | None = None
 
 
-class AcceleratorJob(ApiModel):
+class AcceleratorJob(Resource[AcceleratorJobSpec, AcceleratorJobStatus]):
     """An ML team's job. Namespaced; short names ``aj``, ``ajob``."""
 
-    api_version: Literal["accel.dev/v1alpha1"] = vocabulary.API_VERSION  # type: ignore[assignment]
     kind: Literal["AcceleratorJob"] = "AcceleratorJob"
-    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
-    spec: AcceleratorJobSpec
-    status: AcceleratorJobStatus | None = None

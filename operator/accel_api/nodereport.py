@@ -9,8 +9,8 @@ from typing import Annotated, Literal
 
 from pydantic import BeforeValidator, Field
 
-from accel_api import bounds, vocabulary
-from accel_api.base import ApiModel, Conditions, ObjectMeta
+from accel_api import bounds
+from accel_api.base import ApiModel, Conditions, Resource
 from accel_api.enums import AcceleratorKind, AgentBackend
 
 Problems = Annotated[
@@ -138,11 +138,7 @@ class AcceleratorNodeReportStatus(ApiModel):
     conditions: Conditions = Field(default_factory=list)
 
 
-class AcceleratorNodeReport(ApiModel):
+class AcceleratorNodeReport(Resource[AcceleratorNodeReportSpec, AcceleratorNodeReportStatus]):
     """Cluster-scoped; one per node; short name ``anr``."""
 
-    api_version: Literal["accel.dev/v1alpha1"] = vocabulary.API_VERSION  # type: ignore[assignment]
     kind: Literal["AcceleratorNodeReport"] = "AcceleratorNodeReport"
-    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
-    spec: AcceleratorNodeReportSpec
-    status: AcceleratorNodeReportStatus | None = None

@@ -9,8 +9,8 @@ from typing import Annotated, Literal
 
 from pydantic import BeforeValidator, Field, field_validator
 
-from accel_api import bounds, errors, patterns, vocabulary
-from accel_api.base import ApiModel, Conditions, ObjectMeta
+from accel_api import bounds, errors, patterns
+from accel_api.base import ApiModel, Conditions, Resource
 from accel_api.enums import BudgetAction, BudgetPeriod, IdleAction
 
 CheckpointScheme = Literal["s3", "pvc"]
@@ -199,11 +199,8 @@ class AcceleratorPolicyStatus(ApiModel):
     observed_generation: bounds.Generation | None = None
 
 
-class AcceleratorPolicy(ApiModel):
+class AcceleratorPolicy(Resource[AcceleratorPolicySpec, AcceleratorPolicyStatus]):
     """Cluster-scoped; short name ``apol``."""
 
-    api_version: Literal["accel.dev/v1alpha1"] = vocabulary.API_VERSION  # type: ignore[assignment]
     kind: Literal["AcceleratorPolicy"] = "AcceleratorPolicy"
-    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
     spec: AcceleratorPolicySpec = Field(default_factory=AcceleratorPolicySpec)
-    status: AcceleratorPolicyStatus | None = None

@@ -9,8 +9,8 @@ from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field
 
-from accel_api import bounds, patterns, vocabulary
-from accel_api.base import ApiModel, CelRule, Conditions, ObjectMeta
+from accel_api import bounds, patterns
+from accel_api.base import ApiModel, CelRule, Conditions, Resource
 from accel_api.enums import CapacityType, PoolScaling, PriceSource, Provider, TaintEffect, TolerationOperator
 
 PricePerHour = Annotated[float, Field(ge=0, le=bounds.PRICE_MAX)]
@@ -109,11 +109,7 @@ class AcceleratorPoolStatus(ApiModel):
     observed_generation: bounds.Generation | None = None
 
 
-class AcceleratorPool(ApiModel):
+class AcceleratorPool(Resource[AcceleratorPoolSpec, AcceleratorPoolStatus]):
     """A node pool. Cluster-scoped; short name ``ap``."""
 
-    api_version: Literal["accel.dev/v1alpha1"] = vocabulary.API_VERSION  # type: ignore[assignment]
     kind: Literal["AcceleratorPool"] = "AcceleratorPool"
-    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
-    spec: AcceleratorPoolSpec
-    status: AcceleratorPoolStatus | None = None

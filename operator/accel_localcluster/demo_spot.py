@@ -21,7 +21,7 @@ from kubernetes import client
 from accel_api import registry
 from accel_api import vocabulary as v
 from accel_api.pool import AcceleratorPoolSpec
-from accel_localcluster import kubeapi, nodes, preempt
+from accel_localcluster import demo_pools, kubeapi, nodes, preempt
 
 SPOT_POOL = "demo-h100-gke-spot"
 OD_POOL = "demo-h100-gke-on-demand"
@@ -30,20 +30,9 @@ URI = "pvc://demo-checkpoints/llama-1b"
 
 
 def _pool(name: str, capacity: str, price: dict[str, float]) -> dict[str, Any]:
-    return {
-        "apiVersion": v.API_VERSION,
-        "kind": "AcceleratorPool",
-        "metadata": {"name": name},
-        "spec": {
-            "provider": "gcp",
-            "accelerator": "h100-80gb",
-            "devicesPerNode": 8,
-            "maxNodes": 2,
-            "capacityType": capacity,
-            "price": {"source": "static", **price},
-            "tolerations": [{"key": v.TAINT_GPU, "operator": "Exists", "effect": "NoSchedule"}],
-        },
-    }
+    return demo_pools.pool_manifest(
+        name, max_nodes=2, provider="gcp", capacityType=capacity, price={"source": "static", **price}
+    )
 
 
 def _job(namespace: str, base: dict[str, Any]) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from tests.support.cluster import token_kubeconfig
 NAMESPACE = "accel-system"
 SECRET = "accel-operator-webhook-cert"  # the one name the shipped role may read and renew
 SETTINGS = OperatorSettings(webhook_port=9443, webhook_namespace=NAMESPACE, webhook_tls_secret=SECRET)
-NAMES = admission.sans_for("", SETTINGS.webhook_service, NAMESPACE)
+NAMES = tls.sans_for("", SETTINGS.webhook_service, NAMESPACE)
 
 
 def _drop(core: client.CoreV1Api) -> None:
@@ -68,7 +68,7 @@ def test_replicas_starting_at_once_share_one_certificate(
     assert base64.b64decode(secret.data["tls.crt"]) in certs
     assert base64.b64decode(secret.data["ca.crt"]) in certs
     pair = tls.TlsPair(base64.b64decode(secret.data["tls.crt"]), base64.b64decode(secret.data["tls.key"]))
-    assert admission.serves(pair, NAMES)
+    assert tls.serves(pair, NAMES)
     # A later replica (a restart) keeps it.
     assert _server_cert(admission.webhook_server(SETTINGS, lambda: operator_api)) in certs
 
@@ -76,7 +76,7 @@ def test_replicas_starting_at_once_share_one_certificate(
 def test_a_certificate_this_operator_made_is_renewed_when_it_no_longer_serves(
     operator_api: client.ApiClient, core: client.CoreV1Api
 ) -> None:
-    old = admission.self_signed_pem(["accel-operator-webhook.elsewhere.svc"])  # the Service moved
+    old = tls.self_signed_pem(["accel-operator-webhook.elsewhere.svc"])  # the Service moved
     core.create_namespaced_secret(NAMESPACE, tls._body(SECRET, old))
     server = admission.webhook_server(SETTINGS, lambda: operator_api)
     bundle = bytes(server.cadata or b"")
@@ -84,7 +84,7 @@ def test_a_certificate_this_operator_made_is_renewed_when_it_no_longer_serves(
     assert cert != old.cert_pem
     stored = _stored(core)
     assert base64.b64decode(stored.data["tls.crt"]) == cert
-    assert admission.serves(tls.TlsPair(cert, base64.b64decode(stored.data["tls.key"])), NAMES)
+    assert tls.serves(tls.TlsPair(cert, base64.b64decode(stored.data["tls.key"])), NAMES)
     # The caBundle trusts the new certificate and the one it replaced (a replica that started
     # before the renewal still serves that one).
     assert bundle == cert + old.cert_pem == base64.b64decode(stored.data["ca.crt"])
@@ -96,13 +96,13 @@ def test_a_certificate_someone_else_made_is_never_written(
 ) -> None:
     """A Secret the operator did not make: used when it serves; else left as it is, and this
     replica serves with its own certificate."""
-    foreign = admission.self_signed_pem(NAMES)
+    foreign = tls.self_signed_pem(NAMES)
     body = tls._body(SECRET, foreign)
     body.metadata.labels = {"app.kubernetes.io/managed-by": "cert-manager"}
     core.create_namespaced_secret(NAMESPACE, body)
     assert _server_cert(admission.webhook_server(SETTINGS, lambda: operator_api)) == foreign.cert_pem
 
-    stale = admission.self_signed_pem(["somewhere.else.svc"])
+    stale = tls.self_signed_pem(["somewhere.else.svc"])
     core.patch_namespaced_secret(SECRET, NAMESPACE, {"data": tls._body(SECRET, stale).data})
     version = _stored(core).metadata.resource_version
     own = _server_cert(admission.webhook_server(SETTINGS, lambda: operator_api))

@@ -1,6 +1,6 @@
 """Hostile input for accelctl: a fixed corpus, mutations of the examples, and one checker.
 
-The unit fuzz tests (``tests/unit/api/test_hostile_input.py``, Hypothesis drawing the mutation)
+The unit fuzz tests (``tests/unit/cli/test_hostile_input.py``, Hypothesis drawing the mutation)
 and ``bench/fuzz_cli.py`` (10,000+ documents drawn with ``random``) share everything here, so
 both exercise the same code paths as ``accelctl validate``, ``accelctl plan`` and
 ``accelctl plan -o json``, and judge the result by the same rules:

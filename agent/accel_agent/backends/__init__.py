@@ -6,14 +6,16 @@ not decide health, fragmentation or what to write: :mod:`accel_agent.health` and
 the KWOK simulation, TPU) is judged by the same code.
 
 Field names in ``not_supported`` are the report's camelCase field names (``powerWatts``), so the
-operator can read ``status.devices[i].notSupported`` next to the field it explains.
+operator can read ``status.devices[i].notSupported`` next to the field it explains. A sample's
+field of the same name as the report's ``Device`` field (``MigInstance``, ``DeviceProcess``) is
+that field as read: :func:`accel_agent.report.build` copies it over by name.
 """
 
 from dataclasses import dataclass
 from typing import Protocol
 
 from accel_api.enums import AcceleratorKind, AgentBackend
-from accel_api.nodereport import PodRef
+from accel_api.nodereport import PodRef, RemappedRows
 
 
 @dataclass(frozen=True)
@@ -25,14 +27,6 @@ class ProcessSample:
     used_memory_bytes: int | None = None
     gpu_instance_id: int | None = None  # MIG instance the process runs in; None without MIG
     pod: PodRef | None = None
-
-
-@dataclass(frozen=True)
-class RemapSample:
-    correctable: int = 0
-    uncorrectable: int = 0
-    pending: bool = False
-    failed: bool = False
 
 
 @dataclass(frozen=True)
@@ -63,7 +57,7 @@ class DeviceSample:
     sm_clock_mhz: int | None = None
     throttle_mask: int | None = None  # NVML clocks-event (throttle) reason bitmask; decoded by health
     ecc_uncorrected: int | None = None  # volatile: since the driver last loaded
-    remapped_rows: RemapSample | None = None
+    remapped_rows: RemappedRows | None = None  # as reported: one definition of the counters
     mig_enabled: bool | None = None
     mig_max_slices: int | None = None
     mig_instances: tuple[MigSample, ...] = ()
@@ -120,5 +114,4 @@ __all__ = [
     "MigSample",
     "NodeSample",
     "ProcessSample",
-    "RemapSample",
 ]

@@ -249,6 +249,12 @@ class FakeNvml:
             raise _error(errs.NOT_SUPPORTED)
         return device
 
+    def _device_answer(self, function: str, handle: FakeHandle, value: Callable[[FakeDevice], Any], *args: Any) -> Any:
+        """A call about one device answered with ``value(device)``: recorded, failed when told to,
+        refused as the device is lost or lacks ``function``, its hooks run after."""
+        self._enter(function, handle, *args)
+        return self._answer(function, value(self._dev(function, handle)))
+
     def _mig(self, device: FakeDevice, handle: FakeHandle) -> FakeMigInstance:
         for m in device.mig_instances:
             if m.gpu_instance_id == handle.gpu_instance_id:
@@ -308,15 +314,13 @@ class FakeNvml:
         return str(self._answer("nvmlDeviceGetName", device.name))
 
     def nvmlDeviceGetPciInfo(self, handle: Any) -> Any:
-        self._enter("nvmlDeviceGetPciInfo", handle)
-        device = self._dev("nvmlDeviceGetPciInfo", handle)
-        return self._answer("nvmlDeviceGetPciInfo", _Pci(device.pci_bus_id.encode()))
+        return self._device_answer("nvmlDeviceGetPciInfo", handle, lambda d: _Pci(d.pci_bus_id.encode()))
 
     def nvmlDeviceGetMemoryInfo(self, handle: Any) -> Any:
-        self._enter("nvmlDeviceGetMemoryInfo", handle)
-        d = self._dev("nvmlDeviceGetMemoryInfo", handle)
-        used = d.memory_used_bytes
-        return self._answer("nvmlDeviceGetMemoryInfo", _Memory(d.memory_total_bytes, used, d.memory_total_bytes - used))
+        def memory(d: FakeDevice) -> _Memory:
+            return _Memory(d.memory_total_bytes, d.memory_used_bytes, d.memory_total_bytes - d.memory_used_bytes)
+
+        return self._device_answer("nvmlDeviceGetMemoryInfo", handle, memory)
 
     def nvmlDeviceGetUtilizationRates(self, handle: Any) -> Any:
         self._enter("nvmlDeviceGetUtilizationRates", handle)
@@ -326,59 +330,45 @@ class FakeNvml:
         return self._answer("nvmlDeviceGetUtilizationRates", _Utilization(d.util_gpu, d.util_memory))
 
     def nvmlDeviceGetPowerUsage(self, handle: Any) -> int:
-        self._enter("nvmlDeviceGetPowerUsage", handle)
-        return int(self._answer("nvmlDeviceGetPowerUsage", self._dev("nvmlDeviceGetPowerUsage", handle).power_mw))
+        return int(self._device_answer("nvmlDeviceGetPowerUsage", handle, lambda d: d.power_mw))
 
     def nvmlDeviceGetEnforcedPowerLimit(self, handle: Any) -> int:
-        self._enter("nvmlDeviceGetEnforcedPowerLimit", handle)
-        d = self._dev("nvmlDeviceGetEnforcedPowerLimit", handle)
-        return int(self._answer("nvmlDeviceGetEnforcedPowerLimit", d.power_limit_mw))
+        return int(self._device_answer("nvmlDeviceGetEnforcedPowerLimit", handle, lambda d: d.power_limit_mw))
 
     def nvmlDeviceGetTemperatureV(self, handle: Any, sensor: int) -> int:
-        self._enter("nvmlDeviceGetTemperatureV", handle, sensor)
-        d = self._dev("nvmlDeviceGetTemperatureV", handle)
-        return int(self._answer("nvmlDeviceGetTemperatureV", d.temperature_c))
+        return int(self._device_answer("nvmlDeviceGetTemperatureV", handle, lambda d: d.temperature_c, sensor))
 
     def nvmlDeviceGetTemperature(self, handle: Any, sensor: int) -> int:
-        self._enter("nvmlDeviceGetTemperature", handle, sensor)
-        d = self._dev("nvmlDeviceGetTemperature", handle)
-        return int(self._answer("nvmlDeviceGetTemperature", d.temperature_c))
+        return int(self._device_answer("nvmlDeviceGetTemperature", handle, lambda d: d.temperature_c, sensor))
 
     def nvmlDeviceGetClockInfo(self, handle: Any, clock_type: int) -> int:
-        self._enter("nvmlDeviceGetClockInfo", handle, clock_type)
-        return int(self._answer("nvmlDeviceGetClockInfo", self._dev("nvmlDeviceGetClockInfo", handle).sm_clock_mhz))
+        return int(self._device_answer("nvmlDeviceGetClockInfo", handle, lambda d: d.sm_clock_mhz, clock_type))
 
     def nvmlDeviceGetCurrentClocksEventReasons(self, handle: Any) -> int:
-        self._enter("nvmlDeviceGetCurrentClocksEventReasons", handle)
-        d = self._dev("nvmlDeviceGetCurrentClocksEventReasons", handle)
-        return int(self._answer("nvmlDeviceGetCurrentClocksEventReasons", d.throttle_mask))
+        return int(self._device_answer("nvmlDeviceGetCurrentClocksEventReasons", handle, lambda d: d.throttle_mask))
 
     def nvmlDeviceGetCurrentClocksThrottleReasons(self, handle: Any) -> int:
-        self._enter("nvmlDeviceGetCurrentClocksThrottleReasons", handle)
-        d = self._dev("nvmlDeviceGetCurrentClocksThrottleReasons", handle)
-        return int(self._answer("nvmlDeviceGetCurrentClocksThrottleReasons", d.throttle_mask))
+        return int(self._device_answer("nvmlDeviceGetCurrentClocksThrottleReasons", handle, lambda d: d.throttle_mask))
 
     def nvmlDeviceGetTotalEccErrors(self, handle: Any, error_type: int, counter_type: int) -> int:
-        self._enter("nvmlDeviceGetTotalEccErrors", handle, error_type, counter_type)
-        d = self._dev("nvmlDeviceGetTotalEccErrors", handle)
-        return int(self._answer("nvmlDeviceGetTotalEccErrors", d.ecc_uncorrected))
+        return int(
+            self._device_answer(
+                "nvmlDeviceGetTotalEccErrors", handle, lambda d: d.ecc_uncorrected, error_type, counter_type
+            )
+        )
 
     def nvmlDeviceGetRemappedRows(self, handle: Any) -> tuple[int, int, int, int]:
-        self._enter("nvmlDeviceGetRemappedRows", handle)
-        d = self._dev("nvmlDeviceGetRemappedRows", handle)
-        rows: tuple[int, int, int, int] = self._answer("nvmlDeviceGetRemappedRows", d.remapped_rows)
+        rows: tuple[int, int, int, int] = self._device_answer(
+            "nvmlDeviceGetRemappedRows", handle, lambda d: d.remapped_rows
+        )
         return rows
 
     def nvmlDeviceGetMigMode(self, handle: Any) -> tuple[int, int]:
-        self._enter("nvmlDeviceGetMigMode", handle)
-        d = self._dev("nvmlDeviceGetMigMode", handle)
-        mode: tuple[int, int] = self._answer("nvmlDeviceGetMigMode", (d.mig_mode, d.mig_mode))
+        mode: tuple[int, int] = self._device_answer("nvmlDeviceGetMigMode", handle, lambda d: (d.mig_mode, d.mig_mode))
         return mode
 
     def nvmlDeviceGetMaxMigDeviceCount(self, handle: Any) -> int:
-        self._enter("nvmlDeviceGetMaxMigDeviceCount", handle)
-        d = self._dev("nvmlDeviceGetMaxMigDeviceCount", handle)
-        return int(self._answer("nvmlDeviceGetMaxMigDeviceCount", d.mig_max_devices))
+        return int(self._device_answer("nvmlDeviceGetMaxMigDeviceCount", handle, lambda d: d.mig_max_devices))
 
     def nvmlDeviceGetMigDeviceHandleByIndex(self, handle: Any, index: int) -> Any:
         self._enter("nvmlDeviceGetMigDeviceHandleByIndex", handle, index)

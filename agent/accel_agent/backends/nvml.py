@@ -23,10 +23,11 @@ from typing import Any, Final, Protocol
 
 import pynvml
 
-from accel_agent.backends import CallError, DeviceSample, MigSample, NodeSample, ProcessSample, RemapSample
+from accel_agent.backends import CallError, DeviceSample, MigSample, NodeSample, ProcessSample
 from accel_agent.backends import nvml_errors as errs
 from accel_agent.backends.nvml_errors import Fault
 from accel_api.enums import AcceleratorKind, AgentBackend
+from accel_api.nodereport import RemappedRows
 
 log = logging.getLogger(__name__)
 
@@ -419,7 +420,9 @@ class NvmlBackend:
         rows = reader.read("remappedRows", "nvmlDeviceGetRemappedRows", handle)
         if rows is not None:
             corr, unc, pending, failed = rows
-            values["remapped_rows"] = RemapSample(int(corr), int(unc), bool(pending), bool(failed))
+            values["remapped_rows"] = RemappedRows(
+                correctable=int(corr), uncorrectable=int(unc), pending=bool(pending), failed=bool(failed)
+            )
         if mig_enabled:
             instances, mig_processes, max_slices = self._mig(reader, handle)
             values["mig_instances"] = instances

@@ -22,10 +22,10 @@ import zlib
 from typing import Any, Final
 
 from accel_agent import kube
-from accel_agent.backends import DeviceSample, NodeSample, ProcessSample, RemapSample
+from accel_agent.backends import DeviceSample, NodeSample, ProcessSample
 from accel_api import catalog, vocabulary
 from accel_api.enums import AcceleratorKind, AgentBackend
-from accel_api.nodereport import PodRef
+from accel_api.nodereport import PodRef, RemappedRows
 
 # Not yet in accel_api.vocabulary (the agent may not edit it); see agent/README.md.
 ANNOTATION_SIM_UTILIZATION: Final = vocabulary.ANNOTATION_SIM_UTILIZATION
@@ -180,7 +180,7 @@ class SimulatedBackend:
         for fault in faults:
             mask |= _THROTTLE.get(fault, 0)
         ecc = 1 if "ecc" in faults else 0
-        remap = RemapSample(pending="remap-pending" in faults, failed="remap-failed" in faults)
+        remap = RemappedRows(pending="remap-pending" in faults, failed="remap-failed" in faults)
         xids = tuple(int(f[3:]) for f in faults if f.startswith("xid") and f[3:].isdigit())
         return DeviceSample(
             index=index,

@@ -17,9 +17,9 @@ status after the rollup is written; once the status shows it, the pending key go
 from __future__ import annotations
 
 import datetime as dt
-import json
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from accel_api.costrollup import (
     ROLLUP_BUCKETS,
@@ -40,6 +40,7 @@ from accel_api.costrollup import (
     OpenAttempt,
     OpenShard,
     Pending,
+    stored_json,
 )
 from accel_api.durations import parse_time_strict, stamp_exact
 from accel_api.enums import CapacityType
@@ -284,16 +285,19 @@ def _job_days(rows: Mapping[Row, ledger.Figures]) -> list[JobDay]:
     return [JobDay(day=d, pool=p, capacity_type=c, f=wire(f)) for (d, p, c), f in ordered]
 
 
+def _who(job: JobId) -> dict[str, Any]:
+    """The fields that name ``job`` in a summary or an open attempt (``JobFigures``)."""
+    return {
+        "uid": job.uid,
+        "namespace": job.namespace,
+        "name": job.name,
+        "team": job.team,
+        "forecast_usd": job.forecast_usd,
+    }
+
+
 def _summary(job: JobId, rows: Mapping[Row, ledger.Figures], gone: dt.datetime) -> JobSummary:
-    return JobSummary(
-        uid=job.uid,
-        namespace=job.namespace,
-        name=job.name,
-        team=job.team,
-        forecast_usd=job.forecast_usd,
-        deleted=stamp_exact(gone),
-        days=_job_days(rows),
-    )
+    return JobSummary(**_who(job), deleted=stamp_exact(gone), days=_job_days(rows))
 
 
 # --- open attempts ---------------------------------------------------------------------------------
@@ -309,18 +313,7 @@ def open_attempts(job: JobId, cost: CostStatus, pending: Collection[int], now: d
             continue
         ends = [parse_time_strict(iv.end) for iv in entry.intervals]
         through = min(max(ends), now) if ends else now
-        out.append(
-            OpenAttempt(
-                uid=job.uid,
-                attempt=entry.attempt,
-                namespace=job.namespace,
-                name=job.name,
-                team=job.team,
-                forecast_usd=job.forecast_usd,
-                through=stamp_exact(through),
-                days=_job_days(rows),
-            )
-        )
+        out.append(OpenAttempt(**_who(job), attempt=entry.attempt, through=stamp_exact(through), days=_job_days(rows)))
     return out
 
 
@@ -348,7 +341,7 @@ def vanished(entries: Iterable[OpenAttempt], existing: Collection[str], skip: Co
 
 
 def _json_size(model: OpenAttempt) -> int:
-    return len(json.dumps(model.model_dump(by_alias=True, mode="json", exclude_none=True), separators=(",", ":"))) + 1
+    return len(stored_json(model)) + 1
 
 
 def pack(entries: Iterable[OpenAttempt]) -> tuple[list[OpenShard], int]:
@@ -395,7 +388,7 @@ def prune(
 
 
 def size(rollup: CostRollup) -> int:
-    return len(json.dumps(rollup.model_dump(by_alias=True, mode="json", exclude_none=True), separators=(",", ":")))
+    return len(stored_json(rollup))
 
 
 def bound(rollup: CostRollup, now: dt.datetime) -> CostRollup:
@@ -473,7 +466,7 @@ def _coarsened(buckets: Sequence[Bucket], now: dt.datetime, keep_days: int = ROL
 
 
 def _item_size(item: Bucket | JobSummary) -> int:
-    return len(json.dumps(item.model_dump(by_alias=True, mode="json", exclude_none=True), separators=(",", ":"))) + 1
+    return len(stored_json(item)) + 1
 
 
 def _with(rollup: CostRollup, buckets: list[Bucket], moved: list[Bucket], jobs: list[JobSummary]) -> CostRollup:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Collection, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from accel_api.durations import parse_time_strict, stamp_exact
 from accel_api.enums import BudgetPeriod
@@ -52,15 +52,20 @@ class LiveJob:
 
 @dataclass(frozen=True, slots=True)
 class _Sum:
-    spent: float = 0.0
-    lost: float = 0.0
-    idle: float = 0.0
+    """A team's money in one budget period, as the ledger's figures (spent, lost and idle are the
+    ones budgets read), and how many jobs spent it."""
+
+    figures: ledger.Figures = field(default_factory=ledger.Figures)
     jobs: int = 0
 
     def plus(self, f: PeriodFigures, jobs: int = 1) -> _Sum:
-        return _Sum(
-            self.spent + f.spent_usd, self.lost + f.lost_to_preemption_usd, self.idle + f.idle_usd, self.jobs + jobs
+        money = ledger.Figures(
+            spent_usd=f.spent_usd, lost_to_preemption_usd=f.lost_to_preemption_usd, idle_usd=f.idle_usd
         )
+        return self + _Sum(money, jobs)
+
+    def __add__(self, o: _Sum) -> _Sum:
+        return _Sum(self.figures + o.figures, self.jobs + o.jobs)
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,9 +194,9 @@ def step(
                 team=team,
                 period=period,
                 period_start=stamp_exact(starts[period]),
-                spent_usd=round(s.spent, 6),
-                lost_to_preemption_usd=round(s.lost, 6),
-                idle_usd=round(s.idle, 6),
+                spent_usd=round(s.figures.spent_usd, 6),
+                lost_to_preemption_usd=round(s.figures.lost_to_preemption_usd, 6),
+                idle_usd=round(s.figures.idle_usd, 6),
                 jobs=s.jobs,
             )
             for (team, period), s in sorted(settled.items())
@@ -218,17 +223,18 @@ def _spend(
     out = []
     for budget in policy.budgets:
         key = (budget.team, budget.period)
-        a, b = settled.get(key, _Sum()), live.get(key, _Sum())
-        total = _Sum(a.spent + b.spent, a.lost + b.lost, a.idle + b.idle, a.jobs + b.jobs)
-        spent = max(0.0, total.spent if budget.include_lost_work else total.spent - total.lost)
+        total = settled.get(key, _Sum()) + live.get(key, _Sum())
+        money = total.figures
+        lost = 0.0 if budget.include_lost_work else money.lost_to_preemption_usd
+        spent = max(0.0, money.spent_usd - lost)
         out.append(
             TeamSpend(
                 team=budget.team,
                 period=budget.period,
                 spent_usd=round(spent, 6),
                 limit_usd=budget.limit_usd,
-                lost_to_preemption_usd=round(total.lost, 6),
-                idle_usd=round(total.idle, 6),
+                lost_to_preemption_usd=round(money.lost_to_preemption_usd, 6),
+                idle_usd=round(money.idle_usd, 6),
                 period_start=stamp_exact(starts[budget.period]),
                 used_fraction=round(spent / budget.limit_usd, 6),
                 jobs=total.jobs,

@@ -11,6 +11,7 @@ from typing import Any
 
 import kopf
 
+from accel_operator.adapters.kube import informer as kube_informer
 from accel_operator.adapters.kube.informer import Informer
 from accel_operator.context import OperatorContext
 from accel_operator.engine import signals
@@ -19,7 +20,6 @@ from accel_operator.handlers import (
     admission,
     cost,
     essence,
-    informers,
     jobs,
     nodes,
     pods,
@@ -87,7 +87,7 @@ def register(reg: kopf.OperatorRegistry, ctx: OperatorContext) -> Scheduler:
         for informer in watched:
             informer.start()
         memo.informers = watched
-        sched.metrics.watches.source = lambda: informers.stats(watched)
+        sched.metrics.watches.source = lambda: kube_informer.stats(watched)
         sched.indices = Indices(
             pools=kwargs["pools"],
             nodes=kwargs["nodes"],

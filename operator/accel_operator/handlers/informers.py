@@ -5,7 +5,7 @@ with kopf's own matcher)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from kopf._cogs.structs import references  # kopf's namespace-pattern grammar (no public name)
@@ -44,14 +44,3 @@ def for_namespaces(
         return view(obj) if any(references.match_namespace(ns, p) for p in patterns) else None
 
     return [Informer(name, api, group_version, plural, view=scoped, **common)]
-
-
-def stats(informers: Iterable[Informer[Any]]) -> Iterator[tuple[str, int, int, bool]]:
-    """(kind, events, relists, listed) of ``informers``, the informers of one kind summed: what
-    ``metrics.WatchStats`` exports."""
-    kinds: dict[str, tuple[int, int, bool]] = {}
-    for i in informers:
-        events, relists, listed = kinds.get(i.kind, (0, 0, True))
-        kinds[i.kind] = (events + i.events, relists + i.relists, listed and i.listed)
-    for kind, (events, relists, listed) in sorted(kinds.items()):
-        yield kind, events, relists, listed

@@ -17,6 +17,7 @@ from pydantic import ValidationError
 from accel_api import registry
 from accel_api import vocabulary as v
 from accel_api.policy import AcceleratorPolicy
+from accel_operator.engine import changes
 from accel_operator.engine.scheduler import Scheduler
 
 
@@ -35,20 +36,14 @@ def register(reg: kopf.OperatorRegistry, sched: Scheduler | None) -> None:
     if sched is None:
         return  # the webhook alone (tests/support/webhook_main.py)
 
-    generations: dict[str, Any] = {}
+    generations = changes.PolicyGenerations()
 
     @kopf.on.event(v.GROUP, v.VERSION, registry.POLICY.plural, registry=reg)
     async def policy_changed(name: str, event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
         sched.policies_changed()
         generation = None if event.get("type") == "DELETED" else body.get("metadata", {}).get("generation")
-        if generations.get(name, -1) != generation:
-            # The rules changed (or the policy came or went): re-plan everything, since grants and
-            # caps change the candidates.
-            if generation is None:
-                generations.pop(name, None)
-            else:
-                generations[name] = generation
-            sched.pools_changed()
+        if generations.rules_changed(name, generation):
+            sched.pools_changed()  # grants and caps change the candidates: re-plan everything
         else:
             # Only the status (the ledger's spending, every accrual tick): waiting jobs are decided
             # again against the budgets, without re-planning every job.

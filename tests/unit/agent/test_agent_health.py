@@ -5,8 +5,8 @@ from dataclasses import replace
 import pytest
 
 from accel_agent import health
-from accel_agent.backends import DeviceSample, MigSample, ProcessSample, RemapSample
-from accel_api.nodereport import PodRef
+from accel_agent.backends import DeviceSample, MigSample, ProcessSample
+from accel_api.nodereport import PodRef, RemappedRows
 
 GIB = 1 << 30
 TOTAL = 80 * GIB
@@ -47,9 +47,9 @@ def test_decode_throttle(mask: int | None, names: list[str]) -> None:
         (dev(throttle_mask=0x1), []),
         (dev(ecc_uncorrected=0), []),
         (dev(ecc_uncorrected=3), ["uncorrectable ECC errors since driver load: 3"]),
-        (dev(remapped_rows=RemapSample(correctable=5)), []),
-        (dev(remapped_rows=RemapSample(pending=True)), ["row remapping pending: the device needs a reset"]),
-        (dev(remapped_rows=RemapSample(failed=True)), ["row remapping failed: the device needs replacing"]),
+        (dev(remapped_rows=RemappedRows(correctable=5)), []),
+        (dev(remapped_rows=RemappedRows(pending=True)), ["row remapping pending: the device needs a reset"]),
+        (dev(remapped_rows=RemappedRows(failed=True)), ["row remapping failed: the device needs replacing"]),
         (dev(throttle_mask=0x40), ["throttled by HwThermalSlowdown"]),
         (dev(throttle_mask=0x80 | 0x20), ["throttled by SwThermalSlowdown, HwPowerBrakeSlowdown"]),
         (dev(throttle_mask=0x8), ["throttled by HwSlowdown"]),
@@ -62,7 +62,7 @@ def test_decode_throttle(mask: int | None, names: list[str]) -> None:
         ),
         (dev(lost=True), ["device lost: no answer"]),
         (
-            dev(ecc_uncorrected=1, remapped_rows=RemapSample(pending=True, failed=True), throttle_mask=0x40),
+            dev(ecc_uncorrected=1, remapped_rows=RemappedRows(pending=True, failed=True), throttle_mask=0x40),
             [
                 "uncorrectable ECC errors since driver load: 1",
                 "row remapping failed: the device needs replacing",

@@ -8,11 +8,11 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from accel_agent import report
-from accel_agent.backends import DeviceSample, NodeSample, ProcessSample, RemapSample
+from accel_agent.backends import DeviceSample, NodeSample, ProcessSample
 from accel_agent.metrics import AgentMetrics
 from accel_agent.server import LoopHealth, serve
 from accel_api.enums import AcceleratorKind, AgentBackend
-from accel_api.nodereport import PodRef
+from accel_api.nodereport import PodRef, RemappedRows
 
 MIB = 1 << 20
 
@@ -46,7 +46,7 @@ def node_sample(*, xid: tuple[int, ...] = (), pods: bool = True) -> NodeSample:
                 sm_clock_mhz=1980,
                 throttle_mask=0x4,
                 ecc_uncorrected=0,
-                remapped_rows=RemapSample(correctable=2),
+                remapped_rows=RemappedRows(correctable=2),
                 processes=(ProcessSample(pid=1, used_memory_bytes=19000 * MIB, pod=pod),),
                 xid_errors=xid,
             ),

@@ -7,9 +7,9 @@ from datetime import UTC, datetime
 import pytest
 
 from accel_agent import report
-from accel_agent.backends import DeviceSample, MigSample, NodeSample, ProcessSample, RemapSample
+from accel_agent.backends import DeviceSample, MigSample, NodeSample, ProcessSample
 from accel_api.enums import AcceleratorKind, AgentBackend
-from accel_api.nodereport import AcceleratorNodeReport, PodRef
+from accel_api.nodereport import AcceleratorNodeReport, PodRef, RemappedRows
 
 GIB = 1 << 30
 T0 = datetime(2026, 11, 13, 12, 0, tzinfo=UTC)
@@ -28,7 +28,7 @@ def device(index: int = 0, **kw: object) -> DeviceSample:
         temperature_celsius=55.0,
         throttle_mask=0x4,
         ecc_uncorrected=0,
-        remapped_rows=RemapSample(),
+        remapped_rows=RemappedRows(),
         mig_enabled=False,
         processes=(ProcessSample(pid=10, used_memory_bytes=39 * GIB, pod=PodRef(namespace="ml", name="train-0")),),
     )

@@ -1,6 +1,7 @@
 """bench/gpu/common.py, the helpers the GPU measurement scripts share, without torch: the card's
 catalog id, the size label, the model configuration, the environment fields (names and order, as
-the rows carry them), the rows file and ``--only``. The scripts themselves run on a GPU machine."""
+the rows carry them), the rows file, ``--only``, a launch that dies, the timed training step. The scripts
+themselves run on a GPU machine."""
 
 from __future__ import annotations
 
@@ -144,3 +145,61 @@ def test_a_config_from_a_scripts_shape_is_the_config_from_its_fields() -> None:
     shape = types.SimpleNamespace(hidden=2048, inter=5632, layers=22, heads=32, kv_heads=4, vocab=32000)
     for kind in ("llama", "gpt2"):
         assert common.hf_config_of(_Recorder(), shape, kind=kind, positions=4096) == _cfg(kind)
+
+
+def test_a_relaunch_records_the_configuration_a_dead_launch_was_running_and_goes_on() -> None:
+    configs = [SimpleNamespace(name=n) for n in ("a", "b", "c", "d")]
+    rows: set[str] = set()
+    launches: list[list[str]] = []
+    died: list[tuple[str, int]] = []
+
+    def launch(names: list[str]) -> int:
+        launches.append(names)
+        if names[:2] == ["a", "b"]:  # a's row is written, then b kills the launch
+            rows.add("a")
+            return 137
+        rows.update(names)
+        return 0
+
+    def record(c: Any, rc: int) -> None:
+        died.append((c.name, rc))
+        rows.add(c.name)
+
+    rc = common.relaunch(configs, launch=launch, done=lambda: set(rows), died=record)
+    assert (rc, died, launches) == (1, [("b", 137)], [["a", "b", "c", "d"], ["c", "d"]])
+    assert rows == {"a", "b", "c", "d"}
+
+
+def test_a_relaunch_gives_up_after_three_deaths() -> None:
+    configs = [SimpleNamespace(name=n) for n in "abcde"]
+    left: list[list[Any]] = []
+    rc = common.relaunch(configs, launch=lambda names: 1, done=set, died=lambda c, rc: None, gave_up=left.append)
+    assert rc == 1 and [[c.name for c in cs] for cs in left] == [["c", "d", "e"]]
+
+
+def test_timed_steps_synchronise_around_each_step_and_return_the_last_result() -> None:
+    calls: list[str] = []
+    torch = SimpleNamespace(cuda=SimpleNamespace(synchronize=lambda: calls.append("sync")))
+    results = iter([1, 2, 3])
+
+    def step() -> int:
+        calls.append("step")
+        return next(results)
+
+    times, last = common.timed_steps(torch, step, 3, before=lambda i: calls.append(f"before{i}"))
+    assert len(times) == 3 and all(t >= 0 for t in times) and last == 3
+    assert calls[:4] == ["before0", "sync", "step", "sync"] and calls.count("step") == 3
+
+
+def test_a_train_step_runs_forward_backward_step_and_drops_the_gradients() -> None:
+    calls: list[str] = []
+    loss = SimpleNamespace(backward=lambda: calls.append("backward"))
+
+    def model(*, input_ids: Any, labels: Any) -> Any:
+        calls.append("forward")
+        assert input_ids is labels
+        return SimpleNamespace(loss=loss)
+
+    opt = SimpleNamespace(step=lambda: calls.append("step"), zero_grad=lambda set_to_none: calls.append("zero"))
+    assert common.train_step(SimpleNamespace(), model, object(), opt, autocast=False) is loss
+    assert calls == ["forward", "backward", "step", "zero"]

@@ -1,4 +1,5 @@
-"""The admission webhook's decision (``handlers.admission.review``) and its certificate."""
+"""The admission webhook's decision (``engine.admission.review``), its certificate
+(``adapters.kube.tls``) and its server (``handlers.admission``)."""
 
 import contextlib
 import ssl
@@ -10,6 +11,8 @@ import pytest
 import yaml
 
 from accel_api.policy import AcceleratorPolicy
+from accel_operator.adapters.kube import tls
+from accel_operator.engine import admission as engine_admission
 from accel_operator.handlers import admission
 from accel_operator.settings import OperatorSettings
 from tests.support.hostile import EXAMPLES
@@ -24,23 +27,23 @@ def _job(**spec: Any) -> dict[str, Any]:
 
 
 def test_obeying_job_is_allowed() -> None:
-    assert admission.review(_job(), "research", [POLICY]) == []
+    assert engine_admission.review(_job(), "research", [POLICY]) == []
 
 
 def test_each_violation_is_one_line() -> None:
-    lines = admission.review(_job(checkpoint=None, team="serving", maxCost=None), "research", [POLICY])
+    lines = engine_admission.review(_job(checkpoint=None, team="serving", maxCost=None), "research", [POLICY])
     assert [line.split(" ")[0] for line in lines] == ["spec.team:", "spec.checkpoint:"]
     assert all("(rule " in line for line in lines)
 
 
 def test_invalid_spec_gets_the_models_lines() -> None:
-    lines = admission.review(_job(placement={"minDevices": 8, "maxDevices": 4}), None, [])
+    lines = engine_admission.review(_job(placement={"minDevices": 8, "maxDevices": 4}), None, [])
     assert lines == ["spec.placement: maxDevices must be >= minDevices (got maxDevices 4, minDevices 8)"]
 
 
 def test_budget_exhaustion_is_not_refused_here() -> None:
     # the webhook passes no spend: budgets are the reconciler's (queue, not refuse)
-    assert admission.review(_job(), "research", [POLICY]) == []
+    assert engine_admission.review(_job(), "research", [POLICY]) == []
 
 
 def test_a_refusing_budget_that_is_spent_refuses_here() -> None:
@@ -54,22 +57,22 @@ def test_a_refusing_budget_that_is_spent_refuses_here() -> None:
             }
         )
 
-    lines = admission.review(_job(maxCost=None), "research", [POLICY, pol("refuse")])
+    lines = engine_admission.review(_job(maxCost=None), "research", [POLICY, pol("refuse")])
     assert [line.split("(rule ")[1] for line in lines] == [
         "budget-exhausted); fix: submit it again in the next "
         "monthly period, or ask the platform team for a larger budget"
     ]
-    assert admission.review(_job(maxCost=None), "research", [POLICY, pol("queue")]) == []
+    assert engine_admission.review(_job(maxCost=None), "research", [POLICY, pol("queue")]) == []
 
 
 def test_objects_being_deleted_are_never_refused() -> None:
     doc = _job(team="serving")
     doc["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
-    assert admission.review(doc, "research", [POLICY]) == []
+    assert engine_admission.review(doc, "research", [POLICY]) == []
 
 
 def test_self_signed_certificate_loads_and_names_the_host(tmp_path: Path) -> None:
-    cert, key, ca = admission.self_signed(["127.0.0.1"], tmp_path)
+    cert, key, ca = tls.self_signed(["127.0.0.1"], tmp_path)
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.load_cert_chain(cert, key)
     client = ssl.create_default_context(cadata=ca.decode())
@@ -80,9 +83,9 @@ def test_self_signed_certificate_loads_and_names_the_host(tmp_path: Path) -> Non
 def test_the_certificate_names_the_service(tmp_path: Path) -> None:
     from cryptography import x509
 
-    names = admission.sans_for("", "accel-operator-webhook", "accel-system")
+    names = tls.sans_for("", "accel-operator-webhook", "accel-system")
     assert names == ["accel-operator-webhook.accel-system.svc", "accel-operator-webhook.accel-system.svc.cluster.local"]
-    cert, _key, _ca = admission.self_signed(["10.0.0.7", *names], tmp_path)
+    cert, _key, _ca = tls.self_signed(["10.0.0.7", *names], tmp_path)
     sans = x509.load_pem_x509_certificate(cert.read_bytes()).extensions.get_extension_for_class(
         x509.SubjectAlternativeName
     )
@@ -102,7 +105,7 @@ def test_the_certificate_names_the_service(tmp_path: Path) -> None:
 def test_a_missing_team_defaults_to_the_namespaces(
     spec: dict[str, Any], namespace_team: str | None, expected: str | None
 ) -> None:
-    assert admission.default_team({"spec": spec}, namespace_team) == expected
+    assert engine_admission.default_team({"spec": spec}, namespace_team) == expected
 
 
 def test_in_a_cluster_the_api_server_calls_the_service(tmp_path: Path) -> None:
@@ -121,7 +124,7 @@ def test_in_a_cluster_the_api_server_calls_the_service(tmp_path: Path) -> None:
 
 
 def test_a_mounted_certificate_is_used(tmp_path: Path) -> None:
-    cert, key, _ca = admission.self_signed(["accel-operator-webhook.accel-system.svc"], tmp_path)
+    cert, key, _ca = tls.self_signed(["accel-operator-webhook.accel-system.svc"], tmp_path)
     (tmp_path / "ca.crt").write_bytes(cert.read_bytes())
     server = admission.webhook_server(OperatorSettings(webhook_port=9443, webhook_cert_dir=tmp_path))
     assert server.certfile == cert and server.pkeyfile == key and server.cafile == tmp_path / "ca.crt"
@@ -205,18 +208,16 @@ def test_a_refusal_is_not_logged_as_an_error() -> None:
 
 
 def test_a_shared_certificate_serves_only_its_names_its_key_and_before_the_renewal_window() -> None:
-    from accel_operator.adapters.kube.tls import TlsPair
-
-    names = admission.sans_for("", "accel-operator-webhook", "accel-system")
-    pair = admission.self_signed_pem(names)
-    assert admission.serves(pair, names)
-    assert admission.serves(pair, names[:1])
-    assert not admission.serves(pair, names, renew_days=366)  # valid a year: inside the window
-    assert not admission.serves(pair, [*names, "127.0.0.1"])  # a name it lacks
-    other = admission.self_signed_pem(names)
-    assert not admission.serves(TlsPair(pair.cert_pem, other.key_pem), names)  # another's key
-    assert not admission.serves(TlsPair(b"not a certificate", pair.key_pem), names)
-    assert not admission.serves(TlsPair(pair.cert_pem, b"not a key"), names)
+    names = tls.sans_for("", "accel-operator-webhook", "accel-system")
+    pair = tls.self_signed_pem(names)
+    assert tls.serves(pair, names)
+    assert tls.serves(pair, names[:1])
+    assert not tls.serves(pair, names, renew_days=366)  # valid a year: inside the window
+    assert not tls.serves(pair, [*names, "127.0.0.1"])  # a name it lacks
+    other = tls.self_signed_pem(names)
+    assert not tls.serves(tls.TlsPair(pair.cert_pem, other.key_pem), names)  # another's key
+    assert not tls.serves(tls.TlsPair(b"not a certificate", pair.key_pem), names)
+    assert not tls.serves(tls.TlsPair(pair.cert_pem, b"not a key"), names)
 
 
 def test_without_an_api_client_the_tls_secret_setting_falls_back_to_a_certificate_per_process() -> None:

@@ -6,12 +6,13 @@ shards stay within their bounds."""
 from __future__ import annotations
 
 import datetime as dt
+import json
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from accel_api.costrollup import ROLLUP_OPEN_BYTES, ROLLUP_OPEN_SHARDS, CostRollup, JobDay, OpenAttempt
+from accel_api.costrollup import ROLLUP_OPEN_BYTES, ROLLUP_OPEN_SHARDS, CostRollup, JobDay, OpenAttempt, OpenShard
 from accel_api.durations import stamp_exact
 from accel_api.enums import CapacityType
 from accel_api.job import CostStatus
@@ -120,3 +121,29 @@ def test_the_shards_keep_their_bounds_and_drop_the_smallest_first() -> None:
     kept = [e for s in shards for e in s.attempts]
     assert dropped > 0 and len(kept) + dropped == n
     assert min(e.days[0].f[0] for e in kept) > max(float(i) for i in range(dropped)) - 1  # the smallest went
+
+
+# What the rollup and an open shard stored before JobSummary and OpenAttempt shared JobFigures
+# (byte for byte, from the models of that time): stored ConfigMaps must read the same.
+STORED_ROLLUP = (
+    '{"revision":3,"buckets":[],"before":[],"jobs":[{"uid":"u1","namespace":"ns","name":"j","team":"t",'
+    '"forecastUsd":9.5,"deleted":"2026-11-26T10:00:00Z","days":[{"day":"2026-11-26","pool":"p",'
+    '"capacityType":"spot","f":[1.0,0.5,0.0,2.0,3600.0,0.0,0.0]}]}],"pending":[{"uid":"u1","attempts":[0]}]}'
+)
+STORED_SHARD = (
+    '{"attempts":[{"uid":"u2","attempt":1,"namespace":"ns","name":"k","team":"t","through":"2026-11-26T11:00:00Z",'
+    '"days":[{"day":"2026-11-26","pool":"p","capacityType":"spot","f":[1.0,0.5,0.0,2.0,3600.0,0.0,0.0]}]}]}'
+)
+
+
+def test_rollup_and_open_shards_stored_earlier_still_read_the_same() -> None:
+    rollup = CostRollup.model_validate_json(STORED_ROLLUP)
+    (job,) = rollup.jobs
+    assert (job.uid, job.name, job.forecast_usd, job.deleted) == ("u1", "j", 9.5, "2026-11-26T10:00:00Z")
+    assert job.days[0].f[4] == 3600.0
+    shard = OpenShard.model_validate_json(STORED_SHARD)
+    (entry,) = shard.attempts
+    assert (entry.uid, entry.attempt, entry.name, entry.through) == ("u2", 1, "k", "2026-11-26T11:00:00Z")
+    # Written again, the same keys and values (the order of keys is not part of the format).
+    for model, stored in ((rollup, STORED_ROLLUP), (shard, STORED_SHARD)):
+        assert json.loads(model.model_dump_json(by_alias=True, exclude_none=True)) == json.loads(stored)

@@ -10,6 +10,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
+from accel_operator.adapters.kube import informer
 from accel_operator.adapters.kube.informer import Informer, ObjKey
 
 
@@ -132,7 +133,6 @@ def test_the_operators_namespaces_choose_the_watches_as_kopf_would() -> None:
 def test_the_metrics_sum_the_informers_of_one_kind_and_say_listed_only_when_all_are() -> None:
     from prometheus_client import generate_latest
 
-    from accel_operator.handlers import informers
     from accel_operator.metrics import OperatorMetrics
 
     def make(name: str, kind: str | None) -> Informer[None]:
@@ -145,7 +145,7 @@ def test_the_metrics_sum_the_informers_of_one_kind_and_say_listed_only_when_all_
     a.apply([], listing=set())  # a listing: only a of the two pods informers holds one
     other.apply([], listing=set())
     metrics = OperatorMetrics()
-    metrics.watches.source = lambda: informers.stats([a, b, other])
+    metrics.watches.source = lambda: informer.stats([a, b, other])
     text = generate_latest(metrics.registry).decode()
     assert 'accel_operator_watch_events_total{resource="pods"} 12.0' in text
     assert 'accel_operator_watch_relists_total{resource="pods"} 1.0' in text

@@ -10,9 +10,8 @@ told to fail next.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import urllib3
 from kubernetes import client
@@ -21,7 +20,7 @@ from pydantic import ValidationError
 
 from accel_api import registry
 from accel_api import vocabulary as v
-from accel_api.costrollup import CostRollup, OpenShard
+from accel_api.costrollup import CostRollup, OpenShard, stored_json
 from accel_operator.adapters.kube.client import ClusterUnavailable
 
 ROLLUP_KEY = "rollup.json"
@@ -41,32 +40,35 @@ class RollupUnreadable(ClusterUnavailable):
     """The rollup's ConfigMap holds something that is not a rollup: it is left as it is."""
 
 
+_M = TypeVar("_M", CostRollup, OpenShard)
+
+
+def _parse(model: type[_M], key: str, what: str, data: dict[str, str] | None) -> _M:
+    """The ``model`` stored under ``key`` of a ConfigMap's ``data`` (empty when there is none);
+    RollupUnreadable when it holds something else (``what`` says what it should be)."""
+    text = (data or {}).get(key)
+    if text is None:
+        return model()
+    try:
+        return model.model_validate_json(text)
+    except ValidationError as exc:
+        raise RollupUnreadable(f"{key} is not {what}: {str(exc)[:300]}") from exc
+
+
 def rollup_json(rollup: CostRollup) -> str:
-    return json.dumps(rollup.model_dump(by_alias=True, mode="json", exclude_none=True), separators=(",", ":"))
+    return stored_json(rollup)
 
 
 def parse_rollup(data: dict[str, str] | None) -> CostRollup:
-    text = (data or {}).get(ROLLUP_KEY)
-    if text is None:
-        return CostRollup()
-    try:
-        return CostRollup.model_validate_json(text)
-    except ValidationError as exc:
-        raise RollupUnreadable(f"{ROLLUP_KEY} is not a cost rollup: {str(exc)[:300]}") from exc
+    return _parse(CostRollup, ROLLUP_KEY, "a cost rollup", data)
 
 
 def open_json(shard: OpenShard) -> str:
-    return json.dumps(shard.model_dump(by_alias=True, mode="json", exclude_none=True), separators=(",", ":"))
+    return stored_json(shard)
 
 
 def parse_open(data: dict[str, str] | None) -> OpenShard:
-    text = (data or {}).get(OPEN_KEY)
-    if text is None:
-        return OpenShard()
-    try:
-        return OpenShard.model_validate_json(text)
-    except ValidationError as exc:
-        raise RollupUnreadable(f"{OPEN_KEY} is not a shard of open attempts: {str(exc)[:300]}") from exc
+    return _parse(OpenShard, OPEN_KEY, "a shard of open attempts", data)
 
 
 class CostWriter(Protocol):
@@ -91,12 +93,41 @@ class CostWriter(Protocol):
         ...
 
 
-class KubeCostWriter:
+class _RollupConfigMaps:
+    """The rollup and the open attempts' shards over a store of ConfigMaps (``_read``: its data and
+    resourceVersion; ``_write``: replace it at a version, or create it), real or fake alike."""
+
+    def _read(self, namespace: str, name: str, what: str) -> tuple[dict[str, str] | None, str | None]:
+        raise NotImplementedError
+
+    def _write(self, namespace: str, name: str, what: str, data: dict[str, str], version: str | None) -> str:
+        raise NotImplementedError
+
+    def read_rollup(self, namespace: str, name: str) -> tuple[CostRollup, str | None]:
+        data, version = self._read(namespace, name, "rollup")
+        return parse_rollup(data), version
+
+    def write_rollup(self, namespace: str, name: str, rollup: CostRollup, version: str | None) -> str | None:
+        return self._write(namespace, name, "rollup", {ROLLUP_KEY: rollup_json(rollup)}, version)
+
+    def read_open(self, namespace: str, name: str) -> tuple[OpenShard, str | None]:
+        data, version = self._read(namespace, name, "open")
+        return parse_open(data), version
+
+    def write_open(self, namespace: str, name: str, shard: OpenShard, version: str | None) -> str | None:
+        return self._write(namespace, name, "open", {OPEN_KEY: open_json(shard)}, version)
+
+
+# The ConfigMaps' app.kubernetes.io/component label, per what they hold.
+_COMPONENT = {"rollup": "cost-rollup", "open": "cost-open-attempts"}
+
+
+class KubeCostWriter(_RollupConfigMaps):
     def __init__(self, api: client.ApiClient) -> None:
         self._custom = client.CustomObjectsApi(api)
         self._core = client.CoreV1Api(api)
 
-    def _read(self, namespace: str, name: str) -> tuple[dict[str, str] | None, str | None]:
+    def _read(self, namespace: str, name: str, what: str) -> tuple[dict[str, str] | None, str | None]:
         try:
             cm = self._core.read_namespaced_config_map(name, namespace)
         except ApiException as exc:
@@ -107,13 +138,13 @@ class KubeCostWriter:
             raise ClusterUnavailable(f"configmap {namespace}/{name}: {exc}") from exc
         return cm.data, cm.metadata.resource_version
 
-    def _write(self, namespace: str, name: str, component: str, data: dict[str, str], version: str | None) -> str:
+    def _write(self, namespace: str, name: str, what: str, data: dict[str, str], version: str | None) -> str:
         body = client.V1ConfigMap(
             metadata=client.V1ObjectMeta(
                 name=name,
                 namespace=namespace,
                 resource_version=version,
-                labels={"app.kubernetes.io/name": "accel-operator", "app.kubernetes.io/component": component},
+                labels={"app.kubernetes.io/name": "accel-operator", "app.kubernetes.io/component": _COMPONENT[what]},
             ),
             data=data,
         )
@@ -129,20 +160,6 @@ class KubeCostWriter:
         except urllib3.exceptions.HTTPError as exc:
             raise ClusterUnavailable(f"configmap {namespace}/{name}: {exc}") from exc
         return str(cm.metadata.resource_version)
-
-    def read_rollup(self, namespace: str, name: str) -> tuple[CostRollup, str | None]:
-        data, version = self._read(namespace, name)
-        return parse_rollup(data), version
-
-    def write_rollup(self, namespace: str, name: str, rollup: CostRollup, version: str | None) -> str | None:
-        return self._write(namespace, name, "cost-rollup", {ROLLUP_KEY: rollup_json(rollup)}, version)
-
-    def read_open(self, namespace: str, name: str) -> tuple[OpenShard, str | None]:
-        data, version = self._read(namespace, name)
-        return parse_open(data), version
-
-    def write_open(self, namespace: str, name: str, shard: OpenShard, version: str | None) -> str | None:
-        return self._write(namespace, name, "cost-open-attempts", {OPEN_KEY: open_json(shard)}, version)
 
     def _patch(self, plural: str, name: str, status: dict[str, Any]) -> None:
         try:
@@ -162,45 +179,28 @@ class KubeCostWriter:
 
 
 @dataclass
-class FakeCostWriter:
+class FakeCostWriter(_RollupConfigMaps):
     policies: dict[str, dict[str, Any]] = field(default_factory=dict)
     pools: dict[str, dict[str, Any]] = field(default_factory=dict)
-    rollups: dict[tuple[str, str], tuple[str, int]] = field(default_factory=dict)  # -> (its JSON, version)
+    rollups: dict[tuple[str, str], tuple[dict[str, str], int]] = field(default_factory=dict)  # -> (data, version)
     calls: list[tuple[str, str]] = field(default_factory=list)
     fail_next: Exception | None = None
 
-    def _stored(self, namespace: str, name: str, what: str) -> tuple[str, int] | None:
+    def _read(self, namespace: str, name: str, what: str) -> tuple[dict[str, str] | None, str | None]:
         self.calls.append((f"read-{what}", name))
         self._maybe_fail()
-        return self.rollups.get((namespace, name))
+        stored = self.rollups.get((namespace, name))
+        return (None, None) if stored is None else (stored[0], str(stored[1]))
 
-    def _store(self, namespace: str, name: str, what: str, text: str, version: str | None) -> str:
+    def _write(self, namespace: str, name: str, what: str, data: dict[str, str], version: str | None) -> str:
         self.calls.append((f"write-{what}", name))
         self._maybe_fail()
         stored = self.rollups.get((namespace, name))
         if (stored is None) != (version is None) or (stored is not None and str(stored[1]) != version):
             raise RollupConflict(f"configmap {namespace}/{name} changed meanwhile")
         new = (stored[1] if stored is not None else 0) + 1
-        self.rollups[(namespace, name)] = (text, new)
+        self.rollups[(namespace, name)] = (data, new)
         return str(new)
-
-    def read_rollup(self, namespace: str, name: str) -> tuple[CostRollup, str | None]:
-        stored = self._stored(namespace, name, "rollup")
-        if stored is None:
-            return CostRollup(), None
-        return parse_rollup({ROLLUP_KEY: stored[0]}), str(stored[1])
-
-    def write_rollup(self, namespace: str, name: str, rollup: CostRollup, version: str | None) -> str | None:
-        return self._store(namespace, name, "rollup", rollup_json(rollup), version)
-
-    def read_open(self, namespace: str, name: str) -> tuple[OpenShard, str | None]:
-        stored = self._stored(namespace, name, "open")
-        if stored is None:
-            return OpenShard(), None
-        return parse_open({OPEN_KEY: stored[0]}), str(stored[1])
-
-    def write_open(self, namespace: str, name: str, shard: OpenShard, version: str | None) -> str | None:
-        return self._store(namespace, name, "open", open_json(shard), version)
 
     def _maybe_fail(self) -> None:
         if self.fail_next is not None:

@@ -277,3 +277,14 @@ def _chunks(raw: Any) -> Iterator[list[bytes]]:
             yield [line for line in lines if line.strip()]
     if rest.strip():
         yield [rest]
+
+
+def stats(informers: Iterable[Informer[Any]]) -> Iterator[tuple[str, int, int, bool]]:
+    """(kind, events, relists, listed) of ``informers``, the informers of one kind summed: what
+    ``metrics.WatchStats`` exports."""
+    kinds: dict[str, tuple[int, int, bool]] = {}
+    for i in informers:
+        events, relists, listed = kinds.get(i.kind, (0, 0, True))
+        kinds[i.kind] = (events + i.events, relists + i.relists, listed and i.listed)
+    for kind, (events, relists, listed) in sorted(kinds.items()):
+        yield kind, events, relists, listed

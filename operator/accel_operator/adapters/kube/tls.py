@@ -10,14 +10,20 @@ once one creates it and the other reads the winner's (409 Conflict). A Secret th
 expires soon) is replaced under its resourceVersion, its bundle (``ca.crt``, the caBundle every
 replica registers) trusting the replaced certificate too; a replica that loses that race reads the
 winner's. A Secret someone else made is never written: used when it serves, else ``None``.
+
+The certificates themselves are made here too (:func:`self_signed_pem`, for the names
+:func:`sans_for` gives), and :func:`serves` says whether a stored one still does.
 """
 
 from __future__ import annotations
 
 import base64
+import datetime
+import ipaddress
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -28,6 +34,7 @@ LABEL_MANAGED = "app.kubernetes.io/managed-by"
 MANAGER = "accel-operator"
 ATTEMPTS = 4
 TIMEOUT = (5.0, 15.0)  # connect, read: a replica's start never hangs on this
+RENEW_DAYS = 30  # a shared certificate expiring sooner is replaced at a replica's start
 
 
 @dataclass(frozen=True)
@@ -116,3 +123,80 @@ def shared(
         log.info("webhook certificate: renewed in Secret %s/%s", namespace, name)
         return pair
     raise RuntimeError(f"webhook certificate: Secret {namespace}/{name} kept changing; {ATTEMPTS} attempts")
+
+
+def sans_for(host: str, service: str, namespace: str) -> list[str]:
+    """The names the certificate must carry: ``host`` (if any) and the Service's DNS names."""
+    names = [host] if host else []
+    names += [f"{service}.{namespace}.svc", f"{service}.{namespace}.svc.cluster.local"]
+    return list(dict.fromkeys(names))
+
+
+def self_signed_pem(names: Sequence[str]) -> TlsPair:
+    """A self-signed certificate for ``names`` (IP addresses or DNS names; the first is the
+    subject), valid a year, and its key, in PEM."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, names[0][:64])])
+    sans: list[x509.GeneralName] = []
+    for host in names:
+        try:
+            sans.append(x509.IPAddress(ipaddress.ip_address(host)))
+        except ValueError:
+            sans.append(x509.DNSName(host))
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=365))
+        .add_extension(x509.SubjectAlternativeName(sans), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    return TlsPair(
+        cert.public_bytes(serialization.Encoding.PEM),
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()),
+    )
+
+
+def serves(pair: TlsPair, names: Sequence[str], *, renew_days: float = RENEW_DAYS) -> bool:
+    """Whether ``pair`` is a certificate and key that belong together, name every one of ``names``
+    and stay valid for ``renew_days`` more."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+
+    try:
+        cert = x509.load_pem_x509_certificate(pair.cert_pem)
+        key = serialization.load_pem_private_key(pair.key_pem, password=None)
+        sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except (ValueError, TypeError, x509.ExtensionNotFound):
+        return False
+    if cert.public_key() != key.public_key():
+        return False
+    held = {str(ip) for ip in sans.get_values_for_type(x509.IPAddress)} | set(sans.get_values_for_type(x509.DNSName))
+    soon = datetime.datetime.now(datetime.UTC) + datetime.timedelta(days=renew_days)
+    return set(names) <= held and cert.not_valid_after_utc > soon
+
+
+def write_pair(pair: TlsPair, directory: Path) -> tuple[Path, Path]:
+    cert_file, key_file = directory / "tls.crt", directory / "tls.key"
+    cert_file.write_bytes(pair.cert_pem)
+    key_file.touch(mode=0o600)
+    key_file.write_bytes(pair.key_pem)
+    key_file.chmod(0o600)
+    return cert_file, key_file
+
+
+def self_signed(names: Sequence[str], directory: Path) -> tuple[Path, Path, bytes]:
+    """:func:`self_signed_pem` written to ``directory``: (certificate file, key file, the
+    certificate's PEM for the caBundle)."""
+    pair = self_signed_pem(names)
+    return (*write_pair(pair, directory), pair.cert_pem)
