@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NamedTuple
 
+from accel_api import bounds
 from accel_api.catalog import Accelerator, Catalog
 from accel_api.enums import AcceleratorKind, CapacityType, Provider
 from accel_api.job import AcceleratorJobSpec
@@ -116,6 +117,8 @@ def _candidates(job: JobTerms, sk: _Skeleton, memo: _Memo) -> list[Candidate]:
             failed |= cand.MAX_COST
         if spot and c.preemptions > max_preemptions:
             failed |= cand.PREEMPTIONS
+        if not c.expected_seconds <= bounds.PLANNING_HORIZON_SECONDS:  # the planning horizon
+            failed |= cand.HORIZON
         notes = c.notes
         if free is not None and devices > free:
             notes = (*notes, f"{free} devices free now: waits for the pool to grow")
