@@ -6,7 +6,7 @@ decision, the run's progress and its cost into the status.
 """
 
 import re
-from typing import Annotated, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BeforeValidator, Field, ValidationInfo, field_validator
 
@@ -648,6 +648,17 @@ class HealthStatus(ApiModel):
         max_length=bounds.RESUME_TOKEN_LENGTH,
         description="The accel.dev/resume annotation when the job was stopped: another value resumes it.",
     )
+
+    def ended(self, **update: Any) -> "HealthStatus":
+        """These markers when the attempt ends (a move or a stop): what the ended attempt was
+        being watched for (idle, hung, a move asked) is cleared, ``update`` applied on top."""
+        cleared: dict[str, Any] = {
+            "idle_since": None,
+            "hung_since": None,
+            "move_requested_time": None,
+            "move_checkpoint_step": None,
+        }
+        return self.model_copy(update={**cleared, **update})
 
 
 class AttemptHeld(ApiModel):

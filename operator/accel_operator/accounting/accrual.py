@@ -17,7 +17,7 @@ import datetime as dt
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from accel_api.durations import parse_time_strict, stamp_exact
+from accel_api.durations import parse_time, parse_time_strict, stamp_exact
 from accel_api.enums import CapacityType, FailureKind, JobPhase
 from accel_api.job import CostStatus, OverBudget
 from accel_api.policy import TeamSpend
@@ -34,15 +34,6 @@ IDLE_PERCENT = 1.0
 class Price:
     usd_per_device_hour: float
     on_demand_usd_per_device_hour: float
-
-
-def _time(text: str | None) -> dt.datetime | None:
-    if not text:
-        return None
-    try:
-        return parse_time_strict(text)
-    except ValueError:
-        return None
 
 
 def idle_fraction(
@@ -83,7 +74,7 @@ def completion_end(job: JobView, workload: WorkloadView | None) -> dt.datetime |
     failure = st.last_failure
     mine = failure is not None and failure.attempt == st.attempt
     return _earliest(
-        _time(st.completion_time),
+        parse_time(st.completion_time),
         workload.end_time if workload is not None and workload.attempt == st.attempt else None,
         attempt_held.failure_end(failure) if mine and failure is not None else None,
     )
@@ -103,7 +94,7 @@ def unseen(cost: CostStatus, job: JobView, price_of: Callable[[str], Price | Non
             continue
         price = price_of(failure.held.pool)
         held = failure.held
-        start = _time(held.admitted_time) or _time(held.start_time)
+        start = parse_time(held.admitted_time) or parse_time(held.start_time)
         end = attempt_held.failure_end(failure)
         if price is None or start is None or end is None or end <= start or not held.devices:
             continue
@@ -161,7 +152,7 @@ def accrue(
         lost = _reported_lost(job, entry.attempt)
         cost = _close(cost, entry.attempt, end, preempted, _checkpoint(job), reported=lost)
     plan = st.plan
-    admitted = _time(st.admitted_time)
+    admitted = parse_time(st.admitted_time)
     held = plan is not None and plan.pool and plan.devices and admitted is not None
     if held and price is not None and plan is not None and plan.pool and plan.devices and admitted is not None:
         until: dt.datetime | None = None
@@ -201,7 +192,7 @@ def _reported_lost(job: JobView, attempt: int) -> float | None:
 
 def _checkpoint(job: JobView) -> dt.datetime | None:
     checkpoint = job.status.last_checkpoint
-    return _time(checkpoint.time) if checkpoint is not None else None
+    return parse_time(checkpoint.time) if checkpoint is not None else None
 
 
 def at_deletion(cost: CostStatus, end: dt.datetime) -> CostStatus:

@@ -131,6 +131,10 @@ _WIRE_NAMES: Final = MappingProxyType({name: to_camel(name) for name in _NAMES})
 NO_CHANGE: Final = StatusPatch()
 
 
+# The first two conditions of every job that has a plan (admitted, running, held back, stopped).
+SPEC_VALID_AND_PLANNED: Final = (Cond(VALID, True, "SpecValid"), Cond(PLANNED, True, "Planned"))
+
+
 @dataclass(frozen=True, slots=True)
 class Decision:
     """What ``job`` should become. ``status`` holds only the fields to write; ``conditions``

@@ -47,6 +47,7 @@ from accel_operator.reconcile.common.decision import (
     PLANNED,
     RESUMED,
     RUNNING,
+    SPEC_VALID_AND_PLANNED,
     SPOT_FALLBACK,
     STICKY,
     VALID,
@@ -310,8 +311,7 @@ def _after_failure(
         )
         events: tuple[act.Action, ...] = (act.RecordEvent("Warning", "Retrying", _clip(message)),)
         conditions: tuple[Cond, ...] = (
-            Cond(VALID, True, "SpecValid"),
-            Cond(PLANNED, True, "Planned"),
+            *SPEC_VALID_AND_PLANNED,
             Cond(ADMITTED, False, "Retrying", message),
         )
         if fell_back is not None:
@@ -427,8 +427,7 @@ def _holding(
             return Decision(
                 phase=JobPhase.PENDING,
                 conditions=(
-                    Cond(VALID, True, "SpecValid"),
-                    Cond(PLANNED, True, "Planned"),
+                    *SPEC_VALID_AND_PLANNED,
                     Cond(ADMITTED, False, "GangTimeout", message),
                 ),
                 status=StatusPatch(attempt=st.attempt + 1, workload=CLEAR, message=message),

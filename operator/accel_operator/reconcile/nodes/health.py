@@ -36,7 +36,14 @@ from accel_api.enums import JobPhase, WorkloadMode
 from accel_api.job import HealthStatus, RightSize
 from accel_operator.reconcile.common import actions as act
 from accel_operator.reconcile.common import checkpoints, node_capacity
-from accel_operator.reconcile.common.decision import ADMITTED, CLEAR, PLANNED, VALID, Cond, Decision, StatusPatch
+from accel_operator.reconcile.common.decision import (
+    ADMITTED,
+    CLEAR,
+    SPEC_VALID_AND_PLANNED,
+    Cond,
+    Decision,
+    StatusPatch,
+)
 from accel_operator.reconcile.common.decision import clip as _clip
 from accel_operator.reconcile.common.reports import DeviceReport
 from accel_operator.reconcile.common.snapshot import JobView, PodView, Snapshot
@@ -200,22 +207,11 @@ def _move(
     old = st.workload or act.workload_name(job.name, st.attempt)
     start = "from its latest checkpoint" if from_checkpoint else "from the start (the job has no checkpoint)"
     message = _clip(f"attempt {st.attempt} ended: {why}; attempt {st.attempt + 1} is planned again, {start}")
-    new_health = health.model_copy(
-        update={
-            "idle_since": None,
-            "hung_since": None,
-            "move_requested_time": None,
-            "move_checkpoint_step": None,
-            "right_size": None,
-            "move_reason": _clip(why),
-            "moves": health.moves + 1,
-        }
-    )
+    new_health = health.ended(right_size=None, move_reason=_clip(why), moves=health.moves + 1)
     decision = Decision(
         phase=JobPhase.PENDING,
         conditions=(
-            Cond(VALID, True, "SpecValid"),
-            Cond(PLANNED, True, "Planned"),
+            *SPEC_VALID_AND_PLANNED,
             Cond(ADMITTED, False, "Moved", message),
         ),
         status=StatusPatch(attempt=st.attempt + 1, workload=CLEAR, message=message, health=new_health),

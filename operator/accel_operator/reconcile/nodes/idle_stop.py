@@ -35,7 +35,14 @@ from accel_api.job import HealthStatus
 from accel_api.policy import AcceleratorPolicy
 from accel_operator.reconcile.common import actions as act
 from accel_operator.reconcile.common import checkpoints
-from accel_operator.reconcile.common.decision import ADMITTED, CLEAR, PLANNED, VALID, Cond, Decision, StatusPatch
+from accel_operator.reconcile.common.decision import (
+    ADMITTED,
+    CLEAR,
+    SPEC_VALID_AND_PLANNED,
+    Cond,
+    Decision,
+    StatusPatch,
+)
 from accel_operator.reconcile.common.decision import clip as _clip
 from accel_operator.reconcile.common.snapshot import JobView, PodView
 
@@ -145,23 +152,16 @@ def _stop(job: JobView, health: HealthStatus, why: str, now: dt.datetime) -> Dec
         f"attempt {st.attempt} ended, the job is Stopped: {why}. To resume it (from its latest complete "
         f"checkpoint), set the annotation {v.ANNOTATION_RESUME} to a new value"
     )
-    new_health = health.model_copy(
-        update={
-            "idle_since": None,
-            "hung_since": None,
-            "move_requested_time": None,
-            "move_checkpoint_step": None,
-            "stop_requested_time": None,
-            "stop_checkpoint_step": None,
-            "stopped_time": _ts(now),
-            "resume_seen": job.resume_request,
-        }
+    new_health = health.ended(
+        stop_requested_time=None,
+        stop_checkpoint_step=None,
+        stopped_time=_ts(now),
+        resume_seen=job.resume_request,
     )
     return Decision(
         phase=JobPhase.STOPPED,
         conditions=(
-            Cond(VALID, True, "SpecValid"),
-            Cond(PLANNED, True, "Planned"),
+            *SPEC_VALID_AND_PLANNED,
             Cond(ADMITTED, False, "StoppedIdle", message),
             Cond(IDLE, True, "StoppedIdle", _clip(why)),
             Cond(IDLE_STOP, True, "Stopped", message),
