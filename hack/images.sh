@@ -263,7 +263,7 @@ build() {
 }
 
 # --- 4. smoke: run each image with runc, as its user, with a read-only root -----------------------
-# run_in IMAGE_TAR [ARGS...]: unpack the image into a runtime bundle (umoci writes config.json from
+# run_in IMAGE_TAR [ARGS...]: unpack the image into a runtime bundle (umoci writes its config.json from
 # the image configuration: user, environment, working directory, command), make the root
 # read-only, mount a tmpfs at /tmp as a Pod's emptyDir would be, and run ARGS (else the command).
 declare -A bundles=()
@@ -273,10 +273,11 @@ run_in() {
   local work
   if [[ -z ${bundles[$archive]:-} ]]; then
     scratch_dir
-    mkdir "$work/layout"
+    mkdir "$work/layout" "$work/bundle"
     tar -xf "$archive" -C "$work/layout"
-    umoci unpack --image "$work/layout:$tag" "$work/bundle" >/dev/null
-    cp "$work/bundle/config.json" "$work/image-config.json"
+    # raw: the root filesystem without umoci's mtree manifest, which a run needs not (and costs time)
+    umoci raw unpack --image "$work/layout:$tag" "$work/bundle/rootfs" >/dev/null 2>&1
+    umoci raw runtime-config --image "$work/layout:$tag" --rootfs "$work/bundle/rootfs" "$work/image-config.json"
     bundles[$archive]=$work
   fi
   work=${bundles[$archive]}
