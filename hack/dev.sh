@@ -4,6 +4,8 @@
 #   bash hack/dev.sh test    set up everything, run lint, types, layering, drift, the docs build, unit and cluster tests
 #   bash hack/dev.sh setup   only the set-up (virtualenv + local control plane binaries)
 #   bash hack/dev.sh docs    build the documentation site (docs/, mkdocs.yml) into site/, --strict
+#   bash hack/dev.sh images  build the operator and node agent images (OCI archives in .cache/images/,
+#                            no registry: hack/images.sh) and run each with runc as a smoke test
 # Set-up installs Python packages into .venv from the package index (pinned by constraints.txt)
 # and builds the control plane with the machine's Go from the Go module proxy. Both are cached:
 # a second run takes seconds.
@@ -94,5 +96,6 @@ case "$cmd" in
   test) setup_python; setup_cluster; setup_browser; run_checks; run_tests "$@" ;;
   demo) setup_python; setup_cluster; exec "$py" -m accel_localcluster.demo "$@" ;;
   docs) setup_python; build_docs; echo "docs site built: $root/site/index.html" ;;
-  *) echo "usage: bash hack/dev.sh [setup|test|demo|docs]" >&2; exit 2 ;;
+  images) bash hack/images.sh all ;;
+  *) echo "usage: bash hack/dev.sh [setup|test|demo|docs|images]" >&2; exit 2 ;;
 esac

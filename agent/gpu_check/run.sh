@@ -19,11 +19,13 @@
 #       --python-version "$v" --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
 #       --platform manylinux2014_x86_64 -d .cache/wheels \
 #       'pydantic>=2.7,<3' 'pydantic-settings>=2.3,<3' 'prometheus-client>=0.20' 'PyYAML>=6' \
-#       'nvidia-ml-py>=12.535'
+#       'kubernetes>=30' 'grpcio>=1.60' 'nvidia-ml-py>=12.535'
 #   done
 #
 # That resolves pydantic, pydantic-core, pydantic-settings, prometheus-client, PyYAML,
-# typing-extensions, annotated-types, typing-inspection, python-dotenv and nvidia-ml-py.
+# typing-extensions, annotated-types, typing-inspection, python-dotenv, nvidia-ml-py, grpcio and
+# the Kubernetes client (the agent imports both at start, even when it talks to no API) with what
+# it needs: requests, urllib3, aiohttp and the rest (KUBE_DISTS below).
 # .cache/ is git-ignored: the runner must carry .cache/wheels along explicitly.
 
 set -uo pipefail
@@ -55,7 +57,7 @@ log "system pynvml: $($PY -c 'import pynvml, importlib.metadata as m; print(m.ve
 
 # --- 1. the agent's dependencies ------------------------------------------------------------------
 DEPS_CHECK='
-import importlib.metadata as m, pydantic, pydantic_settings, prometheus_client, yaml
+import importlib.metadata as m, pydantic, pydantic_settings, prometheus_client, yaml, kubernetes, grpc
 major, minor = (int(x) for x in pydantic.VERSION.split(".")[:2])
 assert major == 2 and minor >= 7, "pydantic " + pydantic.VERSION + " is older than 2.7"
 major, minor = (int(x) for x in m.version("pydantic-settings").split(".")[:2])
@@ -67,7 +69,7 @@ if $PY -c "$DEPS_CHECK" >>"$LOG" 2>&1; then
   log "dependencies: the system python has them"
 else
   log "dependencies: installing from .cache/wheels into $DEPS"
-  NEED=('pydantic>=2.7,<3' 'pydantic-settings>=2.3,<3' 'prometheus-client>=0.20' 'PyYAML>=6')
+  NEED=('pydantic>=2.7,<3' 'pydantic-settings>=2.3,<3' 'prometheus-client>=0.20' 'PyYAML>=6' 'kubernetes>=30' 'grpcio>=1.60')
   if ! $PY -c 'import pynvml' 2>/dev/null; then NEED+=('nvidia-ml-py>=12.535'); fi
   if ! ls .cache/wheels/*.whl >/dev/null 2>&1; then
     log "FAIL: dependencies missing and no wheels in .cache/wheels (see the pip download command at the top)"
@@ -76,8 +78,12 @@ else
   if ! $PY -m pip install -q --no-index --find-links .cache/wheels --target "$DEPS" --no-compile \
       --no-cache-dir --disable-pip-version-check "${NEED[@]}" >>"$LOG" 2>&1; then
     log "pip could not install them; unpacking the wheels directly"
+    # The Kubernetes client and what it depends on (kubernetes 37's requirements, resolved)
+    KUBE_DISTS=(kubernetes certifi python_dateutil six websocket_client requests requests_oauthlib oauthlib
+                urllib3 charset_normalizer idna durationpy aiohttp aiohttp_retry aiohappyeyeballs aiosignal
+                attrs frozenlist multidict propcache yarl)
     DISTS=(pydantic pydantic_core pydantic_settings prometheus_client pyyaml typing_extensions
-           annotated_types typing_inspection python_dotenv)
+           annotated_types typing_inspection python_dotenv grpcio "${KUBE_DISTS[@]}")
     if ! $PY -c 'import pynvml' 2>/dev/null; then DISTS+=(nvidia_ml_py); fi
     $PY agent/gpu_check/install_wheels.py .cache/wheels "$DEPS" "${DISTS[@]}" >>"$LOG" 2>&1 || {
       log "FAIL: could not unpack the wheels (see $LOG)"; exit 2; }
