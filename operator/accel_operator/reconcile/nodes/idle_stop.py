@@ -35,14 +35,8 @@ from accel_api.job import HealthStatus
 from accel_api.policy import AcceleratorPolicy
 from accel_operator.reconcile.common import actions as act
 from accel_operator.reconcile.common import checkpoints
-from accel_operator.reconcile.common.decision import (
-    ADMITTED,
-    CLEAR,
-    SPEC_VALID_AND_PLANNED,
-    Cond,
-    Decision,
-    StatusPatch,
-)
+from accel_operator.reconcile.common import decision as d
+from accel_operator.reconcile.common.decision import Cond, Decision, StatusPatch
 from accel_operator.reconcile.common.decision import clip as _clip
 from accel_operator.reconcile.common.snapshot import JobView, PodView
 
@@ -161,12 +155,12 @@ def _stop(job: JobView, health: HealthStatus, why: str, now: dt.datetime) -> Dec
     return Decision(
         phase=JobPhase.STOPPED,
         conditions=(
-            *SPEC_VALID_AND_PLANNED,
-            Cond(ADMITTED, False, "StoppedIdle", message),
+            *d.SPEC_VALID_AND_PLANNED,
+            Cond(d.ADMITTED, False, "StoppedIdle", message),
             Cond(IDLE, True, "StoppedIdle", _clip(why)),
             Cond(IDLE_STOP, True, "Stopped", message),
         ),
-        status=StatusPatch(attempt=st.attempt + 1, workload=CLEAR, message=message, health=new_health),
+        status=StatusPatch(attempt=st.attempt + 1, workload=d.CLEAR, message=message, health=new_health),
         actions=(act.DeleteWorkload(old, "stopped: idle"), act.RecordEvent("Warning", "StoppedIdle", message)),
         reason=message,
     )
