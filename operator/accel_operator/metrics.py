@@ -83,6 +83,11 @@ class OperatorMetrics:
             ["reason"],
             registry=r,
         )
+        self.fenced_writes = Counter(
+            "accel_operator_fenced_writes_total",
+            "Writes dropped because this replica no longer held the Lease when they were due.",
+            registry=r,
+        )
         for phase in JobPhase:
             self.jobs.labels(phase.value)
         # The lean informers (adapters/kube/informer.py), read at each scrape.
