@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from accel_api import catalog as catalog_mod
-from accel_api.costrollup import ROLLUP_OPEN_SHARDS, CostRollup, OpenShard
+from accel_api.costrollup import ROLLUP_GONE, ROLLUP_OPEN_SHARDS, CostRollup, OpenShard
 from accel_api.durations import parse_time_strict, stamp_exact
 from accel_api.job import CostStatus, OverBudget
 from accel_api.policy import SpendLedger, TeamSpend
@@ -117,6 +117,7 @@ class Accountant:
     rollup_namespace: str = ""
     rollup_name: str = ""
     stored: CostRollup | None = None
+    gone_max: int = ROLLUP_GONE  # deleted jobs' keys kept in the rollup at most (settings.cost_rollup_gone)
     rollup_version: str | None = None
     # uid -> (who, its ledger as the last step computed it): a job missing from the next snapshot
     # was deleted, and is folded from this.
@@ -420,7 +421,12 @@ class Accountant:
             for job in snap.jobs.values()
             if job.status.cost is not None
         }
-        value = rollup.bound(rollup.prune(value, marked, {j.uid for j in snap.jobs.values()}, now), now)
+        # The jobs the open attempts as stored still hold keep their keys (folded from there again
+        # otherwise, by the next leader).
+        in_open = {e.uid for shard in self.open_shards or () for e in shard.attempts}
+        existing = {j.uid for j in snap.jobs.values()}
+        value = rollup.prune(value, marked, existing, now, held=in_open, gone_max=self.gone_max)
+        value = rollup.bound(value, now)
         if value is not self.stored:
             try:
                 self.rollup_version = await asyncio.to_thread(
@@ -436,7 +442,16 @@ class Accountant:
                 await self._load_rollup()  # folded next step, on what is there now
                 return ledgers, writes
             except ClusterUnavailable as exc:
-                log.info("cost rollup not written: %s", exc)
+                # Until a write succeeds, the deleted jobs' money is in this process's memory only.
+                self.metrics.rollup_write_failures.inc()
+                log.warning(
+                    "cost rollup %s/%s not written (%d bytes, %d deleted job(s) held in memory only): %s",
+                    self.rollup_namespace,
+                    self.rollup_name,
+                    rollup.size(value),
+                    len(self.gone),
+                    exc,
+                )
                 return ledgers, writes
             self.stored = value
             if self.gone:
@@ -486,7 +501,7 @@ class Accountant:
         self,
         snap: Snapshot,
         ledgers: Mapping[JobKey, CostStatus],
-        pending: Mapping[str, frozenset[int]],
+        pending: rollup.Folds,
         now: dt.datetime,
     ) -> None:
         """Keep every live job's attempts not in the rollup, as accrued now, beside the rollup (one
