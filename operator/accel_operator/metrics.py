@@ -83,6 +83,17 @@ class OperatorMetrics:
             ["reason"],
             registry=r,
         )
+        self.fenced_writes = Counter(
+            "accel_operator_fenced_writes_total",
+            "Writes dropped because this replica no longer held the Lease when they were due.",
+            registry=r,
+        )
+        self.rollup_write_failures = Counter(
+            "accel_operator_cost_rollup_write_failures_total",
+            "Writes of the durable cost rollup that failed, a conflict with another writer aside (until one "
+            "succeeds, deleted jobs' money is held in this process's memory only).",
+            registry=r,
+        )
         for phase in JobPhase:
             self.jobs.labels(phase.value)
         # The lean informers (adapters/kube/informer.py), read at each scrape.

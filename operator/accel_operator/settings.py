@@ -6,6 +6,8 @@ from typing import Annotated, Literal
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from accel_api.costrollup import ROLLUP_GONE
+
 
 class OperatorSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="ACCEL_OPERATOR_", frozen=True)
@@ -141,6 +143,13 @@ class OperatorSettings(BaseSettings):
         "are deleted (the cost counters and reports read it); empty: off (the counters drop deleted jobs).",
     )
     cost_rollup_namespace: str = Field(default="accel-system", max_length=63)
+    cost_rollup_gone: int = Field(
+        default=ROLLUP_GONE,
+        ge=1,
+        le=ROLLUP_GONE,
+        description="Deleted jobs the cost rollup keeps (as digests) so that a lagging view folds none twice, "
+        "the oldest dropped first (beyond GONE_KEEP, 6 h, all are); lower only to test the bound.",
+    )
     aws_region: str = Field(
         default="", max_length=32, description="Live EC2 spot prices for `price.source: live` pools; empty: off."
     )

@@ -12,12 +12,26 @@ Exactly once, whatever the operator is killed between: a fold records the (job u
 ``pending`` in the same value (one ConfigMap write) that adds the money; an attempt in ``pending``
 or marked ``rolledUp`` is not counted live and never folded again. The mark reaches the job's
 status after the rollup is written; once the status shows it, the pending key goes.
+
+A deleted job has every attempt folded as it goes, so what keeps it from being folded again is
+small: its uid's 64-bit digest and its last attempt folded (``gone``, per hour of deletion, about
+13 bytes a job). A lagging view of the job, or the open attempts kept beside the rollup, fold
+nothing of it while that is kept: for ``GONE_KEEP``, and at most the last ``ROLLUP_GONE``
+deletions (the oldest go first), but never while the open attempts as last stored still hold the
+job (``prune``'s ``held``). Before, a deleted job kept a whole pending key for 6 hours, and
+11,500 deletions in that time took the ConfigMap past 1 MiB: every later write failed.
+
+Two uids share a digest with a probability of about n / 2**64 for a job against n kept digests
+(below 1e-15 at 16,384); a job that did would have its attempts up to the other's last counted
+as folded.
 """
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
-from collections.abc import Collection, Iterable, Mapping, Sequence
+import hashlib
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +39,7 @@ from accel_api.costrollup import (
     ROLLUP_BUCKETS,
     ROLLUP_BYTES,
     ROLLUP_DAYS,
+    ROLLUP_GONE,
     ROLLUP_HOUR_DAYS,
     ROLLUP_JOB_DAYS,
     ROLLUP_JOBS,
@@ -34,6 +49,7 @@ from accel_api.costrollup import (
     ROLLUP_OPEN_SHARDS,
     Bucket,
     CostRollup,
+    GoneHour,
     JobDay,
     JobSummary,
     KeyTotals,
@@ -48,9 +64,10 @@ from accel_api.job import AttemptCost, CostStatus
 from accel_operator.accounting import ledger
 
 Key = tuple[str, str, CapacityType]  # (team, pool, capacity type)
-# A gone job's pending key is kept this long: a view that lags behind the deletion by less than
-# this folds nothing twice.
+# A gone job's key is kept this long (and among the last ``ROLLUP_GONE`` deletions): a view that
+# lags behind the deletion by less than this folds nothing twice.
 GONE_KEEP = dt.timedelta(hours=6)
+GONE_DIGEST_CHARS = 11
 HOUR = dt.timedelta(hours=1)
 DAY_LENGTH = len("YYYY-MM-DD")
 
@@ -77,8 +94,79 @@ class JobId:
 # --- what is folded, what is live ----------------------------------------------------------------
 
 
-def pending_of(rollup: CostRollup | None) -> dict[str, frozenset[int]]:
-    return {p.uid: frozenset(p.attempts) for p in rollup.pending} if rollup is not None else {}
+def digest(uid: str) -> str:
+    """A job uid's 64-bit digest, as ``gone`` keeps it (11 URL-safe base64 characters)."""
+    raw = hashlib.blake2b(uid.encode(), digest_size=8).digest()
+    return base64.urlsafe_b64encode(raw).decode()[:GONE_DIGEST_CHARS]
+
+
+class Folded(Collection[int]):
+    """The attempts of one job that are in the rollup: those of its pending key, and every attempt
+    up to ``upto`` when the job was folded whole at its deletion (``gone``)."""
+
+    __slots__ = ("attempts", "upto")
+
+    def __init__(self, attempts: Collection[int] = frozenset(), upto: int = -1) -> None:
+        self.attempts = frozenset(attempts)
+        self.upto = upto
+
+    def __contains__(self, attempt: object) -> bool:
+        return attempt in self.attempts or (isinstance(attempt, int) and attempt <= self.upto)
+
+    def __iter__(self) -> Iterator[int]:
+        """The attempts named (those up to ``upto`` are not enumerated)."""
+        return iter(sorted(self.attempts))
+
+    def __len__(self) -> int:
+        return len(self.attempts)
+
+
+NONE_FOLDED = Folded()
+
+
+def _gone_entries(rollup: CostRollup) -> dict[str, tuple[int, str]]:
+    """``gone`` unpacked: digest -> (last attempt folded, hour of the deletion), oldest first."""
+    out: dict[str, tuple[int, str]] = {}
+    for group in sorted(rollup.gone, key=lambda g: g.hour):
+        for entry in group.ids.split(",") if group.ids else ():
+            out[entry[:GONE_DIGEST_CHARS]] = (int(entry[GONE_DIGEST_CHARS:]), group.hour)
+    return out
+
+
+def _gone_groups(entries: Mapping[str, tuple[int, str]]) -> list[GoneHour]:
+    by_hour: dict[str, list[str]] = {}
+    for d, (upto, hour) in entries.items():
+        by_hour.setdefault(hour, []).append(f"{d}{upto}")
+    return [GoneHour(hour=h, ids=",".join(ids)) for h, ids in sorted(by_hour.items())]
+
+
+def gone_count(rollup: CostRollup) -> int:
+    return sum(g.ids.count(",") + 1 for g in rollup.gone if g.ids)
+
+
+class Folds:
+    """What the rollup holds of each job (by uid): read once per value, looked up per job."""
+
+    def __init__(self, rollup: CostRollup | None) -> None:
+        self._pending = {p.uid: frozenset(p.attempts) for p in rollup.pending} if rollup is not None else {}
+        self._gone = {d: upto for d, (upto, _) in _gone_entries(rollup).items()} if rollup is not None else {}
+
+    def get(self, uid: str, default: Collection[int] = NONE_FOLDED) -> Collection[int]:
+        named = self._pending.get(uid)
+        upto = self._gone.get(digest(uid), -1) if self._gone else -1
+        if named is None and upto < 0:
+            return default
+        return Folded(named or frozenset(), upto)
+
+    def __getitem__(self, uid: str) -> Collection[int]:
+        found = self.get(uid, NONE_FOLDED)
+        if found is NONE_FOLDED:
+            raise KeyError(uid)
+        return found
+
+
+def pending_of(rollup: CostRollup | None) -> Folds:
+    return Folds(rollup)
 
 
 def is_folded(entry: AttemptCost, pending: Collection[int]) -> bool:
@@ -218,36 +306,47 @@ def fold(
 
 def fold_many(rollup: CostRollup, items: Iterable[FoldItem]) -> CostRollup:
     """``rollup`` with every item folded in (as :func:`fold` each, in order), the rollup's lists
-    made anew once for all of them: thousands of deletions in one step stay linear."""
+    made anew once for all of them: thousands of deletions in one step stay linear. A deleted job
+    (``gone``) leaves no pending key: its digest and last attempt go to ``gone``."""
     pending = {p.uid: p for p in rollup.pending}
-    marks: dict[str, Pending] = {}
+    gone = _gone_entries(rollup)
+    buried = False  # ``gone`` changed
+    marks: dict[str, Pending | None] = {}  # None: the job's pending key goes (it is in ``gone``)
     changed: dict[tuple[str, str, str, CapacityType], ledger.Figures] = {}
     summaries = {j.uid for j in rollup.jobs}
     new_jobs: list[JobSummary] = []
     for it in items:
         job = it.job
-        old = marks.get(job.uid) or pending.get(job.uid)
+        old = marks[job.uid] if job.uid in marks else pending.get(job.uid)
         done = set(old.attempts) if old is not None else set()
+        d = digest(job.uid) if gone or it.gone is not None else ""
+        upto, hour = gone.get(d, (-1, "")) if d else (-1, "")
         added = False
         for attempt, rows in it.attempts:
-            if attempt in done:
+            if attempt in done or attempt <= upto:
                 continue
             for (day, pool, capacity), f in rows.items():
                 key = (day, job.team, pool, capacity)
                 changed[key] = changed.get(key, ledger.Figures()) + f
             done.add(attempt)
             added = True
-        if not added and it.gone is None:
+        if it.gone is not None:
+            # Every attempt of the job is in the rollup now: kept as (digest, last attempt).
+            last = max([upto, *done])
+            if last >= 0 and last != upto:
+                gone[d] = (last, hour or it.gone.astimezone(dt.UTC).strftime("%Y-%m-%dT%H"))
+                buried = True
+            if old is not None:
+                marks[job.uid] = None
+            # A deletion seen again (the job already in ``gone``) adds no second report row.
+            if it.summary is not None and job.uid not in summaries and upto < 0:
+                summaries.add(job.uid)
+                new_jobs.append(_summary(job, it.summary, it.gone))
             continue
-        marks[job.uid] = Pending(
-            uid=job.uid,
-            attempts=sorted(done)[-64:],
-            gone=stamp_exact(it.gone) if it.gone is not None else (old.gone if old is not None else None),
-        )
-        if it.gone is not None and it.summary is not None and job.uid not in summaries:
-            summaries.add(job.uid)
-            new_jobs.append(_summary(job, it.summary, it.gone))
-    if not marks:
+        if not added:
+            continue
+        marks[job.uid] = Pending(uid=job.uid, attempts=sorted(done)[-64:], gone=old.gone if old is not None else None)
+    if not marks and not buried and not new_jobs:
         return rollup
     # Only the buckets the folds touch are made anew (a rollup holds thousands).
     buckets: dict[tuple[str, str, str, CapacityType], Bucket] = {
@@ -265,7 +364,8 @@ def fold_many(rollup: CostRollup, items: Iterable[FoldItem]) -> CostRollup:
         update={
             # A new key is put in order; otherwise the order stands.
             "buckets": [buckets[k] for k in sorted(buckets)] if grew else list(buckets.values()),
-            "pending": [*kept, *marks.values()],
+            "pending": [*kept, *(m for m in marks.values() if m is not None)],
+            "gone": _gone_groups(gone) if buried else rollup.gone,
             "jobs": [*rollup.jobs, *new_jobs][-ROLLUP_JOBS:],
             "revision": rollup.revision + 1,
         }
@@ -367,11 +467,22 @@ def pack(entries: Iterable[OpenAttempt]) -> tuple[list[OpenShard], int]:
 
 
 def prune(
-    rollup: CostRollup, marked: Mapping[str, Collection[int]], existing: Collection[str], now: dt.datetime
+    rollup: CostRollup,
+    marked: Mapping[str, Collection[int]],
+    existing: Collection[str],
+    now: dt.datetime,
+    *,
+    held: Collection[str] = (),
+    gone_max: int = ROLLUP_GONE,
 ) -> CostRollup:
-    """``rollup`` without the pending keys it no longer needs: attempts the job's status marks
+    """``rollup`` without the keys it no longer needs: attempts the job's status marks
     ``rolledUp``; a gone job's keys once it has been gone for ``GONE_KEEP`` (a job that vanished
-    without being folded is marked gone now)."""
+    without being folded is marked gone now), and beyond the last ``gone_max`` deletions the
+    oldest; never the key of a job in ``held`` (uids the open attempts beside the rollup still
+    hold: the next leader would fold them again from there)."""
+    buried = _prune_gone(rollup, now, held, gone_max)
+    if buried is not None:
+        rollup = rollup.model_copy(update={"gone": buried, "revision": rollup.revision + 1})
     out: list[Pending] = []
     for p in rollup.pending:
         if p.uid in existing:
@@ -385,6 +496,30 @@ def prune(
     if out == list(rollup.pending):
         return rollup
     return rollup.model_copy(update={"pending": out, "revision": rollup.revision + 1})
+
+
+def _prune_gone(rollup: CostRollup, now: dt.datetime, held: Collection[str], most: int) -> list[GoneHour] | None:
+    """``gone`` without the deletions older than ``GONE_KEEP``, then the oldest beyond ``most``,
+    those of ``held`` kept; None: no change."""
+    if not rollup.gone:
+        return None
+    cutoff = (now.astimezone(dt.UTC) - GONE_KEEP).strftime("%Y-%m-%dT%H")
+    old = [g for g in rollup.gone if g.hour < cutoff]
+    excess = gone_count(rollup) - most
+    if not old and excess <= 0:
+        return None
+    keep = {digest(uid) for uid in held}
+    entries = _gone_entries(rollup)
+    out = {d: e for d, e in entries.items() if e[1] >= cutoff or d in keep}
+    excess = len(out) - most
+    if excess > 0:  # oldest first (hours in order, each hour in the order its deletions came)
+        for d in list(out):
+            if excess <= 0:
+                break
+            if d not in keep:
+                del out[d]
+                excess -= 1
+    return _gone_groups(out) if len(out) != len(entries) else None
 
 
 def size(rollup: CostRollup) -> int:

@@ -194,7 +194,7 @@ def _only_namespace(stored: CostRollup, namespace: str) -> CostRollup:
     buckets = [
         Bucket(day=d.day, team=j.team, pool=d.pool, capacity_type=d.capacity_type, f=d.f) for j in jobs for d in j.days
     ]
-    return CostRollup(buckets=buckets, jobs=jobs, pending=stored.pending)
+    return CostRollup(buckets=buckets, jobs=jobs, pending=stored.pending, gone=stored.gone)
 
 
 def render_table(table: list[dict[str, Any]], by: By) -> str:

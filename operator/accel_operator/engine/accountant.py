@@ -22,12 +22,12 @@ import asyncio
 import datetime as dt
 import logging
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from accel_api import catalog as catalog_mod
-from accel_api.costrollup import ROLLUP_OPEN_SHARDS, CostRollup, OpenShard
+from accel_api.costrollup import ROLLUP_GONE, ROLLUP_OPEN_SHARDS, CostRollup, OpenShard
 from accel_api.durations import parse_time_strict, stamp_exact
 from accel_api.job import CostStatus, OverBudget
 from accel_api.policy import SpendLedger, TeamSpend
@@ -36,6 +36,7 @@ from accel_operator.adapters.kube.client import ClusterUnavailable
 from accel_operator.adapters.kube.costs import CostWriter, RollupConflict, open_shard_name
 from accel_operator.adapters.kube.jobs import JobGone, JobRef, JobWriter
 from accel_operator.adapters.pricebook import PriceBook, Quote
+from accel_operator.engine import calls
 from accel_operator.engine.clock import Clock, SystemClock
 from accel_operator.engine.scheduler import Scheduler
 from accel_operator.metrics import CostKey, OperatorMetrics
@@ -43,6 +44,8 @@ from accel_operator.reconcile.common import actions
 from accel_operator.reconcile.common.snapshot import HOLDING, TERMINAL, JobKey, JobView, Snapshot
 
 log = logging.getLogger("accel_operator.cost")
+
+T = TypeVar("T")
 
 
 def _wire(cost: CostStatus) -> dict[str, Any]:
@@ -114,6 +117,7 @@ class Accountant:
     rollup_namespace: str = ""
     rollup_name: str = ""
     stored: CostRollup | None = None
+    gone_max: int = ROLLUP_GONE  # deleted jobs' keys kept in the rollup at most (settings.cost_rollup_gone)
     rollup_version: str | None = None
     # uid -> (who, its ledger as the last step computed it): a job missing from the next snapshot
     # was deleted, and is folded from this.
@@ -151,11 +155,29 @@ class Accountant:
             t0 = self.clock.monotonic()
             try:
                 await self.step(self.clock.now())
+            except calls.NotLeading:
+                # The Lease was lost during the step: its remaining writes were dropped, and what
+                # this process held in memory is the new leader's to rebuild from the cluster.
+                self.metrics.fenced_writes.inc()
+                log.info("cost step stopped: this replica no longer holds the lease; its writes were dropped")
+                self.forget()
             except Exception:  # one bad step must not stop accounting for good
                 self.metrics.reconcile_errors.labels("cost").inc()
                 log.exception("cost accrual step failed; retrying on the next tick")
             # Accounting never takes more than a fifth of the process's time from scheduling.
             pause = max(self.interval, 4 * (self.clock.monotonic() - t0))
+
+    def forget(self) -> None:
+        """Drop what this process knows beyond the cluster (a lost Lease): read again when leading."""
+        self.previous.clear()
+        self.deleted_at.clear()
+        self.gone.clear()
+        self.stored, self.rollup_version = None, None
+        self.open_shards, self.open_versions = None, []
+
+    def _fenced(self, fn: Callable[..., T]) -> Callable[..., T]:
+        """``fn``, called only while this replica holds the Lease (``calls.fenced``)."""
+        return calls.fenced(self.scheduler.elector.leading, fn)
 
     def _quote(self, snap: Snapshot, pool_name: str, quotes: dict[str, Quote | None]) -> Quote | None:
         if pool_name not in quotes:
@@ -399,11 +421,20 @@ class Accountant:
             for job in snap.jobs.values()
             if job.status.cost is not None
         }
-        value = rollup.bound(rollup.prune(value, marked, {j.uid for j in snap.jobs.values()}, now), now)
+        # The jobs the open attempts as stored still hold keep their keys (folded from there again
+        # otherwise, by the next leader).
+        in_open = {e.uid for shard in self.open_shards or () for e in shard.attempts}
+        existing = {j.uid for j in snap.jobs.values()}
+        value = rollup.prune(value, marked, existing, now, held=in_open, gone_max=self.gone_max)
+        value = rollup.bound(value, now)
         if value is not self.stored:
             try:
                 self.rollup_version = await asyncio.to_thread(
-                    self.costs.write_rollup, self.rollup_namespace, self.rollup_name, value, self.rollup_version
+                    self._fenced(self.costs.write_rollup),
+                    self.rollup_namespace,
+                    self.rollup_name,
+                    value,
+                    self.rollup_version,
                 )
             except RollupConflict as exc:
                 log.info("cost rollup not written: %s; reading it again", exc)
@@ -411,7 +442,16 @@ class Accountant:
                 await self._load_rollup()  # folded next step, on what is there now
                 return ledgers, writes
             except ClusterUnavailable as exc:
-                log.info("cost rollup not written: %s", exc)
+                # Until a write succeeds, the deleted jobs' money is in this process's memory only.
+                self.metrics.rollup_write_failures.inc()
+                log.warning(
+                    "cost rollup %s/%s not written (%d bytes, %d deleted job(s) held in memory only): %s",
+                    self.rollup_namespace,
+                    self.rollup_name,
+                    rollup.size(value),
+                    len(self.gone),
+                    exc,
+                )
                 return ledgers, writes
             self.stored = value
             if self.gone:
@@ -461,7 +501,7 @@ class Accountant:
         self,
         snap: Snapshot,
         ledgers: Mapping[JobKey, CostStatus],
-        pending: Mapping[str, frozenset[int]],
+        pending: rollup.Folds,
         now: dt.datetime,
     ) -> None:
         """Keep every live job's attempts not in the rollup, as accrued now, beside the rollup (one
@@ -483,7 +523,7 @@ class Accountant:
             name = open_shard_name(self.rollup_name, i)
             try:
                 self.open_versions[i] = await asyncio.to_thread(
-                    self.costs.write_open, self.rollup_namespace, name, shard, self.open_versions[i]
+                    self._fenced(self.costs.write_open), self.rollup_namespace, name, shard, self.open_versions[i]
                 )
                 self.open_shards[i] = shard
             except RollupConflict as exc:
@@ -511,7 +551,7 @@ class Accountant:
                 "ledger": done.ledger.model_dump(by_alias=True, mode="json", exclude_none=True),
             }
             try:
-                await asyncio.to_thread(self.costs.patch_policy_status, name, wire)
+                await asyncio.to_thread(self._fenced(self.costs.patch_policy_status), name, wire)
             except ClusterUnavailable as exc:
                 log.info("spend of policy %s not written: %s", name, exc)
                 continue
@@ -523,7 +563,7 @@ class Accountant:
 
     async def _write_job(self, snap: Snapshot, key: JobKey, cost: CostStatus, before: OverBudget | None) -> None:
         job = snap.jobs[key]
-        ref = JobRef(job.namespace, job.name, job.uid)
+        ref = JobRef(job.namespace, job.name, job.uid, job.resource_version or None)
         try:
             # Behind every admission's writes: the ledger is bookkeeping, a burst of it waits.
             await self.scheduler.background_write(self.writer.patch_status, ref, {"cost": _wire(cost)})
@@ -535,7 +575,7 @@ class Accountant:
                     f"team {job.spec.team if job.spec else '?'} is over its {over.period.value} budget in policy "
                     f"{over.policy}: ${over.spent_usd:,.2f} of ${over.limit_usd:,.2f}; the job keeps running"
                 )
-                await asyncio.to_thread(self.writer.event, ref, "Warning", "OverBudget", message)
+                await asyncio.to_thread(self._fenced(self.writer.event), ref, "Warning", "OverBudget", message)
         except JobGone:
             self.known.pop(job.uid, None)
             self.written_at.pop(job.uid, None)
@@ -565,7 +605,7 @@ class Accountant:
                 "lastTransitionTime": stamp_exact(now.replace(microsecond=0)),
             }
             try:
-                await asyncio.to_thread(self.costs.patch_pool_status, name, {"conditions": [condition]})
+                await asyncio.to_thread(self._fenced(self.costs.patch_pool_status), name, {"conditions": [condition]})
                 self.live[name] = live
             except ClusterUnavailable as exc:
                 log.info("price condition of pool %s not written: %s", name, exc)

@@ -6,6 +6,11 @@ with bounded backoff while the API server is unavailable.
 A decision's status is kept in an in-memory overlay (:meth:`Applier.job_view`) until the watch
 shows it, so a pass that runs before the watch caught up never admits a job twice; a workload
 this process created stands in for the watch the same way (:meth:`Applier.unseen_workloads`).
+
+Every call is fenced by the Lease (``calls.fenced``, asked in the call's thread just before it goes
+out): a replica that lost the Lease while its writes were queued (paused past the Lease, or still
+draining a burst) drops them, and its decisions' overlays with them, instead of writing after the
+new leader.
 """
 
 from __future__ import annotations
@@ -94,6 +99,8 @@ class Applier:
     # The answer of the last checkpoint lookup per job (for one attempt): what the next decision reads.
     lookups: dict[JobKey, resume.Lookup] = field(default_factory=dict)
     closed: bool = False  # the operator is stopping: nothing new is started
+    # Whether this replica holds the Lease now (the scheduler's elector): asked before every call.
+    leading: Callable[[], bool] = lambda: True
 
     def __post_init__(self) -> None:
         if self.pools is None:
@@ -159,7 +166,7 @@ class Applier:
     async def _write(
         self, job: JobView, decision: Decision, new: dict[str, Any] | None, pools: Mapping[str, PoolView]
     ) -> None:
-        ref = JobRef(job.namespace, job.name, job.uid)
+        ref = JobRef(job.namespace, job.name, job.uid, job.resource_version or None)
         events: list[act.RecordEvent] = []
         assert self.slots is not None
         try:
@@ -182,6 +189,10 @@ class Applier:
         except JobGone:
             self.overlay.pop(job.key, None)
             self.observed.touch_job(job.key)
+        except calls.NotLeading:
+            # Dropped: the new leader decides this job again from what the cluster holds.
+            self._fenced(job.key)
+            events = []
         except Exception as exc:  # noqa: BLE001 - any failure: count it, retry the job, keep the loop
             self.metrics.reconcile_errors.labels(type(exc).__name__).inc()
             log.warning("applying the decision for %s/%s failed (%s); it will be taken again", *job.key, exc)
@@ -194,6 +205,12 @@ class Applier:
                 task = asyncio.create_task(self._record(job, ref, events))
                 self.in_flight.add(task)
                 task.add_done_callback(self.in_flight.discard)
+
+    def _fenced(self, key: JobKey) -> None:
+        self.metrics.fenced_writes.inc()
+        log.info("the decision for %s/%s was not applied: this replica no longer holds the lease", *key)
+        self.overlay.pop(key, None)
+        self.observed.touch_job(key)
 
     async def _record(self, job: JobView, ref: JobRef, events: list[act.RecordEvent]) -> None:
         """Post a decision's events in their order, in the events' own threads (an event is
@@ -209,8 +226,16 @@ class Applier:
             )
             try:
                 await calls.run_in(
-                    self.call_pools.events, self.writer.event, ref, event.type, event.reason, event.message
+                    self.call_pools.events,
+                    calls.fenced(self.leading, self.writer.event),
+                    ref,
+                    event.type,
+                    event.reason,
+                    event.message,
                 )
+            except calls.NotLeading:
+                self.metrics.fenced_writes.inc()
+                return
             except ClusterUnavailable as exc:
                 log.info("event %s on %s/%s not recorded: %s", event.reason, *job.key, exc)
 
@@ -283,13 +308,13 @@ class Applier:
         self.mark(key)
 
     async def _retrying(self, call: str, fn: Any, *args: Any) -> Any:
-        return await _retrying(self.metrics, self.call_pools.writes, call, fn, *args)
+        return await _retrying(self.metrics, self.call_pools.writes, call, calls.fenced(self.leading, fn), *args)
 
     async def background_write(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` in a write thread once no decision waits for one (handlers.cost)."""
         assert self.slots is not None
         async with self.slots.slot(calls.BACKGROUND):
-            return await calls.run_in(self.call_pools.writes, fn, *args)
+            return await calls.run_in(self.call_pools.writes, calls.fenced(self.leading, fn), *args)
 
     def node_actions(self, snap: Snapshot, rules: health.Rules) -> None:
         """Taint (untaint) the nodes fresh reports condemn (clear); one write per node in flight."""
@@ -315,6 +340,9 @@ class Applier:
             else:
                 self.metrics.node_taints.labels("untaint").inc()
                 log.info("node %s untainted %s: %s", action.node, action.key, action.reason)
+        except calls.NotLeading:
+            self.metrics.fenced_writes.inc()
+            self.node_acting.pop((action.node, type(action).__name__), None)
         except Exception as exc:  # noqa: BLE001 - count it; the next pass decides again
             self.metrics.reconcile_errors.labels(type(exc).__name__).inc()
             log.warning("changing the taints of node %s failed (%s); it will be taken again", action.node, exc)

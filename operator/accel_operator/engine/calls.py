@@ -18,6 +18,11 @@ what runs (admit, start, release, fail) before those that only say a job still w
 job's admission does not queue behind a backlog's "waiting for capacity" conditions, nor behind
 the cost ledger's writes (every running job's ``status.cost``, in one burst per accrual).
 
+Every write is fenced by the Lease (:func:`fenced`): whether this replica still leads is asked in
+the write's thread, just before the call goes out, so a write queued before the Lease was lost (a
+leader paused past its Lease, a burst still draining) is dropped instead of landing after the new
+leader's writes.
+
 ``EVENT_THREADS + 1`` connections beyond the writes' are what the API client's pool needs
 (``app.build_context``): a thread without a pooled connection opens and discards one per call.
 """
@@ -60,6 +65,22 @@ class CallPools:
 async def run_in(pool: ThreadPoolExecutor, fn: Callable[..., T], *args: object) -> T:
     """``fn(*args)`` in one of ``pool``'s threads."""
     return await asyncio.get_running_loop().run_in_executor(pool, fn, *args)
+
+
+class NotLeading(RuntimeError):
+    """This replica no longer holds the Lease: the write was dropped (the new leader decides again
+    from the cluster)."""
+
+
+def fenced(leading: Callable[[], bool], fn: Callable[..., T]) -> Callable[..., T]:
+    """``fn``, called only while ``leading()`` (asked at the call, in its thread); else NotLeading."""
+
+    def call(*args: object) -> T:
+        if not leading():
+            raise NotLeading(getattr(fn, "__name__", "write"))
+        return fn(*args)
+
+    return call
 
 
 # Slot priorities: lower goes first.

@@ -113,7 +113,12 @@ class Scheduler:
             clock=self.clock,
             node_writer=node_writer,
             checkpoints=checkpoints,
+            leading=self._leading,
         )
+
+    def _leading(self) -> bool:
+        """Whether this replica holds the Lease now (the elector as it is then: tests replace it)."""
+        return self.elector.leading()
 
     # --- marks (from kopf's event handlers) -----------------------------------------------------
 

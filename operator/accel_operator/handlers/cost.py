@@ -27,6 +27,7 @@ def register(reg: kopf.OperatorRegistry, sched: Scheduler, ctx: OperatorContext)
         write_rate=ctx.settings.cost_writes_per_second,
         rollup_namespace=ctx.settings.cost_rollup_namespace,
         rollup_name=ctx.settings.cost_rollup,
+        gone_max=ctx.settings.cost_rollup_gone,
         clock=sched.clock,
     )
 

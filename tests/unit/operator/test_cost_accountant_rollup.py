@@ -280,3 +280,26 @@ def test_a_job_with_no_stored_ledger_goes_before_a_restarted_operators_backlog()
     restarted.write_rate = 1.0  # room for one a tick
     asyncio.run(restarted.step(T0 + 2 * HOUR))
     assert ("ns", "new") in writer.statuses
+
+
+def test_a_failed_rollup_write_is_a_warning_and_a_metric_and_the_money_is_kept(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    world, writer, costs = _world(), FakeJobWriter(), FakeCostWriter()
+    acc = _accountant(world, writer, costs)
+    asyncio.run(acc.step(T0 + HOUR))
+    _show(world, writer)
+    _delete(world)
+    # The API server refuses the ConfigMap (too large before the pending keys were bounded).
+    costs.fail_next = ClusterUnavailable("configmap ops/accel-cost-rollup: 422 Unprocessable Entity")
+    with caplog.at_level("INFO", logger="accel_operator.cost"):
+        asyncio.run(acc.step(T0 + 2 * HOUR))
+    failed = acc.metrics.registry.get_sample_value("accel_operator_cost_rollup_write_failures_total")
+    assert failed == 1
+    (warning,) = [r for r in caplog.records if r.levelname == "WARNING"]
+    assert "not written" in warning.getMessage() and "1 deleted job(s) held in memory only" in warning.getMessage()
+    assert _spent(acc) == pytest.approx(14.4)  # counted from memory meanwhile (charged up to the step)
+    assert _stored(costs).buckets == []
+    asyncio.run(acc.step(T0 + 3 * HOUR))  # the next write goes through
+    assert sum(b.f[0] for b in _stored(costs).buckets) == pytest.approx(14.4)
+    assert acc.metrics.registry.get_sample_value("accel_operator_cost_rollup_write_failures_total") == 1

@@ -66,6 +66,7 @@ def test_folding_many_at_once_is_folding_them_one_by_one(spec: list[tuple[int, i
     assert {(p.uid, tuple(p.attempts), p.gone) for p in at_once.pending} == {
         (p.uid, tuple(p.attempts), p.gone) for p in one_by_one.pending
     }
+    assert at_once.gone == one_by_one.gone
     assert [j.uid for j in at_once.jobs] == [j.uid for j in one_by_one.jobs]
 
 

@@ -2,6 +2,16 @@
 
 ``JobWriter`` is the port; ``KubeJobWriter`` writes through the API server, ``FakeJobWriter``
 records calls and can be told to fail next.
+
+A status write is addressed to one job, not to a name: a job deleted and re-created under the
+same name while a write was in flight must not receive the old job's ledger. The status
+subresource ignores a ``metadata.uid`` in a merge patch (its strategy copies the stored metadata),
+so a write is a patch at a resourceVersion: the API server refuses it (409) unless the object is
+still at that version, and a version belongs to one object, so the patch lands on the job the
+writer saw or nowhere. The version is the one the caller's view holds (``JobRef.version``: one
+call when the view is current); refused, or with none, the writer reads the job, refuses the
+write if its uid is not the one the write is for (``JobGone``), and patches at the version it
+read.
 """
 
 from __future__ import annotations
@@ -27,10 +37,17 @@ class JobRef:
     namespace: str
     name: str
     uid: str
+    # The resourceVersion the caller's view of the job holds (a hint: the first patch is made at it).
+    version: str | None = None
 
 
 class JobGone(RuntimeError):
-    """The AcceleratorJob was deleted meanwhile: nothing to write."""
+    """The AcceleratorJob was deleted meanwhile (or re-created under its name): nothing to write."""
+
+
+# Reads and patches of one status write before it gives up as unavailable (each retry follows a
+# write by someone else to the same job between the read and the patch).
+GUARD_TRIES = 5
 
 
 class JobWriter(Protocol):
@@ -49,19 +66,36 @@ class KubeJobWriter:
         self._events = client.EventsV1Api(api)
 
     def patch_status(self, ref: JobRef, status: dict[str, Any]) -> str:
-        try:
-            obj = self._custom.patch_namespaced_custom_object_status(
-                v.GROUP, v.VERSION, ref.namespace, registry.JOB.plural, ref.name, {"status": status}
-            )
-        except ApiException as exc:
-            if exc.status == 404:
-                raise JobGone(f"{ref.namespace}/{ref.name}") from exc
-            if _retryable(exc):
-                raise ClusterUnavailable(f"status of {ref.namespace}/{ref.name}: {exc.status} {exc.reason}") from exc
-            raise
-        except urllib3.exceptions.HTTPError as exc:
-            raise ClusterUnavailable(f"status of {ref.namespace}/{ref.name}: {exc}") from exc
-        return str(obj.get("metadata", {}).get("resourceVersion", ""))
+        """Merge ``status`` into the status of the job ``ref`` names, that very job (its uid) only."""
+        what = f"status of {ref.namespace}/{ref.name}"
+        version = ref.version if ref.uid else None
+        for _ in range(GUARD_TRIES):
+            try:
+                if version is None:
+                    current = self._custom.get_namespaced_custom_object(
+                        v.GROUP, v.VERSION, ref.namespace, registry.JOB.plural, ref.name
+                    )
+                    meta = current.get("metadata") or {}
+                    if ref.uid and meta.get("uid") != ref.uid:
+                        raise JobGone(f"{ref.namespace}/{ref.name} was deleted and re-created (uid {meta.get('uid')})")
+                    version = meta.get("resourceVersion")
+                body = {"metadata": {"resourceVersion": version}, "status": status}
+                obj = self._custom.patch_namespaced_custom_object_status(
+                    v.GROUP, v.VERSION, ref.namespace, registry.JOB.plural, ref.name, body
+                )
+            except ApiException as exc:
+                if exc.status == 404:
+                    raise JobGone(f"{ref.namespace}/{ref.name}") from exc
+                if exc.status == 409:
+                    version = None  # written by someone else since that version: read it again
+                    continue
+                if _retryable(exc):
+                    raise ClusterUnavailable(f"{what}: {exc.status} {exc.reason}") from exc
+                raise
+            except urllib3.exceptions.HTTPError as exc:
+                raise ClusterUnavailable(f"{what}: {exc}") from exc
+            return str(obj.get("metadata", {}).get("resourceVersion", ""))
+        raise ClusterUnavailable(f"{what}: changed by others {GUARD_TRIES} times while being written")
 
     def event(self, ref: JobRef, type_: str, reason: str, message: str) -> None:
         now = dt.datetime.now(dt.UTC)
@@ -92,6 +126,9 @@ class FakeJobWriter:
     events: list[tuple[str, str, str, str]] = field(default_factory=list)  # (job, type, reason, message)
     fail_next: Exception | None = None
     revision: int = 0
+    # The uid of each job as the API server holds it; a write for another uid is refused as the
+    # real writer refuses it (a job not listed here takes any uid).
+    uids: dict[tuple[str, str], str] = field(default_factory=dict)
 
     def _maybe_fail(self) -> None:
         if self.fail_next is not None:
@@ -100,6 +137,9 @@ class FakeJobWriter:
 
     def patch_status(self, ref: JobRef, status: dict[str, Any]) -> str:
         self._maybe_fail()
+        held = self.uids.get((ref.namespace, ref.name))
+        if held is not None and ref.uid and held != ref.uid:
+            raise JobGone(f"{ref.namespace}/{ref.name} was deleted and re-created (uid {held})")
         current = self.statuses.setdefault((ref.namespace, ref.name), {})
         for k, val in status.items():
             if val is None:
