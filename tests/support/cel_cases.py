@@ -141,6 +141,27 @@ CASES = [
         "activeExperts must be at most experts",
     ),
     _case(
+        "tensor-parallel-divides-heads",
+        _TRAINING,
+        {"spec.workload.tensorParallel": 8},
+        {"spec.workload.tensorParallel": 2},
+        "workload.tensorParallel must divide model.architecture.heads and kvHeads",
+    ),
+    _case(
+        "pipeline-parallel-at-most-layers",
+        _TRAINING,
+        {"spec.model": {"architecture": _ARCH}, "spec.workload.pipelineParallel": 3},
+        {"spec.workload.pipelineParallel": 2},
+        "workload.pipelineParallel must be at most model.architecture.layers",
+    ),
+    _case(
+        "deadline-at-most-365d",
+        _TRAINING,
+        {"spec.deadline": "364d24h1s"},
+        {"spec.deadline": "364d24h"},
+        "at most 365d",
+    ),
+    _case(
         "tpu-topology-only-for-tpus",
         _POOL,
         {"spec.tpuTopology": "2x4"},
