@@ -7,7 +7,8 @@ line per violation (``field.path: rule by policy 'p' (rule r); fix: ...``). A sp
 refuse is refused with the models' lines. Budget exhaustion refuses only where the budget says
 ``onExhausted: refuse``; with ``queue`` (the default) the job is accepted and waits.
 
-failurePolicy: **Ignore**. The webhook is a fast, friendly first check, not the only one: rules
+failurePolicy: **Ignore** by default (``webhook_fail_closed`` registers ``Fail``; docs/policy.md
+says what that costs). The webhook is a fast, friendly first check, not the only one: rules
 inside one object are CEL in the CRDs (the API server enforces them with the webhook down) and the
 reconciler evaluates the policies again before admitting a job (a job that breaks one is not
 admitted and gets a condition naming the rule). With ``Fail``, an operator outage or a certificate
@@ -48,7 +49,7 @@ import ipaddress
 import logging
 import shutil
 import tempfile
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -88,10 +89,19 @@ class RefusalsAreNotErrors(logging.Filter):
 REFUSALS = RefusalsAreNotErrors()
 
 
-def review(body: Mapping[str, Any], namespace_team: str | None, policies: Iterable[AcceleratorPolicy]) -> list[str]:
+def review(
+    body: Mapping[str, Any],
+    namespace_team: str | None,
+    policies: Iterable[AcceleratorPolicy],
+    *,
+    broken: Sequence[policy.BrokenPolicy] = (),
+    bound_teams: Collection[str] = (),
+) -> list[str]:
     """The reasons to refuse ``body`` (an AcceleratorJob), one line each; empty: allowed. The spend
     is the policies' ``status.spend`` (the reconciler's seam too): only a budget that says
-    ``onExhausted: refuse`` refuses here; a queueing one lets the job in to wait."""
+    ``onExhausted: refuse`` refuses here; a queueing one lets the job in to wait. A ``broken``
+    policy refuses every job it would govern; ``bound_teams`` (the teams some namespace is
+    labelled with) may not be named from an unlabelled namespace."""
     if body.get("metadata", {}).get("deletionTimestamp"):
         return []
     try:
@@ -100,7 +110,9 @@ def review(body: Mapping[str, Any], namespace_team: str | None, policies: Iterab
         return errors.describe(exc, model=AcceleratorJob, limit=errors.MAX_PROBLEMS)
     objects = list(policies)
     spent = policy_inputs.spend_from(objects)
-    found = policy.refusals(policy.evaluate(job.spec, namespace_team, objects, spent=spent))
+    found = policy.refusals(
+        policy.evaluate(job.spec, namespace_team, objects, spent=spent, broken=broken, bound_teams=bound_teams)
+    )
     return errors.cap([str(x) for x in found])
 
 
@@ -300,7 +312,7 @@ def register(reg: kopf.OperatorRegistry, settings: OperatorSettings, api: Callab
         registry.JOB.plural,
         id="team",
         operations=["CREATE"],
-        ignore_failures=True,
+        ignore_failures=not settings.webhook_fail_closed,
         side_effects=False,
         persistent=True,
         registry=reg,
@@ -317,16 +329,17 @@ def register(reg: kopf.OperatorRegistry, settings: OperatorSettings, api: Callab
         registry.JOB.plural,
         id="policy",
         operations=["CREATE", "UPDATE"],
-        ignore_failures=True,
+        ignore_failures=not settings.webhook_fail_closed,
         side_effects=False,
         persistent=True,
         registry=reg,
     )
     def validate_job(body: kopf.Body, namespace: str | None, **kwargs: Any) -> None:
         teams: kopf.Index[str, str | None] = kwargs["namespace_teams"]
-        found: kopf.Index[str, AcceleratorPolicy | None] = kwargs["policies"]
+        found: kopf.Index[str, AcceleratorPolicy | policy.BrokenPolicy] = kwargs["policies"]
         team = next(iter(teams.get(namespace or "", ())), None)
-        objects = [p for values in found.values() for p in values if p is not None]
-        problems = review(body, team, objects)
+        objects, broken = policy_inputs.split(found)
+        bound = {t for values in teams.values() for t in values if t is not None}
+        problems = review(body, team, objects, broken=broken, bound_teams=bound)
         if problems:
             raise kopf.AdmissionError("\n".join(problems), code=422)
