@@ -136,3 +136,29 @@ def test_the_api_server_refuses_a_change_of_team(api: client.ApiClient, crds: li
     custom.patch_namespaced_custom_object(
         v.GROUP, v.VERSION, namespace, registry.JOB.plural, "mine", {"spec": {"team": "research", "priority": 5}}
     )
+
+
+def test_an_unlabelled_namespace_may_not_borrow_a_bound_team(
+    api: client.ApiClient, core: client.CoreV1Api, namespace: str, operator: Any
+) -> None:
+    """Without the webhook, the reconciler refuses what the webhook refuses: a job in an unlabelled
+    namespace naming a team that a labelled namespace holds (its spend would land on that team)."""
+    owner = f"{namespace}-owner"
+    kubeapi.ensure_namespace(api, owner)
+    core.patch_namespace(owner, {"metadata": {"labels": {v.LABEL_NAMESPACE_TEAM: f"{namespace}-team"}}})
+    try:
+        with gpu_pool(api, f"p-{namespace}", count=1):
+            create_job(api, job_doc(namespace, f"p-{namespace}", name="borrowed", team=f"{namespace}-team"))
+            st = wait_phase(api, namespace, "borrowed", "Unschedulable", timeout=60)
+            cond = {c["type"]: c for c in st["conditions"]}["PolicyCompliant"]
+            assert "(rule namespace-team)" in cond["message"], cond
+            assert f"is bound to the namespaces labelled {v.LABEL_NAMESPACE_TEAM}='{namespace}-team'" in cond["message"]
+            # A team no namespace holds stays open to the unlabelled namespace.
+            create_job(api, job_doc(namespace, f"p-{namespace}", name="own", team=f"{namespace}-free"))
+            wait_for(
+                lambda: status(api, namespace, "own").get("phase") in ("Admitted", "Running"),
+                timeout=60,
+                what="the job of an unbound team admitted",
+            )
+    finally:
+        core.delete_namespace(owner, propagation_policy="Background", grace_period_seconds=0)
