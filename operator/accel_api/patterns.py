@@ -5,6 +5,12 @@ from typing import Any, Final
 DNS_LABEL: Final = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 # An object name (pools, nodes): dot-separated DNS labels (RFC 1123 subdomain).
 DNS_SUBDOMAIN: Final = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+# Kubernetes label values (also taint values): empty, or alphanumerics with '-', '_', '.' inside.
+LABEL_VALUE: Final = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
+# Kubernetes label keys: an optional DNS-subdomain prefix and "/", then a name as a label value.
+LABEL_KEY: Final = (
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+)
 # A policy's team or pool list: a name, or * for all.
 TEAM_OR_ANY: Final = r"^(\*|[a-z0-9]([-a-z0-9]*[a-z0-9])?)$"
 POOL_OR_ANY: Final = r"^(\*|[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*)$"
@@ -26,6 +32,9 @@ TPU_TOPOLOGY: Final = r"^[1-9][0-9]{0,3}(x[1-9][0-9]{0,3}){1,2}$"  # every dimen
 
 EXPLAINED: Final[dict[str, str]] = {
     DNS_LABEL: "must be a lowercase DNS label (a-z, 0-9 and '-', at most 63 characters), e.g. research",
+    LABEL_VALUE: "must be a Kubernetes label value (letters, digits, '-', '_', '.'; starting and ending "
+    "with a letter or digit), e.g. p4d.24xlarge",
+    LABEL_KEY: "must be a Kubernetes label key such as node.kubernetes.io/instance-type",
     DNS_SUBDOMAIN: "must be a lowercase DNS name (a-z, 0-9, '-' and '.'), e.g. h100-spot",
     TEAM_OR_ANY: "must be a team name (a lowercase DNS label, e.g. research) or *",
     POOL_OR_ANY: "must be an AcceleratorPool name (a lowercase DNS name, e.g. h100-spot) or *",

@@ -162,6 +162,13 @@ CASES = [
         "at most 365d",
     ),
     _case(
+        "pool-node-selector-label-keys",
+        _POOL,
+        {"spec.nodeSelector": {"bad key!": "v"}},
+        {"spec.nodeSelector": {"accel.dev/pool": "v"}},
+        "must be a Kubernetes label key",
+    ),
+    _case(
         "tpu-topology-only-for-tpus",
         _POOL,
         {"spec.tpuTopology": "2x4"},

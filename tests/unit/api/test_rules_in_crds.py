@@ -90,3 +90,20 @@ def test_job_cross_field_rules_are_cel_in_the_crd() -> None:
     deadline = {r["message"]: r["rule"] for r in _at(spec, "deadline")["x-kubernetes-validations"]}
     assert "31536000.0" in deadline["must be at most 365d"]
     assert _at(spec, "placement.pools.[]")["pattern"] == patterns.DNS_SUBDOMAIN
+
+
+def test_pool_label_keys_and_values_are_refused_by_models_and_crd() -> None:
+    doc = next(d for d in yaml.safe_load_all((ROOT / "examples" / "10-pool-h100-spot.yaml").read_text()) if d)
+    doc["spec"]["nodeSelector"] = {"bad key!": "v", "ok": "bad value"}
+    with pytest.raises(InvalidResource) as info:
+        parse_resource(doc)
+    problems = "\n".join(info.value.problems)
+    assert patterns.EXPLAINED[patterns.LABEL_KEY] in problems and patterns.EXPLAINED[patterns.LABEL_VALUE] in problems
+    selector = _at(_spec_schema("acceleratorpools"), "nodeSelector")
+    assert selector["additionalProperties"]["pattern"] == patterns.LABEL_VALUE
+    assert any(patterns.LABEL_KEY in r["rule"] for r in selector["x-kubernetes-validations"])
+    assert "x-kubernetes-preserve-unknown-fields" not in selector
+    for good in ("accel.dev/pool", "node.kubernetes.io/instance-type", "team"):
+        assert re.fullmatch(patterns.LABEL_KEY, good)
+    for good in ("", "p4d.24xlarge", "A_b-c"):
+        assert re.fullmatch(patterns.LABEL_VALUE, good)
