@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from accel_api import registry, vocabulary
+from accel_api import patterns, registry, vocabulary
 
 _KEEP_FORMATS = frozenset({"date-time", "int32", "int64", "double", "float", "byte"})
 _DROP_KEYS = frozenset({"title", "default", "examples", "$defs", "discriminator"})
@@ -45,11 +45,27 @@ def _structural(node: dict[str, Any]) -> dict[str, Any]:
             node = {**part, **node}
     node = {k: v for k, v in node.items() if k not in _DROP_KEYS}
     keys = node.pop("propertyNames", None)
+    by_pattern = node.pop("patternProperties", None)
+    if isinstance(by_pattern, dict):
+        # pydantic says a map's key pattern as patternProperties (not structural): the values'
+        # schema goes to additionalProperties and the key pattern to a CEL rule below.
+        if len(by_pattern) != 1:
+            raise ValueError(f"unsupported patternProperties in schema: {by_pattern}")
+        ((key_pattern, values),) = by_pattern.items()
+        node["additionalProperties"] = values
+        keys = {**(keys if isinstance(keys, dict) else {}), "pattern": key_pattern}
     if isinstance(keys, dict) and "maxLength" in keys:
         # Structural schemas have no propertyNames: bound the map's keys with a CEL rule instead.
         limit = int(keys["maxLength"])
         node.setdefault("x-kubernetes-validations", []).append(
             {"rule": f"self.all(k, size(k) <= {limit})", "message": f"keys must be at most {limit} characters"}
+        )
+    if isinstance(keys, dict) and "pattern" in keys:
+        pattern = str(keys["pattern"])
+        if "'" in pattern:
+            raise ValueError(f"a pattern for a CEL raw string has no quote: {pattern}")
+        node.setdefault("x-kubernetes-validations", []).append(
+            {"rule": f"self.all(k, k.matches(r'{pattern}'))", "message": "keys " + patterns.EXPLAINED[pattern]}
         )
     if "const" in node:
         node["enum"] = [node.pop("const")]

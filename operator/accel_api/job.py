@@ -8,7 +8,7 @@ decision, the run's progress and its cost into the status.
 import re
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BeforeValidator, Field, ValidationInfo, field_validator
+from pydantic import BeforeValidator, Field, field_validator
 
 from accel_api import bounds, durations, errors, patterns, vocabulary
 from accel_api.base import ApiModel, CelRule, Conditions, Resource
@@ -301,7 +301,7 @@ class Placement(ApiModel):
         max_length=bounds.NAME_LIST_ITEMS,
         description="Catalog ids such as h100-80gb or tpu-v5e; empty: any.",
     )
-    pools: list[bounds.ObjectName] = Field(
+    pools: list[Annotated[str, Field(max_length=bounds.DNS_SUBDOMAIN_LENGTH, pattern=patterns.DNS_SUBDOMAIN)]] = Field(
         default_factory=list,
         max_length=bounds.NAME_LIST_ITEMS,
         description="AcceleratorPool names; empty: any allowed.",
@@ -385,9 +385,46 @@ class AcceleratorJobSpec(ApiModel):
             check=lambda s: s.spot.policy is not SpotPolicy.REQUIRE or s.checkpoint is not None,
             field_path=".checkpoint",
         ),
+        CelRule(
+            name="tensor-parallel-divides-heads",
+            cel="!has(self.model.architecture) || !has(self.workload.tensorParallel) || "
+            "(self.model.architecture.heads % self.workload.tensorParallel == 0 && "
+            "(has(self.model.architecture.kvHeads) ? self.model.architecture.kvHeads : self.model.architecture.heads)"
+            " % self.workload.tensorParallel == 0)",
+            message="workload.tensorParallel must divide model.architecture.heads and kvHeads",
+            check=lambda s: (
+                s.model.architecture is None
+                or (
+                    s.model.architecture.heads % s.workload.tensor_parallel == 0
+                    and s.model.architecture.kv_heads_or_default % s.workload.tensor_parallel == 0
+                )
+            ),
+            field_path=".workload.tensorParallel",
+            got=lambda s: (
+                f"tensorParallel {s.workload.tensor_parallel}, heads {s.model.architecture.heads}, "
+                f"kvHeads {s.model.architecture.kv_heads_or_default}"
+            ),
+        ),
+        CelRule(
+            name="pipeline-parallel-at-most-layers",
+            cel="!has(self.model.architecture) || !has(self.workload.pipelineParallel) || "
+            "self.workload.pipelineParallel <= self.model.architecture.layers",
+            message="workload.pipelineParallel must be at most model.architecture.layers",
+            check=lambda s: s.model.architecture is None or s.workload.pipeline_parallel <= s.model.architecture.layers,
+            field_path=".workload.pipelineParallel",
+            got=lambda s: f"pipelineParallel {s.workload.pipeline_parallel}, layers {s.model.architecture.layers}",
+        ),
     )
 
-    team: Name
+    # Immutable (CEL on the field, checked by the API server on every update): the team a job
+    # is charged to is fixed when it is created, or one edit would move its spend to another team.
+    team: Name = Field(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {"rule": "self == oldSelf", "message": "is immutable: delete the job and create it for the other team"}
+            ]
+        }
+    )
     image: str = Field(min_length=1, max_length=bounds.IMAGE_LENGTH)
     command: list[Annotated[str, Field(max_length=bounds.ARG_LENGTH)]] = Field(
         default_factory=list, max_length=bounds.COMMAND_ITEMS
@@ -404,7 +441,12 @@ class AcceleratorJobSpec(ApiModel):
         default=None,
         max_length=bounds.DURATION_LENGTH,
         pattern=patterns.DURATION,
-        json_schema_extra=patterns.refused_in_crd(patterns.ZERO_DURATION, "must be more than 0s"),
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                *patterns.refused_in_crd(patterns.ZERO_DURATION, "must be more than 0s")["x-kubernetes-validations"],
+                patterns.duration_at_most(bounds.DEADLINE_SECONDS_MAX, "must be at most 365d"),
+            ]
+        },
         description="Longest acceptable run time from admission, e.g. 36h or 2d12h; more than 0s, at most 365d.",
     )
     max_cost: Annotated[float, Field(gt=0, le=bounds.USD_MAX)] | None = Field(
@@ -422,26 +464,6 @@ class AcceleratorJobSpec(ApiModel):
         description="Attempts after a real failure (non-zero exit on a healthy node). Preemptions "
         "count against spot.maxPreemptions instead.",
     )
-
-    @field_validator("workload")
-    @classmethod
-    def _parallelism_fits_the_model(cls, w: Workload, info: ValidationInfo) -> Workload:
-        model = info.data.get("model")
-        arch = model.architecture if isinstance(model, ModelSpec) else None
-        if arch is None:
-            return w
-        tp = w.tensor_parallel
-        if arch.heads % tp or arch.kv_heads_or_default % tp:
-            raise ValueError(
-                f"tensorParallel must divide model.architecture.heads ({arch.heads}) and kvHeads "
-                f"({arch.kv_heads_or_default}) (got {tp})"
-            )
-        if w.pipeline_parallel > arch.layers:
-            raise ValueError(
-                f"pipelineParallel must be at most model.architecture.layers ({arch.layers}) "
-                f"(got {w.pipeline_parallel})"
-            )
-        return w
 
     @field_validator("deadline")
     @classmethod

@@ -10,6 +10,8 @@ file expands to a billion nodes), and turns the loader's own failures on bad ``!
 ``!!float``, ``!!bool`` or ``!!timestamp`` values into YAML errors with a line and column.
 """
 
+import json
+import re
 from typing import Any, Final, TypeVar
 
 import yaml
@@ -97,6 +99,29 @@ class BoundedLoader(yaml.SafeLoader):
         except (ValueError, KeyError, TypeError, AttributeError, OverflowError, yaml.constructor.ConstructorError):
             raise self._problem(node, f"must be a valid {what}") from None
 
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        # The API server's YAML reader refuses a key given twice (PyYAML would keep the last), and
+        # a merge key ("<<: *anchor") hides where a field's value comes from: both are refused.
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                raise FieldProblem(
+                    self._paths.get(id(node), ""),
+                    "must not use a YAML merge key (<<); write the fields out",
+                    "<<",
+                    key_node.start_mark,
+                )
+            if isinstance(key_node, yaml.ScalarNode):
+                if key_node.value in seen:
+                    raise FieldProblem(
+                        self._paths.get(id(node), ""),
+                        "must not give a key twice",
+                        errors.clip(key_node.value),
+                        key_node.start_mark,
+                    )
+                seen.add(key_node.value)
+        return super().construct_mapping(node, deep=deep)
+
     def construct_undefined(self, node: Any) -> Any:
         raise FieldProblem(
             self._paths.get(id(node), ""), "must not carry a YAML tag", errors.clip(node.tag), node.start_mark
@@ -121,6 +146,14 @@ class BoundedLoader(yaml.SafeLoader):
         return self._scalar(node, "timestamp (quote it to keep it as text)", yaml.SafeLoader.construct_yaml_timestamp)
 
 
+# Numbers as the API server's YAML reader sees them: "1e308" and "1e5" are floats there (YAML 1.1,
+# which PyYAML follows, wants a dot and a signed exponent and reads them as text). Without this a
+# strict check would refuse as text a number the API server reads (and bounds) as a number.
+BoundedLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?$"),
+    list("-+0123456789."),
+)
 BoundedLoader.add_constructor(None, BoundedLoader.construct_undefined)
 BoundedLoader.add_constructor("tag:yaml.org,2002:binary", BoundedLoader.construct_bounded_binary)
 BoundedLoader.add_constructor("tag:yaml.org,2002:int", BoundedLoader.construct_bounded_int)
@@ -166,8 +199,21 @@ def load_documents(text: str, *, source: str | None = None) -> list[dict[str, An
     return docs
 
 
-def parse_resource(doc: dict[str, Any], *, source: str | None = None) -> ApiModel:
-    """Validate ``doc`` as the accel.dev kind it names."""
+def _integral(node: Any) -> Any:
+    """``node`` with whole floats as integers (``2048.0`` is an integer to the API server too)."""
+    if isinstance(node, dict):
+        return {k: _integral(v) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_integral(v) for v in node]
+    if isinstance(node, float) and node.is_integer():
+        return int(node)
+    return node
+
+
+def parse_resource(doc: dict[str, Any], *, source: str | None = None, strict: bool = False) -> ApiModel:
+    """Validate ``doc`` as the accel.dev kind it names. ``strict``: with the API server's types
+    (``tokens: true`` is not 1, ``"4"`` is not 4), as ``accelctl validate`` must; the operator
+    reads objects the API server already typed."""
     kind_name = doc.get("kind")
     kind = registry.BY_KIND.get(kind_name) if isinstance(kind_name, str) else None
     if kind is None:
@@ -181,6 +227,9 @@ def parse_resource(doc: dict[str, Any], *, source: str | None = None) -> ApiMode
             [f"apiVersion: must be {vocabulary.API_VERSION} (got {errors.clip(api_version)})"], source
         )
     try:
+        if strict:
+            # JSON mode: enums and literals read from their text, numbers and booleans typed.
+            return kind.model.model_validate_json(json.dumps(_integral(doc), default=str), strict=True)
         return kind.model.model_validate(doc)
     except ValidationError as exc:
         raise errors.InvalidResource(

@@ -4,12 +4,11 @@ Spot jobs must checkpoint often enough to an allowed place; teams have budgets p
 teams may use only the pools granted to them. Several policies combine: every rule applies.
 """
 
-import re
 from typing import Annotated, Literal
 
-from pydantic import BeforeValidator, Field, field_validator
+from pydantic import BeforeValidator, Field
 
-from accel_api import bounds, errors, patterns
+from accel_api import bounds, patterns
 from accel_api.base import ApiModel, Conditions, Resource
 from accel_api.enums import BudgetAction, BudgetPeriod, IdleAction
 
@@ -18,6 +17,9 @@ CheckpointScheme = Literal["s3", "pvc"]
 
 def _all_schemes() -> list[CheckpointScheme]:
     return ["s3", "pvc"]
+
+
+TeamName = Annotated[str, Field(min_length=1, max_length=bounds.DNS_LABEL_LENGTH, pattern=patterns.DNS_LABEL)]
 
 
 class SpotRules(ApiModel):
@@ -32,7 +34,7 @@ Usd = Annotated[float, Field(gt=0, le=bounds.USD_MAX)]
 
 
 class Budget(ApiModel):
-    team: str = Field(min_length=1, max_length=bounds.DNS_LABEL_LENGTH)
+    team: str = Field(min_length=1, max_length=bounds.DNS_LABEL_LENGTH, pattern=patterns.DNS_LABEL)
     period: BudgetPeriod = BudgetPeriod.MONTHLY
     limit_usd: Usd = Field(description="USD per period, at most 1e9.")
     include_lost_work: bool = Field(default=True, description="Count preemption waste against the budget.")
@@ -44,10 +46,10 @@ class Budget(ApiModel):
 
 
 class PoolAccess(ApiModel):
-    teams: list[Annotated[str, Field(max_length=bounds.DNS_LABEL_LENGTH)]] = Field(
+    teams: list[Annotated[str, Field(max_length=bounds.DNS_LABEL_LENGTH, pattern=patterns.TEAM_OR_ANY)]] = Field(
         min_length=1, max_length=bounds.POLICY_ITEMS, description="Team names, or * for every team."
     )
-    pools: list[bounds.ObjectName] = Field(
+    pools: list[Annotated[str, Field(max_length=bounds.DNS_SUBDOMAIN_LENGTH, pattern=patterns.POOL_OR_ANY)]] = Field(
         min_length=1, max_length=bounds.POLICY_ITEMS, description="AcceleratorPool names, or * for all."
     )
 
@@ -83,7 +85,7 @@ class IdleRules(ApiModel):
         description="Also stop a job that has no spec.checkpoint (its work is lost). Off: such a job "
         "only gets the warning.",
     )
-    teams: list[Annotated[str, Field(min_length=1, max_length=bounds.DNS_LABEL_LENGTH)]] = Field(
+    teams: list[TeamName] = Field(
         default_factory=list, max_length=bounds.POLICY_ITEMS, description="Teams it applies to; empty: every team."
     )
 
@@ -103,20 +105,16 @@ class AcceleratorPolicySpec(ApiModel):
     )
     max_devices_per_job: Annotated[int, Field(ge=1, le=bounds.DEVICES)] | None = None
     idle: IdleRules | None = Field(default=None, description="Idle reservations: warn, or stop at a checkpoint.")
-    reserved_env: list[Annotated[str, Field(min_length=1, max_length=bounds.ENV_NAME_LENGTH)]] = Field(
+    # A pattern, not a validator: the API server refuses a malformed name too, so no stored
+    # policy can carry one (a policy the models refuse switches none of its rules on).
+    reserved_env: list[
+        Annotated[str, Field(min_length=1, max_length=bounds.ENV_NAME_LENGTH, pattern=patterns.RESERVED_ENV_NAME)]
+    ] = Field(
         default_factory=list,
         max_length=bounds.RESERVED_ENV_ITEMS,
         description="Environment variable names jobs may not set, besides the built-in ones "
         "(ACCEL_*, NVIDIA_VISIBLE_DEVICES, CUDA_VISIBLE_DEVICES, LD_*, ...). NAME or PREFIX_*.",
     )
-
-    @field_validator("reserved_env")
-    @classmethod
-    def _names(cls, names: list[str]) -> list[str]:
-        for name in names:
-            if not re.fullmatch(patterns.ENV_NAME, name.removesuffix("*")):
-                raise ValueError(f"{errors.clip(name)}: must be an environment variable name, or a prefix ending in *")
-        return names
 
 
 _StatusUsd = Annotated[float, Field(ge=0, le=bounds.STATUS_USD_MAX)]

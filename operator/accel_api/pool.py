@@ -14,8 +14,8 @@ from accel_api.base import ApiModel, CelRule, Conditions, Resource
 from accel_api.enums import CapacityType, PoolScaling, PriceSource, Provider, TaintEffect, TolerationOperator
 
 PricePerHour = Annotated[float, Field(ge=0, le=bounds.PRICE_MAX)]
-LabelKey = Annotated[str, Field(max_length=bounds.LABEL_KEY_LENGTH)]
-LabelValue = Annotated[str, Field(max_length=bounds.DNS_LABEL_LENGTH)]
+LabelKey = Annotated[str, Field(max_length=bounds.LABEL_KEY_LENGTH, pattern=patterns.LABEL_KEY)]
+LabelValue = Annotated[str, Field(max_length=bounds.DNS_LABEL_LENGTH, pattern=patterns.LABEL_VALUE)]
 
 
 class Toleration(ApiModel):

@@ -50,6 +50,11 @@ class OperatorSettings(BaseSettings):
         default=0, ge=0, le=65535, description="Serve the admission webhooks (TLS) on this port; 0: off."
     )
     webhook_address: str = Field(default="0.0.0.0", max_length=64, description="Bind address of the webhook.")
+    webhook_fail_closed: bool = Field(
+        default=False,
+        description="Register the webhooks with failurePolicy Fail: an operator that cannot answer blocks every "
+        "create and update of AcceleratorJobs (see docs/policy.md for the cost); false: Ignore.",
+    )
     webhook_host: str = Field(
         default="",
         max_length=253,

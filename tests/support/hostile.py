@@ -105,7 +105,8 @@ CORPUS: list[tuple[str, str]] = [
     ("interval-1e9", _JOB.replace("intervalMinutes: 20", "intervalMinutes: 1000000000")),
     ("checkpoint-traversal", _JOB.replace("s3://ml-checkpoints/research/llama-8b", "pvc://claim/../../etc")),
     ("checkpoint-encoded", _JOB.replace("s3://ml-checkpoints/research/llama-8b", "s3://b/%2e%2e/x")),
-    ("env-ld-preload", _job_with("  env:\n    - {name: LD_PRELOAD, value: /tmp/x.so}\n")),
+    # (the example has an env already: a second "env:" key is itself refused, as by the API server)
+    ("env-ld-preload", _JOB.replace("{name: WANDB_PROJECT, value: llama-8b}", "{name: LD_PRELOAD, value: /tmp/x.so}")),
     ("env-accel", _JOB.replace("WANDB_PROJECT", "ACCEL_CHECKPOINT_URI")),
     ("env-nvidia", _JOB.replace("WANDB_PROJECT", "NVIDIA_VISIBLE_DEVICES")),
     ("tpu-topology-0x4", EXAMPLES["12-pool-tpu-v5e.yaml"].replace("tpuTopology: 2x4", 'tpuTopology: "0x4"')),

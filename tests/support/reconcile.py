@@ -23,6 +23,7 @@ from accel_operator.engine.clock import Clock, SystemClock
 from accel_operator.engine.plans import Plans
 from accel_operator.engine.scheduler import Indices, Scheduler
 from accel_operator.metrics import OperatorMetrics
+from accel_operator.planning import policy
 from accel_operator.reconcile.common import policy_inputs
 from accel_operator.reconcile.common.reports import DeviceReport, ReportView
 from accel_operator.reconcile.common.snapshot import (
@@ -47,7 +48,7 @@ class World:
         self.pods: dict[Any, list[PodView]] = {}
         self.workloads: dict[Any, Any] = {}
         self.jobs: dict[Any, Any] = {}
-        self.policies: dict[str, list[AcceleratorPolicy | None]] = {}
+        self.policies: dict[str, list[AcceleratorPolicy | policy.BrokenPolicy | None]] = {}
         self.teams: dict[str, list[str | None]] = {}
         self.created = T0
         self.settings = OperatorSettings()
@@ -85,6 +86,12 @@ class World:
         if spend is not None:
             doc["status"] = {"spend": spend}
         self.policies[name] = [AcceleratorPolicy.model_validate(doc)]
+        self._policies_changed()
+        return self
+
+    def broken_policy(self, name: str, **spec: Any) -> World:
+        """A stored AcceleratorPolicy ``name`` the models refuse: indexed as handlers.policies does."""
+        self.policies[name] = [policy.read(name, {"metadata": {"name": name}, "spec": spec})]
         self._policies_changed()
         return self
 

@@ -26,14 +26,15 @@ def read_text(path: str) -> str:
 
 
 def read_resources(path: str) -> list[ApiModel]:
-    """Every accel.dev resource in ``path`` (multi-document YAML), validated."""
+    """Every accel.dev resource in ``path`` (multi-document YAML), validated with the API server's
+    strict types."""
     text = read_text(path)
     docs = load_documents(text, source=path)
     out: list[ApiModel] = []
     problems: list[str] = []
     for i, doc in enumerate(docs):
         try:
-            out.append(parse_resource(doc, source=None))
+            out.append(parse_resource(doc, source=None, strict=True))
         except InvalidResource as exc:
             label = f"document {i + 1}" if len(docs) > 1 else ""
             problems.extend(f"{label + ': ' if label else ''}{p}" for p in exc.problems)

@@ -20,7 +20,7 @@ start.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 from pydantic import ValidationError
@@ -37,10 +37,19 @@ from accel_operator.settings import OperatorSettings
 log = logging.getLogger(__name__)
 
 
-def review(body: Mapping[str, Any], namespace_team: str | None, policies: Iterable[AcceleratorPolicy]) -> list[str]:
+def review(
+    body: Mapping[str, Any],
+    namespace_team: str | None,
+    policies: Iterable[AcceleratorPolicy],
+    *,
+    broken: Sequence[policy.BrokenPolicy] = (),
+    bound_teams: Collection[str] = (),
+) -> list[str]:
     """The reasons to refuse ``body`` (an AcceleratorJob), one line each; empty: allowed. The spend
     is the policies' ``status.spend`` (the reconciler's seam too): only a budget that says
-    ``onExhausted: refuse`` refuses here; a queueing one lets the job in to wait."""
+    ``onExhausted: refuse`` refuses here; a queueing one lets the job in to wait. A ``broken``
+    policy refuses every job it would govern; ``bound_teams`` (the teams some namespace is
+    labelled with) may not be named from an unlabelled namespace."""
     if body.get("metadata", {}).get("deletionTimestamp"):
         return []
     try:
@@ -49,7 +58,9 @@ def review(body: Mapping[str, Any], namespace_team: str | None, policies: Iterab
         return errors.describe(exc, model=AcceleratorJob, limit=errors.MAX_PROBLEMS)
     objects = list(policies)
     spent = policy_inputs.spend_from(objects)
-    found = policy.refusals(policy.evaluate(job.spec, namespace_team, objects, spent=spent))
+    found = policy.refusals(
+        policy.evaluate(job.spec, namespace_team, objects, spent=spent, broken=broken, bound_teams=bound_teams)
+    )
     return errors.cap([str(x) for x in found])
 
 

@@ -43,7 +43,7 @@ def register(reg: kopf.OperatorRegistry, ctx: OperatorContext) -> Scheduler:
     )
     for module in (pools, nodes, reports):
         module.register(reg, sched)
-    policies.register(reg, sched)
+    policies.register(reg, sched, ctx.watch_api)
     if ctx.settings.webhook_port:
         admission.register(reg, ctx.settings, ctx.watch_api)
     early_warnings = signals.Signals(

@@ -3,7 +3,8 @@
 The decisions (the review of a job into refusal lines, the team default, the certificate) are
 ``engine.admission``'s; this module serves them with kopf.
 
-failurePolicy: **Ignore**. The webhook is a fast, friendly first check, not the only one: rules
+failurePolicy: **Ignore** by default (``webhook_fail_closed`` registers ``Fail``; docs/policy.md
+says what that costs). The webhook is a fast, friendly first check, not the only one: rules
 inside one object are CEL in the CRDs (the API server enforces them with the webhook down) and the
 reconciler evaluates the policies again before admitting a job (a job that breaks one is not
 admitted and gets a condition naming the rule). With ``Fail``, an operator outage or a certificate
@@ -48,6 +49,8 @@ from accel_api import vocabulary as v
 from accel_api.policy import AcceleratorPolicy
 from accel_operator.adapters.kube import tls
 from accel_operator.engine import admission as engine_admission
+from accel_operator.planning import policy
+from accel_operator.reconcile.common import policy_inputs
 from accel_operator.settings import OperatorSettings
 
 WEBHOOK_CONFIGURATION = v.GROUP  # the managed Validating/MutatingWebhookConfigurations' name
@@ -155,7 +158,7 @@ def register(reg: kopf.OperatorRegistry, settings: OperatorSettings, api: Callab
         registry.JOB.plural,
         id="team",
         operations=["CREATE"],
-        ignore_failures=True,
+        ignore_failures=not settings.webhook_fail_closed,
         side_effects=False,
         persistent=True,
         registry=reg,
@@ -172,16 +175,17 @@ def register(reg: kopf.OperatorRegistry, settings: OperatorSettings, api: Callab
         registry.JOB.plural,
         id="policy",
         operations=["CREATE", "UPDATE"],
-        ignore_failures=True,
+        ignore_failures=not settings.webhook_fail_closed,
         side_effects=False,
         persistent=True,
         registry=reg,
     )
     def validate_job(body: kopf.Body, namespace: str | None, **kwargs: Any) -> None:
         teams: kopf.Index[str, str | None] = kwargs["namespace_teams"]
-        found: kopf.Index[str, AcceleratorPolicy | None] = kwargs["policies"]
+        found: kopf.Index[str, AcceleratorPolicy | policy.BrokenPolicy] = kwargs["policies"]
         team = next(iter(teams.get(namespace or "", ())), None)
-        objects = [p for values in found.values() for p in values if p is not None]
-        problems = engine_admission.review(body, team, objects)
+        objects, broken = policy_inputs.split(found)
+        bound = {t for values in teams.values() for t in values if t is not None}
+        problems = engine_admission.review(body, team, objects, broken=broken, bound_teams=bound)
         if problems:
             raise kopf.AdmissionError("\n".join(problems), code=422)

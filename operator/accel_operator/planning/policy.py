@@ -8,8 +8,9 @@ frozen values only; the caller fetches the policies, the namespace's team label
 Several policies combine: every rule of every policy applies, and each breach is one
 :class:`Violation` naming its policy and rule. Rules:
 
-- ``namespace-team``: the job names the team of its namespace (when the namespace is labelled;
-  ``namespace_team=None`` means "not known", and the rule is skipped);
+- ``namespace-team``: the job names the team of its namespace (when the namespace is labelled);
+  a job in an unlabelled namespace (``namespace_team=None``) may not name a team that some
+  labelled namespace holds (``bound_teams``): a team with namespaces of its own is bound to them;
 - ``spot-needs-checkpoint``, ``spot-checkpoint-interval``, ``spot-checkpoint-scheme``: a job that
   may run on spot (``spot.policy`` prefer or require) checkpoints, often enough, to an allowed scheme;
 - ``pool-access``: the pools the job names are granted to its team (with ``pools``, also: some
@@ -18,14 +19,20 @@ Several policies combine: every rule of every policy applies, and each breach is
   a job that leaves ``maxDevices`` unset is capped by the planner (:func:`device_cap`), not refused;
 - ``reserved-env``: no env name the policy reserves;
 - ``budget-exceeds-limit``: the job's ``maxCost`` alone is over its team's budget (refused);
+- ``policy-invalid``: a stored policy the models refuse (:class:`BrokenPolicy`) fails closed: every
+  job it would govern is refused until the policy is fixed (else its budgets, grants, device cap
+  and spot rules would all switch off, silently);
 - ``budget-exhausted``: the team's spend this period (``spent``, keyed by :func:`spend_key`), plus the
   job's ``maxCost`` when given, reaches the budget: with ``onExhausted: queue`` (the default)
   ``queue=True``, the job waits for the next period or a larger budget rather than failing; with
   ``refuse`` it is refused.
 """
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
 
 from accel_api import errors, vocabulary
 from accel_api.enums import BudgetAction, BudgetPeriod, SpotPolicy
@@ -52,6 +59,75 @@ class Violation:
         return f"{self.field}: {self.message}{by} (rule {self.rule}){fix}"
 
 
+# The keys of a policy's spec whose rules apply only to the teams they name; every other rule
+# (spot, maxDevicesPerJob, reservedEnv, consolidation) applies to every job.
+_TEAM_SCOPED = frozenset({"budgets", "poolAccess", "idle"})
+BROKEN_PROBLEMS = 3  # problems a BrokenPolicy keeps (each clipped), for its condition and the jobs' messages
+
+
+@dataclass(frozen=True)
+class BrokenPolicy:
+    """A stored AcceleratorPolicy the models refuse (an older CRD, or one applied while a rule was
+    absent). Its rules cannot be read, so it fails closed: every job it would govern is refused.
+    ``teams`` are the teams it names, read from the raw object as far as it can be; None when it
+    may govern every job (a rule for every team, a ``*``, or nothing readable)."""
+
+    name: str
+    problems: tuple[str, ...]
+    teams: frozenset[str] | None
+
+    def governs(self, job: AcceleratorJobSpec) -> bool:
+        # A spot job is always governed: the spot rules apply to every team, and by default.
+        return self.teams is None or job.team in self.teams or job.spot.policy is not SpotPolicy.NEVER
+
+    def governed(self) -> str:
+        """Which jobs it holds, in words."""
+        if self.teams is None:
+            return "every job"
+        return "every spot job and the jobs of team(s) " + ", ".join(errors.clip(t) for t in sorted(self.teams)[:8])
+
+
+def broken(name: str, body: Mapping[str, Any], problems: Sequence[str]) -> BrokenPolicy:
+    """The :class:`BrokenPolicy` for the raw object ``body`` that the models refused with ``problems``."""
+    kept = tuple(p if len(p) <= 200 else p[:199] + "…" for p in problems[:BROKEN_PROBLEMS])
+    # The name is the API server's (a DNS subdomain, at most 253 characters): shown as it is.
+    return BrokenPolicy(name[:253], kept or ("the policy does not parse",), _named_teams(body.get("spec")))
+
+
+def read(name: str, body: Mapping[str, Any]) -> AcceleratorPolicy | BrokenPolicy:
+    """The stored policy ``body`` as the models read it, or, when they refuse it, what fails closed
+    in its place (the ``policies`` index's value)."""
+    try:
+        return AcceleratorPolicy.model_validate(dict(body))
+    except ValidationError as exc:
+        return broken(name, body, errors.describe(exc, model=AcceleratorPolicy, limit=BROKEN_PROBLEMS))
+
+
+def _named_teams(spec: Any) -> frozenset[str] | None:
+    if not isinstance(spec, Mapping) or not set(spec) <= _TEAM_SCOPED:
+        return None
+    names: list[Any] = []
+    for key, field, many in (("budgets", "team", False), ("poolAccess", "teams", True)):
+        items = spec.get(key, [])
+        if not isinstance(items, list) or not all(isinstance(i, Mapping) for i in items):
+            return None
+        for item in items:
+            value = item.get(field)
+            if many != isinstance(value, list):
+                return None  # not the shape the field has: unreadable
+            names.extend(value if many else [value])
+    idle = spec.get("idle", {})
+    if not isinstance(idle, Mapping) or not isinstance(idle.get("teams", []), list):
+        return None
+    idle_teams = idle.get("teams", [])
+    if "idle" in spec and not idle_teams:
+        return None  # idle rules without teams apply to every team
+    names.extend(idle_teams)
+    if not names or not all(isinstance(n, str) for n in names) or ANY in names:
+        return None
+    return frozenset(names)
+
+
 def spend_key(team: str, period: BudgetPeriod) -> str:
     """The key of ``spent`` for a team's spend in the current ``period``, e.g. ``research/monthly``."""
     return f"{team}/{period.value}"
@@ -64,9 +140,37 @@ def evaluate(
     *,
     pools: Mapping[str, AcceleratorPoolSpec] | None = None,
     spent: Mapping[str, float] | None = None,
+    broken: Sequence[BrokenPolicy] = (),
+    bound_teams: Collection[str] = (),
 ) -> list[Violation]:
-    """Every breach of ``policies`` (and of the namespace's team) by ``job``; empty when admitted."""
+    """Every breach of ``policies`` (and of the namespace's team, and every ``broken`` policy that
+    governs it) by ``job``; empty when admitted. ``bound_teams``: the teams some namespace is
+    labelled with."""
     out: list[Violation] = []
+    if namespace_team is None and job.team in bound_teams:
+        out.append(
+            Violation(
+                "spec.team",
+                "namespace-team",
+                None,
+                f"team {errors.clip(job.team)} is bound to the namespaces labelled "
+                f"{vocabulary.LABEL_NAMESPACE_TEAM}={errors.clip(job.team)}, and this namespace has no team label",
+                f"submit it in a namespace of team {errors.clip(job.team)}, or have this namespace labelled "
+                f"{vocabulary.LABEL_NAMESPACE_TEAM}={errors.clip(job.team)}",
+            )
+        )
+    for bad in broken:
+        if bad.governs(job):
+            out.append(
+                Violation(
+                    "spec",
+                    "policy-invalid",
+                    bad.name,
+                    f"cannot be checked: the policy does not parse ({bad.problems[0]}), and holds "
+                    f"{bad.governed()} until it is fixed",
+                    f"the platform team fixes policy '{bad.name}' (its Valid condition names the field)",
+                )
+            )
     if namespace_team is not None and job.team != namespace_team:
         out.append(
             Violation(

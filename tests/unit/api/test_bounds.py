@@ -153,7 +153,7 @@ def test_policy_reserved_env_is_bounded_and_checked() -> None:
     }
     parse_resource(doc)
     doc["spec"]["reservedEnv"] = ["1BAD"]
-    assert any(p.startswith("spec.reservedEnv: '1BAD': must be an environment variable name") for p in problems(doc))
+    assert any(p.startswith("spec.reservedEnv[0]: must be an environment variable name") for p in problems(doc))
     doc["spec"]["reservedEnv"] = [f"X{i}" for i in range(65)]
     assert any(p.startswith("spec.reservedEnv: must have at most 64 items") for p in problems(doc))
 

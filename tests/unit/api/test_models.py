@@ -77,11 +77,13 @@ def test_defaults() -> None:
         ),
         (
             {"workload": {"tokens": 10, "tensorParallel": 8}},
-            "spec.workload: tensorParallel must divide model.architecture.heads (4) and kvHeads (4) (got 8)",
+            "spec: workload.tensorParallel must divide model.architecture.heads and kvHeads "
+            "(got tensorParallel 8, heads 4, kvHeads 4)",
         ),
         (
             {"workload": {"tokens": 10, "pipelineParallel": 3}},
-            "spec.workload: pipelineParallel must be at most model.architecture.layers (2) (got 3)",
+            "spec: workload.pipelineParallel must be at most model.architecture.layers "
+            "(got pipelineParallel 3, layers 2)",
         ),
         (
             {

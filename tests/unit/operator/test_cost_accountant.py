@@ -178,7 +178,7 @@ def test_a_running_job_is_written_at_most_every_write_interval_but_its_end_at_on
 def _show_policy(world: World, costs: FakeCostWriter) -> None:
     """What the watch delivers after the policy's status write."""
     (pol,) = world.policies["budgets"]
-    assert pol is not None
+    assert isinstance(pol, AcceleratorPolicy)
     doc = {**pol.model_dump(by_alias=True, mode="json", exclude_none=True), "status": costs.policies["budgets"]}
     world.policies["budgets"] = [AcceleratorPolicy.model_validate(doc)]
     world.scheduler.policies_changed()

@@ -29,8 +29,11 @@ def test_fold_skips_unparsed_policies_and_unlabelled_namespaces() -> None:
 
 
 def test_nothing_binds_without_policies_or_a_team() -> None:
+    assert not policy_inputs.fold({}, {"ns1": [None], "ns2": [None]}).binds("ns1")
+    # A labelled namespace binds its team, also for the unlabelled ones: a job there may not name it.
     inputs = policy_inputs.fold({}, {"ns1": ["research"], "ns2": [None]})
-    assert inputs.binds("ns1") and not inputs.binds("ns2")
+    assert inputs.binds("ns1") and inputs.binds("ns2")
+    assert inputs.bound_teams() == {"research"}
 
 
 def test_spend_is_the_highest_figure_any_policy_reports_per_team_and_period() -> None:

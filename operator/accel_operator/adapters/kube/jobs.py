@@ -155,3 +155,29 @@ class FakeJobWriter:
 
 
 _: JobWriter = FakeJobWriter()
+
+
+def object_event(
+    api: client.ApiClient, *, kind: str, name: str, uid: str | None, type_: str, reason: str, message: str
+) -> None:
+    """An Event about a cluster-scoped accel.dev object (an AcceleratorPolicy), in the ``default``
+    namespace as Kubernetes keeps them; raises ClusterUnavailable when it cannot be posted."""
+    now = dt.datetime.now(dt.UTC)
+    body = client.EventsV1Event(
+        metadata=client.V1ObjectMeta(name=f"{name[:200]}.{uuid.uuid4().hex[:12]}", namespace=CLUSTER_EVENTS),
+        event_time=now,
+        action=reason,
+        reason=reason,
+        note=message[:1000],
+        type=type_,
+        reporting_controller=f"{v.GROUP}/{COMPONENT}",
+        reporting_instance=COMPONENT,
+        regarding=client.V1ObjectReference(api_version=v.API_VERSION, kind=kind, name=name, uid=uid),
+    )
+    try:
+        client.EventsV1Api(api).create_namespaced_event(CLUSTER_EVENTS, body, _preload_content=False).drain_conn()
+    except (ApiException, urllib3.exceptions.HTTPError) as exc:
+        raise ClusterUnavailable(f"event on {kind} {name}: {exc}") from exc
+
+
+CLUSTER_EVENTS = "default"  # where the events of cluster-scoped objects go

@@ -81,8 +81,15 @@ def _event_if_new(job: JobView, phase: JobPhase, reason: str, type_: str, messag
 # --- invalid and terminal -------------------------------------------------------------------------
 
 
+def _in_spec(problem: str) -> str:
+    """A problem of the spec model, located in the job: a rule across the spec's fields is the spec's."""
+    if problem.startswith("(document)"):
+        return "spec" + problem.removeprefix("(document)")
+    return problem if problem.startswith("spec") else f"spec.{problem}"
+
+
 def _invalid(job: JobView) -> Decision:
-    message = "; ".join(p if p.startswith("spec") else f"spec.{p}" for p in job.spec_problems)
+    message = "; ".join(_in_spec(p) for p in job.spec_problems)
     return Decision(
         phase=JobPhase.FAILED,
         conditions=(Cond(VALID, False, "InvalidSpec", message),),

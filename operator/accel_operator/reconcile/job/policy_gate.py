@@ -11,6 +11,11 @@ Pure, called from ``decide``. A waiting job that breaks a policy is not admitted
   budget allow it. It blocks no pool. A job that already ran (its next attempt after a preemption
   or a failure) is not held by a budget: it resumes, and is flagged as a holding job is.
 
+A stored policy the models refuse fails closed (``policy-invalid``, a refusal): every job it
+would govern waits ``Unschedulable`` with a message naming the policy until it is fixed. A job
+in an unlabelled namespace that names a team some labelled namespace holds is refused as the
+webhook refuses it (``namespace-team``).
+
 A job that already holds devices is never stopped by a policy: its decision gains
 ``PolicyCompliant=False`` (reason ``PolicyChanged``) and one Warning event ``PolicyViolation``.
 """
@@ -47,6 +52,8 @@ def violations(job: JobView, snapshot: Snapshot) -> list[policy.Violation]:
             inputs.policies,
             pools={name: p.spec for name, p in snapshot.pools.items()},
             spent=inputs.spent,
+            broken=inputs.broken,
+            bound_teams=inputs.bound_teams(),
         )
     return found
 
