@@ -98,20 +98,10 @@ class KubeJobWriter:
         raise ClusterUnavailable(f"{what}: changed by others {GUARD_TRIES} times while being written")
 
     def event(self, ref: JobRef, type_: str, reason: str, message: str) -> None:
-        now = dt.datetime.now(dt.UTC)
-        body = client.EventsV1Event(
-            metadata=client.V1ObjectMeta(name=f"{ref.name[:200]}.{uuid.uuid4().hex[:12]}", namespace=ref.namespace),
-            event_time=now,
-            action=reason,
-            reason=reason,
-            note=message[:1000],
-            type=type_,
-            reporting_controller=f"{v.GROUP}/{COMPONENT}",
-            reporting_instance=COMPONENT,
-            regarding=client.V1ObjectReference(
-                api_version=v.API_VERSION, kind="AcceleratorJob", name=ref.name, namespace=ref.namespace, uid=ref.uid
-            ),
+        regarding = client.V1ObjectReference(
+            api_version=v.API_VERSION, kind="AcceleratorJob", name=ref.name, namespace=ref.namespace, uid=ref.uid
         )
+        body = _event_body(regarding, ref.namespace, type_, reason, message)
         try:
             # The created Event is not read back (not deserialised).
             self._events.create_namespaced_event(ref.namespace, body, _preload_content=False).drain_conn()
@@ -162,18 +152,8 @@ def object_event(
 ) -> None:
     """An Event about a cluster-scoped accel.dev object (an AcceleratorPolicy), in the ``default``
     namespace as Kubernetes keeps them; raises ClusterUnavailable when it cannot be posted."""
-    now = dt.datetime.now(dt.UTC)
-    body = client.EventsV1Event(
-        metadata=client.V1ObjectMeta(name=f"{name[:200]}.{uuid.uuid4().hex[:12]}", namespace=CLUSTER_EVENTS),
-        event_time=now,
-        action=reason,
-        reason=reason,
-        note=message[:1000],
-        type=type_,
-        reporting_controller=f"{v.GROUP}/{COMPONENT}",
-        reporting_instance=COMPONENT,
-        regarding=client.V1ObjectReference(api_version=v.API_VERSION, kind=kind, name=name, uid=uid),
-    )
+    regarding = client.V1ObjectReference(api_version=v.API_VERSION, kind=kind, name=name, uid=uid)
+    body = _event_body(regarding, CLUSTER_EVENTS, type_, reason, message)
     try:
         client.EventsV1Api(api).create_namespaced_event(CLUSTER_EVENTS, body, _preload_content=False).drain_conn()
     except (ApiException, urllib3.exceptions.HTTPError) as exc:
@@ -181,3 +161,20 @@ def object_event(
 
 
 CLUSTER_EVENTS = "default"  # where the events of cluster-scoped objects go
+
+
+def _event_body(
+    regarding: client.V1ObjectReference, namespace: str, type_: str, reason: str, message: str
+) -> client.EventsV1Event:
+    """One Event of ours about ``regarding``, its note bounded (a message may quote tenant input)."""
+    return client.EventsV1Event(
+        metadata=client.V1ObjectMeta(name=f"{str(regarding.name)[:200]}.{uuid.uuid4().hex[:12]}", namespace=namespace),
+        event_time=dt.datetime.now(dt.UTC),
+        action=reason,
+        reason=reason,
+        note=message[:1000],
+        type=type_,
+        reporting_controller=f"{v.GROUP}/{COMPONENT}",
+        reporting_instance=COMPONENT,
+        regarding=regarding,
+    )
