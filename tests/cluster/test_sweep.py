@@ -6,15 +6,16 @@ bound gives its reservation back at once, not after the bind timeout."""
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
-from kubernetes import client
+from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from accel_api import registry
 from accel_api import vocabulary as v
 from accel_localcluster import preempt
-from tests.support.cluster import wait_for
+from tests.support.cluster import token_kubeconfig, wait_for
 from tests.support.jobs import create_job, end_pods, events_of, gpu_pool, job_doc, status, wait_phase, workloads_of
 from tests.support.operator import checked_operator, settings_for
 
@@ -154,3 +155,26 @@ def test_an_attempt_whose_node_went_before_binding_is_released_at_once(
         assert st["phase"] == "Pending", st
         messages = [m for r, m in events_of(core, namespace, "stranded") if r == "GangTimeout"]
         assert messages and "nodes gone since the admission" in messages[0], messages
+
+
+def test_the_operators_role_may_make_the_sweeps_deletes(
+    api: client.ApiClient, core: client.CoreV1Api, namespace: str, tmp_path: Path
+) -> None:
+    """Under the ServiceAccount token of manifests/operator/rbac.yaml: pods and batch Jobs may be
+    deleted (the sweep's), pods still not updated."""
+    token = config.new_client_from_config(config_file=str(token_kubeconfig(api, core, tmp_path)))
+    auth = client.AuthorizationV1Api(token)
+
+    def allowed(verb: str, group: str, resource: str) -> bool:
+        review = {
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SelfSubjectAccessReview",
+            "spec": {
+                "resourceAttributes": {"namespace": namespace, "verb": verb, "group": group, "resource": resource}
+            },
+        }
+        return bool(auth.create_self_subject_access_review(review).status.allowed)
+
+    assert allowed("delete", "", "pods")
+    assert allowed("delete", "batch", "jobs")
+    assert not allowed("update", "", "pods")
