@@ -50,6 +50,13 @@ class OperatorMetrics:
         self.workloads_created = Counter(
             "accel_operator_workloads_created_total", "batch Jobs created (one per attempt).", registry=r
         )
+        self.swept = Counter(
+            "accel_operator_swept_total",
+            "batch Jobs and pods of ours deleted by the sweep (reconcile.job.sweep), by kind (workload, pod) and "
+            "reason (job-gone, other-owner, old-attempt).",
+            ["kind", "reason"],
+            registry=r,
+        )
         self.moves = Counter(
             "accel_operator_moves_total",
             "Running attempts ended to start the job again elsewhere, by reason "

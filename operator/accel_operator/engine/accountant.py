@@ -48,6 +48,16 @@ log = logging.getLogger("accel_operator.cost")
 T = TypeVar("T")
 
 
+def _left_running(snap: Snapshot, key: JobKey, uid: str) -> bool:
+    """Whether a deleted job left a workload running: one the garbage collector orphaned (its
+    owner reference to the job removed, as ``--cascade=orphan`` does) and not finished. A workload
+    still owned by the job is being collected with it (a plain deletion: charged up to the
+    deletion, as before); a job of the same name that exists again owns what is there."""
+    if key in snap.jobs:
+        return False
+    return any(w.job == key and w.running and w.owner_uid != uid for w in snap.workloads.values())
+
+
 def _wire(cost: CostStatus) -> dict[str, Any]:
     """The merge patch of ``status.cost``: optional keys the ledger dropped are nulled."""
     out: dict[str, Any] = cost.model_dump(by_alias=True, mode="json", exclude_none=True)
@@ -125,6 +135,9 @@ class Accountant:
     # uid -> (who, its ledger closed at the deletion, when): deleted jobs not folded yet.
     gone: dict[str, tuple[rollup.JobId, CostStatus, dt.datetime]] = field(default_factory=dict)
     deleted_at: dict[str, dt.datetime] = field(default_factory=dict)  # uid -> when the DELETED event came
+    # uid -> (who, its ledger as last computed, the last step that saw it run): deleted jobs whose
+    # workload or pods run on (an orphaning deletion), charged until they stop (the sweep deletes them).
+    orphaned: dict[str, tuple[rollup.JobId, CostStatus, dt.datetime]] = field(default_factory=dict)
     # The open attempts (not folded yet) as last read or written, per shard ConfigMap
     # ``<rollup_name>-open-<i>``, and the resourceVersion each is at: None until read.
     open_shards: list[OpenShard] | None = None
@@ -151,6 +164,7 @@ class Accountant:
                 # deletion). Deletions while not leading are those of an operator that was down.
                 self.previous.clear()
                 self.deleted_at.clear()
+                self.orphaned.clear()
                 continue
             t0 = self.clock.monotonic()
             try:
@@ -311,10 +325,17 @@ class Accountant:
                 continue
             shown = written.get(key) or self.known.get(job.uid) or job.status.cost or CostStatus()
             out.append(teamspend.LiveJob(job.uid, job.spec.team, cost, written=shown))
+        for uid, (who, cost) in self._orphans().items():  # carried until its close is folded
+            out.append(teamspend.LiveJob(uid, who.team, cost, written=cost))
         return out
 
+    def _orphans(self) -> dict[str, tuple[rollup.JobId, CostStatus]]:
+        """The deleted jobs whose orphaned workload runs on, each ledger charged up to the last
+        step that saw it run (what it is known to have spent so far)."""
+        return {uid: (who, accrual.at_deletion(cost, seen)) for uid, (who, cost, seen) in self.orphaned.items()}
+
     def _teams(self, snap: Snapshot, live: list[teamspend.LiveJob], now: dt.datetime) -> dict[str, teamspend.Step]:
-        existing = {job.uid for job in snap.jobs.values()}
+        existing = {job.uid for job in snap.jobs.values()} | set(self.orphaned)
         steps: dict[str, teamspend.Step] = {}
         for pol in snap.policy.policies:
             name, uid = pol.metadata.name or "", pol.metadata.uid or ""
@@ -352,16 +373,34 @@ class Accountant:
         closed at its deletion (the DELETED event's time, else now) and queued for the rollup
         and the policies' settled totals."""
         uids = {job.uid for job in snap.jobs.values()}
-        for uid, (who, cost) in self.previous.items():
+        candidates = {uid: (who, cost) for uid, (who, cost, _) in self.orphaned.items()}
+        candidates.update(self.previous)
+        for uid, (who, cost) in candidates.items():
             if uid in uids or uid in self.gone:
+                self.orphaned.pop(uid, None)
                 continue
-            end = min(self.deleted_at.get(uid, now), now)
+            if _left_running(snap, (who.namespace, who.name), uid):
+                if uid not in self.orphaned:
+                    log.info(
+                        "job %s/%s deleted but its workload runs on: charged until it stops", who.namespace, who.name
+                    )
+                self.orphaned[uid] = (who, cost, now)
+                continue
+            end = self.deleted_at.get(uid, now)
             how = "its DELETED event" if uid in self.deleted_at else "when it was seen gone"
+            orphan = self.orphaned.pop(uid, None)
+            if orphan is not None:
+                # Its orphaned workload ran past the deletion: charged until the sweep deleted it
+                # or, later, the last step that saw it run (its pods' termination grace).
+                swept = self.scheduler.applier.swept_gone.get((who.namespace, who.name), end)
+                end = max(end, swept, orphan[2])
+                how = "its orphaned workload stopped"
+            end = min(end, now)
             log.info("job %s/%s deleted: its open attempt is charged up to %s (%s)", who.namespace, who.name, end, how)
             closed = accrual.at_deletion(cost, end)
             self.gone[uid] = (who, closed, end)
             self.final_spend[uid] = teamspend.LiveJob(uid, who.team, closed)
-        for uid in [u for u in self.deleted_at if u not in self.previous or u in uids]:
+        for uid in [u for u in self.deleted_at if (u not in self.previous and u not in self.orphaned) or u in uids]:
             if now - self.deleted_at[uid] > dt.timedelta(hours=1):
                 del self.deleted_at[uid]
 
@@ -413,7 +452,7 @@ class Accountant:
         if await self._load_open():
             assert self.open_shards is not None
             entries = [e for shard in self.open_shards for e in shard.attempts]
-            vanished = rollup.vanished(entries, {j.uid for j in snap.jobs.values()}, skip=set(self.gone))
+            vanished = rollup.vanished(entries, {j.uid for j in snap.jobs.values()}, skip={*self.gone, *self.orphaned})
             items.extend(vanished)
         value = rollup.fold_many(value, items)
         marked = {
@@ -514,6 +553,8 @@ class Accountant:
             if job.spec is not None:
                 who = rollup.JobId(job.uid, job.namespace, job.name, job.spec.team, cost.forecast_usd)
                 entries.extend(rollup.open_attempts(who, cost, pending.get(job.uid, ()), now))
+        for uid, (who, cost) in self._orphans().items():  # deleted, still running: still open
+            entries.extend(rollup.open_attempts(who, cost, pending.get(uid, ()), now))
         shards, dropped = await asyncio.to_thread(rollup.pack, entries)
         if dropped:
             log.warning("%d open attempt(s) do not fit beside the cost rollup: the smallest are not kept", dropped)
@@ -629,6 +670,7 @@ class Accountant:
             (uid, who.team, cost)
             for uid, (who, cost, _) in self.gone.items()  # deleted, not folded yet
         ]
+        live += [(uid, who.team, cost) for uid, (who, cost) in self._orphans().items()]
         for key, cost in ledgers.items():
             job = snap.jobs[key]
             live.append((job.uid, job.spec.team if job.spec is not None else "", cost))

@@ -16,6 +16,7 @@ new leader.
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import logging
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -44,6 +45,7 @@ from accel_operator.reconcile.common import actions as act
 from accel_operator.reconcile.common.decision import Decision
 from accel_operator.reconcile.common.snapshot import JobKey, JobView, PoolView, Snapshot, WorkloadView
 from accel_operator.reconcile.job import resume
+from accel_operator.reconcile.job import sweep as sweep_mod
 from accel_operator.reconcile.nodes import consolidate, health
 from accel_operator.settings import OperatorSettings
 
@@ -101,6 +103,13 @@ class Applier:
     closed: bool = False  # the operator is stopping: nothing new is started
     # Whether this replica holds the Lease now (the scheduler's elector): asked before every call.
     leading: Callable[[], bool] = lambda: True
+    # (namespace, name, kind) -> (monotonic time of a delete this process sent, a decision's or
+    # the sweep's; its job): the sweep does not send it again until the watch shows it gone (or the TTL).
+    deleting: dict[tuple[str, str, str], tuple[float, JobKey]] = field(default_factory=dict)
+    # Deleted jobs whose orphaned workloads or pods the sweep deleted -> when (the last one): the
+    # cost accountant charges such a job's open attempt up to then (engine/accountant.py).
+    swept_gone: dict[JobKey, dt.datetime] = field(default_factory=dict)
+    rechecks: set[JobKey] = field(default_factory=set)  # jobs with a sweep recheck already timed
 
     def __post_init__(self) -> None:
         if self.pools is None:
@@ -281,9 +290,68 @@ class Applier:
             asyncio.get_running_loop().call_later(grace, self.mark, job.key)
         elif isinstance(action, act.DeleteWorkload):
             self.created.pop((job.namespace, action.name), None)
+            ident = (job.namespace, action.name, sweep_mod.Kind.WORKLOAD.value)
+            self.deleting[ident] = (self.clock.monotonic(), job.key)
             await self._retrying("delete_workload", self.workloads.delete, job.namespace, action.name)
         elif isinstance(action, act.ResolveCheckpoint):
             await self._resolve(job.key, action)
+
+    # --- the sweep (reconcile/job/sweep.py) -----------------------------------------------------
+
+    def sweep(self, found: sweep_mod.Sweep, snap: Snapshot) -> None:
+        """Delete what the sweep found (each once while the watch has not shown it gone), and
+        look again at the jobs whose objects were too young to judge when they are not."""
+        if self.closed:
+            return
+        tick = self.clock.monotonic()
+        for ident, (at, key) in list(self.deleting.items()):
+            if tick - at >= CREATED_TTL_SECONDS or not _present(snap, ident, key):
+                del self.deleting[ident]  # gone (one of that name may come again), or never will be
+        loop = asyncio.get_running_loop()
+        for key, due in found.recheck:
+            if key not in self.rechecks:
+                self.rechecks.add(key)
+                delay = max(0.0, (due - self.clock.now()).total_seconds()) + 0.5
+                loop.call_later(delay, self._recheck, key)
+        for stray in found.strays:
+            ident = (stray.namespace, stray.action.name, stray.kind.value)
+            if ident in self.deleting:
+                continue
+            self.deleting[ident] = (tick, stray.key)
+            task = asyncio.create_task(self._sweep_one(stray, ident))
+            self.in_flight.add(task)
+            task.add_done_callback(self.in_flight.discard)
+
+    def _recheck(self, key: JobKey) -> None:
+        self.rechecks.discard(key)
+        self.mark(key)
+
+    async def _sweep_one(self, stray: sweep_mod.Stray, ident: tuple[str, str, str]) -> None:
+        ns, name = stray.namespace, stray.action.name
+        try:
+            if isinstance(stray.action, act.DeleteWorkload):
+                self.created.pop((ns, name), None)
+                await self._retrying("delete_workload", self.workloads.delete, ns, name)
+            else:
+                await self._retrying("delete_pod", self.workloads.delete_pod, ns, name)
+        except Exception as exc:  # noqa: BLE001 - any failure: count it, try again on a later pass
+            self.metrics.reconcile_errors.labels("sweep").inc()
+            log.warning("deleting stray %s %s/%s failed (%s); it will be tried again", stray.kind.value, ns, name, exc)
+            self.deleting.pop(ident, None)
+            asyncio.get_running_loop().call_later(5.0, self.mark, stray.key)
+            return
+        self.metrics.swept.labels(stray.kind.value, stray.reason.value).inc()
+        if stray.reason is sweep_mod.Reason.JOB_GONE:
+            self.swept_gone[stray.key] = self.clock.now()
+            if len(self.swept_gone) > 10_000:  # bounded: the oldest go first (the accountant reads within minutes)
+                del self.swept_gone[next(iter(self.swept_gone))]
+        if stray.job is None:
+            log.warning(
+                "%s/%s: %s", ns, stray.key[1], stray.message, extra={"job": f"{ns}/{stray.key[1]}", "reason": "Swept"}
+            )
+            return
+        ref = JobRef(stray.job.namespace, stray.job.name, stray.job.uid)
+        await self._record(stray.job, ref, [act.RecordEvent("Warning", "StrayDeleted", stray.message)])
 
     async def _resolve(self, key: JobKey, action: act.ResolveCheckpoint) -> None:
         """Look up the latest complete checkpoint in a thread, within the settings' timeout; the
@@ -347,6 +415,14 @@ class Applier:
             self.metrics.reconcile_errors.labels(type(exc).__name__).inc()
             log.warning("changing the taints of node %s failed (%s); it will be taken again", action.node, exc)
             self.node_acting.pop((action.node, type(action).__name__), None)
+
+
+def _present(snap: Snapshot, ident: tuple[str, str, str], key: JobKey) -> bool:
+    """Whether the watch still shows the workload or pod ``ident`` (namespace, name, kind) of ``key``."""
+    namespace, name, kind = ident
+    if kind == sweep_mod.Kind.WORKLOAD.value:
+        return (namespace, name) in snap.workloads
+    return any(p.name == name for p in snap.pods_by_job.get(key, ()))
 
 
 def _priority(decision: Decision) -> int:

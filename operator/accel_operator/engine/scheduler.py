@@ -33,7 +33,7 @@ from accel_operator.adapters.kube.jobs import JobWriter
 from accel_operator.adapters.kube.lease import AlwaysLeader, Elector
 from accel_operator.adapters.kube.nodes import NodeWriter
 from accel_operator.engine import loop, schedule
-from accel_operator.engine.apply import Applier
+from accel_operator.engine.apply import CREATED_TTL_SECONDS, Applier
 from accel_operator.engine.cache import Observed
 from accel_operator.engine.clock import Clock, SystemClock
 from accel_operator.engine.loop import Marks
@@ -41,6 +41,7 @@ from accel_operator.engine.plans import Plans
 from accel_operator.metrics import OperatorMetrics
 from accel_operator.reconcile.common import policy_inputs
 from accel_operator.reconcile.common.snapshot import JobKey, PodView, Snapshot
+from accel_operator.reconcile.job import sweep
 from accel_operator.reconcile.nodes import consolidate, health
 from accel_operator.settings import OperatorSettings
 
@@ -171,10 +172,12 @@ class Scheduler:
         return self.folded_policies[1]
 
     def forget(self, key: JobKey) -> None:
+        """``key`` was deleted: what this process kept for it goes, and the next pass sweeps
+        what it may have left running (an orphaning deletion leaves its workload)."""
         self.applier.overlay.pop(key, None)
         self.applier.lookups.pop(key, None)
+        self.marks.mark(key)
         self.observed.touch_job(key)
-        self.marks.wake.set()
 
     def kopf_listed(self) -> None:
         """kopf called a handler: its indexes (pools, nodes, policies, namespaces, node reports)
@@ -286,12 +289,35 @@ class Scheduler:
                 self.metrics.moves.labels(health.MoveReason.CONSOLIDATION.value).inc()
         for write in result.writes:
             self.applier.apply(write, result.snapshot.pools)
+        self._sweep(snap, None if full else dirty, now)
         if full:
             for phase in JobPhase:
                 self.metrics.jobs.labels(phase.value).set(result.phases.get(phase.value, 0))
             for pool in result.snapshot.pools:
                 self.metrics.queue_depth.labels(pool).set(result.queue.get(pool, 0))
         self.metrics.pass_seconds.observe(self.clock.monotonic() - t0)
+
+    def _sweep(self, snap: Snapshot, keys: set[JobKey] | None, now: dt.datetime) -> None:
+        """Delete the workloads and pods of ours that no job's current attempt accounts for
+        (:mod:`~accel_operator.reconcile.job.sweep`): every one on a full pass, else those of the
+        jobs an event named. A job whose decision is being applied is left to the next pass
+        (its own release may be deleting the same workload)."""
+        if keys is None:
+            workloads = list(snap.workloads.values())
+            pods = [p for ps in snap.pods_by_job.values() for p in ps]
+        elif keys:
+            workloads = [w for w in snap.workloads.values() if w.job in keys]
+            pods = [p for k in keys for p in snap.pods_by_job.get(k, ())]
+        elif self.applier.deleting:  # nothing to judge, but deletes to see through
+            workloads, pods = [], []
+        else:
+            return
+        found = sweep.sweep(snap.jobs, workloads, pods, snap.workloads, now, grace=CREATED_TTL_SECONDS)
+        busy = self.applier.acting
+        if busy and found.strays:
+            self.marks.dirty |= {s.key for s in found.strays if s.key in busy}
+            found = sweep.Sweep(tuple(s for s in found.strays if s.key not in busy), found.recheck)
+        self.applier.sweep(found, snap)
 
     async def close(self, runner: asyncio.Task[None] | None = None) -> None:
         """At the operator's stop: the scheduling loop (``runner``, the task of :meth:`run`) ends

@@ -146,6 +146,32 @@ def test_a_running_job_deleted_is_charged_up_to_its_deletion_and_kept() -> None:
     assert sum(b.f[0] for b in _stored(costs).buckets) == pytest.approx(1.25 * 7.2)
 
 
+@pytest.mark.parametrize("swept", [True, False])
+def test_a_job_deleted_with_its_workload_orphaned_is_charged_until_the_workload_stops(swept: bool) -> None:
+    world, writer, costs = _world(), FakeJobWriter(), FakeCostWriter()
+    acc = _accountant(world, writer, costs)
+    world.workload("a", 0, active=1)
+    asyncio.run(acc.step(T0 + HOUR))
+    _show(world, writer)
+    _delete(world)  # --cascade=orphan: the garbage collector drops the owner reference, the Job runs on
+    (wl,) = world.workloads[("ns", "a-a0")]
+    world.workloads[("ns", "a-a0")] = [dataclasses.replace(wl, owner_uid=None)]
+    acc.deleted_at["uid-a"] = T0 + 1.25 * HOUR  # the DELETED event
+    asyncio.run(acc.step(T0 + 2 * HOUR))  # still running: not closed at the deletion, not folded
+    assert _spent(acc) == pytest.approx(2.0 * 7.2)  # charged up to this step, which saw it run
+    assert sum(b.f[0] for b in _stored(costs).buckets) == 0
+    # The sweep deletes it (its time noted for the ledger), or someone else does (last seen running).
+    if swept:
+        world.scheduler.applier.swept_gone[("ns", "a")] = T0 + 2.5 * HOUR
+    del world.workloads[("ns", "a-a0")]
+    asyncio.run(acc.step(T0 + 3 * HOUR))
+    charged = (2.5 if swept else 2.0) * 7.2
+    assert _spent(acc) == pytest.approx(charged)
+    assert sum(b.f[0] for b in _stored(costs).buckets) == pytest.approx(charged)
+    asyncio.run(acc.step(T0 + 4 * HOUR))
+    assert _spent(acc) == pytest.approx(charged)
+
+
 def test_killed_between_the_rollup_write_and_the_mark_counts_nothing_twice() -> None:
     world, writer, costs = _world(), FakeJobWriter(), FakeCostWriter()
     acc = _accountant(world, writer, costs)

@@ -226,6 +226,49 @@ def test_a_gang_is_released_when_its_bind_clock_runs_out(pods: tuple[str, ...], 
     assert "attempt 1" in (d.status.message or "")
 
 
+# Nodes deleted after the admission, before the pods bound: (nodes left, of them deleting,
+# cordoned) -> released at once (no clock), or left to the bind clock.
+_NODES_GONE = [
+    ((2, 0, 0), False),  # every node still there: the bind clock decides
+    ((1, 0, 0), True),  # one of the two gone: the gang can never bind
+    ((0, 0, 0), True),
+    ((2, 1, 0), True),  # one being deleted counts as gone
+    ((2, 0, 1), False),  # a cordoned node may come back: the bind clock covers it
+]
+
+
+@pytest.mark.parametrize(("nodes", "released"), _NODES_GONE)
+def test_a_gang_whose_nodes_went_before_binding_is_released_at_once(
+    nodes: tuple[int, int, int], released: bool
+) -> None:
+    left, deleting, cordoned = nodes
+    w = World().pool("p", nodes=left)
+    for i in range(deleting):
+        (n,) = w.nodes[f"p-{i}"]
+        w.nodes[f"p-{i}"] = [replace(n, deleting=True)]
+    for i in range(deleting, deleting + cordoned):
+        (n,) = w.nodes[f"p-{i}"]
+        w.nodes[f"p-{i}"] = [replace(n, unschedulable=True)]
+    job = w.job("a", "p", devices=16, status=_admitted("a", "p", devices=16, nodes=2))
+    w.workload("a", 0, active=2)
+    w.pod("a", 0, 0, node=None, phase="Pending")
+    w.pod("a", 0, 1, node=None, phase="Pending")
+    d = decide(job, w.snapshot(_s(5)), _s(5), bind_timeout=120)  # 5 s after the admission
+    if not released:
+        assert d.phase is JobPhase.ADMITTED and not d.actions
+        return
+    assert d.phase is JobPhase.PENDING and d.status.attempt == 1 and d.status.workload is CLEAR
+    assert _kinds(d) == ["DeleteWorkload", "GangTimeout"]
+    assert "nodes gone since the admission" in (d.status.message or "")
+
+
+def test_an_autoscaled_pool_waits_for_its_nodes() -> None:
+    w = World().pool("auto", nodes=0, maxNodes=2, scaling="autoscaled", scaleUpTimeoutSeconds=300)
+    job = w.job("a", "auto", devices=16, status=_admitted("a", "auto", devices=16, nodes=2))
+    w.workload("a", 0, active=2)
+    assert decide(job, w.snapshot(_s(5)), _s(5), bind_timeout=120).phase is JobPhase.ADMITTED
+
+
 def test_an_autoscaled_pool_gives_a_stuck_gang_its_scale_up_timeout() -> None:
     # An autoscaled pool's pods are unschedulable until the autoscaler's nodes come: its
     # scaleUpTimeoutSeconds, from the scheduler's first finding, not the bind timeout.

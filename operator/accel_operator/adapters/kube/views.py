@@ -143,6 +143,7 @@ def pod_view(body: Mapping[str, Any]) -> PodView | None:
         unschedulable_since=_maybe_time(unschedulable.get("lastTransitionTime"))
         if unschedulable is not None and not spec.get("nodeName")
         else None,
+        created=_maybe_time(meta.get("creationTimestamp")),
     )
 
 
@@ -173,7 +174,17 @@ def workload_view(body: Mapping[str, Any]) -> WorkloadView | None:
         end_time=_maybe_time(status.get("completionTime"))
         or _maybe_time(_true_since(complete))
         or _maybe_time(_true_since(failed)),
+        owner_uid=_owner_uid(meta),
+        created=_maybe_time(meta.get("creationTimestamp")),
     )
+
+
+def _owner_uid(meta: Mapping[str, Any]) -> str | None:
+    """The controller owner's uid, clipped (an object's owner references are anyone's to write)."""
+    for ref in meta.get("ownerReferences") or ():
+        if isinstance(ref, Mapping) and ref.get("controller") and isinstance(ref.get("uid"), str):
+            return str(ref["uid"])[: bounds.SHORT_TEXT_LENGTH]
+    return None
 
 
 def _true_since(cond: Mapping[str, Any] | None) -> Any:

@@ -406,6 +406,10 @@ class WorkloadClient(Protocol):
         one-node attempt never had a Service)."""
         ...
 
+    def delete_pod(self, namespace: str, name: str) -> None:
+        """Delete one pod of ours whose batch Job is gone (the sweep); gone already is fine."""
+        ...
+
 
 def _owner_uid(obj: Mapping[str, Any]) -> str | None:
     refs = (obj.get("metadata") or {}).get("ownerReferences") or []
@@ -487,6 +491,15 @@ class KubeWorkloadClient:
             except urllib3.exceptions.HTTPError as exc:
                 raise _translate(exc, f"deleting {kind} {namespace}/{name}") from exc
 
+    def delete_pod(self, namespace: str, name: str) -> None:
+        try:
+            self._core.delete_namespaced_pod(name, namespace)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise _translate(exc, f"deleting Pod {namespace}/{name}") from exc
+        except urllib3.exceptions.HTTPError as exc:
+            raise _translate(exc, f"deleting Pod {namespace}/{name}") from exc
+
 
 @dataclass
 class FakeWorkloadClient:
@@ -523,6 +536,10 @@ class FakeWorkloadClient:
         self._maybe_fail()
         self.jobs.pop((namespace, name), None)
         self.services.pop((namespace, name), None)
+
+    def delete_pod(self, namespace: str, name: str) -> None:
+        self.calls.append(("delete_pod", namespace, name))
+        self._maybe_fail()
 
     def reset(self) -> None:
         self.jobs.clear()

@@ -88,6 +88,7 @@ class PodView:
     # When kube-scheduler first found no node for it (PodScheduled=False, Unschedulable): the
     # gang's bind clock (reconcile/job/bind_clock.py). None: bound, or not tried yet.
     unschedulable_since: dt.datetime | None = None
+    created: dt.datetime | None = None  # metadata.creationTimestamp (the sweep's grace: reconcile/job/sweep.py)
 
     @property
     def ended(self) -> bool:
@@ -112,6 +113,15 @@ class WorkloadView:
     failure_message: str | None = None
     start_time: dt.datetime | None = None  # status.startTime
     end_time: dt.datetime | None = None  # status.completionTime, else its Complete/Failed condition's time
+    # The controller owner's uid (the AcceleratorJob's; None once the garbage collector orphaned it)
+    # and metadata.creationTimestamp: what the sweep (reconcile/job/sweep.py) tells a stray by.
+    owner_uid: str | None = None
+    created: dt.datetime | None = None
+
+    @property
+    def running(self) -> bool:
+        """Whether it may still have pods at work (neither complete nor failed)."""
+        return not (self.complete or self.failed_condition)
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,6 +16,12 @@ Pods that do not exist yet, or that the scheduler has not tried, stop no clock: 
 is behind, and releasing would only add work. A longer bound, :data:`STALL_FACTOR` times the
 timeout from admission, still releases a gang whose pods never come at all (a quota or a webhook
 refusing them, a scheduler that is down), so the guarantee holds.
+
+One case needs no clock: the nodes the gang was admitted onto are gone (deleted between the
+admission and the binding) and the pool, which no autoscaler grows, no longer has enough nodes
+that could hold a pod of the gang. Nothing can bind then, and waiting for kube-scheduler's
+verdict and the timeout kept the reservation off the pool for minutes: :func:`nodes_gone`
+releases it at once.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ import datetime as dt
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from accel_operator.reconcile.common.snapshot import PodView
+from accel_operator.reconcile.common.snapshot import NodeView, PodView, PoolView
 
 # From admission: a gang whose pods were neither placed nor found unschedulable this many
 # timeouts later is released anyway (with the default 120 s, after 10 minutes).
@@ -64,3 +70,19 @@ def expired(
             f"({len(pods)} of {nodes} pod(s) created)"
         )
     return None
+
+
+def nodes_gone(pool: PoolView | None, nodes: Iterable[NodeView], gang: int, per_node: int) -> Expired | None:
+    """Whether the pool (not autoscaled) has fewer nodes that could hold ``per_node`` devices than
+    the gang's ``gang`` pods: its nodes went since the admission, and nothing can bind. Cordoned
+    or not-ready nodes still count (they may come back, and the clock above covers them); only
+    nodes deleted or being deleted do not."""
+    if pool is None or pool.autoscaled:
+        return None
+    left = sum(1 for n in nodes if not n.deleting and n.devices >= per_node and pool.owns(n))
+    if left >= gang:
+        return None
+    return Expired(
+        f"pool {pool.name} has {left} node(s) left that can hold {per_node} device(s), of the {gang} "
+        "the gang needs (nodes gone since the admission)"
+    )

@@ -428,7 +428,10 @@ def _holding(
         admitted = parse_time(st.admitted_time) or now
         pool = snapshot.pools.get(plan.pool or "") if plan is not None else None
         timeout = pool.spec.scale_up_timeout_seconds if pool is not None and pool.autoscaled else bind_timeout
-        ran_out = bind_clock.expired(pods, nodes, admitted, now, timeout)
+        per_node = plan.devices // nodes if plan is not None and plan.devices else 0
+        ran_out = bind_clock.nodes_gone(pool, snapshot.nodes.values(), nodes, per_node) or bind_clock.expired(
+            pods, nodes, admitted, now, timeout
+        )
         if ran_out is not None:
             message = f"{ran_out.message}: the gang is released and planned again as attempt {st.attempt + 1}"
             return Decision(
