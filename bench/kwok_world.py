@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from kubernetes import client, config, watch
+from tests.support.builders import LLAMA_1B
 
 from accel_api import registry
 from accel_api import vocabulary as v
@@ -32,15 +33,7 @@ JOB_SPEC: dict[str, Any] = {
     "command": ["python", "-m", "trainer"],
     "model": {
         "name": "tinyllama-1.1b",
-        "architecture": {
-            "layers": 22,
-            "hidden": 2048,
-            "heads": 32,
-            "kvHeads": 4,
-            "intermediate": 5632,
-            "vocab": 32000,
-            "mlp": "swiglu",
-        },
+        "architecture": {**LLAMA_1B, "mlp": "swiglu"},
     },
     "workload": {
         "mode": "training",
