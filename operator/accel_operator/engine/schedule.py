@@ -139,11 +139,18 @@ class _Tally:
     stages: list[consolidate.Stage] = field(default_factory=list)
     failed: list[tuple[JobKey, str]] = field(default_factory=list)
 
-    def saved(self) -> tuple[set[JobKey], set[JobKey], int, int, int]:
-        return set(self.acting), set(self.retry), len(self.writes), len(self.moves), len(self.stages)
+    def saved(self, key: JobKey) -> tuple[int, int, int, bool]:
+        """Where one job's decision starts (its lengths, not copies: O(1) a job)."""
+        return len(self.writes), len(self.moves), len(self.stages), key in self.retry
 
-    def restore(self, saved: tuple[set[JobKey], set[JobKey], int, int, int]) -> None:
-        self.acting, self.retry, writes, moves, stages = saved
+    def restore(self, key: JobKey, saved: tuple[int, int, int, bool]) -> None:
+        """Undo what one job's decision added. The writes it added are of jobs that were not
+        acting before (``_start_moves`` skips those), so their keys leave ``acting``."""
+        writes, moves, stages, in_retry = saved
+        for w in self.writes[writes:]:
+            self.acting.discard(w.job.key)
+        if not in_retry:
+            self.retry.discard(key)
         del self.writes[writes:], self.moves[moves:], self.stages[stages:]
 
     def write(self, job: JobView, decision: Decision, now: dt.datetime) -> None:
@@ -225,7 +232,8 @@ def schedule_pass(
             continue
         # One job's failure is that job's alone: what it changed of the pass is rolled back, it
         # gets a DecisionFailed condition and event, and the jobs behind it are decided as usual.
-        before = (snap, plan_of.copy(), set(refused), tally.saved())
+        before, old_plan, saved = snap, plan_of.get(job.key), tally.saved(job.key)
+        newly_refused: list[tuple[str, Gang]] = []
         try:
             if job.phase not in HOLDING and job.spec is not None:
                 plan = plans.plan(job, snap)
@@ -260,14 +268,20 @@ def schedule_pass(
                 queue[decision.blocks[0]] = queue.get(decision.blocks[0], 0) + 1
                 blocked_plan = snap.plans.get(job.key)
                 if blocked_plan is not None and decision.admitted is None:
-                    refused.update(
+                    newly_refused = [
                         (pool, gang)
                         for pool, gang in plans.shapes(job, blocked_plan)
-                        if pool in snap.capacity and not snap.capacity[pool].fits(gang)
-                    )
+                        if pool in snap.capacity and not snap.capacity[pool].fits(gang) and (pool, gang) not in refused
+                    ]
+                    refused.update(newly_refused)
         except Exception as exc:  # noqa: BLE001 - isolated to this job, reported in Pass.failed
-            snap, plan_of, refused, saved = before
-            tally.restore(saved)
+            snap = before  # what this job changed of the pass, undone (a journal, not copies)
+            if old_plan is None:
+                plan_of.pop(job.key, None)
+            else:
+                plan_of[job.key] = old_plan
+            refused.difference_update(newly_refused)
+            tally.restore(job.key, saved)
             tally.failed.append((job.key, f"{type(exc).__name__}: {exc}"))
             decision = failed(job, exc)
         phases[decision.phase.value] = phases.get(decision.phase.value, 0) + 1
