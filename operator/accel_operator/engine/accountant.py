@@ -26,8 +26,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from accel_api import catalog as catalog_mod
-from accel_api.costrollup import ROLLUP_GONE, ROLLUP_OPEN_SHARDS, CostRollup, OpenShard
+from accel_api.costrollup import ROLLUP_OPEN_SHARDS, CostRollup, OpenShard
 from accel_api.durations import parse_time_strict, stamp_exact
 from accel_api.job import CostStatus, OverBudget
 from accel_api.policy import SpendLedger, TeamSpend
@@ -37,11 +36,11 @@ from accel_operator.adapters.kube.costs import CostWriter, RollupConflict, open_
 from accel_operator.adapters.kube.jobs import JobGone, JobRef, JobWriter
 from accel_operator.adapters.pricebook import PriceBook, Quote
 from accel_operator.engine import calls
-from accel_operator.engine.clock import Clock, SystemClock
 from accel_operator.engine.scheduler import Scheduler
 from accel_operator.metrics import CostKey, OperatorMetrics
 from accel_operator.reconcile.common import actions
 from accel_operator.reconcile.common.snapshot import HOLDING, TERMINAL, JobKey, JobView, Snapshot
+from accel_operator.settings import OperatorSettings
 
 log = logging.getLogger("accel_operator.cost")
 
@@ -96,22 +95,12 @@ def _same(a: CostStatus | None, b: CostStatus) -> bool:
 
 @dataclass
 class Accountant:
+    # The scheduler it reads the jobs through: its settings (cost_interval_seconds, cost_write_seconds,
+    # cost_writes_per_second, the rollup's names), metrics, catalog and clock are this accountant's too.
     scheduler: Scheduler
     writer: JobWriter
     costs: CostWriter
-    metrics: OperatorMetrics
     prices: PriceBook
-    catalog: catalog_mod.Catalog
-    interval: float
-    # A running job's ledger changes every tick; its status is written at most this often unless
-    # its shape changes (an attempt starts or ends, a budget is crossed): the current attempt is
-    # recomputed from its admission at every tick, so a restart loses nothing by it.
-    write_every: float = 0.0
-    # ... and at most this many running jobs' ledgers a second on average: with N running jobs
-    # each is written every max(write_every, N / write_rate) seconds.
-    write_rate: float = 5.0
-    # Every time this accountant reads (the scheduler's clock when wired: one clock per process).
-    clock: Clock = field(default_factory=SystemClock)
     _every: float = 0.0  # this step's interval
     _now: dt.datetime = field(init=False)  # this step's time
     known: dict[str, CostStatus] = field(default_factory=dict)  # job uid -> what this process wrote
@@ -124,10 +113,7 @@ class Accountant:
     final_spend: dict[str, teamspend.LiveJob] = field(default_factory=dict)  # seen deleted this step
     # The durable rollup (ConfigMap ``rollup_name`` in ``rollup_namespace``; empty name: off), as
     # last read or written, and the resourceVersion it is at.
-    rollup_namespace: str = ""
-    rollup_name: str = ""
     stored: CostRollup | None = None
-    gone_max: int = ROLLUP_GONE  # deleted jobs' keys kept in the rollup at most (settings.cost_rollup_gone)
     rollup_version: str | None = None
     # uid -> (who, its ledger as the last step computed it): a job missing from the next snapshot
     # was deleted, and is folded from this.
@@ -144,17 +130,25 @@ class Accountant:
     open_versions: list[str | None] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self._now = self.clock.now()
+        self._now = self.scheduler.clock.now()
+
+    @property
+    def settings(self) -> OperatorSettings:
+        return self.scheduler.settings
+
+    @property
+    def metrics(self) -> OperatorMetrics:
+        return self.scheduler.metrics
 
     def job_deleted(self, job: JobView) -> None:
         """An AcceleratorJob was deleted (the jobs informer saw it go): its open attempt is
         charged up to now. With no finalizer a deletion is immediate, so the event comes within
         the watch's delay of it."""
         if job.uid and len(self.deleted_at) < 100_000:
-            self.deleted_at[job.uid] = self.clock.now()
+            self.deleted_at[job.uid] = self.scheduler.clock.now()
 
     async def run(self, stop: asyncio.Event | None = None) -> None:
-        pause = self.interval
+        pause = self.settings.cost_interval_seconds
         while stop is None or not stop.is_set():
             await asyncio.sleep(pause)
             sched = self.scheduler
@@ -166,9 +160,9 @@ class Accountant:
                 self.deleted_at.clear()
                 self.orphaned.clear()
                 continue
-            t0 = self.clock.monotonic()
+            t0 = self.scheduler.clock.monotonic()
             try:
-                await self.step(self.clock.now())
+                await self.step(self.scheduler.clock.now())
             except calls.NotLeading:
                 # The Lease was lost during the step: its remaining writes were dropped, and what
                 # this process held in memory is the new leader's to rebuild from the cluster.
@@ -179,7 +173,7 @@ class Accountant:
                 self.metrics.reconcile_errors.labels("cost").inc()
                 log.exception("cost accrual step failed; retrying on the next tick")
             # Accounting never takes more than a fifth of the process's time from scheduling.
-            pause = max(self.interval, 4 * (self.clock.monotonic() - t0))
+            pause = max(self.settings.cost_interval_seconds, 4 * (self.scheduler.clock.monotonic() - t0))
 
     def forget(self) -> None:
         """Drop what this process knows beyond the cluster (a lost Lease): read again when leading."""
@@ -196,7 +190,7 @@ class Accountant:
     def _quote(self, snap: Snapshot, pool_name: str, quotes: dict[str, Quote | None]) -> Quote | None:
         if pool_name not in quotes:
             pool = snap.pools.get(pool_name)
-            accel = self.catalog.get(pool.spec.accelerator) if pool is not None else None
+            accel = self.scheduler.catalog.get(pool.spec.accelerator) if pool is not None else None
             quotes[pool_name] = self.prices.quote(pool.spec, accel) if pool is not None and accel is not None else None
         return quotes[pool_name]
 
@@ -212,7 +206,7 @@ class Accountant:
         stale_after = self.scheduler.settings.report_stale_seconds
         self._now = now
         running = sum(1 for job in snap.jobs.values() if job.phase in HOLDING)
-        self._every = max(self.write_every, running / self.write_rate)
+        self._every = max(self.settings.cost_write_seconds, running / self.settings.cost_writes_per_second)
         quotes: dict[str, Quote | None] = {}
         ledgers: dict[JobKey, CostStatus] = {}
         for key, job in snap.jobs.items():
@@ -292,7 +286,7 @@ class Accountant:
         already stored does not go before a job that has none); never written: infinite."""
         last = self.written_at.get(job.uid)
         if last is not None:
-            return self.clock.monotonic() - last
+            return self.scheduler.clock.monotonic() - last
         stored = job.status.cost
         if stored is not None and stored.updated is not None:
             return max(0.0, (self._now - parse_time_strict(stored.updated)).total_seconds())
@@ -311,7 +305,7 @@ class Accountant:
                 urgent.add(key)
             elif kind is DUE:
                 due.append((self._age(job), key))
-        room = max(1, int(self.write_rate * self.interval))
+        room = max(1, int(self.settings.cost_writes_per_second * self.settings.cost_interval_seconds))
         due.sort(key=lambda item: -item[0])  # the oldest (never written: infinite) first
         return urgent | {key for _, key in due[:room]}
 
@@ -350,7 +344,7 @@ class Accountant:
         return steps
 
     async def step(self, now: dt.datetime) -> None:
-        t0 = self.clock.monotonic()
+        t0 = self.scheduler.clock.monotonic()
         snap = self.scheduler.current(now)
         self._note_gone(snap, now)
         ledgers, steps, writes, quotes = await asyncio.to_thread(self._compute, snap, now)
@@ -364,7 +358,7 @@ class Accountant:
         self.final_spend.clear()
         await self._pool_conditions(snap, quotes, now)
         self._counters(snap, ledgers)
-        self.metrics.accrual_seconds.observe(self.clock.monotonic() - t0)
+        self.metrics.accrual_seconds.observe(self.scheduler.clock.monotonic() - t0)
 
     # --- the durable rollup -------------------------------------------------------------------------
 
@@ -405,16 +399,17 @@ class Accountant:
                 del self.deleted_at[uid]
 
     async def _load_rollup(self) -> bool:
-        if not self.rollup_name:
+        if not self.settings.cost_rollup:
             return False
         if self.stored is not None:
             return True
         try:
             self.stored, self.rollup_version = await asyncio.to_thread(
-                self.costs.read_rollup, self.rollup_namespace, self.rollup_name
+                self.costs.read_rollup, self.settings.cost_rollup_namespace, self.settings.cost_rollup
             )
         except ClusterUnavailable as exc:
-            log.warning("cost rollup %s/%s not read: %s", self.rollup_namespace, self.rollup_name, exc)
+            where = f"{self.settings.cost_rollup_namespace}/{self.settings.cost_rollup}"
+            log.warning("cost rollup %s not read: %s", where, exc)
             return False
         return True
 
@@ -434,7 +429,7 @@ class Accountant:
                 who = rollup.JobId(job.uid, job.namespace, job.name, job.spec.team, cost.forecast_usd)
                 self.previous[job.uid] = (who, cost)
         if not await self._load_rollup():
-            if not self.rollup_name:
+            if not self.settings.cost_rollup:
                 self.gone.clear()
             return ledgers, writes
         assert self.stored is not None
@@ -464,14 +459,14 @@ class Accountant:
         # otherwise, by the next leader).
         in_open = {e.uid for shard in self.open_shards or () for e in shard.attempts}
         existing = {j.uid for j in snap.jobs.values()}
-        value = rollup.prune(value, marked, existing, now, held=in_open, gone_max=self.gone_max)
+        value = rollup.prune(value, marked, existing, now, held=in_open, gone_max=self.settings.cost_rollup_gone)
         value = rollup.bound(value, now)
         if value is not self.stored:
             try:
                 self.rollup_version = await asyncio.to_thread(
                     self._fenced(self.costs.write_rollup),
-                    self.rollup_namespace,
-                    self.rollup_name,
+                    self.settings.cost_rollup_namespace,
+                    self.settings.cost_rollup,
                     value,
                     self.rollup_version,
                 )
@@ -485,8 +480,8 @@ class Accountant:
                 self.metrics.rollup_write_failures.inc()
                 log.warning(
                     "cost rollup %s/%s not written (%d bytes, %d deleted job(s) held in memory only): %s",
-                    self.rollup_namespace,
-                    self.rollup_name,
+                    self.settings.cost_rollup_namespace,
+                    self.settings.cost_rollup,
                     rollup.size(value),
                     len(self.gone),
                     exc,
@@ -526,9 +521,10 @@ class Accountant:
         """Read the open attempts' shards once (a new leader's first step)."""
         if self.open_shards is not None:
             return True
-        names = [open_shard_name(self.rollup_name, i) for i in range(ROLLUP_OPEN_SHARDS)]
+        names = [open_shard_name(self.settings.cost_rollup, i) for i in range(ROLLUP_OPEN_SHARDS)]
+        namespace = self.settings.cost_rollup_namespace
         try:
-            read = [await asyncio.to_thread(self.costs.read_open, self.rollup_namespace, n) for n in names]
+            read = [await asyncio.to_thread(self.costs.read_open, namespace, n) for n in names]
         except ClusterUnavailable as exc:
             log.warning("open attempts of the cost rollup not read: %s", exc)
             return False
@@ -561,10 +557,14 @@ class Accountant:
         for i, shard in enumerate(shards):
             if shard == self.open_shards[i] and (self.open_versions[i] is not None or not shard.attempts):
                 continue  # unchanged (an empty shard that does not exist is not made)
-            name = open_shard_name(self.rollup_name, i)
+            name = open_shard_name(self.settings.cost_rollup, i)
             try:
                 self.open_versions[i] = await asyncio.to_thread(
-                    self._fenced(self.costs.write_open), self.rollup_namespace, name, shard, self.open_versions[i]
+                    self._fenced(self.costs.write_open),
+                    self.settings.cost_rollup_namespace,
+                    name,
+                    shard,
+                    self.open_versions[i],
                 )
                 self.open_shards[i] = shard
             except RollupConflict as exc:
@@ -609,7 +609,7 @@ class Accountant:
             # Behind every admission's writes: the ledger is bookkeeping, a burst of it waits.
             await self.scheduler.background_write(self.writer.patch_status, ref, {"cost": _wire(cost)})
             self.known[job.uid] = cost
-            self.written_at[job.uid] = self.clock.monotonic()
+            self.written_at[job.uid] = self.scheduler.clock.monotonic()
             over = cost.over_budget
             if over is not None and (before is None or before.policy != over.policy):
                 message = (
@@ -655,7 +655,7 @@ class Accountant:
         """The cost counters: the rollup (everything folded) plus each live job's unfolded
         attempts. With the rollup on but unread, the counters keep their last values (a counter
         that dropped the folded money would go down)."""
-        if self.rollup_name and self.stored is None:
+        if self.settings.cost_rollup and self.stored is None:
             return
         spent: dict[CostKey, float] = {}
         lost: dict[CostKey, float] = {}

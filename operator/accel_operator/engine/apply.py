@@ -21,7 +21,7 @@ import logging
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from accel_api import catalog as catalog_mod
 from accel_api.durations import parse_time
@@ -37,7 +37,7 @@ from accel_operator.adapters.kube.jobs import JobGone, JobRef, JobWriter
 from accel_operator.adapters.kube.nodes import NodeWriter
 from accel_operator.engine import calls, node_writes
 from accel_operator.engine.cache import Observed
-from accel_operator.engine.clock import Clock, SystemClock
+from accel_operator.engine.clock import Clock
 from accel_operator.engine.loop import Marks
 from accel_operator.engine.schedule import Write
 from accel_operator.metrics import OperatorMetrics
@@ -72,16 +72,26 @@ class _Pending:
     revision: int | None = None  # the resourceVersion the write returned; None while in flight
 
 
-@dataclass
-class Applier:
+class Engine(Protocol):
+    """What the applier reads of the scheduler that owns it."""
+
     settings: OperatorSettings
     catalog: catalog_mod.Catalog
-    writer: JobWriter
-    workloads: wl_mod.WorkloadClient
     metrics: OperatorMetrics
     observed: Observed
     marks: Marks
-    clock: Clock = field(default_factory=SystemClock)
+    clock: Clock
+
+    def leading(self) -> bool:
+        """Whether this replica holds the Lease now: asked before every call."""
+        ...
+
+
+@dataclass
+class Applier:
+    engine: Engine  # the scheduler that owns it: its settings, metrics, clock, marks, cache, Lease
+    writer: JobWriter
+    workloads: wl_mod.WorkloadClient
     # Rescheduling on node reports: taints and checkpoint-now annotations (None: not applied).
     node_writer: NodeWriter | None = None
     checkpoints: CheckpointStore | None = None  # S3 lookups for resumes; None: S3 resumes wait with a reason
@@ -101,8 +111,6 @@ class Applier:
     # The answer of the last checkpoint lookup per job (for one attempt): what the next decision reads.
     lookups: dict[JobKey, resume.Lookup] = field(default_factory=dict)
     closed: bool = False  # the operator is stopping: nothing new is started
-    # Whether this replica holds the Lease now (the scheduler's elector): asked before every call.
-    leading: Callable[[], bool] = lambda: True
     # (namespace, name, kind) -> (monotonic time of a delete this process sent, a decision's or
     # the sweep's; its job): the sweep does not send it again until the watch shows it gone (or the TTL).
     deleting: dict[tuple[str, str, str], tuple[float, JobKey]] = field(default_factory=dict)
@@ -113,9 +121,9 @@ class Applier:
 
     def __post_init__(self) -> None:
         if self.pools is None:
-            self.pools = calls.CallPools(self.settings.api_threads)
+            self.pools = calls.CallPools(self.engine.settings.api_threads)
         if self.slots is None:
-            self.slots = calls.Slots(self.settings.api_threads)
+            self.slots = calls.Slots(self.engine.settings.api_threads)
 
     @property
     def call_pools(self) -> calls.CallPools:
@@ -124,8 +132,8 @@ class Applier:
 
     def mark(self, key: JobKey) -> None:
         """Decide ``key`` again on the next pass."""
-        self.observed.touch_job(key)
-        self.marks.mark(key)
+        self.engine.observed.touch_job(key)
+        self.engine.marks.mark(key)
 
     # --- what the watches have not shown yet --------------------------------------------------
 
@@ -143,9 +151,9 @@ class Applier:
         """The workloads this process created that the watch has not shown yet (those it shows,
         or never will within the TTL, are dropped)."""
         if self.created:
-            expired = self.clock.monotonic() - CREATED_TTL_SECONDS
+            expired = self.engine.clock.monotonic() - CREATED_TTL_SECONDS
             for key, (_w, at) in list(self.created.items()):
-                if key in self.observed.workloads or at < expired:
+                if key in self.engine.observed.workloads or at < expired:
                     del self.created[key]  # the watch caught up (or never will: act on what it says)
         return {key: w for key, (w, _at) in self.created.items()}
 
@@ -155,10 +163,10 @@ class Applier:
         job, decision, new = w.job, w.decision, w.patch
         if (new is None and not decision.actions) or self.closed:
             return
-        self.metrics.decisions.labels(decision.phase.value).inc()
+        self.engine.metrics.decisions.labels(decision.phase.value).inc()
         if w.status is not None:
             self.overlay[job.key] = _Pending(views.job_status(w.status))  # plan and conditions shared
-            self.observed.touch_job(job.key)
+            self.engine.observed.touch_job(job.key)
         self.acting.add(job.key)
         # The write keeps the pools only: a pass's snapshots (one per admission, each with the
         # reservations admitted before it) would all live as long as their writes were queued.
@@ -169,8 +177,8 @@ class Applier:
 
     def _acted(self, key: JobKey) -> None:
         self.acting.discard(key)
-        if key in self.marks.dirty:
-            self.marks.wake.set()  # a pass skipped it while its decision was being applied
+        if key in self.engine.marks.dirty:
+            self.engine.marks.wake.set()  # a pass skipped it while its decision was being applied
 
     async def _write(
         self, job: JobView, decision: Decision, new: dict[str, Any] | None, pools: Mapping[str, PoolView]
@@ -185,7 +193,7 @@ class Applier:
                     pending = self.overlay.get(job.key)
                     if pending is not None:
                         pending.revision = _int(revision)
-                        self.observed.touch_job(job.key)  # the next pass drops it once the watch shows it
+                        self.engine.observed.touch_job(job.key)  # the next pass drops it once the watch shows it
                 # The state first (the workload, deletions, requests), in the decision's order; its
                 # events go to their own threads after it: a burst's Events never delay the next
                 # admission's writes. An event is recorded only if every action before it in the
@@ -197,16 +205,16 @@ class Applier:
                         await self._act(job, ref, action, pools)
         except JobGone:
             self.overlay.pop(job.key, None)
-            self.observed.touch_job(job.key)
+            self.engine.observed.touch_job(job.key)
         except calls.NotLeading:
             # Dropped: the new leader decides this job again from what the cluster holds.
             self._fenced(job.key)
             events = []
         except Exception as exc:  # noqa: BLE001 - any failure: count it, retry the job, keep the loop
-            self.metrics.reconcile_errors.labels(type(exc).__name__).inc()
+            self.engine.metrics.reconcile_errors.labels(type(exc).__name__).inc()
             log.warning("applying the decision for %s/%s failed (%s); it will be taken again", *job.key, exc)
             self.overlay.pop(job.key, None)
-            self.observed.touch_job(job.key)
+            self.engine.observed.touch_job(job.key)
             await asyncio.sleep(1.0)
             self.mark(job.key)
         finally:
@@ -216,10 +224,10 @@ class Applier:
                 task.add_done_callback(self.in_flight.discard)
 
     def _fenced(self, key: JobKey) -> None:
-        self.metrics.fenced_writes.inc()
+        self.engine.metrics.fenced_writes.inc()
         log.info("the decision for %s/%s was not applied: this replica no longer holds the lease", *key)
         self.overlay.pop(key, None)
-        self.observed.touch_job(key)
+        self.engine.observed.touch_job(key)
 
     async def _record(self, job: JobView, ref: JobRef, events: list[act.RecordEvent]) -> None:
         """Post a decision's events in their order, in the events' own threads (an event is
@@ -236,14 +244,14 @@ class Applier:
             try:
                 await calls.run_in(
                     self.call_pools.events,
-                    calls.fenced(self.leading, self.writer.event),
+                    calls.fenced(self.engine.leading, self.writer.event),
                     ref,
                     event.type,
                     event.reason,
                     event.message,
                 )
             except calls.NotLeading:
-                self.metrics.fenced_writes.inc()
+                self.engine.metrics.fenced_writes.inc()
                 return
             except ClusterUnavailable as exc:
                 log.info("event %s on %s/%s not recorded: %s", event.reason, *job.key, exc)
@@ -254,7 +262,7 @@ class Applier:
         elif isinstance(action, act.CreateWorkload):
             assert job.spec is not None
             pool = pools.get(action.pool)
-            accel = self.catalog.get(pool.spec.accelerator) if pool is not None else None
+            accel = self.engine.catalog.get(pool.spec.accelerator) if pool is not None else None
             if pool is None or accel is None:
                 raise ClusterUnavailable(f"pool {action.pool} or its accelerator is gone")
             spec = wl_mod.WorkloadSpec(
@@ -275,23 +283,23 @@ class Applier:
             created = await self._retrying("create_workload", self.workloads.create, batch_job, service)
             name = str(batch_job["metadata"]["name"])
             view = WorkloadView(namespace=job.namespace, name=name, job=job.key, attempt=action.attempt)
-            self.created[(job.namespace, name)] = (view, self.clock.monotonic())
+            self.created[(job.namespace, name)] = (view, self.engine.clock.monotonic())
             if created:
-                self.metrics.workloads_created.inc()
+                self.engine.metrics.workloads_created.inc()
                 since = parse_time(job.status.last_failure.time if job.status.last_failure else None) or job.created
-                self.metrics.admission_latency.observe((self.clock.now() - since).total_seconds())
+                self.engine.metrics.admission_latency.observe((self.engine.clock.now() - since).total_seconds())
         elif isinstance(action, act.RequestCheckpoint):
             if self.node_writer is None:
                 return
             await node_writes.apply(self.node_writer, action, run=self._retrying)
-            self.metrics.checkpoint_requests.labels(action.reason).inc()
+            self.engine.metrics.checkpoint_requests.labels(action.reason).inc()
             # The move is due after the grace: decide the job again then, not at the next resync.
-            grace = self.settings.checkpoint_grace_seconds + 0.5
+            grace = self.engine.settings.checkpoint_grace_seconds + 0.5
             asyncio.get_running_loop().call_later(grace, self.mark, job.key)
         elif isinstance(action, act.DeleteWorkload):
             self.created.pop((job.namespace, action.name), None)
             ident = (job.namespace, action.name, sweep_mod.Kind.WORKLOAD.value)
-            self.deleting[ident] = (self.clock.monotonic(), job.key)
+            self.deleting[ident] = (self.engine.clock.monotonic(), job.key)
             await self._retrying("delete_workload", self.workloads.delete, job.namespace, action.name)
         elif isinstance(action, act.ResolveCheckpoint):
             await self._resolve(job.key, action)
@@ -303,7 +311,7 @@ class Applier:
         look again at the jobs whose objects were too young to judge when they are not."""
         if self.closed:
             return
-        tick = self.clock.monotonic()
+        tick = self.engine.clock.monotonic()
         for ident, (at, key) in list(self.deleting.items()):
             if tick - at >= CREATED_TTL_SECONDS or not _present(snap, ident, key):
                 del self.deleting[ident]  # gone (one of that name may come again), or never will be
@@ -311,7 +319,7 @@ class Applier:
         for key, due in found.recheck:
             if key not in self.rechecks:
                 self.rechecks.add(key)
-                delay = max(0.0, (due - self.clock.now()).total_seconds()) + 0.5
+                delay = max(0.0, (due - self.engine.clock.now()).total_seconds()) + 0.5
                 loop.call_later(delay, self._recheck, key)
         for stray in found.strays:
             ident = (stray.namespace, stray.action.name, stray.kind.value)
@@ -335,14 +343,14 @@ class Applier:
             else:
                 await self._retrying("delete_pod", self.workloads.delete_pod, ns, name)
         except Exception as exc:  # noqa: BLE001 - any failure: count it, try again on a later pass
-            self.metrics.reconcile_errors.labels("sweep").inc()
+            self.engine.metrics.reconcile_errors.labels("sweep").inc()
             log.warning("deleting stray %s %s/%s failed (%s); it will be tried again", stray.kind.value, ns, name, exc)
             self.deleting.pop(ident, None)
             asyncio.get_running_loop().call_later(5.0, self.mark, stray.key)
             return
-        self.metrics.swept.labels(stray.kind.value, stray.reason.value).inc()
+        self.engine.metrics.swept.labels(stray.kind.value, stray.reason.value).inc()
         if stray.reason is sweep_mod.Reason.JOB_GONE:
-            self.swept_gone[stray.key] = self.clock.now()
+            self.swept_gone[stray.key] = self.engine.clock.now()
             if len(self.swept_gone) > 10_000:  # bounded: the oldest go first (the accountant reads within minutes)
                 del self.swept_gone[next(iter(self.swept_gone))]
         if stray.job is None:
@@ -357,7 +365,7 @@ class Applier:
         """Look up the latest complete checkpoint in a thread, within the settings' timeout; the
         answer (or the error) goes to the next decision of this job, and only this job waits."""
         found, error = None, None
-        timeout = self.settings.checkpoint_lookup_timeout_seconds
+        timeout = self.engine.settings.checkpoint_lookup_timeout_seconds
         if self.checkpoints is None:
             error = "no checkpoint store is configured"
         else:
@@ -369,31 +377,32 @@ class Applier:
             except (CloudUnavailable, ValueError) as exc:
                 error = str(exc)[:300]
         if error is not None:
-            self.metrics.reconcile_errors.labels("checkpoint_lookup").inc()
+            self.engine.metrics.reconcile_errors.labels("checkpoint_lookup").inc()
             log.warning("%s/%s: checkpoint lookup under %s failed: %s", *key, action.uri, error)
             asyncio.get_running_loop().call_later(resume.RETRY_SECONDS, self.mark, key)
-        self.lookups[key] = resume.Lookup(action.attempt, action.uri, found, error, self.clock.now())
+        self.lookups[key] = resume.Lookup(action.attempt, action.uri, found, error, self.engine.clock.now())
         self.mark(key)
 
     async def _retrying(self, call: str, fn: Any, *args: Any) -> Any:
-        return await _retrying(self.metrics, self.call_pools.writes, call, calls.fenced(self.leading, fn), *args)
+        fenced = calls.fenced(self.engine.leading, fn)
+        return await _retrying(self.engine.metrics, self.call_pools.writes, call, fenced, *args)
 
     async def background_write(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` in a write thread once no decision waits for one (handlers.cost)."""
         assert self.slots is not None
         async with self.slots.slot(calls.BACKGROUND):
-            return await calls.run_in(self.call_pools.writes, calls.fenced(self.leading, fn), *args)
+            return await calls.run_in(self.call_pools.writes, calls.fenced(self.engine.leading, fn), *args)
 
     def node_actions(self, snap: Snapshot, rules: health.Rules) -> None:
         """Taint (untaint) the nodes fresh reports condemn (clear); one write per node in flight."""
         if self.node_writer is None or not snap.reports:
             return
-        expired = self.clock.monotonic() - CREATED_TTL_SECONDS
+        expired = self.engine.clock.monotonic() - CREATED_TTL_SECONDS
         for action in health.node_actions(snap, rules):
             key = (action.node, type(action).__name__)
             if self.node_acting.get(key, -1.0) > expired:
                 continue  # written; the watch has not shown it yet
-            self.node_acting[key] = self.clock.monotonic()
+            self.node_acting[key] = self.engine.clock.monotonic()
             task = asyncio.create_task(self._node_act(action))
             self.in_flight.add(task)
             task.add_done_callback(self.in_flight.discard)
@@ -403,16 +412,16 @@ class Applier:
         try:
             await node_writes.apply(self.node_writer, action, run=self._retrying)
             if isinstance(action, act.TaintNode):
-                self.metrics.node_taints.labels("taint").inc()
+                self.engine.metrics.node_taints.labels("taint").inc()
                 log.warning("node %s tainted %s: %s", action.node, action.key, action.reason)
             else:
-                self.metrics.node_taints.labels("untaint").inc()
+                self.engine.metrics.node_taints.labels("untaint").inc()
                 log.info("node %s untainted %s: %s", action.node, action.key, action.reason)
         except calls.NotLeading:
-            self.metrics.fenced_writes.inc()
+            self.engine.metrics.fenced_writes.inc()
             self.node_acting.pop((action.node, type(action).__name__), None)
         except Exception as exc:  # noqa: BLE001 - count it; the next pass decides again
-            self.metrics.reconcile_errors.labels(type(exc).__name__).inc()
+            self.engine.metrics.reconcile_errors.labels(type(exc).__name__).inc()
             log.warning("changing the taints of node %s failed (%s); it will be taken again", action.node, exc)
             self.node_acting.pop((action.node, type(action).__name__), None)
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from accel_operator.adapters.kube.lease import Elector
 from accel_operator.engine import calls
@@ -45,44 +45,53 @@ class Marks:
         self.wake.set()
 
 
-async def run(
-    *,
-    marks: Marks,
-    settings: OperatorSettings,
-    metrics: OperatorMetrics,
-    elector: Elector,
-    clock: Clock,
-    pools: calls.CallPools,
-    closed: Callable[[], bool],
-    can_act: Callable[[], bool],
-    lead: Callable[[], None],
-    step: Callable[[], Awaitable[None]],
-    stop: asyncio.Event | None = None,
-) -> None:
-    """Until cancelled (or ``closed``): wait for a mark (or the resync interval), then one pass.
-    ``lead``: what a replica that just became leader does first."""
+class Engine(Protocol):
+    """What the loop reads of the engine it drives (the scheduler)."""
+
+    marks: Marks
+    settings: OperatorSettings
+    metrics: OperatorMetrics
+    elector: Elector
+    clock: Clock
+
+    @property
+    def call_pools(self) -> calls.CallPools: ...
+
+    def closed(self) -> bool: ...
+
+    def can_act(self) -> bool: ...
+
+    def lead(self) -> None: ...
+
+    async def step(self) -> None: ...
+
+
+async def run(engine: Engine, stop: asyncio.Event | None = None) -> None:
+    """Until cancelled (or the engine is ``closed``): wait for a mark (or the resync interval),
+    then one pass. ``engine.lead``: what a replica that just became leader does first."""
+    marks, settings, clock = engine.marks, engine.settings, engine.clock
     resync = settings.resync_seconds
     last_full = clock.monotonic()
     last_tick, was_leading = 0.0, False
-    while not closed() and (stop is None or not stop.is_set()):
+    while not engine.closed() and (stop is None or not stop.is_set()):
         # asyncio.timeout, not wait_for: before Python 3.12, wait_for drops a cancellation
         # that comes as the event fires, and the loop went on past the operator's stop.
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(min(resync, 1.0)):
                 await marks.wake.wait()
-        if closed():
+        if engine.closed():
             return
         marks.wake.clear()
         if clock.monotonic() - last_tick >= settings.lease_seconds / 3:
             last_tick = clock.monotonic()
-            leading = await calls.run_in(pools.lease, elector.tick)
+            leading = await calls.run_in(engine.call_pools.lease, engine.elector.tick)
             if leading and not was_leading:
                 log.info("this replica leads: it decides and writes")
-                lead()
+                engine.lead()
             elif was_leading and not leading:
                 log.warning("this replica lost the lease: it stops deciding")
             was_leading = leading
-        if not can_act() or not elector.leading():
+        if not engine.can_act() or not engine.elector.leading():
             continue
         if clock.monotonic() - last_full >= resync:
             marks.full_pass = True  # the safety net: every job that should be acted on is
@@ -91,9 +100,9 @@ async def run(
         if not marks.full_pass and not marks.capacity_pass and not marks.dirty:
             continue
         try:
-            await step()
+            await engine.step()
         except Exception:  # one bad pass must not stop the loop for every job
-            metrics.reconcile_errors.labels("pass").inc()
+            engine.metrics.reconcile_errors.labels("pass").inc()
             log.exception("scheduling pass failed; retrying on the next wake")
             await asyncio.sleep(1.0)
             marks.full_pass = True

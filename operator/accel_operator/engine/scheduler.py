@@ -32,7 +32,7 @@ from accel_operator.adapters.kube import workloads as wl_mod
 from accel_operator.adapters.kube.jobs import JobWriter
 from accel_operator.adapters.kube.lease import AlwaysLeader, Elector
 from accel_operator.adapters.kube.nodes import NodeWriter
-from accel_operator.engine import loop, schedule
+from accel_operator.engine import calls, loop, schedule
 from accel_operator.engine.apply import CREATED_TTL_SECONDS, Applier
 from accel_operator.engine.cache import Observed
 from accel_operator.engine.clock import Clock, SystemClock
@@ -104,20 +104,10 @@ class Scheduler:
     ) -> None:
         self.plans = Plans(self.catalog)
         self.applier = Applier(
-            settings=self.settings,
-            catalog=self.catalog,
-            writer=writer,
-            workloads=workloads,
-            metrics=self.metrics,
-            observed=self.observed,
-            marks=self.marks,
-            clock=self.clock,
-            node_writer=node_writer,
-            checkpoints=checkpoints,
-            leading=self._leading,
+            engine=self, writer=writer, workloads=workloads, node_writer=node_writer, checkpoints=checkpoints
         )
 
-    def _leading(self) -> bool:
+    def leading(self) -> bool:
         """Whether this replica holds the Lease now (the elector as it is then: tests replace it)."""
         return self.elector.leading()
 
@@ -228,21 +218,17 @@ class Scheduler:
 
     async def run(self, stop: asyncio.Event | None = None) -> None:
         """Until cancelled: wait for a mark (or the resync interval), then one pass."""
-        await loop.run(
-            marks=self.marks,
-            settings=self.settings,
-            metrics=self.metrics,
-            elector=self.elector,
-            clock=self.clock,
-            pools=self.applier.call_pools,
-            closed=lambda: self.applier.closed,
-            can_act=self.can_act,
-            lead=self._lead,
-            step=self.step,
-            stop=stop,
-        )
+        await loop.run(self, stop)
 
-    def _lead(self) -> None:
+    @property
+    def call_pools(self) -> calls.CallPools:
+        return self.applier.call_pools
+
+    def closed(self) -> bool:
+        """The operator is stopping: nothing new is started."""
+        return self.applier.closed
+
+    def lead(self) -> None:
         """This replica just became leader: what it wrote before is read from the cluster again."""
         self.applier.overlay.clear()
         self.marks.full_pass = True

@@ -36,14 +36,12 @@ from accel_operator.adapters.aws.interruptions import (
 )
 from accel_operator.adapters.gcp.tpu import TpuNodes, TpuUnavailable
 from accel_operator.adapters.kube.client import ClusterUnavailable
-from accel_operator.adapters.kube.jobs import JobRef, JobWriter
+from accel_operator.adapters.kube.jobs import JobRef
 from accel_operator.adapters.kube.nodes import NodeWriter
 from accel_operator.engine import node_writes
 from accel_operator.engine.scheduler import Scheduler
-from accel_operator.metrics import OperatorMetrics
 from accel_operator.reconcile.common.snapshot import NodeView, PodView
 from accel_operator.reconcile.nodes import early_warning as ew
-from accel_operator.settings import OperatorSettings
 
 log = logging.getLogger("accel_operator.signals")
 
@@ -70,11 +68,8 @@ def aws_warning(interruption: Interruption, node: str) -> ew.NodeWarning:
 
 @dataclass
 class Signals:
-    sched: Scheduler
+    sched: Scheduler  # its settings, metrics and job writer are these signals' too
     node_writer: NodeWriter  # the taint and the checkpoint-now requests
-    writer: JobWriter
-    metrics: OperatorMetrics
-    settings: OperatorSettings
     interruptions: InterruptionQueue | None = None
     tpu: TpuNodes | None = None
     handled: set[str] = field(default_factory=set)  # GKE and TPU tokens acted on by this process
@@ -117,15 +112,16 @@ class Signals:
             if uid is None:
                 continue  # the job is gone
             try:
-                await asyncio.to_thread(self.writer.event, JobRef(e.job[0], e.job[1], uid), e.type, e.reason, e.message)
+                ref = JobRef(e.job[0], e.job[1], uid)
+                await asyncio.to_thread(self.sched.applier.writer.event, ref, e.type, e.reason, e.message)
             except ClusterUnavailable as exc:  # an event is information: the request still goes out
                 log.info("event %s on %s/%s not recorded: %s", e.reason, *e.job, exc)
         for r in response.requests:
             if asked := await node_writes.apply(self.node_writer, r, run=node_writes.in_thread):
-                self.metrics.checkpoint_requests.labels(r.reason).inc(asked)
+                self.sched.metrics.checkpoint_requests.labels(r.reason).inc(asked)
         for job in response.jobs:
             self.sched.mark(job)
-        self.metrics.early_warnings.labels(warning.source.value).inc()
+        self.sched.metrics.early_warnings.labels(warning.source.value).inc()
         log.warning("%s", response.summary, extra={"node": warning.node, "reason": warning.source.value})
         return response
 
@@ -153,7 +149,7 @@ class Signals:
         """One receive and what follows; the number of notices deleted."""
         assert self.interruptions is not None
         queue = self.interruptions
-        notices = await asyncio.to_thread(queue.receive, 10, self.settings.sqs_wait_seconds)
+        notices = await asyncio.to_thread(queue.receive, 10, self.sched.settings.sqs_wait_seconds)
 
         async def one(notice: Interruption) -> bool:
             if not self._active():
@@ -182,7 +178,7 @@ class Signals:
                 log.warning("the interruption queue did not answer (%s); trying again in %.0fs", exc, RETRY_SECONDS)
                 await asyncio.sleep(RETRY_SECONDS)
             except Exception:  # one bad batch must not end the early warnings for good
-                self.metrics.reconcile_errors.labels("interruptions").inc()
+                self.sched.metrics.reconcile_errors.labels("interruptions").inc()
                 log.exception("reading the interruption queue failed; trying again in %.0fs", RETRY_SECONDS)
                 await asyncio.sleep(RETRY_SECONDS)
 
@@ -214,7 +210,7 @@ class Signals:
             except ClusterUnavailable as exc:
                 log.warning("a GKE termination warning was not acted on yet (%s); trying again", exc)
             except Exception:  # a bug must not end the early warnings for good
-                self.metrics.reconcile_errors.labels("gke-warnings").inc()
+                self.sched.metrics.reconcile_errors.labels("gke-warnings").inc()
                 log.exception("scanning for GKE termination taints failed; trying again")
                 await asyncio.sleep(RETRY_SECONDS)
 
@@ -223,7 +219,7 @@ class Signals:
     def tpu_nodes(self) -> list[NodeView]:
         idx = self.sched.indices
         assert idx is not None
-        pools = [p for name, store in idx.pools.items() if name in self.settings.tpu_pools for p in store]
+        pools = [p for name, store in idx.pools.items() if name in self.sched.settings.tpu_pools for p in store]
         views = [view for view, _problems in pools if view is not None]
         return [n for n in self.nodes().values() if any(p.owns(n) for p in views)]
 
@@ -258,9 +254,9 @@ class Signals:
                 except ClusterUnavailable as exc:
                     log.warning("a TPU preemption was not acted on yet (%s); trying again", exc)
                 except Exception:  # a bug must not end the early warnings for good
-                    self.metrics.reconcile_errors.labels("tpu-warnings").inc()
+                    self.sched.metrics.reconcile_errors.labels("tpu-warnings").inc()
                     log.exception("polling the TPU API failed; trying again")
-            await asyncio.sleep(self.settings.tpu_poll_seconds)
+            await asyncio.sleep(self.sched.settings.tpu_poll_seconds)
 
     # --- start and stop ---------------------------------------------------------------------
 

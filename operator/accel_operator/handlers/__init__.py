@@ -46,15 +46,7 @@ def register(reg: kopf.OperatorRegistry, ctx: OperatorContext) -> Scheduler:
     policies.register(reg, sched, ctx.watch_api)
     if ctx.settings.webhook_port:
         admission.register(reg, ctx.settings, ctx.watch_api)
-    early_warnings = signals.Signals(
-        sched=sched,
-        node_writer=ctx.nodes,
-        writer=ctx.writer,
-        metrics=ctx.metrics,
-        settings=ctx.settings,
-        interruptions=ctx.interruptions,
-        tpu=ctx.tpu,
-    )
+    early_warnings = signals.Signals(sched, ctx.nodes, interruptions=ctx.interruptions, tpu=ctx.tpu)
     accountant = cost.register(reg, sched, ctx)
 
     @kopf.on.login(registry=reg)

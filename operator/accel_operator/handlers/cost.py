@@ -15,21 +15,7 @@ from accel_operator.engine.scheduler import Scheduler
 
 
 def register(reg: kopf.OperatorRegistry, sched: Scheduler, ctx: OperatorContext) -> Accountant:
-    accountant = Accountant(
-        scheduler=sched,
-        writer=ctx.writer,
-        costs=ctx.costs,
-        metrics=ctx.metrics,
-        prices=ctx.prices,
-        catalog=ctx.catalog,
-        interval=ctx.settings.cost_interval_seconds,
-        write_every=ctx.settings.cost_write_seconds,
-        write_rate=ctx.settings.cost_writes_per_second,
-        rollup_namespace=ctx.settings.cost_rollup_namespace,
-        rollup_name=ctx.settings.cost_rollup,
-        gone_max=ctx.settings.cost_rollup_gone,
-        clock=sched.clock,
-    )
+    accountant = Accountant(scheduler=sched, writer=ctx.writer, costs=ctx.costs, prices=ctx.prices)
 
     @kopf.on.startup(registry=reg)
     async def start_accounting(memo: kopf.Memo, **_: Any) -> None:

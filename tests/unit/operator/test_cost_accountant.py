@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 
-from accel_api import catalog
 from accel_api.job import AcceleratorJobStatus
 from accel_api.policy import AcceleratorPolicy
 from accel_operator.adapters.kube.client import ClusterUnavailable
@@ -20,8 +19,8 @@ from accel_operator.adapters.kube.costs import FakeCostWriter
 from accel_operator.adapters.kube.jobs import FakeJobWriter
 from accel_operator.adapters.pricebook import PriceBook
 from accel_operator.engine.accountant import Accountant
-from accel_operator.metrics import OperatorMetrics
 from accel_operator.reconcile.common.reports import DeviceReport, ReportView
+from accel_operator.settings import OperatorSettings
 from tests.support.reconcile import T0, World
 
 HOUR = dt.timedelta(hours=1)
@@ -57,16 +56,10 @@ def _accountant(world: World, writer: FakeJobWriter, costs: FakeCostWriter, **kw
     # changed, so the accountant's incremental read is a full fold here (that the two agree is
     # test_observed.py's).
     setattr(world.scheduler, "current", world.scheduler.observe)  # noqa: B010
-    return Accountant(
-        scheduler=world.scheduler,
-        writer=writer,
-        costs=costs,
-        metrics=OperatorMetrics(),
-        prices=kw.pop("prices", PriceBook()),
-        catalog=catalog.default(),
-        interval=1.0,
-        **kw,
+    world.scheduler.settings = OperatorSettings(
+        cost_interval_seconds=1.0, cost_write_seconds=kw.pop("write_every", 0.0), cost_rollup=""
     )
+    return Accountant(scheduler=world.scheduler, writer=writer, costs=costs, prices=kw.pop("prices", PriceBook()))
 
 
 def _show(world: World, writer: FakeJobWriter) -> None:

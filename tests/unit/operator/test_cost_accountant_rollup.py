@@ -12,14 +12,13 @@ from typing import Any
 
 import pytest
 
-from accel_api import catalog
 from accel_api.job import AcceleratorJobStatus
 from accel_operator.adapters.kube.client import ClusterUnavailable
 from accel_operator.adapters.kube.costs import FakeCostWriter, RollupConflict
 from accel_operator.adapters.kube.jobs import FakeJobWriter
 from accel_operator.adapters.pricebook import PriceBook
 from accel_operator.engine.accountant import Accountant
-from accel_operator.metrics import OperatorMetrics
+from accel_operator.settings import OperatorSettings
 from tests.support.reconcile import T0, World
 
 HOUR = dt.timedelta(hours=1)
@@ -46,17 +45,15 @@ def _accountant(world: World, writer: FakeJobWriter, costs: FakeCostWriter) -> A
     # changed, so the accountant's incremental read is a full fold here (that the two agree is
     # test_observed.py's).
     setattr(world.scheduler, "current", world.scheduler.observe)  # noqa: B010
-    return Accountant(
-        scheduler=world.scheduler,
-        writer=writer,
-        costs=costs,
-        metrics=OperatorMetrics(),
-        prices=PriceBook(),
-        catalog=catalog.default(),
-        interval=1.0,
-        rollup_namespace=NS,
-        rollup_name=NAME,
+    world.scheduler.settings = OperatorSettings(
+        cost_interval_seconds=1.0, cost_write_seconds=0.0, cost_rollup_namespace=NS, cost_rollup=NAME
     )
+    return Accountant(scheduler=world.scheduler, writer=writer, costs=costs, prices=PriceBook())
+
+
+def _rate(acc: Accountant, per_second: float) -> None:
+    """The running jobs' status.cost writes a second at most (settings.cost_writes_per_second)."""
+    acc.scheduler.settings = acc.settings.model_copy(update={"cost_writes_per_second": per_second})
 
 
 def _show(world: World, writer: FakeJobWriter, **extra: Any) -> None:
@@ -262,7 +259,7 @@ def test_with_many_running_jobs_each_ledger_is_written_less_often() -> None:
     running, each is written every N / write_rate seconds (the counters follow every tick)."""
     world, writer, costs, status = _four_running()
     acc = _accountant(world, writer, costs)
-    acc.write_rate = 4.0  # 4 running: each written every second at most, 4 a tick
+    _rate(acc, 4.0)  # 4 running: each written every second at most, 4 a tick
     asyncio.run(acc.step(T0 + HOUR))
     first = writer.revision
     assert first == 4  # never written: due
@@ -270,7 +267,7 @@ def test_with_many_running_jobs_each_ledger_is_written_less_often() -> None:
     asyncio.run(acc.step(T0 + 1.5 * HOUR))
     assert writer.revision == first  # not due yet
     assert _spent(acc) == pytest.approx(4 * 1.5 * 7.2)  # the counters do not wait
-    acc.write_rate = 1e6
+    _rate(acc, 1e6)
     asyncio.run(acc.step(T0 + 2 * HOUR))
     assert writer.revision == first + 4
 
@@ -280,7 +277,7 @@ def test_a_burst_of_new_jobs_is_written_over_several_ticks() -> None:
     written a tick, the longest unwritten first; an ended attempt is written at once regardless."""
     world, writer, costs, _ = _four_running()
     acc = _accountant(world, writer, costs)
-    acc.write_rate = 2.0  # a 1 s tick: 2 a tick
+    _rate(acc, 2.0)  # a 1 s tick: 2 a tick
     asyncio.run(acc.step(T0 + HOUR))
     assert len(writer.statuses) == 2
     asyncio.run(acc.step(T0 + 1.5 * HOUR))
@@ -297,13 +294,13 @@ def test_a_job_with_no_stored_ledger_goes_before_a_restarted_operators_backlog()
     written first."""
     world, writer, costs, status = _four_running()
     acc = _accountant(world, writer, costs)
-    acc.write_rate = 4.0
+    _rate(acc, 4.0)
     asyncio.run(acc.step(T0 + HOUR))  # the previous process wrote all four
     _show_all(world, writer, status)
     world.job("new", "spot", devices=2, status=status)
     world.pod("new", 0, 0, node="spot-1", devices=2)
     restarted = _accountant(world, writer, costs)
-    restarted.write_rate = 1.0  # room for one a tick
+    _rate(restarted, 1.0)  # room for one a tick
     asyncio.run(restarted.step(T0 + 2 * HOUR))
     assert ("ns", "new") in writer.statuses
 

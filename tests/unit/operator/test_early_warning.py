@@ -19,7 +19,6 @@ from accel_operator.adapters.aws.interruptions import FakeInterruptionQueue
 from accel_operator.adapters.gcp.tpu import FakeTpuNodes, TpuUnavailable
 from accel_operator.adapters.kube import views
 from accel_operator.adapters.kube.client import ClusterUnavailable
-from accel_operator.adapters.kube.jobs import FakeJobWriter
 from accel_operator.adapters.kube.nodes import FakeNodeWriter
 from accel_operator.engine.signals import Signals
 from accel_operator.reconcile.common import actions as act
@@ -188,15 +187,11 @@ def test_the_pod_view_carries_the_last_request_clipped() -> None:
 def _world(*, sqs: bool = True, tpu_pools: list[str] | None = None) -> tuple[World, Signals]:
     w = World().pool("p", nodes=2)
     w.nodes["p-0"] = [replace(w.nodes["p-0"][0], uid="u0", provider_id="aws:///us-east-1a/i-0000000000000000a")]
+    w.settings = OperatorSettings(sqs_wait_seconds=0, tpu_pools=tpu_pools or [])
     w.scheduler.marks.ready = True
-    writer = w.scheduler.applier.writer
-    assert isinstance(writer, FakeJobWriter)
     signals = Signals(
-        sched=w.scheduler,
-        node_writer=FakeNodeWriter(),
-        writer=writer,
-        metrics=w.scheduler.metrics,
-        settings=OperatorSettings(sqs_wait_seconds=0, tpu_pools=tpu_pools or []),
+        w.scheduler,
+        FakeNodeWriter(),
         interruptions=FakeInterruptionQueue() if sqs else None,
         tpu=FakeTpuNodes() if tpu_pools else None,
     )

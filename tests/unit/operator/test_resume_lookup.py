@@ -56,7 +56,7 @@ def test_a_lookup_that_hangs_ends_at_the_timeout() -> None:
             return None
 
     w = World()
-    w.scheduler.applier.settings = OperatorSettings(checkpoint_lookup_timeout_seconds=0.2)
+    w.scheduler.settings = OperatorSettings(checkpoint_lookup_timeout_seconds=0.2)
     w.scheduler.applier.checkpoints = Hanging()
 
     async def go() -> None:
