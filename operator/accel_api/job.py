@@ -547,6 +547,11 @@ class AttemptCost(ApiModel):
 
     attempt: bounds.Count
     pool: bounds.ObjectName
+    team: Name | None = Field(
+        default=None,
+        description="The team the attempt is charged to, as the job's spec said when the attempt was first "
+        "accrued: the ledger keeps it should the stored spec stop parsing.",
+    )
     capacity_type: CapacityType = CapacityType.ON_DEMAND
     devices: Annotated[int, Field(ge=0, le=bounds.DEVICES)]
     on_demand_usd_per_device_hour: _PerHour = 0.0

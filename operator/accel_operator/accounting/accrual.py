@@ -109,6 +109,7 @@ def unseen(cost: CostStatus, job: JobView, price_of: Callable[[str], Price | Non
                 end=end,
                 usd_per_device_hour=price.usd_per_device_hour,
                 on_demand_usd_per_device_hour=price.on_demand_usd_per_device_hour,
+                team=job.team or None,
             ),
         )
     return cost
@@ -173,6 +174,7 @@ def accrue(
                     usd_per_device_hour=price.usd_per_device_hour,
                     on_demand_usd_per_device_hour=price.on_demand_usd_per_device_hour,
                     idle_fraction=idle,
+                    team=job.team or None,
                 ),
             )
     if st.phase in TERMINAL:

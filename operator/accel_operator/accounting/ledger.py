@@ -51,6 +51,7 @@ class Observation:
     usd_per_device_hour: float
     on_demand_usd_per_device_hour: float
     idle_fraction: float = 0.0
+    team: str | None = None  # recorded on the attempt when it is first accrued
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,6 +166,7 @@ def _record(cost: CostStatus, obs: Observation) -> CostStatus:
         entry = AttemptCost(
             attempt=obs.attempt,
             pool=obs.pool,
+            team=obs.team,
             capacity_type=obs.capacity_type,
             devices=obs.devices,
             on_demand_usd_per_device_hour=obs.on_demand_usd_per_device_hour,

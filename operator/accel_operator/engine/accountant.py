@@ -211,7 +211,7 @@ class Accountant:
         ledgers: dict[JobKey, CostStatus] = {}
         for key, job in snap.jobs.items():
             st = job.status
-            if job.spec is None or (st.cost is None and st.admitted_time is None):
+            if st.cost is None and st.admitted_time is None:
                 continue
             if _settled(job) and (self.known.get(job.uid) in (None, st.cost)):
                 ledgers[key] = st.cost  # type: ignore[assignment]  # _settled: not None
@@ -259,9 +259,8 @@ class Accountant:
         writes: list[tuple[JobKey, CostStatus, OverBudget | None]] = []
         for key, accrued in list(ledgers.items()):
             job = snap.jobs[key]
-            assert job.spec is not None
             before = job.status.cost.over_budget if job.status.cost is not None else None
-            over = accrual.over_budget(job.spec.team, spends, before, now) if job.phase in HOLDING else None
+            over = accrual.over_budget(job.team, spends, before, now) if job.phase in HOLDING else None
             cost = accrued if accrued.over_budget == over else accrued.model_copy(update={"over_budget": over})
             ledgers[key] = cost
             kind = self._due(job, cost)
@@ -315,10 +314,8 @@ class Accountant:
         out = []
         for key, cost in ledgers.items():
             job = snap.jobs[key]
-            if job.spec is None:
-                continue
             shown = written.get(key) or self.known.get(job.uid) or job.status.cost or CostStatus()
-            out.append(teamspend.LiveJob(job.uid, job.spec.team, cost, written=shown))
+            out.append(teamspend.LiveJob(job.uid, job.team, cost, written=shown))
         for uid, (who, cost) in self._orphans().items():  # carried until its close is folded
             out.append(teamspend.LiveJob(uid, who.team, cost, written=cost))
         return out
@@ -425,9 +422,8 @@ class Accountant:
         self.previous = {}
         for key, cost in ledgers.items():
             job = snap.jobs[key]
-            if job.spec is not None:
-                who = rollup.JobId(job.uid, job.namespace, job.name, job.spec.team, cost.forecast_usd)
-                self.previous[job.uid] = (who, cost)
+            who = rollup.JobId(job.uid, job.namespace, job.name, job.team, cost.forecast_usd)
+            self.previous[job.uid] = (who, cost)
         if not await self._load_rollup():
             if not self.settings.cost_rollup:
                 self.gone.clear()
@@ -546,9 +542,8 @@ class Accountant:
         entries = []
         for key, cost in ledgers.items():
             job = snap.jobs[key]
-            if job.spec is not None:
-                who = rollup.JobId(job.uid, job.namespace, job.name, job.spec.team, cost.forecast_usd)
-                entries.extend(rollup.open_attempts(who, cost, pending.get(job.uid, ()), now))
+            who = rollup.JobId(job.uid, job.namespace, job.name, job.team, cost.forecast_usd)
+            entries.extend(rollup.open_attempts(who, cost, pending.get(job.uid, ()), now))
         for uid, (who, cost) in self._orphans().items():  # deleted, still running: still open
             entries.extend(rollup.open_attempts(who, cost, pending.get(uid, ()), now))
         shards, dropped = await asyncio.to_thread(rollup.pack, entries)
@@ -613,7 +608,7 @@ class Accountant:
             over = cost.over_budget
             if over is not None and (before is None or before.policy != over.policy):
                 message = (
-                    f"team {job.spec.team if job.spec else '?'} is over its {over.period.value} budget in policy "
+                    f"team {job.team or '?'} is over its {over.period.value} budget in policy "
                     f"{over.policy}: ${over.spent_usd:,.2f} of ${over.limit_usd:,.2f}; the job keeps running"
                 )
                 await asyncio.to_thread(self._fenced(self.writer.event), ref, "Warning", "OverBudget", message)
@@ -673,7 +668,7 @@ class Accountant:
         live += [(uid, who.team, cost) for uid, (who, cost) in self._orphans().items()]
         for key, cost in ledgers.items():
             job = snap.jobs[key]
-            live.append((job.uid, job.spec.team if job.spec is not None else "", cost))
+            live.append((job.uid, job.team, cost))
         for uid, team, cost in live:
             for (pool, capacity), t in rollup.live_by_pool(cost, pending.get(uid, ())).items():
                 k = (team, pool, capacity.value)

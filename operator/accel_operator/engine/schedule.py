@@ -248,6 +248,7 @@ def schedule_pass(
                 lookup=lookups.get(job.key),
                 rules=rules.spot,
                 cache=plans.cache,
+                checkpoint_grace=rules.health.checkpoint_grace,
             )
             if decision.phase is JobPhase.RUNNING:  # running, or starting to (health.amend says why)
                 decision, moved = health.amend(decision, job, snap, now, rules.health)

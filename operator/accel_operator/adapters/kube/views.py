@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import re
 from collections.abc import Mapping
 from typing import Any
 
-from accel_api import InvalidResource, bounds
+from accel_api import InvalidResource, bounds, patterns
 from accel_api import vocabulary as v
 from accel_api.base import Condition
 from accel_api.durations import parse_time
@@ -260,7 +261,16 @@ def job_view(body: Mapping[str, Any]) -> JobView:
         deleting=meta.get("deletionTimestamp") is not None,
         resource_version=meta.get("resourceVersion"),
         resume_request=_digest((meta.get("annotations") or {}).get(v.ANNOTATION_RESUME)),
+        spec_team=_team_of(body.get("spec")) if spec is None else "",
     )
+
+
+def _team_of(spec: Any) -> str:
+    """The team field of a spec that does not parse, when that field alone is valid (a DNS label)."""
+    team = spec.get("team") if isinstance(spec, Mapping) else None
+    if isinstance(team, str) and len(team) <= bounds.DNS_LABEL_LENGTH and re.fullmatch(patterns.DNS_LABEL, team):
+        return team
+    return ""
 
 
 def _digest(value: Any) -> str | None:

@@ -165,10 +165,25 @@ class JobView:
     resource_version: str | None = None
     # A digest of the accel.dev/resume annotation (a user's request to resume a Stopped job); None: unset.
     resume_request: str | None = None
+    # The stored spec's team when the spec does not parse but its team does (a DNS label); else "".
+    spec_team: str = ""
 
     @property
     def key(self) -> JobKey:
         return (self.namespace, self.name)
+
+    @property
+    def team(self) -> str:
+        """The team the job is charged to: its spec's; for a spec that stopped parsing, the one its
+        ledger recorded on its attempts (the operator's own record), else the stored spec's own
+        team field if that alone is valid; "" when none is known."""
+        if self.spec is not None:
+            return self.spec.team
+        cost = self.status.cost
+        for attempt in reversed(cost.attempts if cost is not None else ()):
+            if attempt.team:
+                return attempt.team
+        return self.spec_team
 
     @property
     def phase(self) -> JobPhase | None:

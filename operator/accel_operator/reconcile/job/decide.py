@@ -65,7 +65,7 @@ from accel_operator.reconcile.common.snapshot import (
     Snapshot,
     WorkloadView,
 )
-from accel_operator.reconcile.job import bind_clock, fallback, policy_gate, resume
+from accel_operator.reconcile.job import bind_clock, fallback, invalid, policy_gate, resume
 from accel_operator.reconcile.job.status import plan_write
 
 
@@ -79,24 +79,6 @@ def _event_if_new(job: JobView, phase: JobPhase, reason: str, type_: str, messag
 
 
 # --- invalid and terminal -------------------------------------------------------------------------
-
-
-def _in_spec(problem: str) -> str:
-    """A problem of the spec model, located in the job: a rule across the spec's fields is the spec's."""
-    if problem.startswith("(document)"):
-        return "spec" + problem.removeprefix("(document)")
-    return problem if problem.startswith("spec") else f"spec.{problem}"
-
-
-def _invalid(job: JobView) -> Decision:
-    message = "; ".join(_in_spec(p) for p in job.spec_problems)
-    return Decision(
-        phase=JobPhase.FAILED,
-        conditions=(Cond(VALID, False, "InvalidSpec", message),),
-        status=StatusPatch(plan=CLEAR, message=_clip(message), workload=CLEAR),
-        actions=_event_if_new(job, JobPhase.FAILED, "InvalidSpec", "Warning", message),
-        reason=message,
-    )
 
 
 def _terminal(job: JobView) -> Decision:
@@ -535,11 +517,23 @@ def decide(
     lookup: resume.Lookup | None = None,
     rules: fallback.SpotRules = fallback.DEFAULT_RULES,
     cache: PlanCache | None = None,
+    checkpoint_grace: float = 120.0,
 ) -> Decision:
     """The next step of ``job``, with reasons. ``lookup``: what the scheduler found for the
     current attempt's resume point; ``rules``: the operator's spot fallback window; ``cache``:
-    the scheduler's, keeping what every job sharing a plan reads of it (None: made afresh)."""
-    return _sticky(job, _decide(job, snapshot, now, bind_timeout=bind_timeout, lookup=lookup, rules=rules, cache=cache))
+    the scheduler's, keeping what every job sharing a plan reads of it (None: made afresh);
+    ``checkpoint_grace``: how long a running attempt that must end waits for its checkpoint."""
+    decision = _decide(
+        job,
+        snapshot,
+        now,
+        bind_timeout=bind_timeout,
+        lookup=lookup,
+        rules=rules,
+        cache=cache,
+        checkpoint_grace=checkpoint_grace,
+    )
+    return _sticky(job, decision)
 
 
 def _decide(
@@ -551,9 +545,10 @@ def _decide(
     lookup: resume.Lookup | None,
     rules: fallback.SpotRules,
     cache: PlanCache | None,
+    checkpoint_grace: float,
 ) -> Decision:
     if job.spec is None:
-        return _invalid(job)
+        return invalid.decide(job, snapshot, now, grace=checkpoint_grace)
     phase = job.status.phase
     if phase is JobPhase.FAILED and any(c.type == VALID and c.status == "False" for c in job.status.conditions):
         phase = None  # a spec that was invalid and is valid now: start over
