@@ -115,6 +115,12 @@ ENV_ACCELERATOR: Final = "ACCEL_ACCELERATOR"  # catalog id, e.g. h100-80gb
 ENV_NODE_RANK: Final = "ACCEL_NODE_RANK"  # this pod's index in the gang, 0 .. ACCEL_NNODES-1
 ENV_NNODES: Final = "ACCEL_NNODES"  # pods in the gang, one per node
 ENV_NPROC_PER_NODE: Final = "ACCEL_NPROC_PER_NODE"  # devices per pod (torchrun --nproc-per-node)
+# A pvc:// checkpoint (pvc://<claim>/<path>): the claim's <path> is mounted here on every attempt's
+# pods (read-write, the same directory each time); ACCEL_CHECKPOINT_DIR names it and
+# ACCEL_RESUME_FROM_DIR the step directory ACCEL_RESUME_FROM points at, under it.
+CHECKPOINT_MOUNT_DIR: Final = "/mnt/accel-checkpoint"
+ENV_CHECKPOINT_DIR: Final = "ACCEL_CHECKPOINT_DIR"
+ENV_RESUME_FROM_DIR: Final = "ACCEL_RESUME_FROM_DIR"
 # A downward-API volume projects the pod's annotations into this file (read-only): the operator's
 # requests to the running job (e.g. "checkpoint now" before a preemption) arrive as annotations.
 POD_ANNOTATIONS_DIR: Final = "/etc/accel"

@@ -62,6 +62,7 @@ from accel_localcluster.control_plane import REPO
 
 EXAMPLES = REPO / "examples"
 DEMO_NS = "demo"
+DEMO_CLAIMS = ("checkpoints", "demo-checkpoints")  # the claims the demo jobs' pvc:// checkpoints name
 # The namespaces' teams (the label the platform team owns): a job may only name its namespace's.
 TEAMS = {"ml-research": "research", "ml-serving": "serving", DEMO_NS: "research"}
 WEBHOOK_CONFIGURATION = v.GROUP  # the operator's managed webhook configurations
@@ -142,6 +143,13 @@ def _free_port() -> int:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
         return port
+
+
+def _checkpoint_claim(api: client.ApiClient, doc: dict[str, Any]) -> None:
+    """The claim of an example job's pvc:// checkpoint, bound (its pods mount it)."""
+    uri = ((doc.get("spec") or {}).get("checkpoint") or {}).get("uri", "")
+    if uri.startswith("pvc://"):
+        kubeapi.ensure_claim(api, doc["metadata"]["namespace"], uri.removeprefix("pvc://").split("/", 1)[0])
 
 
 def _label_teams(core: client.CoreV1Api) -> None:
@@ -284,6 +292,7 @@ def main(argv: list[str] | None = None) -> int:
             if doc["kind"] != "AcceleratorJob":
                 continue
             kubeapi.ensure_namespace(api, doc["metadata"]["namespace"])
+            _checkpoint_claim(api, doc)
             kubeapi.apply(api, doc)
             keys.append((doc["metadata"]["namespace"], doc["metadata"]["name"]))
         _wait("every example job decided", lambda: all(_phase(custom, *k) != "-" for k in keys), args.timeout)
@@ -298,6 +307,8 @@ def main(argv: list[str] | None = None) -> int:
         made = demo_pools.make_pool(api, QUEUE_POOL, 1)
         print(f"pool {QUEUE_POOL}: 8x h100-80gb on-demand, one simulated node {made[0]} (for the queue)")
         kubeapi.ensure_namespace(api, DEMO_NS)
+        for claim in DEMO_CLAIMS:  # the demo jobs' pvc:// checkpoints: every attempt's pods mount the claim
+            kubeapi.ensure_claim(api, DEMO_NS, claim)
         queue = [("first", 0), ("urgent", 100), ("later", 0)]
         kubeapi.apply(api, _queue_job("first", 0))
         _wait("first running", lambda: _phase(custom, DEMO_NS, "first") == "Running", args.timeout)

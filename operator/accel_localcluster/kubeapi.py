@@ -8,6 +8,7 @@ every kind (CRDs, RBAC, admission policies, accel.dev objects) and is idempotent
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -70,6 +71,64 @@ def ensure_namespace(api: client.ApiClient, name: str, labels: dict[str, str] | 
 
     # Pods need the namespace's default ServiceAccount, which the controller-manager creates.
     wait_for(has_default_sa, timeout=60, what=f"default ServiceAccount in {name}")
+
+
+# A claim made by ensure_claim: its PersistentVolume carries the claim's namespace in this label
+# (delete_claim_volumes removes them with the namespace).
+CLAIM_NAMESPACE_LABEL = "accel.dev/claim-namespace"
+
+
+def ensure_claim(api: client.ApiClient, namespace: str, name: str) -> None:
+    """A bound PersistentVolumeClaim ``name`` in ``namespace`` (a pvc:// checkpoint's claim), on a
+    PersistentVolume made for it and bound to it up front: kube-scheduler places a pod that mounts
+    a claim only once the claim is bound. The volume is a host path no container ever opens (the
+    nodes are KWOK's); waits until the claim is Bound."""
+    core_api = client.CoreV1Api(api)
+    volume = f"claim-{hashlib.sha256(f'{namespace}/{name}'.encode()).hexdigest()[:16]}"
+    with ignoring(409):
+        core_api.create_persistent_volume(
+            {
+                "apiVersion": "v1",
+                "kind": "PersistentVolume",
+                "metadata": {"name": volume, "labels": {CLAIM_NAMESPACE_LABEL: namespace}},
+                "spec": {
+                    "capacity": {"storage": "1Gi"},
+                    "accessModes": ["ReadWriteMany"],
+                    "persistentVolumeReclaimPolicy": "Retain",
+                    "storageClassName": "",
+                    "hostPath": {"path": f"/var/lib/accel-claims/{volume}"},
+                    "claimRef": {"namespace": namespace, "name": name},
+                },
+            }
+        )
+    with ignoring(409):
+        core_api.create_namespaced_persistent_volume_claim(
+            namespace,
+            {
+                "apiVersion": "v1",
+                "kind": "PersistentVolumeClaim",
+                "metadata": {"name": name},
+                "spec": {
+                    "accessModes": ["ReadWriteMany"],
+                    "storageClassName": "",
+                    "volumeName": volume,
+                    "resources": {"requests": {"storage": "1Gi"}},
+                },
+            },
+        )
+    wait_for(
+        lambda: core_api.read_namespaced_persistent_volume_claim(name, namespace).status.phase == "Bound",
+        timeout=60,
+        what=f"the claim {namespace}/{name} bound",
+    )
+
+
+def delete_claim_volumes(api: client.ApiClient, namespace: str) -> None:
+    """The PersistentVolumes ensure_claim made for ``namespace``'s claims (kept by Retain)."""
+    core_api = client.CoreV1Api(api)
+    for pv in core_api.list_persistent_volume(label_selector=f"{CLAIM_NAMESPACE_LABEL}={namespace}").items:
+        with ignoring(404):
+            core_api.delete_persistent_volume(pv.metadata.name)
 
 
 def apply(api: client.ApiClient, doc: dict[str, Any], namespace: str | None = None) -> Any:

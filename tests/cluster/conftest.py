@@ -59,6 +59,7 @@ def namespace(core: client.CoreV1Api) -> Iterator[str]:
     kubeapi.ensure_namespace(core.api_client, name)
     yield name
     core.delete_namespace(name, propagation_policy="Background", grace_period_seconds=0)
+    kubeapi.delete_claim_volumes(core.api_client, name)  # the volumes of its checkpoint claims
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import pytest
 from kubernetes import client
 
 from accel_api import registry
@@ -26,6 +27,13 @@ from accel_operator.settings import OperatorSettings
 from tests.support.cluster import unexpected_errors, wait_for
 from tests.support.jobs import create_job, events_of, gpu_pool, job_doc, pods_of, status, wait_phase, workloads_of
 from tests.support.operator import running_operator
+
+
+@pytest.fixture(autouse=True)
+def _checkpoint_claim(api: client.ApiClient, namespace: str) -> None:
+    """The claim the jobs' pvc:// checkpoints name (their pods mount it: a missing claim keeps
+    them unscheduled)."""
+    kubeapi.ensure_claim(api, namespace, "checkpoints")
 
 
 def _settings(namespace: str, *, grace: float = 3.0, metrics_port: int = 0) -> OperatorSettings:

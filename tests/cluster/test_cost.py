@@ -64,6 +64,7 @@ def test_a_preempted_and_resumed_job_costs_what_the_timestamps_say_across_a_rest
     policy = f"{namespace}-budget"
     team = f"team-{uuid.uuid4().hex[:6]}"
     kubeapi.apply(api, _policy(policy, team, limit=0.01))
+    kubeapi.ensure_claim(api, namespace, "ckpt")  # the checkpoint's claim, mounted by the pods
     doc = job_doc(
         namespace,
         pool,

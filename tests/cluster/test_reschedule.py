@@ -31,6 +31,13 @@ from tests.support.operator import checked_operator, running_operator, settings_
 CHECKPOINT = {"uri": "pvc://checkpoints/reschedule", "intervalMinutes": 10}
 
 
+@pytest.fixture(autouse=True)
+def _checkpoint_claim(api: client.ApiClient, namespace: str) -> None:
+    """The claim the jobs' pvc:// checkpoints name (their pods mount it: a missing claim keeps
+    them unscheduled)."""
+    kubeapi.ensure_claim(api, namespace, "checkpoints")
+
+
 def _settings(namespace: str) -> OperatorSettings:
     return settings_for(
         namespace,

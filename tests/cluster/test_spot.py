@@ -21,7 +21,7 @@ import pytest
 from kubernetes import client
 
 from accel_api import vocabulary as v
-from accel_localcluster import Cluster, preempt
+from accel_localcluster import Cluster, kubeapi, preempt
 from accel_operator.settings import OperatorSettings
 from tests.support.cluster import free_port, unexpected_errors, wait_for
 from tests.support.jobs import create_job, end_pods, events_of, gpu_pool, job_doc, pods_of, status, wait_phase
@@ -192,11 +192,21 @@ def test_a_job_without_a_checkpoint_restarts_from_scratch_and_says_so(
         assert "restarts from scratch" in reasons["RestartingFromScratch"]
 
 
+def _claim_mounts(api: client.ApiClient, namespace: str, workload: str) -> list[tuple[str, str, str | None]]:
+    """(claim, mount path, sub-path) of each claim a batch Job's pods mount."""
+    pod = client.BatchV1Api(api).read_namespaced_job(workload, namespace).spec.template.spec
+    claims = {vol.name: vol.persistent_volume_claim.claim_name for vol in pod.volumes if vol.persistent_volume_claim}
+    return [
+        (claims[m.name], m.mount_path, m.sub_path) for m in pod.containers[0].volume_mounts or [] if m.name in claims
+    ]
+
+
 def test_max_preemptions_then_on_demand_fallback_with_reported_pvc_checkpoints(
     api: client.ApiClient, core: client.CoreV1Api, namespace: str, spot_operator: RunningOperator
 ) -> None:
     spot, od = f"{namespace}-spot", f"{namespace}-od"
     uri = "pvc://train-ckpt/run"
+    kubeapi.ensure_claim(api, namespace, "train-ckpt")  # mounted by every attempt's pods
     # Three spot nodes: after two preemptions one is still free, and the job must not take it.
     with gpu_pool(api, spot, count=3, capacityType="spot"), gpu_pool(api, od, count=1):
         doc = job_doc(namespace, spot, devices=8, name="flaky")
@@ -219,9 +229,16 @@ def test_max_preemptions_then_on_demand_fallback_with_reported_pvc_checkpoints(
                         return (status(api, namespace, "flaky").get("lastCheckpoint") or {}).get("step") == n
 
                     wait_for(recorded, timeout=30, what=f"step {step} recorded")
+            mounted = _claim_mounts(api, namespace, f"flaky-a{attempt}")
             preempt.aws_spot_interruption(core, _running_node(core, namespace, "flaky", attempt), handler="karpenter")
             st = _running_attempt(api, namespace, "flaky", attempt + 1)
-            assert _env(api, namespace, f"flaky-a{attempt + 1}")[v.ENV_RESUME_FROM] == f"{uri}/step-{step}"
+            env = _env(api, namespace, f"flaky-a{attempt + 1}")
+            assert env[v.ENV_RESUME_FROM] == f"{uri}/step-{step}"
+            # The claim's path is mounted at the same place on every attempt; the resume point is
+            # the step's directory under it (what the previous attempt wrote there).
+            assert env[v.ENV_RESUME_FROM_DIR] == f"{v.CHECKPOINT_MOUNT_DIR}/step-{step}"
+            assert mounted == _claim_mounts(api, namespace, f"flaky-a{attempt + 1}")
+            assert mounted == [("train-ckpt", v.CHECKPOINT_MOUNT_DIR, "run")]
             assert st["resume"]["source"] == "reported"
         # Two preemptions, one allowed: on-demand now, said in a condition and an event.
         assert st["preemptions"] == 2 and st["spot"]["onDemand"] is True

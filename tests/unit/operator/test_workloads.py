@@ -492,3 +492,51 @@ def test_api_errors_map_to_the_port_vocabulary() -> None:
     assert isinstance(workloads._translate(client.exceptions.ApiException(status=403), "x"), workloads.WorkloadRejected)
     for status in (500, 503, 429):
         assert isinstance(workloads._translate(client.exceptions.ApiException(status=status), "x"), ClusterUnavailable)
+
+
+# --- pvc:// checkpoints: the claim mounted the same on every attempt -----------------------------
+
+
+def _pvc_job(uri: str = "pvc://ckpt/team/run") -> AcceleratorJobSpec:
+    base = job().spec().model_dump(by_alias=True, mode="json", exclude_none=True)
+    return AcceleratorJobSpec.model_validate({**base, "checkpoint": {"uri": uri, "intervalMinutes": 10}})
+
+
+def test_a_pvc_checkpoint_mounts_its_claim_path_the_same_on_every_attempt() -> None:
+    mounts = []
+    for attempt, resume in ((0, None), (3, "pvc://ckpt/team/run/step-120")):
+        j, _ = build(spec(_pvc_job(), attempt=attempt, resume_from=resume))
+        pod = pod_of(j)
+        (volume,) = [vol for vol in pod["volumes"] if "persistentVolumeClaim" in vol]
+        assert volume["persistentVolumeClaim"] == {"claimName": "ckpt"}
+        (mount,) = [m for m in pod["containers"][0]["volumeMounts"] if m["name"] == volume["name"]]
+        assert (mount["mountPath"], mount["subPath"]) == (v.CHECKPOINT_MOUNT_DIR, "team/run")
+        assert not mount.get("readOnly")
+        env = env_of(j)
+        assert env[v.ENV_CHECKPOINT_DIR] == v.CHECKPOINT_MOUNT_DIR
+        assert env[v.ENV_CHECKPOINT_URI] == "pvc://ckpt/team/run"
+        mounts.append(mount)
+        if resume is None:
+            assert env[v.ENV_RESUME_FROM_DIR] == "" and env[v.ENV_RESUME_FROM] == ""
+        else:
+            assert env[v.ENV_RESUME_FROM] == resume
+            assert env[v.ENV_RESUME_FROM_DIR] == f"{v.CHECKPOINT_MOUNT_DIR}/step-120"
+    assert mounts[0] == mounts[1]
+
+
+def test_a_claim_root_checkpoint_has_no_sub_path() -> None:
+    j, _ = build(spec(_pvc_job("pvc://ckpt")))
+    (mount,) = [m for m in pod_of(j)["containers"][0]["volumeMounts"] if m["mountPath"] == v.CHECKPOINT_MOUNT_DIR]
+    assert "subPath" not in mount
+
+
+@pytest.mark.parametrize("resume", ["pvc://other/team/run/step-1", "pvc://ckpt/team/run/x/step-1", "s3://b/step-1"])
+def test_a_resume_point_outside_the_job_uri_maps_to_no_directory(resume: str) -> None:
+    env = env_of(build(spec(_pvc_job(), resume_from=resume))[0])
+    assert env[v.ENV_RESUME_FROM_DIR] == ""
+
+
+def test_an_s3_checkpoint_mounts_nothing() -> None:
+    j, _ = build(spec())
+    assert [vol["name"] for vol in pod_of(j)["volumes"]] == ["accel-annotations"]
+    assert v.ENV_CHECKPOINT_DIR not in env_of(j)

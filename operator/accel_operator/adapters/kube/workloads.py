@@ -73,6 +73,7 @@ MAX_TPU_HOSTS: Final = 4096
 _HASH: Final = 8
 _FAILED_RULE: Final = re.compile(r"matching FailJob rule at index (\d+)")
 _ANNOTATIONS_VOLUME: Final = "accel-annotations"
+_CHECKPOINT_VOLUME: Final = "accel-checkpoint"
 _MESSAGE_LENGTH: Final = 1024
 # A one-node attempt's rendezvous: rank 0 is the pod itself.
 LOOPBACK: Final = "127.0.0.1"
@@ -211,6 +212,10 @@ def _env(w: WorkloadSpec) -> list[dict[str, Any]]:
         ours.append((v.ENV_CHECKPOINT_URI, w.spec.checkpoint.uri))
         seconds = max(1, round(w.spec.checkpoint.interval_minutes * 60))
         ours.append((v.ENV_CHECKPOINT_INTERVAL_SECONDS, str(seconds)))
+    claim = pvc_checkpoint(w)
+    if claim is not None:
+        ours.append((v.ENV_CHECKPOINT_DIR, v.CHECKPOINT_MOUNT_DIR))
+        ours.append((v.ENV_RESUME_FROM_DIR, _resume_dir(w, claim)))
     ours += [
         (v.ENV_RESUME_FROM, w.resume_from or ""),
         (v.ENV_NODE_RANK, _index()),
@@ -232,6 +237,38 @@ def _env(w: WorkloadSpec) -> list[dict[str, Any]]:
     out = [{"name": k, "value": val} if isinstance(val, str) else {"name": k, "valueFrom": val} for k, val in ours]
     out += [{"name": var.name, "value": var.value} for var in w.spec.env]
     return out
+
+
+def pvc_checkpoint(w: WorkloadSpec) -> tuple[str, str] | None:
+    """(claim, path) of a ``pvc://<claim>/<path>`` checkpoint URI; None for S3 or no checkpoint.
+    The model has checked the URI (a DNS-label claim; no '.', '..' or empty segments)."""
+    if w.spec.checkpoint is None or w.spec.checkpoint.scheme != "pvc":
+        return None
+    claim, _, path = w.spec.checkpoint.uri.removeprefix("pvc://").partition("/")
+    return claim, path
+
+
+def _resume_dir(w: WorkloadSpec, claim: tuple[str, str]) -> str:
+    """The mounted directory of ``w.resume_from`` (``pvc://<claim>/<path>/step-<N>``), or "".
+    Only a step directly under the job's own URI maps (resume.under checked it already)."""
+    uri = w.spec.checkpoint.uri if w.spec.checkpoint is not None else ""
+    step = (w.resume_from or "").removeprefix(uri + "/")
+    if not w.resume_from or step == w.resume_from or "/" in step or not step.startswith(v.CHECKPOINT_STEP_PREFIX):
+        return ""
+    return f"{v.CHECKPOINT_MOUNT_DIR}/{step}"
+
+
+def _checkpoint_volume(w: WorkloadSpec) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The claim of a pvc:// checkpoint as (volumes, volumeMounts): its path mounted read-write at
+    CHECKPOINT_MOUNT_DIR, the same on every attempt (kubelet makes the sub-path if it is missing)."""
+    claim = pvc_checkpoint(w)
+    if claim is None:
+        return [], []
+    name, path = claim
+    mount: dict[str, Any] = {"name": _CHECKPOINT_VOLUME, "mountPath": v.CHECKPOINT_MOUNT_DIR}
+    if path:
+        mount["subPath"] = path
+    return [{"name": _CHECKPOINT_VOLUME, "persistentVolumeClaim": {"claimName": name}}], [mount]
 
 
 def _tolerates(t: Toleration, key: str) -> bool:
@@ -273,6 +310,7 @@ def _placement(w: WorkloadSpec) -> tuple[str, dict[str, Any]]:
 
 def _pod(w: WorkloadSpec) -> dict[str, Any]:
     resource, placement = _placement(w)
+    checkpoint_volumes, checkpoint_mounts = _checkpoint_volume(w)
     devices = {resource: str(w.devices_per_pod)}
     container: dict[str, Any] = {
         "name": CONTAINER,
@@ -280,7 +318,10 @@ def _pod(w: WorkloadSpec) -> dict[str, Any]:
         "env": _env(w),
         "resources": {"requests": devices, "limits": dict(devices)},
         "ports": [{"name": v.RENDEZVOUS_PORT_NAME, "containerPort": v.RENDEZVOUS_PORT, "protocol": "TCP"}],
-        "volumeMounts": [{"name": _ANNOTATIONS_VOLUME, "mountPath": v.POD_ANNOTATIONS_DIR, "readOnly": True}],
+        "volumeMounts": [
+            {"name": _ANNOTATIONS_VOLUME, "mountPath": v.POD_ANNOTATIONS_DIR, "readOnly": True},
+            *checkpoint_mounts,
+        ],
         "securityContext": {
             "allowPrivilegeEscalation": False,
             "capabilities": {"drop": ["ALL"]},
@@ -308,6 +349,7 @@ def _pod(w: WorkloadSpec) -> dict[str, Any]:
         "containers": [container],
         "volumes": [
             {"name": _ANNOTATIONS_VOLUME, "downwardAPI": {"items": [annotations]}},
+            *checkpoint_volumes,
         ],
     }
 
