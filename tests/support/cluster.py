@@ -70,9 +70,10 @@ def install_crds(api: client.ApiClient) -> list[str]:
 
 
 def token_kubeconfig(api: client.ApiClient, core: client.CoreV1Api, tmp: Path) -> Path:
-    """Install manifests/operator/rbac.yaml and return a kubeconfig with the ServiceAccount's
-    token: an operator started with it has exactly the role the manifests ship."""
-    apply_manifests(api, [ROOT / "manifests" / "operator" / "rbac.yaml"])
+    """Install manifests/operator/rbac.yaml (and write-guard.yaml, the admission policy on its
+    writes to pods and nodes) and return a kubeconfig with the ServiceAccount's token: an
+    operator started with it has exactly the rights the manifests ship."""
+    apply_manifests(api, [ROOT / "manifests" / "operator" / n for n in ("rbac.yaml", "write-guard.yaml")])
     token = core.create_namespaced_service_account_token(
         "accel-operator",
         "accel-system",
