@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the local control plane's binaries from Go modules with the machine's Go toolchain:
-# etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl and kwok.
+# etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kwok and helm.
 # Output goes to $ACCEL_CLUSTER_BIN (default .cache/localcluster/bin, ignored by git).
 # Go's module and build caches make a second run take seconds; a binary that is newer than
 # its go.mod/go.sum is not rebuilt at all.
@@ -31,6 +31,7 @@ build() { # module-dir output-name package [extra ldflags]
 
 build etcd etcd go.etcd.io/etcd/server/v3
 build kwok kwok sigs.k8s.io/kwok/cmd/kwok
+build helm helm helm.sh/helm/v3/cmd/helm
 # The version stamp the upstream build (hack/lib/version.sh) sets: without it every component
 # reports v0.0.0-master+$Format:%H$, `kubectl version` cannot parse the server's version and
 # tools that check it (Kueue's manager, for one) refuse to start. The pinned release is read

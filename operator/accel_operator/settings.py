@@ -61,6 +61,14 @@ class OperatorSettings(BaseSettings):
         description="Where the API server calls the webhook (https://HOST:PORT), e.g. 127.0.0.1 on a local "
         "control plane; empty: through the Service webhook_service in webhook_namespace.",
     )
+    webhook_configuration: str = Field(
+        default="",
+        max_length=253,
+        pattern=r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?)?$",
+        description="The Validating and MutatingWebhookConfigurations of this name were installed with the "
+        "operator (the chart, the manifests): it serves them and, with a self-signed certificate, writes only "
+        "their caBundle; empty: the operator creates and manages them itself (named accel.dev).",
+    )
     webhook_service: str = Field(default="accel-operator-webhook", max_length=63)
     webhook_namespace: str = Field(default="accel-system", max_length=63)
     webhook_service_port: int = Field(default=443, ge=1, le=65535)

@@ -161,7 +161,10 @@ def test_operator_runs_under_its_least_privilege_role(
         "ACCEL_OPERATOR_COST_INTERVAL_SECONDS": "1",
         # Its certificate through the Secret the replicas share: made under this role.
         "ACCEL_OPERATOR_WEBHOOK_TLS_SECRET": WEBHOOK_CERT_SECRET,
+        # The webhook configurations installed with it (the manifests'): it writes their caBundle only.
+        "ACCEL_OPERATOR_WEBHOOK_CONFIGURATION": admission.WEBHOOK_CONFIGURATION,
     }
+    webhooks.install(api, int(env["ACCEL_OPERATOR_WEBHOOK_PORT"]))
     with kubeapi.ignoring(404):
         core.delete_namespaced_secret(WEBHOOK_CERT_SECRET, "accel-system")
     core.patch_namespace(namespace, {"metadata": {"labels": {v.LABEL_NAMESPACE_TEAM: f"{namespace}-team"}}})
@@ -197,8 +200,9 @@ def test_operator_runs_under_its_least_privilege_role(
             for resource in ("jobs", "pods", "workloads"):  # the informers listed under this role
                 assert f'accel_operator_watch_listed{{resource="{resource}"}} 1.0' in metrics
             assert 'accel_operator_watch_events_total{resource="jobs"} 0.0' not in metrics
-            # The webhooks registered themselves (create, patch) and judge with the indexes they
-            # keep under this role (namespaces, policies): another team's job is refused.
+            # The installed webhooks got the shared certificate's caBundle (get and patch on their
+            # name only) and judge with the indexes kept under this role (namespaces, policies):
+            # another team's job is refused.
             wait_for(lambda: webhooks.configured(api), timeout=60, what="the webhook configuration")
             stored = core.read_namespaced_secret(WEBHOOK_CERT_SECRET, "accel-system").data["ca.crt"]
             adm = client.AdmissionregistrationV1Api(api)

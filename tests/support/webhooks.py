@@ -1,15 +1,33 @@
-"""Helpers for cluster tests that run the admission webhooks: whether the managed
-configurations are registered, and their removal (a webhook left registered would judge the next
-tests' jobs)."""
+"""Helpers for cluster tests that run the admission webhooks: the configurations as the manifests
+install them, whether they are registered, and their removal (a webhook left registered would
+judge the next tests' jobs)."""
 
 from __future__ import annotations
 
+from typing import Any
+
+import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from accel_localcluster import kubeapi
 from accel_operator.handlers import admission
-from tests.support.cluster import wait_for
+from tests.support.cluster import ROOT, wait_for
+
+MANIFEST = ROOT / "manifests" / "operator" / "webhooks.yaml"
+
+
+def install(api: client.ApiClient, port: int) -> list[dict[str, Any]]:
+    """manifests/operator/webhooks.yaml as shipped, each webhook called at https://127.0.0.1:PORT
+    on its path instead of through the Service (the local control plane runs the operator as a
+    process beside it); no caBundle: the operator writes it."""
+    docs = [d for d in yaml.safe_load_all(MANIFEST.read_text()) if d]
+    for doc in docs:
+        for hook in doc["webhooks"]:
+            path = hook["clientConfig"]["service"]["path"]
+            hook["clientConfig"] = {"url": f"https://{admission.DEFAULT_HOST}:{port}{path}"}
+        kubeapi.apply(api, doc)
+    return docs
 
 
 def configured(api: client.ApiClient) -> bool:

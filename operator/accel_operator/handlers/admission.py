@@ -15,8 +15,10 @@ deleted are never refused.
 Registered by ``handlers.register`` when ``settings.webhook_port`` is set (the Deployment sets
 9443): kopf's :class:`kopf.WebhookServer` listens on ``webhook_address:webhook_port`` with the
 certificate from ``webhook_cert_dir`` (a Secret every replica mounts, e.g. cert-manager's) or
-the one ``engine.admission.certificate`` gives. kopf manages the Validating and
-MutatingWebhookConfigurations ``accel.dev`` with that ``caBundle``. With ``webhook_host`` (the
+the one ``engine.admission.certificate`` gives. With ``webhook_configuration`` set, the Validating
+and MutatingWebhookConfigurations of that name were installed with the operator (the manifests,
+the chart) and the operator writes only their ``caBundle`` (and only for its self-signed
+certificate); without, kopf manages them as ``accel.dev`` with that ``caBundle``. With ``webhook_host`` (the
 local control plane: ``127.0.0.1``) the API server calls ``https://HOST:PORT``; without, the
 configuration names the Service (``webhook_service`` in ``webhook_namespace``, port
 ``webhook_service_port``).
@@ -29,8 +31,8 @@ A mutating webhook (CREATE only) defaults a missing ``spec.team`` to the namespa
 with the operator down, such a job is refused by the CRD schema (``spec.team`` is required).
 
 Indexes (``handlers.policies``): ``policies`` and ``namespace_teams``; the operator's RBAC needs
-list/watch on namespaces and acceleratorpolicies, and create/patch on validating- and
-mutatingwebhookconfigurations.
+list/watch on namespaces and acceleratorpolicies, and get/patch on the installed validating- and
+mutatingwebhookconfigurations (create too where kopf manages them).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from __future__ import annotations
 import logging
 import shutil
 import tempfile
+import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -47,11 +50,14 @@ import kopf
 from accel_api import registry
 from accel_api import vocabulary as v
 from accel_api.policy import AcceleratorPolicy
-from accel_operator.adapters.kube import tls
+from accel_operator.adapters.kube import tls, webhook_configs
+from accel_operator.adapters.kube.client import ClusterUnavailable
 from accel_operator.engine import admission as engine_admission
 from accel_operator.planning import policy
 from accel_operator.reconcile.common import policy_inputs
 from accel_operator.settings import OperatorSettings
+
+log = logging.getLogger(__name__)
 
 WEBHOOK_CONFIGURATION = v.GROUP  # the managed Validating/MutatingWebhookConfigurations' name
 DEFAULT_HOST = "127.0.0.1"
@@ -140,6 +146,24 @@ def webhook_server(settings: OperatorSettings, api: Callable[[], Any] | None = N
     )
 
 
+def install_bundle(client: Any, name: str, bundle: bytes, attempts: int = 5) -> None:
+    """Write ``bundle`` into the installed webhook configurations ``name`` (retried while the API
+    server is unavailable; a configuration that is missing is a warning: the chart installs it)."""
+    for attempt in range(attempts):
+        try:
+            done = webhook_configs.patch_ca_bundle(client, name, bundle)
+        except ClusterUnavailable as exc:
+            if attempt == attempts - 1:
+                raise
+            log.warning("webhook configurations %s: caBundle not written yet (%s); retrying", name, exc)
+            time.sleep(2.0 * (attempt + 1))
+            continue
+        for kind in done.missing:
+            log.warning("%s %s not found: install it with the operator (the chart or manifests/operator)", kind, name)
+        log.info("webhook configurations %s: the caBundle of %d webhook(s) written", name, done.webhooks)
+        return
+
+
 def register(reg: kopf.OperatorRegistry, settings: OperatorSettings, api: Callable[[], Any] | None = None) -> None:
     """Declare the webhooks and their server into ``reg``; the indexes they read come from
     ``handlers.policies.register``; ``api`` makes the API client for the shared certificate."""
@@ -149,8 +173,13 @@ def register(reg: kopf.OperatorRegistry, settings: OperatorSettings, api: Callab
 
     @kopf.on.startup(registry=reg)
     def serve(settings: kopf.OperatorSettings, **_: Any) -> None:
-        settings.admission.server = webhook_server(ours, api)
-        settings.admission.managed = WEBHOOK_CONFIGURATION
+        server = webhook_server(ours, api)
+        settings.admission.server = server
+        if not ours.webhook_configuration:
+            settings.admission.managed = WEBHOOK_CONFIGURATION
+        elif server.key_dir is not None and server.cadata is not None and api is not None:
+            # Installed configurations and a self-signed certificate: their caBundle is ours to write.
+            install_bundle(api(), ours.webhook_configuration, server.cadata)
 
     @kopf.on.mutate(
         v.GROUP,
