@@ -42,6 +42,7 @@ SELECTOR_ITEMS: Final = 32  # node selector entries, tolerations
 NAME_LIST_ITEMS: Final = 64  # pools or accelerator ids a job names
 POLICY_ITEMS: Final = 256  # budgets, pool access rules, teams/pools per rule
 RESERVED_ENV_ITEMS: Final = 64  # names a policy adds to the reserved environment
+CHECKPOINT_PREFIX_ITEMS: Final = 16  # checkpoint prefixes one checkpointAccess rule grants (a team's buckets)
 CONDITIONS_ITEMS: Final = 16
 STATUS_ALTERNATIVES: Final = 20  # status.plan.alternatives: one per pool, the best first
 STATUS_PREEMPTION_TIMES: Final = 16  # status.spot.recentPreemptions: enough for any fallback window rule
