@@ -71,7 +71,7 @@ CheckpointPrefix = Annotated[
     str,
     Field(
         min_length=len("s3://") + 1,
-        max_length=bounds.URI_LENGTH,
+        max_length=bounds.CHECKPOINT_PREFIX_LENGTH,
         pattern=patterns.CHECKPOINT_PREFIX,
         json_schema_extra=patterns.refused_in_crd(patterns.CHECKPOINT_PREFIX_ESCAPE, _PREFIX_ESCAPE_MESSAGE),
     ),
@@ -92,8 +92,8 @@ class CheckpointAccess(ApiModel):
     prefixes: list[CheckpointPrefix] = Field(
         min_length=1,
         max_length=bounds.CHECKPOINT_PREFIX_ITEMS,
-        description="s3://bucket/ or s3://bucket/path/ (at most 16): a job's spec.checkpoint.uri must lie "
-        "at or below one of them.",
+        description="s3://bucket/ or s3://bucket/path/ (at most 16, of 256 characters each): a job's "
+        "spec.checkpoint.uri must lie at or below one of them.",
     )
 
 
@@ -134,8 +134,8 @@ class IdleRules(ApiModel):
 
 
 class AcceleratorPolicySpec(ApiModel):
-    """Bounds: 256 budgets and access rules (16 prefixes per checkpoint rule), 64 reserved names,
-    at most 65536 devices per job."""
+    """Bounds: 256 budgets and pool access rules, 64 checkpoint access rules (16 prefixes each),
+    64 reserved names, at most 65536 devices per job."""
 
     spot: SpotRules = Field(default_factory=SpotRules)
     budgets: list[Budget] = Field(default_factory=list, max_length=bounds.POLICY_ITEMS)
@@ -146,7 +146,7 @@ class AcceleratorPolicySpec(ApiModel):
     )
     checkpoint_access: list[CheckpointAccess] = Field(
         default_factory=list,
-        max_length=bounds.POLICY_ITEMS,
+        max_length=bounds.CHECKPOINT_ACCESS_ITEMS,
         description="The S3 prefixes each team may checkpoint under; empty: any (set it: the operator lists "
         "a job's s3:// checkpoints with its own credentials). pvc:// checkpoints are not governed.",
     )

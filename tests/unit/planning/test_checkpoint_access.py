@@ -105,12 +105,12 @@ def test_a_refusal_names_the_field_the_team_and_the_allowed_prefixes() -> None:
 
 
 def test_a_refusal_stays_bounded_with_many_long_prefixes() -> None:
-    long = [f"s3://b/{'x' * 1000}{i}/" for i in range(16)]
-    pol = _policy(*({"teams": ["research"], "prefixes": long} for _ in range(256)))
+    long = [f"s3://b/{'x' * 240}{i}/" for i in range(16)]
+    pol = _policy(*({"teams": ["research"], "prefixes": long} for _ in range(64)))
     (v,) = policy.evaluate(_job(f"s3://c/{'y' * 1000}"), "research", [pol])
     text = str(v)
     assert len(text) < 1000
-    assert "and 4092 more" in text
+    assert "and 1020 more" in text
 
 
 @pytest.mark.parametrize(
@@ -128,7 +128,7 @@ def test_a_refusal_stays_bounded_with_many_long_prefixes() -> None:
         "s3://b/%2e%2E/x",
         "s3://b/x\\y",
         "s3://b/\x00",
-        "s3://b/" + "x" * 1024,
+        "s3://b/" + "x" * 250,  # 257 characters
     ],
 )
 def test_a_malformed_prefix_is_refused(prefix: str) -> None:
@@ -145,7 +145,7 @@ def test_rule_and_prefix_lists_are_bounded() -> None:
     with pytest.raises(ValidationError):
         _policy({"teams": ["research"], "prefixes": [f"s3://b/{i}" for i in range(17)]})
     with pytest.raises(ValidationError):
-        _policy(*({"teams": ["research"], "prefixes": ["s3://b"]} for _ in range(257)))
+        _policy(*({"teams": ["research"], "prefixes": ["s3://b"]} for _ in range(65)))
     with pytest.raises(ValidationError):
         _policy({"teams": [], "prefixes": ["s3://b"]})
 
