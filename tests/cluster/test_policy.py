@@ -355,3 +355,39 @@ def test_without_the_webhook_the_reconciler_refuses_another_teams_prefix(
         return s if "PolicyCompliant" not in {c["type"] for c in s.get("conditions") or []} else None
 
     wait_for(compliant, timeout=60, what="the job re-decided under the granted prefix")
+
+
+@pytest.mark.parametrize(
+    ("prefix", "why"),
+    [
+        ("s3://b/a//", "must name one directory"),
+        ("s3://b/teams/../other/", "must name one directory"),
+        ("s3://b/%2e%2e/x", "must name one directory"),
+        ("gs://b/x", "should match"),
+        ("s3://b/" + "x" * 250, "Too long"),
+    ],
+)
+def test_the_api_server_refuses_a_malformed_checkpoint_prefix(
+    api: client.ApiClient, crds: list[str], namespace: str, prefix: str, why: str
+) -> None:
+    """The CRD's pattern, length and CEL rule, with no webhook and no operator: the models refuse the same."""
+    custom = client.CustomObjectsApi(api)
+
+    def doc(p: str) -> dict[str, Any]:
+        spec = {"checkpointAccess": [{"teams": ["research"], "prefixes": [p]}]}
+        return {
+            "apiVersion": v.API_VERSION,
+            "kind": "AcceleratorPolicy",
+            "metadata": {"name": f"p-{namespace}"},
+            "spec": spec,
+        }
+
+    with pytest.raises(client.ApiException) as info:
+        custom.create_cluster_custom_object(v.GROUP, v.VERSION, registry.POLICY.plural, doc(prefix), dry_run="All")
+    assert info.value.status == 422
+    assert "spec.checkpointAccess[0].prefixes[0]" in str(info.value.body) and why in str(info.value.body), (
+        info.value.body
+    )
+    custom.create_cluster_custom_object(
+        v.GROUP, v.VERSION, registry.POLICY.plural, doc("s3://b/teams/ml/"), dry_run="All"
+    )
