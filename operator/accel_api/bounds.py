@@ -42,6 +42,12 @@ SELECTOR_ITEMS: Final = 32  # node selector entries, tolerations
 NAME_LIST_ITEMS: Final = 64  # pools or accelerator ids a job names
 POLICY_ITEMS: Final = 256  # budgets, pool access rules, teams/pools per rule
 RESERVED_ENV_ITEMS: Final = 64  # names a policy adds to the reserved environment
+# checkpointAccess: rules, prefixes per rule, and a prefix's length (a bucket of 63 and a path). Each
+# prefix carries a CEL rule, whose cost the API server estimates over every item: 256 rules of 16
+# prefixes of 1024 characters were 3.5 times its budget; 64 of 16 of 256 are well within it.
+CHECKPOINT_ACCESS_ITEMS: Final = 64
+CHECKPOINT_PREFIX_ITEMS: Final = 16
+CHECKPOINT_PREFIX_LENGTH: Final = 256
 CONDITIONS_ITEMS: Final = 16
 STATUS_ALTERNATIVES: Final = 20  # status.plan.alternatives: one per pool, the best first
 STATUS_PREEMPTION_TIMES: Final = 16  # status.spot.recentPreemptions: enough for any fallback window rule

@@ -23,6 +23,14 @@ CHECKPOINT_URI: Final = (
 # A checkpoint path that would leave its prefix or claim once normalised: a "." or ".." segment
 # (also percent-encoded) or an empty segment ("a//b"). A single trailing "/" is allowed.
 CHECKPOINT_ESCAPE: Final = r"^[a-z0-9]+://[^/]*(/[^/]*)*/(\.|\.\.|%2[eE]|%2[eE]%2[eE]|\.%2[eE]|%2[eE]\.)?(/|$)"
+# A policy's checkpoint prefix: an S3 bucket, optionally a path (a trailing "/" allowed: the
+# prefix is a directory either way, matched segment by segment).
+CHECKPOINT_PREFIX: Final = r"^s3://[a-z0-9]([-.a-z0-9]{0,61}[a-z0-9])?(/[^\x00-\x1f\x7f\\]*)?$"
+# A prefix that would not say which directory it is: a "." or ".." segment (also percent-encoded)
+# or an empty segment anywhere but a single trailing "/" ("s3://b/a//", "s3://b//a").
+CHECKPOINT_PREFIX_ESCAPE: Final = (
+    r"^[a-z0-9]+://[^/]*(/[^/]*)*/((\.|\.\.|%2[eE]|%2[eE]%2[eE]|\.%2[eE]|%2[eE]\.)(/|$)|/)"
+)
 # A duration that adds up to nothing ("0s", "0h0m"): refused by the CRD beside DURATION.
 ZERO_DURATION: Final = r"^(0+(\.0+)?(d|h|m|s))+$"
 ENV_NAME: Final = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
@@ -41,6 +49,7 @@ EXPLAINED: Final[dict[str, str]] = {
     RESERVED_ENV_NAME: "must be an environment variable name, or a prefix ending in * (e.g. MY_SECRET or MY_*)",
     DURATION: "must be a duration such as 90m, 36h, 2d or 1h30m",
     CHECKPOINT_URI: "must be s3://bucket/prefix or pvc://claim/path (no control characters or backslashes)",
+    CHECKPOINT_PREFIX: "must be s3://bucket/ or s3://bucket/path/ (no control characters or backslashes)",
     ENV_NAME: "must be an environment variable name (letters, digits, '_', '-', '.'; not starting with a digit)",
     TPU_TOPOLOGY: "must be a TPU topology such as 2x4 or 4x4x4 (every dimension 1 to 9999)",
 }

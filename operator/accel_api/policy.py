@@ -1,14 +1,16 @@
 """AcceleratorPolicy: the platform team's rules, enforced at admission (cluster-scoped).
 
 Spot jobs must checkpoint often enough to an allowed place; teams have budgets per period;
-teams may use only the pools granted to them. Several policies combine: every rule applies.
+teams may use only the pools granted to them, and checkpoint only under the S3 prefixes granted
+to them. Several policies combine: every rule applies.
 """
 
+import re
 from typing import Annotated, Literal
 
-from pydantic import BeforeValidator, Field
+from pydantic import AfterValidator, BeforeValidator, Field
 
-from accel_api import bounds, patterns
+from accel_api import bounds, errors, patterns
 from accel_api.base import ApiModel, Conditions, Resource
 from accel_api.enums import BudgetAction, BudgetPeriod, IdleAction
 
@@ -54,6 +56,47 @@ class PoolAccess(ApiModel):
     )
 
 
+_PREFIX_ESCAPE_MESSAGE = (
+    "must name one directory: no '.', '..' (also %2e) or empty path segments, only a single trailing '/'"
+)
+
+
+def _one_directory(prefix: str) -> str:
+    if re.search(patterns.CHECKPOINT_PREFIX_ESCAPE, prefix):
+        raise ValueError(f"{_PREFIX_ESCAPE_MESSAGE} (got {errors.clip(prefix)})")
+    return prefix
+
+
+CheckpointPrefix = Annotated[
+    str,
+    Field(
+        min_length=len("s3://") + 1,
+        max_length=bounds.CHECKPOINT_PREFIX_LENGTH,
+        pattern=patterns.CHECKPOINT_PREFIX,
+        json_schema_extra=patterns.refused_in_crd(patterns.CHECKPOINT_PREFIX_ESCAPE, _PREFIX_ESCAPE_MESSAGE),
+    ),
+    AfterValidator(_one_directory),
+]
+
+
+class CheckpointAccess(ApiModel):
+    """S3 prefixes the teams may checkpoint under. The operator lists a job's ``s3://`` checkpoint
+    URI with its own credentials to find the resume point: without these rules a tenant could
+    name another team's bucket (an oracle on its contents, and a planted complete step resumed
+    by a job of theirs). Matched segment by segment: ``s3://b/teams/ml`` grants
+    ``s3://b/teams/ml/run`` but not ``s3://b/teams/ml-other/run``."""
+
+    teams: list[Annotated[str, Field(max_length=bounds.DNS_LABEL_LENGTH, pattern=patterns.TEAM_OR_ANY)]] = Field(
+        min_length=1, max_length=bounds.POLICY_ITEMS, description="Team names, or * for every team."
+    )
+    prefixes: list[CheckpointPrefix] = Field(
+        min_length=1,
+        max_length=bounds.CHECKPOINT_PREFIX_ITEMS,
+        description="s3://bucket/ or s3://bucket/path/ (at most 16, of 256 characters each): a job's "
+        "spec.checkpoint.uri must lie at or below one of them.",
+    )
+
+
 class ConsolidationRules(ApiModel):
     """Whether the operator may move running jobs to make room for a gang that fragmentation keeps
     waiting (checkpoint now, end the attempt, resume elsewhere). Several policies combine strictly:
@@ -91,7 +134,8 @@ class IdleRules(ApiModel):
 
 
 class AcceleratorPolicySpec(ApiModel):
-    """Bounds: 256 budgets and access rules, 64 reserved names, at most 65536 devices per job."""
+    """Bounds: 256 budgets and pool access rules, 64 checkpoint access rules (16 prefixes each),
+    64 reserved names, at most 65536 devices per job."""
 
     spot: SpotRules = Field(default_factory=SpotRules)
     budgets: list[Budget] = Field(default_factory=list, max_length=bounds.POLICY_ITEMS)
@@ -99,6 +143,12 @@ class AcceleratorPolicySpec(ApiModel):
         default_factory=list,
         max_length=bounds.POLICY_ITEMS,
         description="Empty: every team may use every pool.",
+    )
+    checkpoint_access: list[CheckpointAccess] = Field(
+        default_factory=list,
+        max_length=bounds.CHECKPOINT_ACCESS_ITEMS,
+        description="The S3 prefixes each team may checkpoint under; empty: any (set it: the operator lists "
+        "a job's s3:// checkpoints with its own credentials). pvc:// checkpoints are not governed.",
     )
     consolidation: ConsolidationRules | None = Field(
         default=None, description="Moving running jobs so a fragmented pool fits a gang; absent: propose only."

@@ -18,7 +18,7 @@ import kopf
 
 from accel_api import catalog as catalog_mod
 from accel_operator import handlers, logs, metrics_server
-from accel_operator.adapters.aws.checkpoints import S3CheckpointStore
+from accel_operator.adapters.aws.checkpoints import Limits, S3CheckpointStore
 from accel_operator.adapters.aws.interruptions import SqsInterruptionQueue
 from accel_operator.adapters.gcp.tpu import GoogleTpuNodes
 from accel_operator.adapters.kube.client import api_client
@@ -97,7 +97,7 @@ def build_context(settings: OperatorSettings) -> OperatorContext:
         checkpoints=S3CheckpointStore.connect(
             region=settings.s3_region,
             endpoint_url=settings.s3_endpoint_url,
-            timeout=settings.checkpoint_lookup_timeout_seconds,
+            limits=Limits(settings.checkpoint_lookup_timeout_seconds, settings.checkpoint_lookup_max_requests),
         ),
     )
 

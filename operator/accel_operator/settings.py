@@ -177,7 +177,18 @@ class OperatorSettings(BaseSettings):
     )
     s3_region: str | None = Field(default=None, max_length=64, description="Region of the checkpoint buckets.")
     checkpoint_lookup_timeout_seconds: float = Field(
-        default=10.0, gt=0, le=300, description="One lookup of a job's latest complete checkpoint, at most."
+        default=10.0,
+        gt=0,
+        le=300,
+        description="One lookup of a job's latest complete checkpoint, at most: no request starts after it, "
+        "and each has a quarter of it to connect and to read, so the lookup's thread ends by 1.5 times it.",
+    )
+    checkpoint_lookup_max_requests: int = Field(
+        default=64,
+        ge=2,
+        le=10_000,
+        description="S3 requests one lookup may make (list pages of 1000 steps and marker checks together); "
+        "a prefix that needs more is reported on the job, which waits.",
     )
     spot_fallback_preemptions: int = Field(
         default=3,

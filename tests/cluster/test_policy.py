@@ -263,3 +263,131 @@ def test_a_budget_queues_and_a_policy_change_never_stops_a_running_job(
             assert workloads_of(api, namespace, "runs")
         finally:
             custom.delete_cluster_custom_object(v.GROUP, v.VERSION, registry.POLICY.plural, name)
+
+
+# --- issue 25, finding 10: a team checkpoints to S3 only under its own prefixes -------------------
+
+
+def _grant_prefixes(api: client.ApiClient, pol: str, bucket: str) -> None:
+    """The policy grants research and serving a prefix each in one shared bucket."""
+    rules = [
+        {"teams": ["research"], "prefixes": [f"s3://{bucket}/teams/research/"]},
+        {"teams": ["serving"], "prefixes": [f"s3://{bucket}/teams/serving/"]},
+    ]
+    client.CustomObjectsApi(api).patch_cluster_custom_object(
+        v.GROUP, v.VERSION, registry.POLICY.plural, pol, {"spec": {"checkpointAccess": rules}}
+    )
+    stored = client.CustomObjectsApi(api).get_cluster_custom_object(v.GROUP, v.VERSION, registry.POLICY.plural, pol)
+    assert stored["spec"].get("checkpointAccess") == rules, "the CRD keeps the rules"
+
+
+def _checkpointing(namespace: str, name: str, pool: str, uri: str) -> dict[str, Any]:
+    return job_doc(namespace, pool, name=name, checkpoint={"uri": uri, "intervalMinutes": 30})
+
+
+def test_a_checkpoint_outside_the_teams_prefixes_is_refused(
+    api: client.ApiClient, namespace: str, policy: dict[str, Any], operator_with_webhook: Any
+) -> None:
+    pol, mine, bucket = policy["metadata"]["name"], f"r-{namespace}", f"ckpt-{namespace}"
+    _grant_prefixes(api, pol, bucket)
+    custom = client.CustomObjectsApi(api)
+
+    def dry_run(doc: dict[str, Any]) -> str | None:
+        """None when the API server (and the webhook) would create it; else the refusal."""
+        try:
+            custom.create_namespaced_custom_object(
+                v.GROUP, v.VERSION, namespace, registry.JOB.plural, doc, dry_run="All"
+            )
+        except client.ApiException as exc:
+            return str(exc.body)
+        return None
+
+    # The webhook's policy index may lag the patch for a moment: asked again until it refuses.
+    theirs = _checkpointing(namespace, "theirs", mine, f"s3://{bucket}/teams/serving/run")
+    body = wait_for(lambda: dry_run(theirs), timeout=30, what="the webhook refusing serving's prefix")
+    assert "denied the request" in body, body
+    assert (
+        f"spec.checkpoint.uri: team 'research' may not checkpoint to 's3://{bucket}/teams/serving/run': it is "
+        f"under none of the team's 1 allowed prefix(es) by policy '{pol}' (rule checkpoint-prefix); fix: "
+        f"checkpoint under a prefix granted to team 'research': 's3://{bucket}/teams/research/'"
+    ) in body, body
+    # A sibling that shares the letters, and a path that would climb out, are outside too.
+    for i, uri in enumerate((f"s3://{bucket}/teams/research-old/run", f"s3://{bucket}-x/teams/research/run")):
+        refusal = dry_run(_checkpointing(namespace, f"sibling-{i}", mine, uri))
+        assert refusal is not None and "(rule checkpoint-prefix)" in refusal, (uri, refusal)
+    escape = dry_run(_checkpointing(namespace, "escape", mine, f"s3://{bucket}/teams/research/../serving/run"))
+    assert escape is not None and "must stay inside its bucket or claim" in escape, escape  # the CRD's own rule
+    # Its own prefix is created.
+    assert dry_run(_checkpointing(namespace, "ours", mine, f"s3://{bucket}/teams/research/run")) is None
+    assert not custom.list_namespaced_custom_object(v.GROUP, v.VERSION, namespace, registry.JOB.plural)["items"]
+
+
+def test_without_the_webhook_the_reconciler_refuses_another_teams_prefix(
+    api: client.ApiClient, core: client.CoreV1Api, namespace: str, policy: dict[str, Any], operator: Any
+) -> None:
+    pol, mine, bucket = policy["metadata"]["name"], f"r-{namespace}", f"ckpt-{namespace}"
+    assert not webhooks.configured(api), "no webhook in this test"
+    _grant_prefixes(api, pol, bucket)
+    create_job(api, _checkpointing(namespace, "theirs", mine, f"s3://{bucket}/teams/serving/run"))
+    st = wait_phase(api, namespace, "theirs", "Unschedulable", timeout=60)
+    cond = {c["type"]: c for c in st["conditions"]}["PolicyCompliant"]
+    assert (cond["status"], cond["reason"]) == ("False", "PolicyViolation"), cond
+    assert cond["message"].startswith(
+        f"spec.checkpoint.uri: team 'research' may not checkpoint to 's3://{bucket}/teams/serving/run'"
+    ), cond
+    assert f"by policy '{pol}' (rule checkpoint-prefix)" in cond["message"], cond
+    assert f"'s3://{bucket}/teams/research/'" in cond["message"], cond
+    wait_for(
+        functools.partial(_has_event, core, namespace, "theirs", "PolicyViolation"),
+        timeout=30,
+        what="the PolicyViolation event",
+    )
+    assert not workloads_of(api, namespace, "theirs")
+
+    # The platform team grants research that prefix too: the job is planned.
+    rules = [{"teams": ["research"], "prefixes": [f"s3://{bucket}/teams/research/", f"s3://{bucket}/teams/serving/"]}]
+    client.CustomObjectsApi(api).patch_cluster_custom_object(
+        v.GROUP, v.VERSION, registry.POLICY.plural, pol, {"spec": {"checkpointAccess": rules}}
+    )
+
+    def compliant() -> dict[str, Any] | None:
+        s = status(api, namespace, "theirs")
+        return s if "PolicyCompliant" not in {c["type"] for c in s.get("conditions") or []} else None
+
+    wait_for(compliant, timeout=60, what="the job re-decided under the granted prefix")
+
+
+@pytest.mark.parametrize(
+    ("prefix", "why"),
+    [
+        ("s3://b/a//", "must name one directory"),
+        ("s3://b/teams/../other/", "must name one directory"),
+        ("s3://b/%2e%2e/x", "must name one directory"),
+        ("gs://b/x", "should match"),
+        ("s3://b/" + "x" * 250, "Too long"),
+    ],
+)
+def test_the_api_server_refuses_a_malformed_checkpoint_prefix(
+    api: client.ApiClient, crds: list[str], namespace: str, prefix: str, why: str
+) -> None:
+    """The CRD's pattern, length and CEL rule, with no webhook and no operator: the models refuse the same."""
+    custom = client.CustomObjectsApi(api)
+
+    def doc(p: str) -> dict[str, Any]:
+        spec = {"checkpointAccess": [{"teams": ["research"], "prefixes": [p]}]}
+        return {
+            "apiVersion": v.API_VERSION,
+            "kind": "AcceleratorPolicy",
+            "metadata": {"name": f"p-{namespace}"},
+            "spec": spec,
+        }
+
+    with pytest.raises(client.ApiException) as info:
+        custom.create_cluster_custom_object(v.GROUP, v.VERSION, registry.POLICY.plural, doc(prefix), dry_run="All")
+    assert info.value.status == 422
+    assert "spec.checkpointAccess[0].prefixes[0]" in str(info.value.body) and why in str(info.value.body), (
+        info.value.body
+    )
+    custom.create_cluster_custom_object(
+        v.GROUP, v.VERSION, registry.POLICY.plural, doc("s3://b/teams/ml/"), dry_run="All"
+    )

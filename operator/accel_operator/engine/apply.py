@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
+import threading
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -55,6 +56,9 @@ T = TypeVar("T")
 
 # How long a workload this process created stands in for the watch that has not shown it yet.
 CREATED_TTL_SECONDS = 60.0
+# Checkpoint lookups whose thread has not ended (a store that did not bound itself); a new one
+# waits (the job, with the reason) until fewer remain. Lookups are rare: one per new attempt.
+LOOKUP_THREADS = 8
 
 
 def _int(text: str | None) -> int:
@@ -110,6 +114,8 @@ class Applier:
     node_acting: dict[tuple[str, str], float] = field(default_factory=dict)
     # The answer of the last checkpoint lookup per job (for one attempt): what the next decision reads.
     lookups: dict[JobKey, resume.Lookup] = field(default_factory=dict)
+    # Threads of checkpoint lookups that may still run (one whose wait timed out): at most LOOKUP_THREADS.
+    lookup_threads: set[threading.Thread] = field(default_factory=set)
     closed: bool = False  # the operator is stopping: nothing new is started
     # (namespace, name, kind) -> (monotonic time of a delete this process sent, a decision's or
     # the sweep's; its job): the sweep does not send it again until the watch shows it gone (or the TTL).
@@ -362,18 +368,32 @@ class Applier:
         await self._record(stray.job, ref, [act.RecordEvent("Warning", "StrayDeleted", stray.message)])
 
     async def _resolve(self, key: JobKey, action: act.ResolveCheckpoint) -> None:
-        """Look up the latest complete checkpoint in a thread, within the settings' timeout; the
-        answer (or the error) goes to the next decision of this job, and only this job waits."""
+        """Look up the latest complete checkpoint in a thread of its own; the answer (or the error)
+        goes to the next decision of this job, and only this job waits.
+
+        The store bounds itself (the S3 store: a deadline of ``checkpoint_lookup_timeout_seconds``
+        and the client's own timeouts, so it ends within 1.5 times it), and this waits until its
+        thread has ended: nothing is left running. The wait here is only a backstop, at twice the
+        timeout, for a store that does not bound itself; a thread it leaves behind still counts
+        against ``LOOKUP_THREADS``, so such threads cannot pile up."""
         found, error = None, None
-        timeout = self.engine.settings.checkpoint_lookup_timeout_seconds
+        backstop = 2 * self.engine.settings.checkpoint_lookup_timeout_seconds + 0.1
+        self.lookup_threads = {t for t in self.lookup_threads if t.is_alive()}
         if self.checkpoints is None:
             error = "no checkpoint store is configured"
+        elif len(self.lookup_threads) >= LOOKUP_THREADS:
+            error = f"{len(self.lookup_threads)} earlier checkpoint lookups have not ended yet"
         else:
             try:
-                async with asyncio.timeout(timeout):
-                    found = await asyncio.to_thread(self.checkpoints.latest_complete, action.uri)
+                async with asyncio.timeout(backstop):
+                    found = await calls.in_own_thread(
+                        self.checkpoints.latest_complete,
+                        action.uri,
+                        name=f"accel-lookup-{key[0]}/{key[1]}"[:64],
+                        started=self.lookup_threads.add,
+                    )
             except TimeoutError:
-                error = f"no answer within {timeout:.0f}s"
+                error = f"no answer within {backstop:g}s (the lookup's thread is left to end by itself)"
             except (CloudUnavailable, ValueError) as exc:
                 error = str(exc)[:300]
         if error is not None:

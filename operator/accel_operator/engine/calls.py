@@ -23,6 +23,10 @@ the write's thread, just before the call goes out, so a write queued before the 
 leader paused past its Lease, a burst still draining) is dropped instead of landing after the new
 leader's writes.
 
+A checkpoint lookup (S3, with a deadline of its own) runs in a thread of its own
+(:func:`in_own_thread`), awaited until that thread has ended: a pooled thread that outlived its
+caller's timeout would be invisible, and a hung call would hold a pool's thread for good.
+
 ``EVENT_THREADS + 1`` connections beyond the writes' are what the API client's pool needs
 (``app.build_context``): a thread without a pooled connection opens and discards one per call.
 """
@@ -33,8 +37,9 @@ import asyncio
 import contextlib
 import heapq
 import itertools
+import threading
 from collections.abc import AsyncIterator, Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -81,6 +86,38 @@ def fenced(leading: Callable[[], bool], fn: Callable[..., T]) -> Callable[..., T
         return fn(*args)
 
     return call
+
+
+# How long the awaiting task waits for a thread whose call has returned to end (it has only to
+# return from its wrapper): the answer is not handed on while the thread still runs.
+JOIN_SECONDS = 1.0
+
+
+async def in_own_thread(
+    fn: Callable[..., T], *args: object, name: str, started: Callable[[threading.Thread], None] | None = None
+) -> T:
+    """``fn(*args)`` in a new daemon thread named ``name``; returns (or raises) once the call has
+    returned and its thread has ended. ``started`` is told the thread, so a caller that stops
+    waiting (a timeout cancels this) can still see whether it ends."""
+    outcome: Future[T] = Future()
+
+    def run() -> None:
+        if not outcome.set_running_or_notify_cancel():
+            return  # the caller stopped waiting before the thread began: nothing to do
+        try:
+            outcome.set_result(fn(*args))
+        except Exception as exc:  # noqa: BLE001 - handed to the awaiting task, which decides
+            outcome.set_exception(exc)
+
+    thread = threading.Thread(target=run, name=name, daemon=True)
+    thread.start()
+    if started is not None:
+        started(thread)
+    try:
+        return await asyncio.wrap_future(outcome)
+    finally:
+        if outcome.done():  # answered or raised: its thread is ending. Else the caller stopped waiting, and watches it
+            thread.join(JOIN_SECONDS)
 
 
 # Slot priorities: lower goes first.

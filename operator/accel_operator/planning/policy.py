@@ -18,6 +18,10 @@ Several policies combine: every rule of every policy applies, and each breach is
 - ``max-devices``: ``minDevices`` (and an explicit ``maxDevices``) within ``maxDevicesPerJob``;
   a job that leaves ``maxDevices`` unset is capped by the planner (:func:`device_cap`), not refused;
 - ``reserved-env``: no env name the policy reserves;
+- ``checkpoint-prefix``: an ``s3://`` ``spec.checkpoint.uri`` lies at or below a prefix the
+  policy's ``checkpointAccess`` grants the job's team (a policy without those rules allows any;
+  ``pvc://`` claims live in the job's own namespace and are not governed). Matched on normalised
+  URIs, segment by segment (:func:`checkpoint_within`);
 - ``budget-exceeds-limit``: the job's ``maxCost`` alone is over its team's budget (refused);
 - ``policy-invalid``: a stored policy the models refuse (:class:`BrokenPolicy`) fails closed: every
   job it would govern is refused until the policy is fixed (else its budgets, grants, device cap
@@ -30,7 +34,8 @@ Several policies combine: every rule of every policy applies, and each breach is
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
+from urllib.parse import unquote
 
 from pydantic import ValidationError
 
@@ -61,7 +66,7 @@ class Violation:
 
 # The keys of a policy's spec whose rules apply only to the teams they name; every other rule
 # (spot, maxDevicesPerJob, reservedEnv, consolidation) applies to every job.
-_TEAM_SCOPED = frozenset({"budgets", "poolAccess", "idle"})
+_TEAM_SCOPED = frozenset({"budgets", "poolAccess", "checkpointAccess", "idle"})
 BROKEN_PROBLEMS = 3  # problems a BrokenPolicy keeps (each clipped), for its condition and the jobs' messages
 
 
@@ -107,7 +112,11 @@ def _named_teams(spec: Any) -> frozenset[str] | None:
     if not isinstance(spec, Mapping) or not set(spec) <= _TEAM_SCOPED:
         return None
     names: list[Any] = []
-    for key, field, many in (("budgets", "team", False), ("poolAccess", "teams", True)):
+    for key, field, many in (
+        ("budgets", "team", False),
+        ("poolAccess", "teams", True),
+        ("checkpointAccess", "teams", True),
+    ):
         items = spec.get(key, [])
         if not isinstance(items, list) or not all(isinstance(i, Mapping) for i in items):
             return None
@@ -188,6 +197,7 @@ def evaluate(
         out.extend(_pool_access(job, pol.spec, name, pools))
         out.extend(_devices(job, pol.spec, name))
         out.extend(_env(job, pol.spec, name))
+        out.extend(_checkpoint_access(job, pol.spec, name))
         out.extend(_budgets(job, pol.spec, name, spent or {}))
     return out
 
@@ -364,6 +374,74 @@ def _env(job: AcceleratorJobSpec, spec: AcceleratorPolicySpec, name: str) -> lis
         )
         for i, var in enumerate(job.env)
         if vocabulary.is_reserved_env(var.name, spec.reserved_env)
+    ]
+
+
+# Prefixes spelled out in a checkpoint-prefix refusal; the rest are counted.
+PREFIXES_SHOWN: Final = 4
+_GOVERNED_SCHEME: Final = "s3"
+
+
+def _segments(uri: str) -> tuple[str, str, tuple[str, ...]] | None:
+    """``s3://b/a/b/`` -> ``("s3", "b", ("a", "b"))``; None for a URI that names no one place: no
+    scheme or bucket, or an empty, ``.`` or ``..`` segment, or one that decodes to such a segment or
+    holds ``/`` or ``\\`` once percent-decoded (tools that decode would read another path than
+    the one compared). A single trailing ``/`` is dropped: a prefix is a directory either way."""
+    scheme, sep, rest = uri.partition("://")
+    bucket, _, path = rest.partition("/")
+    if not sep or not scheme or not bucket:
+        return None
+    parts = path.split("/") if path else []
+    if parts and parts[-1] == "":
+        parts.pop()
+    for part in parts:
+        decoded = unquote(part)
+        if decoded in ("", ".", "..") or "/" in decoded or "\\" in decoded:
+            return None
+    return scheme, bucket, tuple(parts)
+
+
+def checkpoint_within(uri: str, prefix: str) -> bool:
+    """Whether ``uri`` is ``prefix`` or lies below it: the same scheme and bucket, and the prefix's
+    path segments are the first segments of the URI's, compared exactly as S3 keys are (so
+    ``s3://b/team`` holds ``s3://b/team/run`` but not ``s3://b/team-other/run`` nor ``s3://bb/team``).
+    A URI or prefix that does not normalise (:func:`_segments`) is within nothing."""
+    u, p = _segments(uri), _segments(prefix)
+    if u is None or p is None or u[:2] != p[:2]:
+        return False
+    return u[2][: len(p[2])] == p[2]
+
+
+def checkpoint_prefixes(team: str, spec: AcceleratorPolicySpec) -> list[str] | None:
+    """The checkpoint prefixes ``spec`` grants ``team``, in the policy's order; None: no rules."""
+    if not spec.checkpoint_access:
+        return None
+    return [p for rule in spec.checkpoint_access if team in rule.teams or ANY in rule.teams for p in rule.prefixes]
+
+
+def _checkpoint_access(job: AcceleratorJobSpec, spec: AcceleratorPolicySpec, name: str) -> list[Violation]:
+    ckpt = job.checkpoint
+    if ckpt is None or ckpt.scheme != _GOVERNED_SCHEME:
+        return []
+    granted = checkpoint_prefixes(job.team, spec)
+    if granted is None or any(checkpoint_within(ckpt.uri, p) for p in granted):
+        return []
+    team = errors.clip(job.team)
+    if not granted:
+        fix = f"ask the platform team for a checkpoint prefix for team {team} (checkpointAccess)"
+    else:
+        shown = ", ".join(errors.clip(p) for p in granted[:PREFIXES_SHOWN])
+        more = f" and {len(granted) - PREFIXES_SHOWN} more" if len(granted) > PREFIXES_SHOWN else ""
+        fix = f"checkpoint under a prefix granted to team {team}: {shown}{more}"
+    return [
+        Violation(
+            "spec.checkpoint.uri",
+            "checkpoint-prefix",
+            name,
+            f"team {team} may not checkpoint to {errors.clip(ckpt.uri)}: it is under none of the team's "
+            f"{len(granted)} allowed prefix(es)",
+            fix,
+        )
     ]
 
 

@@ -2,6 +2,7 @@
 
 import datetime as dt
 
+from accel_api import bounds
 from accel_api import vocabulary as v
 from accel_operator.reconcile.common.checkpoints import Checkpoint, by_step_descending, newest, reported, step_of
 
@@ -16,6 +17,18 @@ def test_step_of_reads_only_step_names() -> None:
     assert step_of("step-١٢") is None  # non-ASCII digits
     assert step_of("latest") is None
     assert step_of("120") is None
+
+
+def test_a_step_beyond_what_status_holds_is_not_plausible() -> None:
+    """``status.lastCheckpoint.step`` holds at most 2^53: a larger step is never chosen, else its
+    status write would be refused on every pass and the job never resume."""
+    assert step_of(f"step-{bounds.GENERATION_MAX}") == bounds.GENERATION_MAX
+    assert step_of(f"step-{bounds.GENERATION_MAX + 1}") is None
+    assert step_of("step-999999999999999999") is None
+    assert by_step_descending(["step-999999999999999999", "step-3"]) == [["step-3"]]
+    huge = {v.ANNOTATION_CHECKPOINT: "pvc://c/r/step-3", v.ANNOTATION_CHECKPOINT_STEP: "999999999999999999"}
+    got = reported(huge, T0)
+    assert got is not None and got.step == 3  # the step read from the path instead
 
 
 def test_newest_complete_step_wins_ties_by_time() -> None:

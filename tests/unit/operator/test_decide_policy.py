@@ -80,6 +80,13 @@ def _running(name: str, pool: str, conditions: list[dict[str, Any]] | None = Non
             "spec.maxCost",
         ),
         ({}, "serving", {}, "namespace-team", "spec.team"),
+        (
+            {"checkpointAccess": [{"teams": ["research"], "prefixes": ["s3://bucket/research/"]}]},
+            None,
+            CKPT,
+            "checkpoint-prefix",
+            "spec.checkpoint.uri",
+        ),
     ],
 )
 def test_a_job_that_breaks_a_policy_is_not_admitted(
@@ -183,6 +190,22 @@ def test_an_exhausted_budget_does_not_hold_back_the_next_attempt_of_a_job_that_r
     assert d.phase is JobPhase.ADMITTED
     cond = _cond(d, "PolicyCompliant")
     assert cond is not None and cond[1] == "PolicyChanged" and "(rule budget-exhausted)" in cond[2]
+
+
+def test_a_resuming_job_outside_its_checkpoint_prefixes_is_refused_before_any_lookup() -> None:
+    """The S3 listing is the operator's, with its credentials: a job whose checkpoint URI a policy
+    no longer grants its team (a preempted attempt after the policy changed) is refused first, so
+    its next attempt never lists another team's prefix."""
+    w = World().pool("p").policy("platform", checkpointAccess=[{"teams": ["research"], "prefixes": ["s3://mine"]}])
+    resumed = w.job("a", "p", devices=8, status={"phase": "Pending", "attempt": 1, "preemptions": 1}, **CKPT)
+    d = decide(resumed, w.snapshot(), T0)
+    assert d.phase is JobPhase.UNSCHEDULABLE
+    assert not any(isinstance(a, act.ResolveCheckpoint) for a in d.actions)
+    cond = _cond(d, "PolicyCompliant")
+    assert cond is not None and "(rule checkpoint-prefix)" in cond[2] and "'s3://mine'" in cond[2]
+    allowed = World().pool("p").policy("platform", checkpointAccess=[{"teams": ["*"], "prefixes": ["s3://bucket"]}])
+    again = allowed.job("a", "p", devices=8, status={"phase": "Pending", "attempt": 1, "preemptions": 1}, **CKPT)
+    assert any(isinstance(a, act.ResolveCheckpoint) for a in decide(again, allowed.snapshot(), T0).actions)
 
 
 def test_an_exhausted_budget_that_says_refuse_refuses() -> None:

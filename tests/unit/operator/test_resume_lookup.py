@@ -4,16 +4,22 @@ error and its timeout reach the next decision of that job only."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
+import time
+
+import pytest
 
 from accel_api import vocabulary as v
-from accel_operator.adapters.aws.checkpoints import FakeCheckpointStore
+from accel_operator.adapters.aws.checkpoints import FakeCheckpointStore, Limits, S3CheckpointStore
 from accel_operator.adapters.aws.errors import CloudUnavailable
 from accel_operator.adapters.kube import views
 from accel_operator.reconcile.common import actions as act
 from accel_operator.reconcile.common.checkpoints import Checkpoint
 from accel_operator.settings import OperatorSettings
+from tests.support.moto_server import CREDENTIALS
 from tests.support.reconcile import T0, World
+from tests.unit.operator.test_aws_checkpoints import silent_endpoint
 
 ASK = act.ResolveCheckpoint(1, "s3://b/run")
 
@@ -68,6 +74,68 @@ def test_a_lookup_that_hangs_ends_at_the_timeout() -> None:
         release.set()
     error = w.scheduler.applier.lookups[("ns", "a")].error
     assert error is not None and "no answer within" in error
+
+
+def test_a_timed_out_lookup_leaves_no_thread_running(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The real S3 store against an endpoint that never answers: the lookup ends by its own
+    bound, in its own thread, and when the job has its answer no thread of it is left (before,
+    the wait gave up at the timeout and the executor's thread went on with boto3's retries)."""
+    for key, value in CREDENTIALS.items():
+        monkeypatch.setenv(key, value)
+    w = World()
+    w.scheduler.settings = OperatorSettings(checkpoint_lookup_timeout_seconds=0.4)
+
+    async def go() -> tuple[set[threading.Thread], set[threading.Thread], float]:
+        before = set(threading.enumerate())
+        started = time.monotonic()
+        await w.scheduler.applier._resolve(("ns", "a"), ASK)
+        return before, set(threading.enumerate()), time.monotonic() - started
+
+    with silent_endpoint() as endpoint:
+        store = S3CheckpointStore.connect(region="us-east-1", endpoint_url=endpoint, limits=Limits(0.4))
+        with contextlib.suppress(CloudUnavailable):
+            store.latest_complete(ASK.uri)  # makes the client (imports, service model) outside the timing
+        w.scheduler.applier.checkpoints = store
+        before, after, elapsed = asyncio.run(go())
+    assert after - before == set(), [t.name for t in after - before]
+    assert not w.scheduler.applier.lookup_threads or not any(t.is_alive() for t in w.scheduler.applier.lookup_threads)
+    error = w.scheduler.applier.lookups[("ns", "a")].error
+    assert error is not None and "timeout" in error.lower(), error
+    assert elapsed < 0.4 * 1.5 + 0.2, elapsed  # the store's own bound
+
+
+def test_threads_a_hung_store_leaves_behind_are_bounded() -> None:
+    """A store that does not bound itself: the wait gives up (a backstop), the thread it leaves is
+    counted, and once LOOKUP_THREADS are left no new lookup starts until they end."""
+    from accel_operator.engine import apply
+
+    release = threading.Event()
+    calls: list[str] = []
+
+    class Hanging(FakeCheckpointStore):
+        def latest_complete(self, uri: str) -> Checkpoint | None:
+            calls.append(uri)
+            release.wait(30)
+            return None
+
+    w = World()
+    w.scheduler.settings = OperatorSettings(checkpoint_lookup_timeout_seconds=0.01)
+    w.scheduler.applier.checkpoints = Hanging()
+
+    async def go() -> None:
+        for i in range(apply.LOOKUP_THREADS + 2):
+            await w.scheduler.applier._resolve(("ns", f"j{i}"), ASK)
+
+    try:
+        asyncio.run(go())
+        assert len(calls) == apply.LOOKUP_THREADS
+        error = w.scheduler.applier.lookups[("ns", f"j{apply.LOOKUP_THREADS + 1}")].error
+        assert error == f"{apply.LOOKUP_THREADS} earlier checkpoint lookups have not ended yet"
+    finally:
+        release.set()
+    for t in list(w.scheduler.applier.lookup_threads):
+        t.join(5)
+    assert not any(t.is_alive() for t in w.scheduler.applier.lookup_threads)
 
 
 def test_without_a_store_an_s3_resume_waits_with_a_reason() -> None:

@@ -26,6 +26,10 @@ def _job(example: str = "02-multinode-spot-training.yaml", **changes: Any) -> Ac
     return AcceleratorJobSpec.model_validate(spec)
 
 
+# The example policy grants each team its own S3 prefix (checkpointAccess).
+SERVING_CHECKPOINT = {"uri": "s3://ml-checkpoints/serving/llama-8b", "intervalMinutes": 20}
+
+
 def _policy(**spec: Any) -> AcceleratorPolicy:
     return AcceleratorPolicy.model_validate({"metadata": {"name": "p"}, "spec": spec})
 
@@ -58,14 +62,27 @@ def test_examples_obey_the_example_policy(example: str) -> None:
             ["spot-checkpoint-interval", "spot-checkpoint-scheme"],
         ),
         (
-            _job(team="serving", maxCost=None, placement={"pools": ["h100-spot", "l4-on-demand"]}),
+            _job(
+                team="serving",
+                maxCost=None,
+                placement={"pools": ["h100-spot", "l4-on-demand"]},
+                checkpoint=SERVING_CHECKPOINT,
+            ),
             None,
             [POLICY],
             None,
             ["pool-access"],
         ),
-        (_job(team="serving", maxCost=None, placement={"pools": ["l4-on-demand"]}), None, [POLICY], None, []),
-        (_job(team="nobody"), None, [POLICY], None, []),
+        (
+            _job(team="serving", maxCost=None, placement={"pools": ["l4-on-demand"]}, checkpoint=SERVING_CHECKPOINT),
+            None,
+            [POLICY],
+            None,
+            [],
+        ),
+        # A team the policy names nowhere: no budget, every pool, but no S3 prefix of its own.
+        (_job(team="nobody"), None, [POLICY], None, ["checkpoint-prefix"]),
+        (_job(team="nobody", checkpoint=None, spot={"policy": "never"}), None, [POLICY], None, []),
         (_job(placement={"minDevices": 128}), None, [POLICY], None, ["max-devices"]),
         (_job(placement={"minDevices": 8, "maxDevices": 65}), None, [POLICY], None, ["max-devices"]),
         (_job(placement={"minDevices": 8}), None, [POLICY], None, []),
@@ -136,7 +153,7 @@ def test_team_granted_no_existing_pool() -> None:
             {"provider": "aws", "accelerator": "h100-80gb", "devicesPerNode": 8}
         )
     }
-    job = _job(team="serving", maxCost=None)
+    job = _job(team="serving", maxCost=None, checkpoint=SERVING_CHECKPOINT)
     assert _rules(policy.evaluate(job, None, [POLICY], pools=pools)) == ["pool-access"]
     assert policy.pool_allowed("serving", "l4-on-demand", [POLICY])
     assert not policy.pool_allowed("serving", "h100-spot", [POLICY])

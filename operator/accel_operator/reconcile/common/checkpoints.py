@@ -13,6 +13,7 @@ import datetime as dt
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from accel_api import bounds
 from accel_api import vocabulary as v
 from accel_api.durations import parse_time
 from accel_api.job import AcceleratorJobStatus, CheckpointStatus
@@ -26,12 +27,15 @@ class Checkpoint:
 
 
 def step_of(name: str) -> int | None:
-    """``step-120`` (optionally with a trailing ``/``) -> 120; anything else -> None."""
+    """``step-120`` (optionally with a trailing ``/``) -> 120; anything else -> None. A step above
+    ``bounds.GENERATION_MAX`` (2^53, what ``status.lastCheckpoint.step`` holds) is not plausible:
+    None, so it is never chosen (a status write of it would be refused, and the job never resume)."""
     name = name.rstrip("/")
     digits = name.removeprefix(v.CHECKPOINT_STEP_PREFIX)
     if digits == name or not digits.isascii() or not digits.isdigit() or len(digits) > 18:
         return None
-    return int(digits)
+    step = int(digits)
+    return step if step <= bounds.GENERATION_MAX else None
 
 
 def newest(candidates: Iterable[Checkpoint]) -> Checkpoint | None:
@@ -59,6 +63,8 @@ def reported(annotations: Mapping[str, str], now: dt.datetime) -> Checkpoint | N
         return None
     step_text = annotations.get(v.ANNOTATION_CHECKPOINT_STEP, "").strip()
     step = int(step_text) if step_text.isascii() and step_text.isdigit() and len(step_text) <= 18 else None
+    if step is not None and step > bounds.GENERATION_MAX:
+        step = None
     if step is None:
         step = step_of(uri.rstrip("/").rsplit("/", 1)[-1])
     return Checkpoint(uri=uri.rstrip("/"), step=step if step is not None else 0, time=now)
