@@ -2,35 +2,37 @@
 
 from typing import Any, Final
 
-DNS_LABEL: Final = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+# The parts the patterns below are made of (one spelling each).
+_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"  # a DNS label
+_SUBDOMAIN = rf"{_LABEL}(\.{_LABEL})*"  # dot-separated DNS labels
+_BUCKET = r"[a-z0-9]([-.a-z0-9]{0,61}[a-z0-9])?"  # an S3 bucket name
+_PATH = r"(/[^\x00-\x1f\x7f\\]*)?"  # a path: no control characters or backslashes
+_DOT_SEGMENT = r"(\.|\.\.|%2[eE]|%2[eE]%2[eE]|\.%2[eE]|%2[eE]\.)"  # "." or "..", also percent-encoded
+_ANY_SCHEME_PATH = r"^[a-z0-9]+://[^/]*(/[^/]*)*/"
+
+DNS_LABEL: Final = rf"^{_LABEL}$"
 # An object name (pools, nodes): dot-separated DNS labels (RFC 1123 subdomain).
-DNS_SUBDOMAIN: Final = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+DNS_SUBDOMAIN: Final = rf"^{_SUBDOMAIN}$"
 # Kubernetes label values (also taint values): empty, or alphanumerics with '-', '_', '.' inside.
 LABEL_VALUE: Final = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
 # Kubernetes label keys: an optional DNS-subdomain prefix and "/", then a name as a label value.
-LABEL_KEY: Final = (
-    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
-)
+LABEL_KEY: Final = rf"^({_SUBDOMAIN}/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
 # A policy's team or pool list: a name, or * for all.
-TEAM_OR_ANY: Final = r"^(\*|[a-z0-9]([-a-z0-9]*[a-z0-9])?)$"
-POOL_OR_ANY: Final = r"^(\*|[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*)$"
+TEAM_OR_ANY: Final = rf"^(\*|{_LABEL})$"
+POOL_OR_ANY: Final = rf"^(\*|{_SUBDOMAIN})$"
 DURATION: Final = r"^([0-9]+(\.[0-9]+)?(d|h|m|s))+$"
 # The bucket follows S3's naming rules; the claim is a DNS label; the path has no control
 # characters or backslashes (``..``/``.``/empty segments are refused by CHECKPOINT_ESCAPE).
-CHECKPOINT_URI: Final = (
-    r"^(s3://[a-z0-9]([-.a-z0-9]{0,61}[a-z0-9])?|pvc://[a-z0-9]([-a-z0-9]*[a-z0-9])?)(/[^\x00-\x1f\x7f\\]*)?$"
-)
+CHECKPOINT_URI: Final = rf"^(s3://{_BUCKET}|pvc://{_LABEL}){_PATH}$"
 # A checkpoint path that would leave its prefix or claim once normalised: a "." or ".." segment
 # (also percent-encoded) or an empty segment ("a//b"). A single trailing "/" is allowed.
-CHECKPOINT_ESCAPE: Final = r"^[a-z0-9]+://[^/]*(/[^/]*)*/(\.|\.\.|%2[eE]|%2[eE]%2[eE]|\.%2[eE]|%2[eE]\.)?(/|$)"
+CHECKPOINT_ESCAPE: Final = rf"{_ANY_SCHEME_PATH}{_DOT_SEGMENT}?(/|$)"
 # A policy's checkpoint prefix: an S3 bucket, optionally a path (a trailing "/" allowed: the
 # prefix is a directory either way, matched segment by segment).
-CHECKPOINT_PREFIX: Final = r"^s3://[a-z0-9]([-.a-z0-9]{0,61}[a-z0-9])?(/[^\x00-\x1f\x7f\\]*)?$"
+CHECKPOINT_PREFIX: Final = rf"^s3://{_BUCKET}{_PATH}$"
 # A prefix that would not say which directory it is: a "." or ".." segment (also percent-encoded)
 # or an empty segment anywhere but a single trailing "/" ("s3://b/a//", "s3://b//a").
-CHECKPOINT_PREFIX_ESCAPE: Final = (
-    r"^[a-z0-9]+://[^/]*(/[^/]*)*/((\.|\.\.|%2[eE]|%2[eE]%2[eE]|\.%2[eE]|%2[eE]\.)(/|$)|/)"
-)
+CHECKPOINT_PREFIX_ESCAPE: Final = rf"{_ANY_SCHEME_PATH}({_DOT_SEGMENT}(/|$)|/)"
 # A duration that adds up to nothing ("0s", "0h0m"): refused by the CRD beside DURATION.
 ZERO_DURATION: Final = r"^(0+(\.0+)?(d|h|m|s))+$"
 ENV_NAME: Final = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
