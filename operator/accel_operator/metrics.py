@@ -6,7 +6,9 @@ Names follow ``accel_<subsystem>_<name>_<unit>``; label values come from enums o
 
 from __future__ import annotations
 
+import platform
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from importlib import metadata
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -110,6 +112,18 @@ class OperatorMetrics:
         # or a change of leader neither loses nor doubles a dollar.
         self.cost = CostCounters()
         r.register(self.cost)
+        self.leader = Gauge(
+            "accel_operator_leader",
+            "1 while this replica holds the Lease (it decides, writes and exports the cost counters), else 0.",
+            registry=r,
+        )
+        self.build_info = Gauge(
+            "accel_operator_build_info",
+            "Always 1; the labels say which operator runs (its distribution's version) on which Python.",
+            ["version", "python"],
+            registry=r,
+        )
+        self.build_info.labels(_version(), platform.python_version()).set(1)
         self.budget_used = Gauge(
             "accel_cost_budget_used_ratio",
             "A team's spending in the current budget period over its limit, per policy and period.",
@@ -139,6 +153,13 @@ class OperatorMetrics:
 CostKey = tuple[str, str, str]  # (team, pool, capacity type)
 
 
+def _version() -> str:
+    try:
+        return metadata.version("accel-operator")
+    except metadata.PackageNotFoundError:  # run from a source tree without the distribution
+        return "unknown"
+
+
 class CostCounters(Collector):
     """``accel_cost_usd_total``, ``accel_cost_lost_to_preemption_usd_total`` and
     ``accel_cost_idle_usd_total`` by team, pool and capacity type: the sums of the jobs' ledgers,
@@ -147,6 +168,9 @@ class CostCounters(Collector):
 
     def __init__(self) -> None:
         self.values: dict[str, dict[CostKey, float]] = {"spent": {}, "lost": {}, "idle": {}}
+        # Only the leader's figures are current: a replica that lost the Lease keeps its last ones,
+        # which a dashboard summing over replicas would count twice. None: always exported.
+        self.leading: Callable[[], bool] | None = None
 
     def set(self, spent: Mapping[CostKey, float], lost: Mapping[CostKey, float], idle: Mapping[CostKey, float]) -> None:
         self.values = {"spent": dict(spent), "lost": dict(lost), "idle": dict(idle)}
@@ -157,9 +181,10 @@ class CostCounters(Collector):
             "lost": ("accel_cost_lost_to_preemption_usd", "USD of work that preemption threw away (done again)."),
             "idle": ("accel_cost_idle_usd", "USD of allocated devices that node reports showed idle."),
         }
+        current = self.leading is None or self.leading()
         for key, (name, doc) in names.items():
             family = CounterMetricFamily(name, doc, labels=["team", "pool", "capacity_type"])
-            for labels, value in sorted(self.values[key].items()):
+            for labels, value in sorted(self.values[key].items()) if current else ():
                 family.add_metric(list(labels), value)
             yield family
 

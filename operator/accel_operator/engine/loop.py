@@ -85,6 +85,7 @@ async def run(engine: Engine, stop: asyncio.Event | None = None) -> None:
         if clock.monotonic() - last_tick >= settings.lease_seconds / 3:
             last_tick = clock.monotonic()
             leading = await calls.run_in(engine.call_pools.lease, engine.elector.tick)
+            engine.metrics.leader.set(1 if leading else 0)
             if leading and not was_leading:
                 log.info("this replica leads: it decides and writes")
                 engine.lead()

@@ -106,6 +106,7 @@ class Scheduler:
         self.applier = Applier(
             engine=self, writer=writer, workloads=workloads, node_writer=node_writer, checkpoints=checkpoints
         )
+        self.metrics.cost.leading = self.leading  # a replica that lost the Lease exports no stale cost
 
     def leading(self) -> bool:
         """Whether this replica holds the Lease now (the elector as it is then: tests replace it)."""
