@@ -40,7 +40,6 @@ from __future__ import annotations
 import logging
 import shutil
 import tempfile
-import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -51,13 +50,10 @@ from accel_api import registry
 from accel_api import vocabulary as v
 from accel_api.policy import AcceleratorPolicy
 from accel_operator.adapters.kube import tls, webhook_configs
-from accel_operator.adapters.kube.client import ClusterUnavailable
 from accel_operator.engine import admission as engine_admission
 from accel_operator.planning import policy
 from accel_operator.reconcile.common import policy_inputs
 from accel_operator.settings import OperatorSettings
-
-log = logging.getLogger(__name__)
 
 WEBHOOK_CONFIGURATION = v.GROUP  # the managed Validating/MutatingWebhookConfigurations' name
 DEFAULT_HOST = "127.0.0.1"
@@ -146,24 +142,6 @@ def webhook_server(settings: OperatorSettings, api: Callable[[], Any] | None = N
     )
 
 
-def install_bundle(client: Any, name: str, bundle: bytes, attempts: int = 5) -> None:
-    """Write ``bundle`` into the installed webhook configurations ``name`` (retried while the API
-    server is unavailable; a configuration that is missing is a warning: the chart installs it)."""
-    for attempt in range(attempts):
-        try:
-            done = webhook_configs.patch_ca_bundle(client, name, bundle)
-        except ClusterUnavailable as exc:
-            if attempt == attempts - 1:
-                raise
-            log.warning("webhook configurations %s: caBundle not written yet (%s); retrying", name, exc)
-            time.sleep(2.0 * (attempt + 1))
-            continue
-        for kind in done.missing:
-            log.warning("%s %s not found: install it with the operator (the chart or manifests/operator)", kind, name)
-        log.info("webhook configurations %s: the caBundle of %d webhook(s) written", name, done.webhooks)
-        return
-
-
 def register(reg: kopf.OperatorRegistry, settings: OperatorSettings, api: Callable[[], Any] | None = None) -> None:
     """Declare the webhooks and their server into ``reg``; the indexes they read come from
     ``handlers.policies.register``; ``api`` makes the API client for the shared certificate."""
@@ -179,7 +157,7 @@ def register(reg: kopf.OperatorRegistry, settings: OperatorSettings, api: Callab
             settings.admission.managed = WEBHOOK_CONFIGURATION
         elif server.key_dir is not None and server.cadata is not None and api is not None:
             # Installed configurations and a self-signed certificate: their caBundle is ours to write.
-            install_bundle(api(), ours.webhook_configuration, server.cadata)
+            webhook_configs.install_bundle(api(), ours.webhook_configuration, server.cadata)
 
     @kopf.on.mutate(
         v.GROUP,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import logging
+import time
 from dataclasses import dataclass
 
 from kubernetes import client
@@ -63,3 +64,21 @@ def patch_ca_bundle(api: client.ApiClient, name: str, bundle: bytes) -> Patched:
                 raise
             raise ClusterUnavailable(f"{kind} {name}: {exc.status} {exc.reason}") from exc
     return Patched(written, tuple(missing))
+
+
+def install_bundle(api: client.ApiClient, name: str, bundle: bytes, attempts: int = 5) -> None:
+    """Write ``bundle`` into the installed webhook configurations ``name`` (retried while the API
+    server is unavailable; a configuration that is missing is a warning: the chart installs it)."""
+    for attempt in range(attempts):
+        try:
+            done = patch_ca_bundle(api, name, bundle)
+        except ClusterUnavailable as exc:
+            if attempt == attempts - 1:
+                raise
+            log.warning("webhook configurations %s: caBundle not written yet (%s); retrying", name, exc)
+            time.sleep(2.0 * (attempt + 1))
+            continue
+        for kind in done.missing:
+            log.warning("%s %s not found: install it with the operator (the chart or manifests/operator)", kind, name)
+        log.info("webhook configurations %s: the caBundle of %d webhook(s) written", name, done.webhooks)
+        return
