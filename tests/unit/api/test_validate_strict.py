@@ -55,3 +55,63 @@ def test_a_merge_key_is_refused(tmp_path: Path) -> None:
     with pytest.raises(InvalidResource) as info:
         load_documents(text)
     assert any("spec: must not use a YAML merge key (<<)" in p for p in info.value.problems), info.value.problems
+
+
+# Found by the differential test (tests/cluster/test_validate_differential.py): what the API
+# server does on create besides the CRD schema.
+@pytest.mark.parametrize(
+    ("old", "new", "accepted", "problem"),
+    [
+        # A null in a field the schema does not make nullable is dropped: the field is left out.
+        ("objective: cost", "objective: null", True, ""),
+        ("seqLen: 2048", "seqLen: ~", True, ""),
+        ("spot: {policy: never}", "spot: null", True, ""),
+        # A null in a nullable field with an enum is refused (null is not one of its values).
+        ("mlp: swiglu}", "mlp: swiglu, norm: null}", False, "spec.model.architecture.norm: must be one of"),
+        # The API server's metadata rules.
+        ("name: tinyllama-finetune", "name: TinyLlama", False, "metadata.name: must be a lowercase DNS name"),
+        ("name: tinyllama-finetune", "name: a..b", False, "metadata.name: must be a lowercase DNS name"),
+        ("  name: tinyllama-finetune\n", "", False, "metadata.name: is required"),
+        ("namespace: ml-research", "namespace: ml-research\n  labels: {'bad key!': v}", False, "metadata.labels: key"),
+        ("namespace: ml-research", "namespace: ml-research\n  labels: {a: -a}", False, "metadata.labels.'a': must"),
+        ("namespace: ml-research", "namespace: ml-research\n  labels: {a: null}", True, ""),
+        ("namespace: ml-research", "namespace: ml-research\n  annotations: {a/b/c: v}", False, "at most one '/'"),
+        ("namespace: ml-research", "namespace: ml-research\n  bogus: 1", False, "metadata.'bogus': is not a"),
+        ("namespace: ml-research", "namespace: ml-research\n  finalizers: [x!]", False, "metadata.finalizers"),
+    ],
+)
+def test_nulls_and_metadata_as_the_api_server_reads_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], old: str, new: str, accepted: bool, problem: str
+) -> None:
+    assert old in JOB, old
+    rc, err = _validate(tmp_path, JOB.replace(old, new), capsys)
+    assert (rc == 0) is accepted and problem in err, err
+
+
+def test_a_huge_annotation_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    text = JOB.replace("namespace: ml-research", "namespace: ml-research\n  annotations: {a: " + "x" * 262_144 + "}")
+    rc, err = _validate(tmp_path, text, capsys)
+    assert rc == 2 and "metadata.annotations: at most 262144 bytes in all (got 262145)" in err, err
+
+
+@pytest.mark.parametrize(
+    ("plain", "value"),
+    [
+        ("0o17", 15),  # YAML 1.1: text; go-yaml: an integer
+        ("y", True),  # YAML 1.1: text; go-yaml: a boolean
+        ("N", False),
+        ("1:30", "1:30"),  # YAML 1.1: sexagesimal 90; go-yaml: text
+        ("2024-01-01", "2024-01-01"),  # go-yaml keeps a timestamp as text
+        ("1e5", 100000.0),
+        ("1e400", "1e400"),  # beyond float64: text
+        ("0x" + "F" * 17, "0x" + "F" * 17),  # beyond uint64 and no float: text
+        ("18446744073709551615", 2**64 - 1),  # a uint64
+        ("99999999999999999999", 1e20),  # beyond uint64: a float
+        ("08", 8.0),  # not octal: a float
+        ("1_000", 1000),
+        ("~", None),
+    ],
+)
+def test_plain_scalars_are_typed_as_the_api_server_types_them(plain: str, value: object) -> None:
+    (doc,) = load_documents(f"v: {plain}\n")
+    assert doc["v"] == value and type(doc["v"]) is type(value), doc
