@@ -1,6 +1,7 @@
 """What the API server does to an accel.dev object on create besides the CRD schema: it drops a
 ``null`` the schema does not allow (a field left out), refuses a ``null`` in a nullable field
-with an ``enum``, and checks the object's metadata (name, labels, annotations, finalizers and no
+with an ``enum`` and an object without a field the CRD requires but the model defaults (a
+policy's ``spec``), and checks the object's metadata (name, labels, annotations, finalizers and no
 unknown metadata field). ``accelctl validate`` runs these before the models, so that it refuses
 and accepts what the API server does (the differential test holds the two to it).
 
@@ -50,6 +51,17 @@ def prune_nulls(doc: dict[str, Any], kind: registry.Kind) -> tuple[dict[str, Any
     reads as left out), and the nulls it refuses (a nullable field with an enum)."""
     problems: list[str] = []
     return _prune(doc, _schema(kind.kind), "", problems), problems
+
+
+def required_problems(doc: dict[str, Any], kind: registry.Kind) -> list[str]:
+    """The object's fields the CRD requires that the model would default (an AcceleratorPolicy's
+    ``spec``: the API server refuses a policy without one)."""
+    defaulted = {f.alias or name for name, f in kind.model.model_fields.items() if not f.is_required()}
+    return [
+        f"{name}: is required (write {name}: {{}} for an empty one)"
+        for name in _schema(kind.kind).get("required", [])
+        if name not in doc and name in defaulted
+    ]
 
 
 def _child_path(path: str, key: Any) -> str:

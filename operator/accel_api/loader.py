@@ -317,6 +317,7 @@ def _parse_strict(kind: registry.Kind, doc: dict[str, Any], source: str | None) 
     doc, problems = apiserver.prune_nulls(doc, kind)
     if isinstance(doc.get("metadata"), dict):
         doc = {**doc, "metadata": apiserver.drop_null_entries(doc["metadata"])}
+    problems += apiserver.required_problems(doc, kind)
     problems += apiserver.metadata_problems(doc.get("metadata"))
     parsed: ApiModel | None = None
     try:

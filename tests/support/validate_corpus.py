@@ -16,7 +16,7 @@ made of, for a fixed ``seed``:
 - **rules**: the cross-field rules (``cel_cases``), the model rules the issue names
   (``pipelineParallel`` > layers, ``tensorParallel`` not dividing heads, deadlines about 365d,
   ``reservedEnv`` items such as ``MY SECRET``, ``*``, ``$HOME``, reserved env names), metadata
-  (names, labels, annotations);
+  (names, labels, annotations), the object's own fields (spec or metadata missing, null, text);
 - **text**: YAML only text can say: a key given twice, at each level, and plain scalars the
   API server's YAML reader types differently from YAML 1.1 (``0o17``, ``1:30``, ``y``, ``1e400``);
 - **combinations**: two or three schema mutations at once on a random base (``random.Random(seed)``).
@@ -587,6 +587,28 @@ def rule_documents() -> Iterator[tuple[str, str, dict[str, Any]]]:
     for id_, changes in pools.items():
         yield f"rule/pool/{id_}", registry.POOL.kind, _with(FULL_POOL, changes)
     yield from metadata_documents()
+    yield from top_level_documents()
+
+
+def top_level_documents() -> Iterator[tuple[str, str, dict[str, Any]]]:
+    """The object's own fields: spec and metadata missing, null or of the wrong type, an unknown one."""
+    changes: list[tuple[str, Path, Any]] = [
+        ("spec-deleted", ("spec",), _DELETE),
+        ("spec-null", ("spec",), None),
+        ("spec-empty", ("spec",), {}),
+        ("spec-text", ("spec",), "x"),
+        ("spec-list", ("spec",), []),
+        ("metadata-deleted", ("metadata",), _DELETE),
+        ("metadata-null", ("metadata",), None),
+        ("metadata-text", ("metadata",), "x"),
+        ("unknown-field", ("specs",), {}),
+    ]
+    for kind_name, base in FULL.items():
+        for id_, path, value in changes:
+            doc = put(base, path, value)
+            if doc is None:  # a field the base lacks: added
+                doc = {**copy.deepcopy(base), str(path[0]): value}
+            yield f"top/{kind_name}/{id_}", kind_name, doc
 
 
 def _named(doc: dict[str, Any], name: str) -> dict[str, Any]:

@@ -115,3 +115,11 @@ def test_a_huge_annotation_is_refused(tmp_path: Path, capsys: pytest.CaptureFixt
 def test_plain_scalars_are_typed_as_the_api_server_types_them(plain: str, value: object) -> None:
     (doc,) = load_documents(f"v: {plain}\n")
     assert doc["v"] == value and type(doc["v"]) is type(value), doc
+
+
+def test_a_policy_without_spec_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # The model defaults an empty policy; the CRD requires spec, so the API server refuses it.
+    text = "apiVersion: accel.dev/v1alpha1\nkind: AcceleratorPolicy\nmetadata: {name: p}\n"
+    rc, err = _validate(tmp_path, text, capsys)
+    assert rc == 2 and "spec: is required (write spec: {} for an empty one)" in err, err
+    assert _validate(tmp_path, text + "spec: {}\n", capsys)[0] == 0
