@@ -182,14 +182,17 @@ class BoundedLoader(yaml.SafeLoader):
                     key_node.start_mark,
                 )
             if isinstance(key_node, yaml.ScalarNode):
-                if key_node.value in seen:
+                # Keys compare as typed values, as go-yaml compares them: "y" and "yes" are both
+                # true, "1" and "01" both 1, while 1 and '1' differ.
+                key = (key_node.tag, self.construct_object(key_node))
+                if key in seen:
                     raise FieldProblem(
                         self._paths.get(id(node), ""),
                         "must not give a key twice",
                         errors.clip(key_node.value),
                         key_node.start_mark,
                     )
-                seen.add(key_node.value)
+                seen.add(key)
         return super().construct_mapping(node, deep=deep)
 
     def construct_undefined(self, node: Any) -> Any:

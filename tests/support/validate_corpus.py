@@ -693,13 +693,20 @@ PLAIN_SCALARS = [
     "1.0e+308",
     "1e-400",
 ]
-# Free-text fields of the full bases: (base, path).
-FREE_TEXT = [
+# Fields of the full bases the plain scalars go to: free text, then typed fields (an integer, a
+# number, a boolean, a DNS label) where the reader's type decides acceptance.
+PLAIN_FIELDS = [
     (FULL_JOB, ("spec", "model", "name")),
     (FULL_JOB, ("spec", "env", 0, "value")),
     (FULL_JOB, ("spec", "args", 1)),
     (FULL_POOL, ("spec", "region")),
     (FULL_POOL, ("spec", "instanceType")),
+    (FULL_JOB, ("spec", "workload", "tokens")),
+    (FULL_JOB, ("spec", "priority")),
+    (FULL_JOB, ("spec", "maxCost")),
+    (FULL_JOB, ("spec", "workload", "gradientCheckpointing")),
+    (FULL_JOB, ("spec", "team")),
+    (FULL_POOL, ("spec", "devicesPerNode")),
 ]
 MARKER = "plain-scalar-marker"
 
@@ -736,7 +743,7 @@ def render(doc: Any) -> str:
 
 def text_documents() -> Iterator[tuple[str, str, str]]:
     """(id, kind, YAML text) for what only text can say."""
-    for base, path in FREE_TEXT:
+    for base, path in PLAIN_FIELDS:
         for scalar in PLAIN_SCALARS:
             yield (
                 f"plain/{base['metadata']['name']}/{_dotted(path)}={_label(scalar)}",
@@ -746,6 +753,17 @@ def text_documents() -> Iterator[tuple[str, str, str]]:
     for doc_id, doc in (("dup/job-full", FULL_JOB), ("dup/pool-full", FULL_POOL), ("dup/policy", FULL_POLICY)):
         for dup_id, text in _duplicate_key_texts(doc_id, doc):
             yield dup_id, doc["kind"], text
+    # Keys that differ as text but not once typed (both booleans true, both the integer 1).
+    labels = render(FULL_JOB).replace("  labels:\n", "  labels:\n    y: a\n    yes: b\n")
+    yield "dup/job-full/labels-y-yes", registry.JOB.kind, labels
+    labels = render(FULL_JOB).replace("  labels:\n", "  labels:\n    y: a\n    n: b\n")
+    yield "dup/job-full/labels-y-n", registry.JOB.kind, labels
+    selector = render(FULL_POOL).replace("  nodeSelector:\n", "  nodeSelector:\n    1: a\n    01: b\n")
+    yield "dup/pool-full/selector-1-01", registry.POOL.kind, selector
+    selector = render(FULL_POOL).replace("  nodeSelector:\n", "  nodeSelector:\n    1: a\n    '1': b\n")
+    yield "dup/pool-full/selector-1-quoted-1", registry.POOL.kind, selector
+    selector = render(FULL_POOL).replace("  nodeSelector:\n", "  nodeSelector:\n    0x10: a\n    16: b\n")
+    yield "dup/pool-full/selector-0x10-16", registry.POOL.kind, selector
     # Flow style: a duplicate inside a flow mapping.
     flow = render(FULL_JOB).replace("  spot:\n    policy: prefer\n", "  spot: {policy: prefer, policy: never}\n")
     yield "dup/job-full/flow", registry.JOB.kind, flow

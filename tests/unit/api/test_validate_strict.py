@@ -123,3 +123,22 @@ def test_a_policy_without_spec_is_refused(tmp_path: Path, capsys: pytest.Capture
     rc, err = _validate(tmp_path, text, capsys)
     assert rc == 2 and "spec: is required (write spec: {} for an empty one)" in err, err
     assert _validate(tmp_path, text + "spec: {}\n", capsys)[0] == 0
+
+
+@pytest.mark.parametrize(
+    ("keys", "refused"),
+    [
+        ("y: a\n  yes: b", True),  # both the boolean true, as go-yaml reads them
+        ("1: a\n  01: b", True),  # both the integer 1
+        ("0x10: a\n  16: b", True),
+        ("1: a\n  '1': b", False),  # an integer and a text: two keys to the API server's reader
+    ],
+)
+def test_keys_are_compared_as_typed_values(keys: str, refused: bool) -> None:
+    text = f"m:\n  {keys}\n"
+    if refused:
+        with pytest.raises(InvalidResource) as info:
+            load_documents(text)
+        assert any("m: must not give a key twice" in p for p in info.value.problems), info.value.problems
+    else:
+        load_documents(text)
