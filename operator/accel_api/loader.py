@@ -169,6 +169,65 @@ class BoundedLoader(yaml.SafeLoader):
             return go_yaml_tag(value)
         return super().resolve(kind, value, implicit)  # type: ignore[no-untyped-call]
 
+    # Tabs, as go-yaml (the API server's reader) takes them: white space between tokens where no
+    # key may start (``objective:<TAB>cost``, a trailing tab, in flow style) and inside a plain
+    # scalar (``name: a<TAB>b``). PyYAML refused every one, so validate refused files the API
+    # server stores. A tab that indents a line, or follows ``-``, is refused by both. The two
+    # methods are PyYAML's own with that one change.
+    def scan_to_next_token(self) -> None:
+        if self.index == 0 and self.peek() == "\ufeff":
+            self.forward()
+        found = False
+        while not found:
+            while self.peek() == " " or (self.peek() == "\t" and (self.flow_level or not self.allow_simple_key)):
+                self.forward()
+            if self.peek() == "#":
+                while self.peek() not in "\0\r\n\x85\u2028\u2029":
+                    self.forward()
+            if self.scan_line_break():  # type: ignore[no-untyped-call]
+                if not self.flow_level:
+                    self.allow_simple_key = True
+            else:
+                found = True
+
+    def scan_plain_spaces(self, indent: int, start_mark: Any) -> list[str] | None:
+        chunks: list[str] = []
+        length = 0
+        while self.peek(length) in " \t":
+            length += 1
+        whitespaces = self.prefix(length)
+        self.forward(length)
+        if self.peek() not in "\r\n\x85\u2028\u2029":
+            return [whitespaces] if whitespaces else chunks
+        line_break = self.scan_line_break()  # type: ignore[no-untyped-call]
+        self.allow_simple_key = True
+        if self.prefix(3) in ("---", "...") and self.peek(3) in "\0 \t\r\n\x85\u2028\u2029":
+            return None
+        breaks = []
+        while self.peek() in " \r\n\x85\u2028\u2029":
+            if self.peek() == " ":
+                self.forward()
+            else:
+                breaks.append(self.scan_line_break())  # type: ignore[no-untyped-call]
+                if self.prefix(3) in ("---", "...") and self.peek(3) in "\0 \t\r\n\x85\u2028\u2029":
+                    return None
+        if line_break != "\n":
+            chunks.append(line_break)
+        elif not breaks:
+            chunks.append(" ")
+        chunks.extend(breaks)
+        return chunks
+
+    def process_directives(self) -> Any:
+        # go-yaml reads only YAML 1.1 and refuses a document that declares another version.
+        value = super().process_directives()  # type: ignore[no-untyped-call]
+        if self.yaml_version not in (None, (1, 1)):
+            major, minor = self.yaml_version
+            raise FieldProblem(
+                "(document)", "must not declare a YAML version other than 1.1", f"%YAML {major}.{minor}", None
+            )
+        return value
+
     def construct_mapping(self, node: Any, deep: bool = False) -> Any:
         # The API server's YAML reader refuses a key given twice (PyYAML would keep the last), and
         # a merge key ("<<: *anchor") hides where a field's value comes from: both are refused.

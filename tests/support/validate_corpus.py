@@ -17,8 +17,9 @@ made of, for a fixed ``seed``:
   (``pipelineParallel`` > layers, ``tensorParallel`` not dividing heads, deadlines about 365d,
   ``reservedEnv`` items such as ``MY SECRET``, ``*``, ``$HOME``, reserved env names), metadata
   (names, labels, annotations), the object's own fields (spec or metadata missing, null, text);
-- **text**: YAML only text can say: a key given twice, at each level, and plain scalars the
-  API server's YAML reader types differently from YAML 1.1 (``0o17``, ``1:30``, ``y``, ``1e400``);
+- **text**: YAML only text can say: a key given twice, at each level, plain scalars the API
+  server's YAML reader types differently from YAML 1.1 (``0o17``, ``1:30``, ``y``, ``1e400``),
+  tabs, comments, directives, block scalars, tags, escapes, line ends, JSON;
 - **combinations**: two or three schema mutations at once on a random base (``random.Random(seed)``).
 
 Left out, because the two sides cannot agree by design (each says why where it is skipped):
@@ -36,6 +37,7 @@ Left out, because the two sides cannot agree by design (each says why where it i
 from __future__ import annotations
 
 import copy
+import json
 import math
 import random
 from collections.abc import Iterator
@@ -764,9 +766,71 @@ def text_documents() -> Iterator[tuple[str, str, str]]:
     yield "dup/pool-full/selector-1-quoted-1", registry.POOL.kind, selector
     selector = render(FULL_POOL).replace("  nodeSelector:\n", "  nodeSelector:\n    0x10: a\n    16: b\n")
     yield "dup/pool-full/selector-0x10-16", registry.POOL.kind, selector
+    for id_, text in syntax_documents():
+        yield f"syntax/{id_}", registry.JOB.kind, text
     # Flow style: a duplicate inside a flow mapping.
     flow = render(FULL_JOB).replace("  spot:\n    policy: prefer\n", "  spot: {policy: prefer, policy: never}\n")
     yield "dup/job-full/flow", registry.JOB.kind, flow
+
+
+def syntax_documents() -> Iterator[tuple[str, str]]:
+    """(id, YAML text) of one job written the ways YAML allows (and some it does not): tabs,
+    comments, directives, document markers, block scalars, tags, escapes, line ends, JSON."""
+    job = render(FULL_JOB)
+    name = "    name: llama-3-8b-moe"
+    spot = "  spot:\n    policy: prefer\n    maxPreemptions: 20\n"
+    edits: dict[str, tuple[str, str]] = {
+        "tab-after-colon": ("  objective: cost", "  objective:\tcost"),
+        "tab-trailing": ("  objective: cost", "  objective: cost\t"),
+        "tab-before-comment": ("  objective: cost", "  objective: cost\t# c"),
+        "tab-before-colon": ("  objective: cost", "  objective\t: cost"),
+        "tab-indent": ("  objective: cost", "\tobjective: cost"),
+        "tab-after-spaces-indent": ("  objective: cost", "  \tobjective: cost"),
+        "tab-blank-line": ("  objective: cost", "\t\n  objective: cost"),
+        "tab-inside-enum": ("  objective: cost", "  objective: co\tst"),
+        "tab-inside-free-text": (name, "    name: llama\t3"),
+        "tab-in-flow": (spot, "  spot: {policy:\tprefer,\tmaxPreemptions: 20}\n"),
+        "tab-after-dash": ("  - python\n", "  -\tpython\n"),
+        "tab-after-nested-key": ("  spot:\n    policy: prefer", "  spot:\t\n    policy:\tprefer"),
+        "comment": ("  objective: cost", "  objective: cost # why"),
+        "hash-inside-plain": ("  image: ghcr.io/example/trainer:1.4", "  image: ghcr.io/example/trainer#1.4"),
+        "anchor-and-alias": ("  team: research", "  team: &t research\n  image: *t"),
+        "lone-surrogate": (name, '    name: "\\ud800"'),
+        "next-line-escape": (name, '    name: "a\\Nb"'),
+        "nbsp-escape": (name, '    name: "a\\_b"'),
+        "nonchar-escape": (name, '    name: "a\\ufffeb"'),
+        "nul-escape": (name, '    name: "a\\0b"'),
+        "literal-block": (name, "    name: |\n      abc"),
+        "folded-block": (name, "    name: >-\n      abc\n      def"),
+        "complex-key": ("  objective: cost", "  ? objective\n  : cost"),
+        "flow-trailing-comma": (spot, "  spot: {policy: prefer, maxPreemptions: 20,}\n"),
+        "empty-value": ("  deadline: 7d", "  deadline:"),
+        "str-tag": ("  deadline: 7d", "  deadline: !!str 7d"),
+        "str-tag-on-number": ("  priority: 10", "  priority: !!str 10"),
+        "int-tag": ("  priority: 10", "  priority: !!int 10"),
+        "float-tag-on-integer": ("  priority: 10", "  priority: !!float 10"),
+        "null-tag": ("  priority: 10", "  priority: !!null ''"),
+        "key-escape": ("  priority: 10", '  "pr\\u0069ority": 10'),
+        "key-nul": ("  priority: 10", '  "priority\\0": 10'),
+        "long-key": ("  priority: 10", "  " + "k" * 2000 + ": 10"),
+        "infinity-word": ("  maxCost: 250000.0", "  maxCost: Infinity"),
+        "hex-float": ("  maxCost: 250000.0", "  maxCost: 0x1p3"),
+        "float-trailing-dot": ("  maxCost: 250000.0", "  maxCost: 250000."),
+        "tokens-2p53-plus-1": ("    tokens: 20000000000", "    tokens: 9007199254740993.0"),
+        "tokens-half-below-bound": ("    tokens: 20000000000", "    tokens: 999999999999999.5"),
+    }
+    for id_, (old, new) in edits.items():
+        assert old in job, old
+        yield id_, job.replace(old, new, 1)
+    yield "yaml-1.1-directive", "%YAML 1.1\n---\n" + job
+    yield "yaml-1.2-directive", "%YAML 1.2\n---\n" + job
+    yield "document-end", job + "...\n"
+    yield "document-start", "---\n" + job
+    yield "byte-order-mark", "\ufeff" + job
+    yield "crlf", job.replace("\n", "\r\n")
+    yield "cr", job.replace("\n", "\r")
+    yield "json", json.dumps(FULL_JOB)
+    yield "json-key-twice", json.dumps(FULL_JOB)[:-1] + ', "kind": "AcceleratorJob"}'
 
 
 # --- the corpus -----------------------------------------------------------------------------------

@@ -142,3 +142,23 @@ def test_keys_are_compared_as_typed_values(keys: str, refused: bool) -> None:
         assert any("m: must not give a key twice" in p for p in info.value.problems), info.value.problems
     else:
         load_documents(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("v:\tx\n", {"v": "x"}),  # a tab after a key: white space to go-yaml
+        ("v: x\t\n", {"v": "x"}),
+        ("v: x\t# c\n", {"v": "x"}),
+        ("v: a\tb\n", {"v": "a\tb"}),  # inside a plain scalar
+        ("v: {a:\t1,\tb: 2}\n", {"v": {"a": 1, "b": 2}}),
+    ],
+)
+def test_tabs_are_read_as_the_api_server_reads_them(text: str, value: object) -> None:
+    assert load_documents(text) == [value]
+
+
+@pytest.mark.parametrize("text", ["\tv: x\n", "v:\n- \tx\n", "v:\n-\tx\n", "%YAML 1.2\n---\nv: x\n"])
+def test_an_indenting_tab_and_a_yaml_1_2_directive_are_refused(text: str) -> None:
+    with pytest.raises(InvalidResource):
+        load_documents(text)
