@@ -26,8 +26,9 @@ Left out, because the two sides cannot agree by design (each says why where it i
 
 - ``status``: the API server drops it on create (the status subresource), validate checks it;
 - ``metadata.namespace``, ``apiVersion`` and ``kind``: the request picks them (``kubectl -n``);
-- YAML merge keys (``<<``) and explicit tags (``!!binary``): validate refuses them on purpose
-  (a merged field hides where its value comes from), the API server's reader accepts some;
+- YAML merge keys (``<<``) and tags beyond the core ones (``!!binary``, ``!!set``, a bad
+  ``!!timestamp``): validate refuses them on purpose (a merged field hides where its value comes
+  from), the API server's reader accepts some;
 - updates of an immutable field (``spec.team``: ``self == oldSelf``): validate sees one document,
   not the stored one, so the test checks these pairs against the API server alone;
 - policy-dependent checks (``accelctl validate --policy``, the webhook's budgets and grants):
@@ -846,8 +847,8 @@ def corpus(seed: int = SEED, combinations: int = 200) -> list[Doc]:
     for kind in registry.KINDS:
         found = list(schema_mutations(kind, f"{kind.singular}", FULL[kind.kind]))
         singles[kind.kind] = found
-        out += [Doc(doc_id, kind.kind, _text(doc)) for doc_id, doc in found]
-    out += [Doc(doc_id, kind, _text(doc)) for doc_id, kind, doc in rule_documents()]
+        out += [Doc(doc_id, kind.kind, render(doc)) for doc_id, doc in found]
+    out += [Doc(doc_id, kind, render(doc)) for doc_id, kind, doc in rule_documents()]
     out += [Doc(doc_id, kind, text) for doc_id, kind, text in text_documents()]
     # Combinations: two or three single changes (of any field) applied to a random base of the kind.
     all_bases = bases()
@@ -864,7 +865,7 @@ def corpus(seed: int = SEED, combinations: int = 200) -> list[Doc]:
             if applied is not None:
                 doc = applied
                 picked.append(change_id.split("/", 1)[1])
-        out.append(Doc(f"combo-{i}/{base_id}/{'+'.join(picked)}", kind_name, _text(doc)))
+        out.append(Doc(f"combo-{i}/{base_id}/{'+'.join(picked)}", kind_name, render(doc)))
     return out
 
 
@@ -883,10 +884,6 @@ def _diff(base: Any, changed: Any, path: Path = ()) -> tuple[Path | None, Any]:
                 return _diff(a, b, (*path, i))
         return None, None
     return path, changed
-
-
-def _text(doc: dict[str, Any]) -> str:
-    return render(doc)
 
 
 def updates() -> list[Update]:
