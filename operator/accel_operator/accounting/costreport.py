@@ -74,11 +74,20 @@ COLUMNS = (
 
 
 def rows(
-    jobs: Iterable[JobCost], by: By, start: dt.datetime, end: dt.datetime, folded: CostRollup | None = None
+    jobs: Iterable[JobCost],
+    by: By,
+    start: dt.datetime,
+    end: dt.datetime,
+    folded: CostRollup | None = None,
+    *,
+    buckets_hold_live: bool = True,
 ) -> list[Row]:
     """One row per team, job or pool with the figures of [start, end), most spent first. A job's
     forecast counts for the rows it spent in (split by pool in proportion to its spending).
-    ``folded``: the durable rollup (deleted jobs, and the attempts folded into it)."""
+    ``folded``: the durable rollup (deleted jobs, and the attempts folded into it);
+    ``buckets_hold_live``: whether its team and pool buckets hold the live jobs' folded attempts
+    (False for one namespace's view, whose buckets are its deleted jobs' only: the live jobs'
+    attempts are then all counted from their own ledgers)."""
     out: dict[str, Row] = {}
     pending = rollup.pending_of(folded)
     live: set[str] = set()
@@ -95,7 +104,7 @@ def rows(
             if t.device_seconds > 0 or t.spent_usd > 0:
                 key = job.team if by is By.TEAM else ident if by is By.JOB else entry.pool
                 # In team and pool rows a folded attempt counts from the rollup's buckets.
-                counted = folded is None or by is By.JOB or not rollup.is_folded(entry, mine)
+                counted = folded is None or by is By.JOB or not buckets_hold_live or not rollup.is_folded(entry, mine)
                 parts.append((key, t, counted))
         spent = sum(t.spent_usd for _, t, _ in parts)
         for key, t, counted in parts:

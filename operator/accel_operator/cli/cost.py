@@ -34,6 +34,9 @@ HELP = "Cost per team, job or pool from the jobs' ledgers: accelctl cost report 
 MAX_SINCE_SECONDS = 366 * 86400.0
 
 
+SKIPPED_SHOWN = 10  # jobs left out of a report named one by one; the rest counted
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="cost_command", required=True, metavar="ACTION")
     report = sub.add_parser("report", help="spent, lost to preemption, idle, spot savings, forecast vs actual")
@@ -51,7 +54,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _objects(args: argparse.Namespace) -> list[dict[str, Any]]:
     if args.from_file:
-        docs = loader.load_documents(Path(args.from_file).read_text(encoding="utf-8"), source=args.from_file)
+        docs = loader.load_documents(read_input(args.from_file, "--from-file"), source=args.from_file)
         out: list[dict[str, Any]] = []
         for doc in docs:
             if isinstance(doc, dict) and doc.get("kind") == "List":
@@ -96,8 +99,39 @@ def folded(objects: list[dict[str, Any]], name: str) -> CostRollup | None:
     return None
 
 
-def job_costs(objects: list[dict[str, Any]], namespace: str | None = None) -> list[JobCost]:
-    """The ledgers of the AcceleratorJobs among ``objects``; one that does not validate is skipped."""
+def read_input(path: str, flag: str) -> str:
+    """The text of ``path``, or a one-line UsageError naming the flag, the file and why."""
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UsageError(f"{flag}: {path[:256]}: no such file") from None
+    except IsADirectoryError:
+        raise UsageError(f"{flag}: {path[:256]}: is a folder, not a file") from None
+    except PermissionError:
+        raise UsageError(f"{flag}: {path[:256]}: not readable (permission denied)") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"{flag}: {path[:256]}: not UTF-8 text") from None
+    except OSError as exc:
+        raise UsageError(f"{flag}: {path[:256]}: {exc.strerror or exc}") from None
+
+
+def write_output(path: Path, text: str) -> None:
+    """Write ``text`` to ``path``, or a one-line UsageError naming the folder or file and why."""
+    if not path.parent.is_dir():
+        raise UsageError(f"--out: the folder {str(path.parent)[:256]} does not exist (create it first)")
+    try:
+        path.write_text(text, encoding="utf-8")
+    except IsADirectoryError:
+        raise UsageError(f"--out: {str(path)[:256]} is a folder: name a file") from None
+    except OSError as exc:
+        raise UsageError(f"--out: {str(path)[:256]}: {exc.strerror or exc}") from None
+
+
+def job_costs(
+    objects: list[dict[str, Any]], namespace: str | None = None, skipped: list[str] | None = None
+) -> list[JobCost]:
+    """The ledgers of the AcceleratorJobs among ``objects``. One whose team or ledger does not
+    validate is left out and named in ``skipped`` (with why), never silently."""
     out = []
     for obj in objects:
         if obj.get("kind") != "AcceleratorJob":
@@ -107,11 +141,18 @@ def job_costs(objects: list[dict[str, Any]], namespace: str | None = None) -> li
             continue
         raw = (obj.get("status") or {}).get("cost")
         team = (obj.get("spec") or {}).get("team")
+        who = f"{str(meta.get('namespace', ''))[:63]}/{str(meta.get('name', ''))[:253]}"
+        if raw is None:
+            continue  # no ledger yet: nothing spent
         if not isinstance(raw, dict) or not isinstance(team, str):
+            if skipped is not None:
+                skipped.append(f"{who}: status.cost or spec.team is not readable")
             continue
         try:
             cost = CostStatus.model_validate(raw)
-        except ValidationError:
+        except ValidationError as exc:
+            if skipped is not None:
+                skipped.append(f"{who}: status.cost does not validate ({exc.error_count()} problem(s))")
             continue
         out.append(
             JobCost(
@@ -149,17 +190,23 @@ def run(args: argparse.Namespace) -> int:
     now = dt.datetime.now(dt.UTC)
     start = now - dt.timedelta(seconds=seconds)
     objects = _objects(args)
-    jobs = job_costs(objects, args.namespace)
+    skipped: list[str] = []
+    jobs = job_costs(objects, args.namespace, skipped)
+    for line in skipped[:SKIPPED_SHOWN]:
+        print(f"warning: left out of the report: {line}", file=sys.stderr)
+    if len(skipped) > SKIPPED_SHOWN:
+        print(f"warning: {len(skipped) - SKIPPED_SHOWN} more jobs left out of the report", file=sys.stderr)
     stored = folded(objects, args.rollup)
+    one_namespace = stored is not None and bool(args.namespace)
     if stored is not None and args.namespace:  # only this namespace's deleted jobs: no team or pool buckets
         stored = _only_namespace(stored, args.namespace)
     by = By(args.by)
-    rows = costreport.rows(jobs, by, start, now, stored)
+    rows = costreport.rows(jobs, by, start, now, stored, buckets_hold_live=not one_namespace)
     if args.output == "html":
         from accel_operator.cli import costhtml
 
         out = Path(args.out or "cost-report.html")
-        out.write_text(costhtml.render(jobs, rows, by, (start, now), budgets(objects), folded=stored), encoding="utf-8")
+        write_output(out, costhtml.render(jobs, rows, by, (start, now), budgets(objects), folded=stored))
         print(f"wrote {out} ({out.stat().st_size // 1024} KiB; open it in a browser, it needs no network)")
         return 0
     table = [r.as_dict() for r in rows]
