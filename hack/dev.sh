@@ -6,6 +6,9 @@
 #   bash hack/dev.sh docs    build the documentation site (docs/, mkdocs.yml) into site/, --strict
 #   bash hack/dev.sh images  build the operator and node agent images (OCI archives in .cache/images/,
 #                            no registry: hack/images.sh) and run each with runc as a smoke test
+#   bash hack/dev.sh deploy  the local cluster with one real node (containerd, runc, a kubelet), the
+#                            images built and imported, the Helm chart installed (docs/deploy.md)
+#   bash hack/dev.sh undeploy  uninstall the chart and stop the real node
 # Set-up installs Python packages into .venv from the package index (pinned by constraints.txt)
 # and builds the control plane with the machine's Go from the Go module proxy. Both are cached:
 # a second run takes seconds.
@@ -89,13 +92,40 @@ run_tests() {
   "$py" -m pytest "$@"
 }
 
+setup_node() {
+  # The real node's runtime, from Debian (accel_localcluster/realnode.py says what each is for).
+  local missing=() p
+  for p in containerd runc umoci mmdebstrap containernetworking-plugins; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
+  done
+  if ((${#missing[@]})); then
+    log "real node: apt-get install ${missing[*]}"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
+  fi
+}
+
+# The deploy test (tests/cluster/test_deploy.py: the chart on a real kubelet node, from the images
+# built here) needs root for containerd and the image build; elsewhere it is skipped, and says so.
+setup_deploy_test() {
+  if [[ $(id -u) != 0 ]] || ! command -v apt-get >/dev/null; then
+    echo "not root (or no apt-get): the deploy test (real node, images) will skip" >&2
+    return 0
+  fi
+  setup_node
+  log "images (hack/images.sh build; cached after the first time)"
+  bash hack/images.sh build
+  export ACCEL_DEPLOY_TEST=1
+}
+
 cmd=${1:-test}
 shift || true
 case "$cmd" in
   setup) setup_python; setup_cluster ;;
-  test) setup_python; setup_cluster; setup_browser; run_checks; run_tests "$@" ;;
+  test) setup_python; setup_cluster; setup_browser; setup_deploy_test; run_checks; run_tests "$@" ;;
   demo) setup_python; setup_cluster; exec "$py" -m accel_localcluster.demo "$@" ;;
   docs) setup_python; build_docs; echo "docs site built: $root/site/index.html" ;;
   images) bash hack/images.sh all ;;
-  *) echo "usage: bash hack/dev.sh [setup|test|demo|docs|images]" >&2; exit 2 ;;
+  deploy) setup_python; setup_cluster; setup_node; bash hack/images.sh build; exec "$py" -m accel_localcluster.deploy up ;;
+  undeploy) setup_python; exec "$py" -m accel_localcluster.deploy down ;;
+  *) echo "usage: bash hack/dev.sh [setup|test|demo|docs|images|deploy|undeploy]" >&2; exit 2 ;;
 esac

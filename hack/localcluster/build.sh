@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the local control plane's binaries from Go modules with the machine's Go toolchain:
-# etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kwok and helm.
+# etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kwok and helm; and, for the
+# real node (accel_localcluster.realnode), kubelet and the pod sandbox's pause.
 # Output goes to $ACCEL_CLUSTER_BIN (default .cache/localcluster/bin, ignored by git).
 # Go's module and build caches make a second run take seconds; a binary that is newer than
 # its go.mod/go.sum is not rebuilt at all.
@@ -32,6 +33,7 @@ build() { # module-dir output-name package [extra ldflags]
 build etcd etcd go.etcd.io/etcd/server/v3
 build kwok kwok sigs.k8s.io/kwok/cmd/kwok
 build helm helm helm.sh/helm/v3/cmd/helm
+build pause pause .
 # The version stamp the upstream build (hack/lib/version.sh) sets: without it every component
 # reports v0.0.0-master+$Format:%H$, `kubectl version` cannot parse the server's version and
 # tools that check it (Kueue's manager, for one) refuse to start. The pinned release is read
@@ -49,4 +51,5 @@ build k8s kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver "$k8s_ldflags"
 build k8s kube-controller-manager k8s.io/kubernetes/cmd/kube-controller-manager "$k8s_ldflags"
 build k8s kube-scheduler k8s.io/kubernetes/cmd/kube-scheduler "$k8s_ldflags"
 build k8s kubectl k8s.io/kubernetes/cmd/kubectl "$k8s_ldflags"
+build k8s kubelet k8s.io/kubernetes/cmd/kubelet "$k8s_ldflags"
 echo "$bin"

@@ -266,6 +266,9 @@ class Cluster:
             "--enable-priority-and-fairness=false",
             "--profiling=false",
             "--endpoint-reconciler-type=none",
+            # Webhooks and aggregated APIs behind a Service are called at its endpoints' addresses:
+            # the local cluster runs no kube-proxy, so a Service's ClusterIP leads nowhere.
+            "--enable-aggregator-routing=true",
             "--v=1",
             # Front-proxy CA: without it every delegating component logs a missing-bundle error.
             f"--requestheader-client-ca-file={p.ca_cert}",

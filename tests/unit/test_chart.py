@@ -133,6 +133,9 @@ def test_values_reach_the_objects() -> None:
             "operator.replicas=1",
             "webhook.failurePolicy=Fail",
             "operator.image.tag=v9",
+            "operator.hostNetwork=true",
+            "operator.extraEnv[0].name=KUBERNETES_SERVICE_HOST",
+            "operator.extraEnv[0].value=127.0.0.1",
         )
     }
     agent = docs[("DaemonSet", "accel-agent")]["spec"]["template"]["spec"]
@@ -144,6 +147,9 @@ def test_values_reach_the_objects() -> None:
     assert env["ACCEL_OPERATOR_SQS_QUEUE_URL"] == "https://sqs.example/q"
     assert env["ACCEL_OPERATOR_WEBHOOK_FAIL_CLOSED"] == "true"
     assert container["image"] == "accel-operator:v9"
+    assert env["KUBERNETES_SERVICE_HOST"] == "127.0.0.1"
+    pod = operator["spec"]["template"]["spec"]
+    assert pod["hostNetwork"] is True and pod["dnsPolicy"] == "ClusterFirstWithHostNet"
     assert operator["spec"]["replicas"] == 1
     assert ("PodDisruptionBudget", "accel-operator") not in docs  # one replica: no budget to keep
     hooks = docs[("ValidatingWebhookConfiguration", "accel.dev")]["webhooks"]

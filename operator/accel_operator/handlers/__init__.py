@@ -7,11 +7,13 @@ the webhooks (when ``settings.webhook_port`` is set); :mod:`cost` starts the acc
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from typing import Any
 
 import kopf
 
 from accel_operator.adapters.kube import informer as kube_informer
+from accel_operator.adapters.kube.client import in_cluster_server
 from accel_operator.adapters.kube.informer import Informer
 from accel_operator.context import OperatorContext
 from accel_operator.engine import signals
@@ -51,8 +53,12 @@ def register(reg: kopf.OperatorRegistry, ctx: OperatorContext) -> Scheduler:
 
     @kopf.on.login(registry=reg)
     def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
-        """In-cluster ServiceAccount first, else the KUBECONFIG read now (not at import)."""
-        return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
+        """In-cluster ServiceAccount first (at the server the pod is told), else the KUBECONFIG."""
+        found = kopf.login_with_service_account(**kwargs)
+        server = in_cluster_server()
+        if found is not None and server is not None:
+            return dataclasses.replace(found, server=server)
+        return found or kopf.login_with_kubeconfig(**kwargs)
 
     @kopf.on.startup(registry=reg)
     async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any) -> None:

@@ -23,3 +23,14 @@ def api_client(connections: int | None = None) -> client.ApiClient:
     if connections is not None:
         cfg.connection_pool_maxsize = max(connections, cfg.connection_pool_maxsize)
     return client.ApiClient(configuration=cfg)
+
+
+def in_cluster_server() -> str | None:
+    """The API server a pod is told to use (``KUBERNETES_SERVICE_HOST``/``_PORT``, as client-go
+    reads them), or None outside a pod. kopf's own service-account login always names
+    ``kubernetes.default.svc``, which a pod on the host's network (or without cluster DNS) cannot
+    resolve."""
+    host, port = os.environ.get("KUBERNETES_SERVICE_HOST"), os.environ.get("KUBERNETES_SERVICE_PORT")
+    if not host or not port:
+        return None
+    return f"https://[{host}]:{port}" if ":" in host else f"https://{host}:{port}"
