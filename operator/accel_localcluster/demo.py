@@ -221,6 +221,11 @@ def _policy_demo(cluster: Any, api: client.ApiClient, custom: client.CustomObjec
     other["spec"]["team"] = "serving"
     print("\n-- a job in ml-research that names the serving team:")
     _refused(cluster, custom, other, timeout)
+    borrowed = copy.deepcopy(base)
+    borrowed["metadata"]["name"] = "reads-serving-checkpoints"
+    borrowed["spec"]["checkpoint"] = {"uri": "s3://ml-checkpoints/serving/llama/run-1", "intervalMinutes": 30}
+    print("\n-- a research job whose checkpoints would be in the serving team's prefix:")
+    _refused(cluster, custom, borrowed, timeout)
 
 
 def _table(custom: client.CustomObjectsApi, keys: list[tuple[str, str]]) -> None:

@@ -121,6 +121,16 @@ def run(
         failure = s.get("lastFailure") or {}
         conds = {c["type"]: c for c in s.get("conditions", [])}
         print(f"   attempt {attempt + 1} ({s['workload']}): {v.ENV_RESUME_FROM}={env.get(v.ENV_RESUME_FROM)!r}")
+        pod_spec = workload.spec.template.spec
+        claims = {
+            vol.name: vol.persistent_volume_claim.claim_name for vol in pod_spec.volumes if vol.persistent_volume_claim
+        }
+        for m in pod_spec.containers[0].volume_mounts or []:
+            if m.name in claims:
+                print(
+                    f"   claim {claims[m.name]} path {m.sub_path} mounted at {m.mount_path} (every attempt); "
+                    f"{v.ENV_RESUME_FROM_DIR}={env.get(v.ENV_RESUME_FROM_DIR)!r}"
+                )
         print(
             f"   lost work: {failure.get('lostDeviceSeconds', 0):,.0f} device-seconds this time, "
             f"{(s.get('spot') or {}).get('lostDeviceSeconds', 0):,.0f} in all; "
