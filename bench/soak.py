@@ -409,7 +409,12 @@ class Chaos:
             return
         node = self.rng.choice(busy)
         if self.rng.random() < 0.5:
-            preempt.aws_spot_interruption(self.core, node, handler="karpenter")
+            # Drained, then terminated, as Karpenter does: the evicted pods end (KWOK deletes them,
+            # as a kubelet would end them within their grace) before the node goes. Deleted at
+            # once, a KWOK node's evicted pods would wait for the pod garbage collector (a minute).
+            preempt.aws_spot_interruption(self.core, node, handler="karpenter", remove_node=False)
+            self._drained(node)
+            preempt.delete_node(self.core, node)
             how = "aws"
         else:
             preempt.gke_preemption(self.core, node)
@@ -417,6 +422,14 @@ class Chaos:
         self.note(f"spot disruption ({how}) of {node}")
         self.done["spot"] = self.done.get("spot", 0) + 1
         threading.Timer(5.0, self._replace, args=(node,)).start()
+
+    def _drained(self, node: str, timeout: float = 15.0) -> None:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            pods = self.core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}").items
+            if not any(p.status.phase in ("Pending", "Running") for p in pods):
+                return
+            time.sleep(0.5)
 
     def _nodes_running(self) -> list[str]:
         out = []
@@ -491,7 +504,10 @@ def figures(
     pods: list[PodTruth],
     batch: dict[tuple[str, str, int], set[str]],
     spend: dict[str, float],
+    *,
+    ended_in_time: set[tuple[str, str]],
 ) -> dict[str, Any]:
+    """The figures of a run; ``ended_in_time``: the jobs seen ended by the stuck deadline."""
     by_job: dict[tuple[str, str], list[PodTruth]] = {}
     for p in pods:
         by_job.setdefault(p.key[:2], []).append(p)
@@ -515,9 +531,9 @@ def figures(
             ended += 1
             if phase == "Failed":
                 lost += 1
-        else:
+        if key not in ended_in_time:
             stuck += 1
-            stuck_names.append(f"{plan.namespace}/{plan.name} ({phase}, attempt {st.get('attempt')})")
+            stuck_names.append(f"{plan.namespace}/{plan.name} ({phase} now, attempt {st.get('attempt')})")
         attempts += int(st.get("attempt") or 0) + 1
         preemptions += int(st.get("preemptions") or 0)
         retries += int(st.get("retries") or 0)
@@ -773,6 +789,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 break
             time.sleep(2.0)
         out["ended_after_last_fault_s"] = round(time.monotonic() - last_fault, 1)
+        ended_in_time = {k for k, j in jobs.items() if (j.get("status") or {}).get("phase") in ("Succeeded", "Failed")}
         # The ledgers close at the next ticks, the teams' totals follow: wait until they stop moving.
         previous: Any = None
         still = 0
@@ -790,7 +807,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         out["faults_done"] = chaos.done
         out["chaos_log"] = chaos.log
         out["ender_errors"] = ender.errors
-        out["figures"] = figures([p for p in plans if (p.namespace, p.name) in created], jobs, truth, batch, spend)
+        out["figures"] = figures(
+            [p for p in plans if (p.namespace, p.name) in created],
+            jobs,
+            truth,
+            batch,
+            spend,
+            ended_in_time=ended_in_time,
+        )
         out["figures"]["not_created"] = len(plans) - len(created)
         out["floors_missed"] = floors(out)
     finally:
