@@ -561,6 +561,11 @@ class AttemptCost(ApiModel):
         Field(max_length=COST_INTERVALS),
     ] = Field(default_factory=list)
     end: bounds.Time | None = Field(default=None, description="When the attempt ended; nothing accrues after it.")
+    pods_end: bounds.Time | None = Field(
+        default=None,
+        description="When its pods' own timestamps said it ended (its last pod's finishedAt, or its deletion), kept "
+        "as soon as the operator saw it: nothing accrues after it, however late the end is recorded.",
+    )
     preempted: bool = False
     lost_device_seconds: _Seconds = 0.0
     rolled_up: bool = Field(
@@ -697,9 +702,13 @@ class AttemptHeld(ApiModel):
     devices: Annotated[int, Field(ge=0, le=bounds.DEVICES)]
     capacity_type: CapacityType = CapacityType.ON_DEMAND
     admitted_time: bounds.Time | None = Field(default=None, description="The attempt's admission (devices held).")
-    start_time: bounds.Time | None = Field(default=None, description="Its batch Job's status.startTime.")
+    start_time: bounds.Time | None = Field(
+        default=None, description="Its first pod's status.startTime, else its batch Job's status.startTime."
+    )
     end_time: bounds.Time | None = Field(
-        default=None, description="When Kubernetes recorded its end: its batch Job's completion or failure time."
+        default=None,
+        description="When Kubernetes recorded its end: its last pod's end (finishedAt, or its deletion), else its "
+        "batch Job's completion or failure time.",
     )
 
 

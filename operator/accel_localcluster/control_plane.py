@@ -194,6 +194,17 @@ class Cluster:
             subprocess.run(["rm", "-rf", str(self.state / "etcd")], check=False)
         return stopped
 
+    def restart_apiserver(self, *, down_seconds: float = 0.0, timeout: float = 120.0) -> None:
+        """Stop the API server (SIGTERM, then SIGKILL), wait ``down_seconds``, start it again with
+        the same arguments and wait until it is ready: what an API server upgrade or crash does to
+        its clients (the soak bench). etcd keeps the objects; every watch breaks."""
+        pid = self._pid("kube-apiserver")
+        if pid is not None:
+            _terminate(pid)
+        time.sleep(down_seconds)
+        self._start("kube-apiserver", self._apiserver_args(pki_mod.ensure(self.state / "pki")))
+        self._wait("kube-apiserver", time.monotonic() + timeout)
+
     # --- internals --------------------------------------------------------------------------
     def _check_ports_free(self) -> None:
         busy = []

@@ -150,6 +150,10 @@ class World:
         return view
 
     def pod(self, job: str, attempt: int, index: int, *, node: str | None, phase: str = "Running", **kw: Any) -> None:
+        """A pod of ``job``'s ``attempt``; one on a node that is not Pending started at ``T0`` unless
+        ``started`` says otherwise (the cost ledger charges from its pods' start)."""
+        if node and phase != "Pending":
+            kw.setdefault("started", T0)
         pod = PodView("ns", f"{job}-a{attempt}-{index}", node, phase, kw.pop("devices", 8), ("ns", job), attempt, **kw)
         self.pods.setdefault(("ns", job), []).append(pod)
         if node:

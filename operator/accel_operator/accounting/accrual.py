@@ -3,12 +3,15 @@ times), the price in force and what node reports show, the job's next ``status.c
 teams' spending (``reconcile.teamspend``), which running jobs are over budget. The handler
 (``handlers.cost``) observes, calls these and writes.
 
-An attempt accrues from its admission (its devices are held from then) to its end: the
-preemption or failure time the scheduler recorded, the completion time, or now while it runs —
-or, when Kubernetes recorded an earlier end (its batch Job's completion or failure time: the
-operator was down, or busy, when it ended), that one. An attempt the ledger never saw running
-(it started and ended between two ticks, or while the operator was down) is charged from what
-its failure record kept (``lastFailure.held``: pool, devices, admission, the batch Job's times).
+An attempt accrues from its first pod's start (``status.startTime``) to its last pod's end (its
+containers' ``finishedAt``, or when the pod's deletion was asked for), or now while one runs: the
+pods' own timestamps, so the ledger is the same whether or not an operator watched (docs/cost.md,
+"When an attempt is charged"). When its pods are gone, it ends at the preemption or failure time
+the scheduler recorded, the completion time — or, when Kubernetes recorded an earlier end (its
+batch Job's completion or failure time: the operator was down, or busy, when it ended), that one.
+An attempt the ledger never saw running (it started and ended between two ticks, or while the
+operator was down) is charged from what its failure record kept (``lastFailure.held``: pool,
+devices, and its run as its pods' timestamps, else its batch Job's, said).
 """
 
 from __future__ import annotations
@@ -28,6 +31,10 @@ from accel_operator.reconcile.common.snapshot import HOLDING, TERMINAL, JobView,
 
 # A device at or under this utilization (percent) over a node report's sample is idle.
 IDLE_PERCENT = 1.0
+# Seconds an attempt that ran (or ended) waits for its pods to show before its batch Job's start
+# or its admission stands in for their start: after a pause the pod watch may deliver later than
+# the job's, and a start recorded too early is never taken back. Far above a watch's lag.
+POD_GRACE_SECONDS = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +101,9 @@ def unseen(cost: CostStatus, job: JobView, price_of: Callable[[str], Price | Non
             continue
         price = price_of(failure.held.pool)
         held = failure.held
-        start = parse_time(held.admitted_time) or parse_time(held.start_time)
+        # From its pods' start (or its batch Job's) when recorded; its admission only for a record
+        # written before the start was kept.
+        start = parse_time(held.start_time) or parse_time(held.admitted_time)
         end = attempt_held.failure_end(failure)
         if price is None or start is None or end is None or end <= start or not held.devices:
             continue
@@ -125,12 +134,14 @@ def accrue(
     workload: WorkloadView | None = None,
     failed_price: Price | None = None,
     held_prices: Mapping[str, Price] | None = None,
+    pods: Sequence[PodView] = (),
 ) -> CostStatus:
     """The job's ledger after this step. ``known``: what this process wrote last (the watch may
     not show it yet); ``price``: the price in force for the job's pool now (None: the pool is
     gone, nothing new accrues); ``workload``: the current attempt's batch Job, if it is there;
     ``failed_price``: the price of the pool of the attempt ``lastFailure`` ended; ``held_prices``:
-    the prices of the pools of the attempts ``earlierFailures`` ended, by pool."""
+    the prices of the pools of the attempts ``earlierFailures`` ended, by pool; ``pods``: the
+    job's pods (the current attempt's run is read from their timestamps)."""
     st = job.status
     cost = ledger.merge(known, st.cost)
     if cost.forecast_usd is None and st.plan is not None and st.plan.cost_usd is not None:
@@ -153,15 +164,16 @@ def accrue(
         lost = _reported_lost(job, entry.attempt)
         cost = _close(cost, entry.attempt, end, preempted, _checkpoint(job), reported=lost)
     plan = st.plan
-    admitted = parse_time(st.admitted_time)
-    held = plan is not None and plan.pool and plan.devices and admitted is not None
-    if held and price is not None and plan is not None and plan.pool and plan.devices and admitted is not None:
+    span = attempt_held.pod_span(pods, st.attempt)
+    seen = any(p.attempt == st.attempt for p in pods)
+    began = _began(cost, job, span, workload, pods_seen=seen, now=now)
+    if price is not None and plan is not None and plan.pool and plan.devices and began is not None:
         until: dt.datetime | None = None
         if st.phase in HOLDING:
-            until = now
+            until = span.end or now
         elif st.phase in TERMINAL:
-            until = completion_end(job, workload)
-        if until is not None and until > admitted:
+            until = span.end or completion_end(job, workload)
+        if until is not None and until >= began:  # an attempt of no length still gets its (empty) entry
             cost = ledger.record(
                 cost,
                 ledger.Observation(
@@ -169,7 +181,7 @@ def accrue(
                     pool=plan.pool,
                     capacity_type=plan.capacity_type or CapacityType.ON_DEMAND,
                     devices=plan.devices,
-                    start=admitted,
+                    start=began,
                     end=min(until, now),
                     usd_per_device_hour=price.usd_per_device_hour,
                     on_demand_usd_per_device_hour=price.on_demand_usd_per_device_hour,
@@ -177,12 +189,52 @@ def accrue(
                     team=job.team or None,
                 ),
             )
+    if span.end is not None:
+        cost = ledger.mark_pods_end(cost, st.attempt, span.end)
     if st.phase in TERMINAL:
-        end = completion_end(job, workload)
+        end = span.end or completion_end(job, workload)
         preempted = failure is not None and failure.attempt == st.attempt and failure.kind is FailureKind.PREEMPTION
         lost = _reported_lost(job, st.attempt)
         cost = _close(cost, st.attempt, end, preempted and st.phase is JobPhase.FAILED, _checkpoint(job), reported=lost)
     return ledger.with_totals(cost.model_copy(update={"updated": stamp_exact(now)}))
+
+
+def _began(
+    cost: CostStatus,
+    job: JobView,
+    span: attempt_held.PodSpan,
+    workload: WorkloadView | None,
+    *,
+    pods_seen: bool,
+    now: dt.datetime,
+) -> dt.datetime | None:
+    """When the current attempt began to be charged: its first pod's start. Where no pod of it
+    has a start to read (they were deleted while no operator watched), what the ledger already
+    holds of it; else, for an attempt that ran (Running: its pods were seen bound) or ended, its
+    batch Job's start, else its admission. None while it is admitted and no pod of it has
+    started: nothing accrues before a pod runs."""
+    if span.start is not None:
+        return span.start
+    st = job.status
+    entry = next((a for a in cost.attempts if a.attempt == st.attempt and a.intervals), None)
+    if entry is not None:
+        return parse_time_strict(entry.intervals[0].start)
+    if st.phase is not JobPhase.RUNNING and st.phase not in TERMINAL:
+        return None
+    if pods_seen:
+        return None  # its pods are there and none has started: nothing ran (yet)
+    # No pod of it in view: gone (deleted while no operator watched), or not shown yet (the pod
+    # watch lagging the job's after a pause). The pods are waited for a while before anything
+    # stands in for their times.
+    if st.phase in TERMINAL:
+        since = completion_end(job, workload)
+    else:
+        since = parse_time(st.attempt_start_time) or parse_time(st.admitted_time)
+    if since is not None and (now - since).total_seconds() < POD_GRACE_SECONDS:
+        return None
+    if workload is not None and workload.attempt == st.attempt and workload.start_time is not None:
+        return workload.start_time
+    return parse_time(st.admitted_time)
 
 
 def _reported_lost(job: JobView, attempt: int) -> float | None:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from accel_api.durations import parse_time_strict, stamp_exact
 from accel_api.enums import CapacityType
@@ -142,6 +142,22 @@ def _bounded(ivs: list[_Iv]) -> list[_Iv]:
 # --- recording ------------------------------------------------------------------------------------
 
 
+def _stops(entry: AttemptCost) -> list[dt.datetime]:
+    """The times after which nothing of ``entry`` accrues: its recorded end, its pods' end."""
+    return [parse_time_strict(t) for t in (entry.end, entry.pods_end) if t is not None]
+
+
+def mark_pods_end(cost: CostStatus, attempt: int, end: dt.datetime) -> CostStatus:
+    """``cost`` with ``attempt``'s pods' end kept (the first one seen stays; docs/cost.md, "When an
+    attempt is charged"), and nothing of it after that end."""
+    entry = _find(cost, attempt)
+    if entry is None or entry.pods_end is not None:
+        return cost
+    ivs = [_Iv(i.start, min(i.end, end), i.price, i.idle) for i in _ivs(entry) if i.start < end]
+    entry = entry.model_copy(update={"pods_end": stamp_exact(end), "intervals": _wire(ivs)})
+    return with_totals(_replace(cost, entry))
+
+
 def _find(cost: CostStatus, attempt: int) -> AttemptCost | None:
     return next((a for a in cost.attempts if a.attempt == attempt), None)
 
@@ -171,7 +187,7 @@ def _record(cost: CostStatus, obs: Observation) -> CostStatus:
             devices=obs.devices,
             on_demand_usd_per_device_hour=obs.on_demand_usd_per_device_hour,
         )
-    end = obs.end if entry.end is None else min(obs.end, parse_time_strict(entry.end))
+    end = min([obs.end, *_stops(entry)])
     if end <= obs.start:
         return _replace(cost, entry)
     ivs = _ivs(entry)
@@ -191,6 +207,8 @@ def close(cost: CostStatus | None, ended: AttemptEnd) -> CostStatus:
     entry = _find(cost, ended.attempt)
     if entry is None or entry.end is not None:
         return with_totals(cost)
+    if entry.pods_end is not None:  # its pods said when it ended: the recorded end cannot be later
+        ended = replace(ended, end=min(ended.end, parse_time_strict(entry.pods_end)))
     ivs = [_Iv(i.start, min(i.end, ended.end), i.price, i.idle) for i in _ivs(entry) if i.start < ended.end]
     lost = 0.0
     if ended.preempted and ivs:
@@ -233,6 +251,8 @@ def merge(a: CostStatus | None, b: CostStatus | None) -> CostStatus:
                     iv.idle,
                 ),
             )
+        if entry.pods_end is not None:
+            out = mark_pods_end(out, entry.attempt, parse_time_strict(entry.pods_end))
         if entry.end is not None:
             out = _close_as(out, entry)
         if entry.rolled_up:

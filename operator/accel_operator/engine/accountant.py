@@ -66,9 +66,16 @@ def _wire(cost: CostStatus) -> dict[str, Any]:
 
 
 def _settled(job: JobView) -> bool:
-    """A finished job whose ledger has closed every attempt: nothing more will accrue."""
+    """A finished job whose ledger has closed every attempt, its last one included: nothing more
+    will accrue. (A ledger written while the attempt's pods had not started yet holds no entry
+    for it: the attempt is still to be charged, from its pods' timestamps.)"""
     cost = job.status.cost
-    return job.phase in TERMINAL and cost is not None and all(a.end is not None for a in cost.attempts)
+    return (
+        job.phase in TERMINAL
+        and cost is not None
+        and any(a.attempt == job.status.attempt for a in cost.attempts)
+        and all(a.end is not None for a in cost.attempts)
+    )
 
 
 def _shape(cost: CostStatus | None) -> tuple[object, ...]:
@@ -85,6 +92,10 @@ def _shape(cost: CostStatus | None) -> tuple[object, ...]:
 
 
 URGENT, DUE = "urgent", "due"
+# Seconds after its write within which a ledger the watch does not show yet is not written again:
+# far above a healthy watch's delay (well under a second), short enough that a ledger another
+# write replaced is restored within a few ticks.
+RESHOW_SECONDS = 5.0
 
 
 def _same(a: CostStatus | None, b: CostStatus) -> bool:
@@ -248,6 +259,7 @@ class Accountant:
                 if failed
                 else None,
                 held_prices=held_prices,
+                pods=pods,
             )
         # Team spending per policy: the deleted jobs' settled figures and every live job's ledger;
         # what the policy carries for a job is its ledger as its status holds it after this step.
@@ -273,8 +285,15 @@ class Accountant:
         mark, a budget crossed) changed; ``DUE`` when it changed and was not written for this
         step's interval (or never); else None."""
         known = self.known.get(job.uid)
-        if _same(job.status.cost, cost) or _same(known, cost):
+        if _same(job.status.cost, cost):
             return None
+        if _same(known, cost):
+            # This process wrote it and the watch does not show it: not yet (a lagging watch), or
+            # no longer (a later write replaced it: a deposed replica's delayed patch). Written
+            # again once the watch has had its time to show it.
+            if self._age(job) < RESHOW_SECONDS:
+                return None
+            return URGENT
         if _shape(job.status.cost) != _shape(cost) or _shape(known) != _shape(cost):
             return URGENT
         return DUE if self._age(job) >= self._every else None

@@ -375,9 +375,10 @@ def test_a_running_job_over_budget_carries_the_condition_and_keeps_running(over:
     assert _cond(d, "OverBudget") == ((True, "BudgetExceeded") if over else None)
 
 
-def test_a_failure_keeps_what_the_attempt_held_and_the_batch_jobs_times() -> None:
+def test_a_failure_keeps_what_the_attempt_held_and_its_pods_times() -> None:
     """The next admission overwrites admittedTime and the plan, and the workload is deleted: the
-    failure record keeps them so the ledger can charge an attempt it never saw running."""
+    failure record keeps them, and the attempt's run as its pods' timestamps say (else its batch
+    Job's), so the ledger can charge an attempt it never saw running."""
     w = World().pool("p")
     job = w.job("a", "p", devices=8, status=_running("a", "p"), maxRetries=1)
     w.workload(
@@ -390,7 +391,16 @@ def test_a_failure_keeps_what_the_attempt_held_and_the_batch_jobs_times() -> Non
         start_time=T0 + dt.timedelta(seconds=20),
         end_time=T0 + dt.timedelta(minutes=40),
     )
-    w.pod("a", 0, 0, node="p-0", phase="Failed", exit_code=1)
+    w.pod(
+        "a",
+        0,
+        0,
+        node="p-0",
+        phase="Failed",
+        exit_code=1,
+        started=T0 + dt.timedelta(seconds=25),
+        finished=T0 + dt.timedelta(minutes=39),
+    )
     d = decide(job, w.snapshot(), LATER)
     assert d.status.attempt == 1
     assert failure_of(d).held == AttemptHeld(
@@ -398,8 +408,8 @@ def test_a_failure_keeps_what_the_attempt_held_and_the_batch_jobs_times() -> Non
         devices=8,
         capacity_type=CapacityType.ON_DEMAND,
         admitted_time="2026-11-26T12:00:00Z",
-        start_time="2026-11-26T12:00:20Z",
-        end_time="2026-11-26T12:40:00Z",
+        start_time="2026-11-26T12:00:25Z",
+        end_time="2026-11-26T12:39:00Z",
     )
     gone = decide(w.job("b", "p", devices=8, status=_running("b", "p")), w.snapshot(), LATER)
     assert failure_of(gone).reason == "WorkloadDeleted"

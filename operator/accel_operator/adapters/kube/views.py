@@ -102,12 +102,13 @@ def pod_view(body: Mapping[str, Any]) -> PodView | None:
         return None
     namespace = str(meta.get("namespace"))
     exit_code = None
+    finished: dt.datetime | None = None
     for cs in status.get("containerStatuses") or []:
         term = ((cs or {}).get("state") or {}).get("terminated")
-        if term and term.get("exitCode") is not None:
+        if term and (at := _maybe_time(term.get("finishedAt"))) is not None:
+            finished = max(finished, at) if finished is not None else at
+        if term and term.get("exitCode") is not None and exit_code in (None, 0):
             exit_code = int(term["exitCode"])
-            if exit_code:
-                break
     disrupted = any(
         c.get("type") == v.CONDITION_DISRUPTION_TARGET and c.get("status") == "True"
         for c in status.get("conditions") or []
@@ -145,7 +146,21 @@ def pod_view(body: Mapping[str, Any]) -> PodView | None:
         if unschedulable is not None and not spec.get("nodeName")
         else None,
         created=_maybe_time(meta.get("creationTimestamp")),
+        started=_maybe_time(status.get("startTime")),
+        finished=finished or _deletion_asked(meta),
     )
+
+
+def _deletion_asked(meta: Mapping[str, Any]) -> dt.datetime | None:
+    """When a pod's deletion was asked for: its deletionTimestamp less its grace period (the API
+    server sets the one to the time of the request plus the other)."""
+    at = _maybe_time(meta.get("deletionTimestamp"))
+    grace = meta.get("deletionGracePeriodSeconds")
+    if at is None:
+        return None
+    if isinstance(grace, int) and not isinstance(grace, bool) and 0 < grace <= 86_400:
+        return at - dt.timedelta(seconds=grace)
+    return at
 
 
 def workload_view(body: Mapping[str, Any]) -> WorkloadView | None:

@@ -10,26 +10,56 @@ admission, and what Kubernetes recorded of it — its batch Job's start and end 
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Iterable
+from dataclasses import dataclass
 
 from accel_api.durations import parse_time, stamp
 from accel_api.enums import CapacityType
 from accel_api.job import EARLIER_FAILURES, AcceleratorJobStatus, AttemptFailure, AttemptHeld
-from accel_operator.reconcile.common.snapshot import JobView, WorkloadView
+from accel_operator.reconcile.common.snapshot import JobView, PodView, WorkloadView
 
 
-def of(job: JobView, workload: WorkloadView | None) -> AttemptHeld | None:
-    """What ``job``'s current attempt held (None when its status shows no placed plan)."""
+@dataclass(frozen=True, slots=True)
+class PodSpan:
+    """What an attempt's pods' own timestamps say of it (docs/cost.md, "When an attempt is
+    charged"): ``start``, its first pod's ``status.startTime``; ``end``, once every pod that
+    started has ended, the last one's end (its containers' ``finishedAt``, or when its deletion
+    was asked for). None: no pod of it has started / not every started pod has ended."""
+
+    start: dt.datetime | None = None
+    end: dt.datetime | None = None
+
+
+def pod_span(pods: Iterable[PodView], attempt: int) -> PodSpan:
+    """The span of ``attempt`` from those of ``pods`` that belong to it."""
+    mine = [p for p in pods if p.attempt == attempt]
+    started = [p for p in mine if p.started is not None]
+    if not started:
+        return PodSpan()
+    start = min(p.started for p in started if p.started is not None)
+    # Ended once every pod of it has: a pod yet to start (a gang's late member) may still run.
+    ends = [p.finished for p in mine]
+    end = max(e for e in ends if e is not None) if all(e is not None for e in ends) else None
+    return PodSpan(start, max(end, start) if end is not None else None)
+
+
+def of(job: JobView, workload: WorkloadView | None, pods: Iterable[PodView] = ()) -> AttemptHeld | None:
+    """What ``job``'s current attempt held (None when its status shows no placed plan): its run as
+    its pods' timestamps say when they are there, else as its batch Job's do."""
     st = job.status
     plan = st.plan
     if plan is None or not plan.pool or not plan.devices:
         return None
+    span = pod_span(pods, st.attempt)
+    start = span.start or (workload.start_time if workload is not None else None)
+    end = span.end or (workload.end_time if workload is not None else None)
     return AttemptHeld(
         pool=plan.pool,
         devices=plan.devices,
         capacity_type=plan.capacity_type or CapacityType.ON_DEMAND,
         admitted_time=st.admitted_time,
-        start_time=stamp(workload.start_time) if workload is not None and workload.start_time else None,
-        end_time=stamp(workload.end_time) if workload is not None and workload.end_time else None,
+        start_time=stamp(start) if start is not None else None,
+        end_time=stamp(end) if end is not None else None,
     )
 
 

@@ -89,6 +89,12 @@ class PodView:
     # gang's bind clock (reconcile/job/bind_clock.py). None: bound, or not tried yet.
     unschedulable_since: dt.datetime | None = None
     created: dt.datetime | None = None  # metadata.creationTimestamp (the sweep's grace: reconcile/job/sweep.py)
+    # What the pod's own timestamps say of its run, the cost ledger's truth (docs/cost.md, "When an
+    # attempt is charged"): status.startTime, and its end: the latest finishedAt of its terminated
+    # containers, else, for a pod being deleted, when the deletion was asked for
+    # (deletionTimestamp less its grace period). None: not started, not ended.
+    started: dt.datetime | None = None
+    finished: dt.datetime | None = None
 
     @property
     def ended(self) -> bool:

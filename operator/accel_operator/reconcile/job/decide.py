@@ -262,7 +262,7 @@ def _failure(
         pod=culprit.name if culprit is not None else None,
         node=culprit.node if culprit is not None else None,
         time=_ts(now),
-        held=attempt_held.of(job, wl),
+        held=attempt_held.of(job, wl, pods),
     )
 
 
@@ -373,7 +373,7 @@ def _holding(
                 reason="WorkloadDeleted",
                 message=f"the workload {name} was deleted while the job ran",
                 time=_ts(now),
-                held=attempt_held.of(job, None),
+                held=attempt_held.of(job, None, pods),
             )
             return _after_failure(job, failure, now, rules)
         # Admitted, but the workload is not there (yet): create it; a retry of a lost create.
@@ -387,10 +387,14 @@ def _holding(
         )
     if wl.complete:
         message = f"attempt {st.attempt} succeeded"
+        # When it completed, as its pods' own timestamps say (the cost ledger's end) when they are
+        # there; the operator may notice much later (it was down).
+        finished = attempt_held.pod_span(pods, st.attempt).end
+        done = min(finished, now) if finished is not None else now
         return Decision(
             phase=JobPhase.SUCCEEDED,
             conditions=(*base, Cond(RUNNING, False, "Succeeded"), Cond(FINISHED, True, "Succeeded", message)),
-            status=StatusPatch(completion_time=_ts(now), message=message),
+            status=StatusPatch(completion_time=_ts(done), message=message),
             actions=_event_if_new(job, JobPhase.SUCCEEDED, "Succeeded", "Normal", message),
             reason=message,
         )

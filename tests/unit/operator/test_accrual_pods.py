@@ -1,0 +1,147 @@
+"""When an attempt is charged (docs/cost.md): from its first pod's ``status.startTime`` to its last
+pod's end (``finishedAt``, or when its deletion was asked for), the pods' own timestamps, whatever
+the operator saw or missed in between; and how the pod view reads those timestamps."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import pytest
+
+from accel_operator.accounting import accrual, ledger
+from accel_operator.adapters.kube import views
+from accel_operator.reconcile.common import attempt_held
+from accel_operator.reconcile.common.snapshot import PodView, WorkloadView
+from tests.support.reconcile import T0, World
+
+S = dt.timedelta(seconds=1)
+PRICE = accrual.Price(3.6, 9.0)  # USD per device-hour: 0.001 USD per device-second
+
+
+def _ts(t: dt.datetime) -> str:
+    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _job(phase: str, devices: int = 2, **status: Any) -> Any:
+    st = {
+        "phase": phase,
+        "attempt": 0,
+        "workload": "a-a0",
+        "admittedTime": _ts(T0),
+        "plan": {"pool": "spot", "devices": devices, "nodes": 1, "capacityType": "spot"},
+        **status,
+    }
+    return World().pool("spot").job("a", "spot", devices=devices, status=st)
+
+
+def _pod(index: int = 0, *, devices: int = 2, attempt: int = 0, **kw: Any) -> PodView:
+    return PodView("ns", f"a-a{attempt}-{index}", "n0", kw.pop("phase", "Running"), devices, ("ns", "a"), attempt, **kw)
+
+
+def _seconds(cost: Any) -> float:
+    return ledger.totals(cost).device_seconds
+
+
+def test_nothing_is_charged_before_a_pod_starts_and_then_from_its_start_not_the_admission() -> None:
+    pending = _pod(phase="Pending")
+    cost = accrual.accrue(_job("Running"), None, PRICE, 0.0, T0 + 10 * S, pods=[pending])
+    assert cost.attempts == []
+    started = _pod(started=T0 + 4 * S)
+    cost = accrual.accrue(_job("Running"), cost, PRICE, 0.0, T0 + 10 * S, pods=[started])
+    assert _seconds(cost) == pytest.approx(2 * 6)  # 2 devices from +4 s to +10 s
+    assert cost.attempts[0].intervals[0].start == _ts(T0 + 4 * S)
+
+
+def test_a_finished_attempt_ends_at_its_pods_finish_not_when_anyone_noticed() -> None:
+    # The pod ran +3..+20 s; the batch Job completed at +22 s; the operator (down) noticed at +90 s.
+    job = _job("Succeeded", completionTime=_ts(T0 + 90 * S))
+    wl = WorkloadView("ns", "a-a0", ("ns", "a"), 0, succeeded=1, complete=True, end_time=T0 + 22 * S)
+    pod = _pod(phase="Succeeded", started=T0 + 3 * S, finished=T0 + 20 * S)
+    cost = accrual.accrue(job, None, PRICE, 0.0, T0 + 100 * S, workload=wl, pods=[pod])
+    assert _seconds(cost) == pytest.approx(2 * 17)
+    assert cost.attempts[0].end == _ts(T0 + 20 * S)
+    # Replayed, or read back by a restarted operator: the same.
+    assert _seconds(accrual.accrue(job, cost, PRICE, 0.0, T0 + 200 * S, workload=wl, pods=[pod])) == _seconds(cost)
+
+
+def test_a_gang_is_charged_with_all_its_devices_from_its_first_pod_to_its_last() -> None:
+    job = _job("Succeeded", devices=16, completionTime=_ts(T0 + 60 * S))
+    pods = [
+        _pod(0, devices=8, phase="Succeeded", started=T0 + 2 * S, finished=T0 + 30 * S),
+        _pod(1, devices=8, phase="Succeeded", started=T0 + 3 * S, finished=T0 + 31 * S),
+    ]
+    cost = accrual.accrue(job, None, PRICE, 0.0, T0 + 60 * S, pods=pods)
+    assert _seconds(cost) == pytest.approx(16 * 29)
+    # While one pod still runs, the attempt has not ended.
+    assert attempt_held.pod_span([pods[0], _pod(1, devices=8, started=T0 + 3 * S)], 0).end is None
+    # A member yet to start may still run: no end either.
+    assert attempt_held.pod_span([pods[0], _pod(1, devices=8, phase="Pending")], 0).end is None
+
+
+def test_a_pod_deleted_while_running_stops_the_charge_at_its_deletion_even_once_it_is_gone() -> None:
+    # Seen deleting at +12 s (a spot node's drain): nothing accrues after, though the operator
+    # records the failure only at +70 s, when the pod and its batch Job are long gone.
+    deleting = _pod(started=T0 + 2 * S, finished=T0 + 12 * S)
+    cost = accrual.accrue(_job("Running"), None, PRICE, 0.0, T0 + 13 * S, pods=[deleting])
+    assert _seconds(cost) == pytest.approx(2 * 10)
+    cost = accrual.accrue(_job("Running"), cost, PRICE, 0.0, T0 + 40 * S, pods=[])  # gone, not yet noticed
+    assert _seconds(cost) == pytest.approx(2 * 10)
+    failed = _job(
+        "Admitted",
+        attempt=1,
+        admittedTime=_ts(T0 + 70 * S),
+        lastFailure={"kind": "Preemption", "attempt": 0, "reason": "Terminated", "time": _ts(T0 + 70 * S)},
+        cost=cost.to_wire(),
+    )
+    after = accrual.accrue(failed, None, PRICE, 0.0, T0 + 71 * S, pods=[])
+    (first,) = [a for a in after.attempts if a.attempt == 0]
+    assert first.end == _ts(T0 + 12 * S)
+    assert _seconds(after) == pytest.approx(2 * 10)
+
+
+def test_a_failure_record_keeps_the_pods_times() -> None:
+    job = _job("Running")
+    pod = _pod(phase="Failed", started=T0 + 5 * S, finished=T0 + 9 * S)
+    wl = WorkloadView(
+        "ns", "a-a0", ("ns", "a"), 0, failed=1, failed_condition=True, start_time=T0 + S, end_time=T0 + 11 * S
+    )
+    held = attempt_held.of(job, wl, [pod])
+    assert held is not None and (held.start_time, held.end_time) == (_ts(T0 + 5 * S), _ts(T0 + 9 * S))
+    held = attempt_held.of(job, wl, [])  # the pods gone: the batch Job's times
+    assert held is not None and (held.start_time, held.end_time) == (_ts(T0 + S), _ts(T0 + 11 * S))
+
+
+def _pod_body(**status: Any) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": "a-a0-0",
+            "namespace": "ns",
+            "labels": {
+                "app.kubernetes.io/managed-by": "accel-operator",
+                "accel.dev/job": "a",
+                "accel.dev/attempt": "0",
+            },
+            **status.pop("meta", {}),
+        },
+        "spec": {"nodeName": "n0", "containers": [{"name": "main", "resources": {"limits": {"nvidia.com/gpu": "2"}}}]},
+        "status": status,
+    }
+
+
+def test_the_pod_view_reads_the_start_the_finish_and_the_deletion() -> None:
+    running = views.pod_view(_pod_body(phase="Running", startTime="2026-11-26T12:00:05Z"))
+    assert running is not None and running.started == T0 + 5 * S and running.finished is None
+    done = views.pod_view(
+        _pod_body(
+            phase="Succeeded",
+            startTime="2026-11-26T12:00:05Z",
+            containerStatuses=[
+                {"name": "main", "state": {"terminated": {"exitCode": 0, "finishedAt": "2026-11-26T12:00:30Z"}}}
+            ],
+        )
+    )
+    assert done is not None and done.finished == T0 + 30 * S and done.exit_code == 0
+    meta = {"deletionTimestamp": "2026-11-26T12:01:00Z", "deletionGracePeriodSeconds": 30}
+    deleting = views.pod_view(_pod_body(phase="Running", startTime="2026-11-26T12:00:05Z", meta=meta))
+    assert deleting is not None and deleting.finished == T0 + 30 * S  # asked at +30 s, 30 s of grace
