@@ -866,8 +866,8 @@ def _cleanup(
     with kubeapi.ignoring(404):
         custom.delete_cluster_custom_object(v.GROUP, v.VERSION, registry.POLICY.plural, policy)
     for ns in namespaces:
+        kubeapi.delete_claim_volumes(api, ns)  # while the cluster still runs
         kwok_world.cleanup(api, core, ns, pools, stop_cluster=stop)
-        kubeapi.delete_claim_volumes(api, ns)
         stop = False
 
 
