@@ -186,6 +186,8 @@ def test_a_job_without_a_checkpoint_restarts_from_scratch_and_says_so(
     with gpu_pool(api, pool, count=2):
         create_job(api, job_doc(namespace, pool, devices=8, name="bare"))
         wait_phase(api, namespace, "bare", "Running")
+        # Lost work is counted from the pods' own timestamps, in whole seconds: let it run two.
+        time.sleep(2.5)
         preempt.aws_spot_interruption(core, _running_node(core, namespace, "bare", 0), handler="karpenter")
         st = _running_attempt(api, namespace, "bare", 1)
         assert _env(api, namespace, "bare-a1")[v.ENV_RESUME_FROM] == ""
