@@ -186,6 +186,8 @@ def test_operator_runs_under_its_least_privilege_role(
         try:
             create_job(api, job_doc(namespace, pool, devices=2, name="rbac", team=f"{namespace}-team"))
             wait_phase(api, namespace, "rbac", "Running", timeout=90)
+            # The ledger charges the pods' own lifetime, in whole seconds: let them run two.
+            time.sleep(2.5)
             end_pods(core, namespace, "rbac", 0)
             wait_phase(api, namespace, "rbac", "Succeeded", timeout=60)
             wait_for(
