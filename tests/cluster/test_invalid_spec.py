@@ -20,7 +20,7 @@ from kubernetes.client.exceptions import ApiException
 from accel_api import registry
 from accel_api import vocabulary as v
 from tests.support.cluster import wait_for
-from tests.support.jobs import create_job, events_of, get_job, gpu_pool, job_doc, status, wait_phase
+from tests.support.jobs import batch_job_exists, create_job, events_of, get_job, gpu_pool, job_doc, status, wait_phase
 from tests.support.operator import checked_operator, settings_for
 
 CRD = f"{registry.JOB.plural}.{v.GROUP}"
@@ -111,7 +111,9 @@ def test_a_running_job_whose_spec_stops_parsing_is_charged_checkpointed_and_ende
         # After the grace (no checkpoint reported): the attempt ends, its batch Job is deleted.
         ended = wait_phase(api, namespace, "inv", "Failed", timeout=GRACE + 30)
         assert ended["attempt"] == attempt + 1
-        wait_for(lambda: not _exists(batch, namespace, workload), timeout=30, what="the attempt's batch Job deleted")
+        wait_for(
+            lambda: not batch_job_exists(batch, namespace, workload), timeout=30, what="the attempt's batch Job deleted"
+        )
         reasons = [reason for reason, _ in events_of(core, namespace, "inv")]
         assert "InvalidSpec" in reasons
         # Charged while it ran; the money never goes down.
@@ -128,13 +130,3 @@ def test_a_running_job_whose_spec_stops_parsing_is_charged_checkpointed_and_ende
         again = wait_phase(api, namespace, "inv", "Running", timeout=60)
         assert again["attempt"] == attempt + 1 and again["workload"] != workload
         assert status(api, namespace, "inv")["cost"]["spentUsd"] >= cost["spentUsd"]
-
-
-def _exists(batch: client.BatchV1Api, namespace: str, name: str) -> bool:
-    try:
-        batch.read_namespaced_job(name, namespace)
-    except ApiException as exc:
-        if exc.status == 404:
-            return False
-        raise
-    return True

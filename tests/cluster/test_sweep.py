@@ -10,28 +10,27 @@ from pathlib import Path
 from typing import Any
 
 from kubernetes import client, config
-from kubernetes.client.exceptions import ApiException
 
 from accel_api import registry
 from accel_api import vocabulary as v
 from accel_localcluster import preempt
 from tests.support.cluster import token_kubeconfig, wait_for
-from tests.support.jobs import create_job, end_pods, events_of, gpu_pool, job_doc, status, wait_phase, workloads_of
+from tests.support.jobs import (
+    batch_job_exists,
+    create_job,
+    end_pods,
+    events_of,
+    gpu_pool,
+    job_doc,
+    status,
+    wait_phase,
+    workloads_of,
+)
 from tests.support.operator import checked_operator, settings_for
 
 # The sweep leaves a deleted job's workload alone for the created grace (engine/apply.py:
 # CREATED_TTL_SECONDS, 60 s from the workload's creation); then the next pass deletes it.
 SWEEP_BOUND = 60.0 + 30.0
-
-
-def _exists(batch: client.BatchV1Api, namespace: str, name: str) -> bool:
-    try:
-        batch.read_namespaced_job(name, namespace)
-    except ApiException as exc:
-        if exc.status == 404:
-            return False
-        raise
-    return True
 
 
 def test_a_job_deleted_with_cascade_orphan_leaves_nothing_running(
@@ -53,7 +52,7 @@ def test_a_job_deleted_with_cascade_orphan_leaves_nothing_running(
             what="the batch Job orphaned",
         )
         wait_for(
-            lambda: not _exists(batch, namespace, workload),
+            lambda: not batch_job_exists(batch, namespace, workload),
             timeout=SWEEP_BOUND,
             what="the orphaned batch Job deleted by the operator",
         )
@@ -116,10 +115,14 @@ def test_an_earlier_attempts_batch_job_left_behind_is_deleted(
         wait_for(lambda: status(api, namespace, "twice").get("attempt") == 1, timeout=30, what="attempt 1")
         st = wait_phase(api, namespace, "twice", "Running")
         assert st["workload"] == "twice-a1"
-        wait_for(lambda: not _exists(batch, namespace, "twice-a0"), timeout=60, what="the release's own delete")
+        wait_for(
+            lambda: not batch_job_exists(batch, namespace, "twice-a0"), timeout=60, what="the release's own delete"
+        )
         # The release's delete refused or lost: attempt 0's batch Job is still there.
         _stale_attempt(api, namespace, job, "twice-a0")
-        wait_for(lambda: not _exists(batch, namespace, "twice-a0"), timeout=30, what="the stale attempt deleted")
+        wait_for(
+            lambda: not batch_job_exists(batch, namespace, "twice-a0"), timeout=30, what="the stale attempt deleted"
+        )
         wait_for(
             lambda: [m for r, m in events_of(core, namespace, "twice") if r == "StrayDeleted"],
             timeout=30,

@@ -11,6 +11,7 @@ from typing import Any
 
 import yaml
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from accel_api import registry
 from accel_api import vocabulary as v
@@ -118,3 +119,14 @@ def events_of(core: client.CoreV1Api, namespace: str, name: str) -> list[tuple[s
         for e in events.items
         if e.involved_object and e.involved_object.kind == "AcceleratorJob" and e.involved_object.name == name
     ]
+
+
+def batch_job_exists(batch: client.BatchV1Api, namespace: str, name: str) -> bool:
+    """Whether the batch Job ``name`` is there (404: gone; any other error is raised)."""
+    try:
+        batch.read_namespaced_job(name, namespace)
+    except ApiException as exc:
+        if exc.status == 404:
+            return False
+        raise
+    return True
