@@ -176,7 +176,8 @@ def test_tenant_roles_aggregate_into_edit_and_view(api: client.ApiClient, namesp
         }
     )
     try:
-        assert _can(auth, "bob", "list", "acceleratorpools", None)
+        # The authorizer reads bindings from its informer cache: a new binding shows within moments.
+        wait_for(lambda: _can(auth, "bob", "list", "acceleratorpools", None), timeout=30, what="reader bound")
         assert _can(auth, "bob", "get", "acceleratorpolicies", None)
         assert not _can(auth, "bob", "patch", "acceleratorpools", None)
     finally:
