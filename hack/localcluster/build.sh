@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the local control plane's binaries from Go modules with the machine's Go toolchain:
 # etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kwok and helm; and, for the
-# real node (accel_localcluster.realnode), kubelet and the pod sandbox's pause.
+# real node (accel_localcluster.realnode), kubelet, kube-proxy and the pod sandbox's pause.
 # Output goes to $ACCEL_CLUSTER_BIN (default .cache/localcluster/bin, ignored by git).
 # Go's module and build caches make a second run take seconds; a binary that is newer than
 # its go.mod/go.sum is not rebuilt at all.
@@ -52,4 +52,5 @@ build k8s kube-controller-manager k8s.io/kubernetes/cmd/kube-controller-manager 
 build k8s kube-scheduler k8s.io/kubernetes/cmd/kube-scheduler "$k8s_ldflags"
 build k8s kubectl k8s.io/kubernetes/cmd/kubectl "$k8s_ldflags"
 build k8s kubelet k8s.io/kubernetes/cmd/kubelet "$k8s_ldflags"
+build k8s kube-proxy k8s.io/kubernetes/cmd/kube-proxy "$k8s_ldflags"
 echo "$bin"

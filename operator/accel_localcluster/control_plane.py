@@ -34,6 +34,9 @@ REPO = Path(__file__).resolve().parents[2]
 CONTROLLER_QPS = 300
 CONTROLLER_BURST = 600
 JOB_SYNCS = 20
+# The real node's pod network (realnode's CNI bridge): its gateway is the host's address there.
+POD_CIDR = "10.244.0.0/24"
+POD_GATEWAY = "10.244.0.1"
 
 
 class ClusterError(RuntimeError):
@@ -72,6 +75,10 @@ class Cluster:
     state: Path
     bin: Path
     ports: Ports = field(default_factory=Ports)
+    # Pods on the real node (accel_localcluster.realnode) reach the API server through the
+    # ``kubernetes`` Service: it then listens on every address and advertises the pod bridge's
+    # gateway, which kube-proxy leads the Service's ClusterIP to. KWOK-only clusters keep loopback.
+    pod_network: bool = False
 
     COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
 
@@ -152,7 +159,7 @@ class Cluster:
         """Start everything (building first); leave a healthy cluster alone."""
         if build:
             self.build()
-        if self.healthy():
+        if self.healthy() and self._mode() == self._wanted_mode():
             return
         self.down(wipe=True)
         for sub in ("run", "logs"):
@@ -169,6 +176,7 @@ class Cluster:
             self._wait("etcd", deadline)
             self._start("kube-apiserver", self._apiserver_args(p))
             self._wait("kube-apiserver", deadline)
+            (self.state / "run" / "apiserver.mode").write_text(self._wanted_mode())
             self._start("kube-controller-manager", self._kcm_args(p))
             self._start("kube-scheduler", self._scheduler_args())
             self._start("kwok", self._kwok_args(stage_file))
@@ -259,12 +267,32 @@ class Cluster:
             "--log-level=warn",
         ]
 
+    def _wanted_mode(self) -> str:
+        return "pod-network" if self.pod_network else "loopback"
+
+    def _mode(self) -> str:
+        """How the running API server was started (a cluster started for KWOK alone is restarted
+        when the real node needs it on the pod network)."""
+        try:
+            return (self.state / "run" / "apiserver.mode").read_text().strip()
+        except OSError:
+            return "loopback"
+
     def _apiserver_args(self, p: pki_mod.Pki) -> list[str]:
+        if self.pod_network:
+            # The lease reconciler keeps the `kubernetes` Service's endpoints at the advertised
+            # address; with loopback it has nothing valid to write (Endpoints refuse 127.0.0.0/8).
+            listen = [
+                "--bind-address=0.0.0.0",
+                f"--advertise-address={POD_GATEWAY}",
+                "--endpoint-reconciler-type=lease",
+            ]
+        else:
+            listen = ["--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", "--endpoint-reconciler-type=none"]
         return [
             f"--etcd-servers=http://127.0.0.1:{self.ports.etcd}",
             f"--secure-port={self.ports.apiserver}",
-            "--bind-address=127.0.0.1",
-            "--advertise-address=127.0.0.1",
+            *listen,
             f"--tls-cert-file={p.server_cert}",
             f"--tls-private-key-file={p.server_key}",
             f"--client-ca-file={p.ca_cert}",
@@ -276,9 +304,9 @@ class Cluster:
             "--allow-privileged=true",
             "--enable-priority-and-fairness=false",
             "--profiling=false",
-            "--endpoint-reconciler-type=none",
             # Webhooks and aggregated APIs behind a Service are called at its endpoints' addresses:
-            # the local cluster runs no kube-proxy, so a Service's ClusterIP leads nowhere.
+            # kube-proxy runs only with the real node (and its rules lead pods, not the host
+            # processes' sockets bound to loopback), so a Service's ClusterIP is not for the API server.
             "--enable-aggregator-routing=true",
             "--v=1",
             # Front-proxy CA: without it every delegating component logs a missing-bundle error.

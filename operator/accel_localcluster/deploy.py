@@ -2,11 +2,11 @@
 running as a pod from the image built here on the real node (``realnode``), beside the KWOK nodes
 where accelerator jobs land. ``undeploy`` uninstalls it and stops the node.
 
-The operator runs with the host's network on the real node (one replica: the local cluster has no
-kube-proxy, so a pod reaches the API server on 127.0.0.1, and two replicas would share the host's
-ports), its image imported into containerd (pull policy Never), and the chart's own webhook
-configurations and Service: the API server calls the webhook at the pod's address
-(``--enable-aggregator-routing``).
+Two operator replicas run on the real node with addresses of their own on its pod network; they
+reach the API server through the ``kubernetes`` Service (kube-proxy, ``Cluster.pod_network``), and
+the holder of the Lease decides. Their image is imported into containerd (pull policy Never). The
+chart owns the webhook configurations and the Service: the API server calls the webhook at the
+pods' addresses (``--enable-aggregator-routing``).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from accel_localcluster import Cluster, default_cluster
@@ -50,7 +51,7 @@ def _run(*args: str, cluster: Cluster, timeout: float = 600) -> None:
         raise SystemExit(f"{' '.join(args[:3])} ... failed ({done.returncode})")
 
 
-def values(cluster: Cluster, operator_image: str, agent_image: str, built: str = "") -> dict[str, object]:
+def values(operator_image: str, agent_image: str, built: str = "") -> dict[str, object]:
     """The chart's values for the local real node. ``built``: the operator archive's key (a new
     build under the same tag, e.g. a dirty tree's, rolls the pod)."""
     op_repo, op_tag = operator_image.rsplit(":", 1)
@@ -58,20 +59,17 @@ def values(cluster: Cluster, operator_image: str, agent_image: str, built: str =
     return {
         "operator": {
             "image": {"repository": op_repo, "tag": op_tag, "pullPolicy": "Never"},
-            "replicas": 1,
-            "hostNetwork": True,
+            "replicas": 2,
             "nodeSelector": {"kubernetes.io/hostname": NODE_NAME},
             "podAnnotations": {"accel.dev/image-build": built} if built else {},
-            "extraEnv": [
-                {"name": "KUBERNETES_SERVICE_HOST", "value": "127.0.0.1"},
-                {"name": "KUBERNETES_SERVICE_PORT", "value": str(cluster.ports.apiserver)},
-            ],
         },
         "agent": {"image": {"repository": agent_repo, "tag": agent_tag, "pullPolicy": "Never"}},
     }
 
 
 def up(cluster: Cluster) -> None:
+    if not cluster.pod_network:
+        raise SystemExit("the real node needs the API server on the pod network: Cluster(pod_network=True)")
     cluster.up()
     node = node_of(cluster)
     node.up()
@@ -81,7 +79,7 @@ def up(cluster: Cluster) -> None:
     key = archive.with_name(archive.name + ".key")
     built = key.read_text().strip() if key.is_file() else ""
     path = cluster.state / "deploy-values.json"
-    path.write_text(json.dumps(values(cluster, operator_image, agent_image, built)))
+    path.write_text(json.dumps(values(operator_image, agent_image, built)))
     helm = str(cluster.bin / "helm")
     _run(
         helm, "upgrade", "--install", RELEASE, str(CHART), "-n", NAMESPACE, "--create-namespace",
@@ -106,7 +104,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m accel_localcluster.deploy")
     parser.add_argument("action", choices=["up", "down"])
     args = parser.parse_args(argv)
-    cluster = default_cluster()
+    # A running KWOK-only cluster is restarted with its API server on the pod network.
+    cluster = replace(default_cluster(), pod_network=True)
     up(cluster) if args.action == "up" else down(cluster)
     return 0
 

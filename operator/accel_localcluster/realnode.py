@@ -15,9 +15,15 @@ What this machine asked for, and why (each found by running it):
 - The sandbox image is ``registry.k8s.io/pause:3.10`` by name (containerd's default), built here
   from ``hack/localcluster/pause`` (a Go program that waits for SIGTERM) with umoci, since no
   registry is reachable.
-- No kube-proxy: the API server is started with ``--enable-aggregator-routing`` so it calls a
-  webhook behind a Service at its endpoints, and pods that talk to the API server use the host's
-  network (the API server listens on 127.0.0.1; ``KUBERNETES_SERVICE_HOST`` is set to it).
+- kube-proxy (iptables mode, built from the same module) leads Service ClusterIPs to their
+  endpoints for the node's pods: the ``kubernetes`` Service's endpoint is the bridge's gateway,
+  where the API server listens when the cluster runs with ``pod_network`` (control_plane). So pods
+  use in-cluster config as anywhere else, and two operator replicas have addresses of their own.
+  ``conntrack.maxPerCore: 0`` leaves the host's conntrack table size alone. Stopping the node
+  removes kube-proxy's rules (``kube-proxy --cleanup``). One real node per machine: the bridge and
+  the rules are the host's.
+- The API server still calls webhooks at their endpoints' addresses (``--enable-aggregator-routing``):
+  the host reaches the pods on the bridge directly.
 """
 
 from __future__ import annotations
@@ -32,9 +38,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from accel_localcluster.control_plane import POD_CIDR
+
 NODE_NAME = "accel-real-0"
 PAUSE_REF = "registry.k8s.io/pause:3.10"
-POD_CIDR = "10.244.0.0/24"
 NAMESPACE = "k8s.io"  # containerd's namespace for the CRI
 PACKAGES = ("containerd", "runc", "umoci", "containernetworking-plugins")  # Debian's
 
@@ -132,6 +139,26 @@ state = "{h}/containerd-state"
             )
         )
 
+    def _write_proxy_config(self) -> Path:
+        path = self.home / "kube-proxy.yaml"
+        path.write_text(
+            json.dumps(
+                {
+                    "apiVersion": "kubeproxy.config.k8s.io/v1alpha1",
+                    "kind": "KubeProxyConfiguration",
+                    "clientConnection": {"kubeconfig": str(self.kubeconfig)},
+                    "mode": "iptables",
+                    "clusterCIDR": POD_CIDR,
+                    "hostnameOverride": NODE_NAME,
+                    "healthzBindAddress": f"127.0.0.1:{self.kubelet_port + 1}",
+                    "metricsBindAddress": f"127.0.0.1:{self.kubelet_port + 2}",
+                    "conntrack": {"maxPerCore": 0},
+                    "iptables": {"localhostNodePorts": False},
+                }
+            )
+        )
+        return path
+
     def _ctr(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             ["ctr", "--address", str(self.socket), "-n", NAMESPACE, *args],
@@ -180,7 +207,8 @@ state = "{h}/containerd-state"
         return f"{name}:{tag}"
 
     def up(self, timeout: float = 120) -> None:
-        """containerd, the sandbox image, the kubelet; returns once the node is Ready."""
+        """containerd, the sandbox image, the kubelet and kube-proxy; returns once the node is Ready
+        and kube-proxy has synced."""
         for tool in ("containerd", "ctr", "runc", "umoci"):
             if shutil.which(tool) is None:
                 raise RuntimeError(f"{tool} is missing (Debian: apt-get install {' '.join(PACKAGES)})")
@@ -207,7 +235,28 @@ state = "{h}/containerd-state"
                 "--v=1",
             ],
         )
+        self._spawn("kube-proxy", [str(self.bin / "kube-proxy"), f"--config={self._write_proxy_config()}", "--v=1"])
         self._wait_ready(timeout)
+        self._wait_proxy(timeout)
+
+    def _wait_proxy(self, timeout: float) -> None:
+        """kube-proxy's healthz answers 200 once it has synced its rules."""
+        import urllib.error
+        import urllib.request
+
+        url = f"http://127.0.0.1:{self.kubelet_port + 1}/healthz"
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(url, timeout=3) as resp:
+                    if resp.status == 200:
+                        return
+            except (OSError, urllib.error.URLError):
+                pass
+            if self._pid("kube-proxy") is None:
+                break
+            time.sleep(1)
+        raise RuntimeError(f"kube-proxy not healthy in {timeout:.0f}s (see {self.home / 'kube-proxy.log'})")
 
     def _wait_ready(self, timeout: float) -> None:
         from kubernetes import client, config
@@ -227,7 +276,7 @@ state = "{h}/containerd-state"
 
     def down(self) -> None:
         """Stop the kubelet, then every pod sandbox and containerd (the node object stays)."""
-        for name in ("kubelet", "containerd"):
+        for name in ("kube-proxy", "kubelet", "containerd"):
             pid = self._pid(name)
             if pid is None:
                 continue
@@ -241,6 +290,9 @@ state = "{h}/containerd-state"
                     break
                 time.sleep(0.1)
             (self.home / f"{name}.pid").unlink(missing_ok=True)
+        if (self.bin / "kube-proxy").is_file():
+            # Its chains stay in the host's tables after it stops: remove them.
+            subprocess.run([str(self.bin / "kube-proxy"), "--cleanup"], capture_output=True, timeout=60, check=False)
         self._unmount()
 
     def _unmount(self) -> None:

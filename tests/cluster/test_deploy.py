@@ -4,27 +4,33 @@ built here, the operator pod Ready on that node from the operator image, a spot 
 checkpoint refused by the webhook through the chart's Service, a job admitted and its batch Job
 made by the operator running in the cluster, and an uninstall that leaves no webhook behind.
 
+Two replicas run on that node's pod network (kube-proxy leads them to the API server): the leader
+pod is killed and the other replica takes over, and a ``helm upgrade`` to a newer chart version
+rolls both pods while a job keeps running, untouched.
+
 Opt-in (``ACCEL_DEPLOY_TEST=1``): it needs root, the Debian packages ``hack/dev.sh deploy``
-installs, and the images (``bash hack/images.sh build``). Not yet here: two replicas and the
-leader's failover (on the host's network they would share ports), and ``helm upgrade`` from the
-previous chart version with a job running.
+installs, and the images (``bash hack/images.sh build``).
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 from kubernetes import client, config
 
 from accel_localcluster import Cluster, demo_pools, kubeapi
 from accel_localcluster import deploy as deploy_mod
 from accel_localcluster.control_plane import Ports
 from accel_localcluster.realnode import NODE_NAME
+from tests.support import jobs as jobs_mod
 from tests.support.cluster import ROOT, wait_for
 from tests.support.jobs import create_job, job_doc
 
@@ -40,7 +46,7 @@ def deployed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     d = PORT_BASE - 26000
     ports = Ports(26379 + d, 26380 + d, 26443 + d, 26457 + d, 26459 + d, 26460 + d)
     bin_dir = Path(os.environ.get("ACCEL_CLUSTER_BIN", ROOT / ".cache" / "localcluster" / "bin"))
-    cluster = Cluster(state=home / "state", bin=bin_dir, ports=ports)
+    cluster = Cluster(state=home / "state", bin=bin_dir, ports=ports, pod_network=True)
     t0 = time.monotonic()
     try:
         deploy_mod.up(cluster)
@@ -51,15 +57,63 @@ def deployed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         cluster.down()
 
 
+SELECTOR = "app.kubernetes.io/name=accel-operator"
+
+
+def _operator_pods(core: client.CoreV1Api) -> list[client.V1Pod]:
+    pods = core.list_namespaced_pod(deploy_mod.NAMESPACE, label_selector=SELECTOR).items
+    return [p for p in pods if p.metadata.deletion_timestamp is None]
+
+
+def _ready(pod: client.V1Pod) -> bool:
+    return any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
+
+
+def _leader_pod(api: client.ApiClient) -> str:
+    """The pod whose replica holds the Lease (its identity starts with the pod's hostname)."""
+    try:
+        lease = client.CoordinationV1Api(api).read_namespaced_lease("accel-operator", deploy_mod.NAMESPACE)
+    except client.ApiException as exc:
+        if exc.status == 404:  # not taken yet
+            return ""
+        raise
+    holder = lease.spec.holder_identity or ""
+    names = [p.metadata.name for p in _operator_pods(client.CoreV1Api(api))]
+    return next((n for n in names if holder.startswith(f"{n}-")), "")
+
+
+def _leader_gauge(pod: client.V1Pod) -> float:
+    """``accel_operator_leader`` read from the pod's metrics port: the host reaches the bridge."""
+    with urllib.request.urlopen(f"http://{pod.status.pod_ip}:8080/metrics", timeout=5) as resp:
+        text = resp.read().decode()
+    (line,) = [x for x in text.splitlines() if x.startswith("accel_operator_leader ")]
+    return float(line.split()[1])
+
+
+def _job_status(api: client.ApiClient, name: str) -> dict[str, object]:
+    obj = client.CustomObjectsApi(api).get_namespaced_custom_object(
+        "accel.dev", "v1alpha1", "ml-research", "acceleratorjobs", name
+    )
+    status: dict[str, object] = obj.get("status") or {}
+    return status
+
+
 def test_the_chart_runs_the_operator_from_its_image_on_the_real_node(deployed: Cluster) -> None:
     api = config.new_client_from_config(config_file=str(deployed.kubeconfig))
     core = client.CoreV1Api(api)
-    selector = "app.kubernetes.io/name=accel-operator"
-    (pod,) = core.list_namespaced_pod(deploy_mod.NAMESPACE, label_selector=selector).items
-    assert pod.spec.node_name == NODE_NAME
-    status = pod.status.container_statuses[0]
-    assert status.ready and status.image.startswith("docker.io/library/accel-operator:")
-    assert pod.spec.security_context.run_as_user == 65532
+    pods = _operator_pods(core)
+    assert len(pods) == 2
+    for pod in pods:
+        assert pod.spec.node_name == NODE_NAME
+        assert not pod.spec.host_network  # on the pod network: the API server through the Service
+        status = pod.status.container_statuses[0]
+        assert status.ready and status.image.startswith("docker.io/library/accel-operator:")
+        assert pod.spec.security_context.run_as_user == 65532
+    # One leader: only its replica exports 1 (a follower's cost counters stay out of the dashboard).
+    leader = wait_for(lambda: _leader_pod(api), timeout=60, what="a Lease holder")
+    assert {p.metadata.name: _leader_gauge(p) for p in pods} == {
+        p.metadata.name: (1.0 if p.metadata.name == leader else 0.0) for p in pods
+    }
 
     # A policy: spot jobs must checkpoint; the namespace is team research's.
     kubeapi.ensure_namespace(api, "ml-research", labels={"accel.dev/team": "research"})
@@ -102,6 +156,75 @@ def test_the_chart_runs_the_operator_from_its_image_on_the_real_node(deployed: C
     wait_for(running, timeout=90, what="the job Running")
     names = [j.metadata.name for j in client.BatchV1Api(api).list_namespaced_job("ml-research").items]
     assert names == ["deployed-a0"]
+
+
+def test_the_other_replica_takes_over_when_the_leader_is_killed(deployed: Cluster) -> None:
+    api = config.new_client_from_config(config_file=str(deployed.kubeconfig))
+    core = client.CoreV1Api(api)
+    leader = wait_for(lambda: _leader_pod(api), timeout=60, what="a Lease holder")
+    t0 = time.monotonic()
+    core.delete_namespaced_pod(leader, deploy_mod.NAMESPACE, grace_period_seconds=0)
+    new = wait_for(lambda: (n := _leader_pod(api)) and n != leader and n, timeout=90, what="a new Lease holder")
+    print(f"{new} took over from {leader} in {time.monotonic() - t0:.1f}s")
+    # The new leader admits: a job submitted now gets its batch Job.
+    demo_pools.make_pool(api, "failover-pool", 1)
+    create_job(api, job_doc("ml-research", "failover-pool", devices=8, name="after-failover", team="research"))
+    wait_for(lambda: _job_status(api, "after-failover").get("phase") == "Running", timeout=90, what="admitted")
+    assert jobs_mod.batch_job_exists(client.BatchV1Api(api), "ml-research", "after-failover-a0")
+    # The Deployment replaced the killed pod: two Ready replicas again.
+    wait_for(lambda: len([p for p in _operator_pods(core) if _ready(p)]) == 2, timeout=120, what="two replicas")
+
+
+def test_helm_upgrade_keeps_a_running_job_running(deployed: Cluster, tmp_path: Path) -> None:
+    """The chart at the next version (a patch bump of this one, with a pod template that differs)
+    replaces both replicas; the running job keeps its attempt, its batch Job and its pods.
+
+    There is no earlier released chart yet: this upgrades from the chart as installed to the same
+    chart one version on, which exercises what an N-1 -> N upgrade does to running work."""
+    api = config.new_client_from_config(config_file=str(deployed.kubeconfig))
+    core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
+    before = _job_status(api, "deployed")
+    assert before.get("phase") == "Running"
+    job_pods = {
+        p.metadata.uid for p in core.list_namespaced_pod("ml-research", label_selector="job-name=deployed-a0").items
+    }
+    assert job_pods
+    old_pods = {p.metadata.name for p in _operator_pods(core)}
+
+    chart = tmp_path / "accel-operator"
+    shutil.copytree(deploy_mod.CHART, chart)
+    meta = yaml.safe_load((chart / "Chart.yaml").read_text())
+    major, minor, patch = (int(x) for x in str(meta["version"]).split("-")[0].split("."))
+    meta["version"] = f"{major}.{minor}.{patch + 1}"
+    (chart / "Chart.yaml").write_text(yaml.safe_dump(meta))
+    values = deployed.state / "deploy-values.json"
+    done = subprocess.run(
+        [str(deployed.bin / "helm"), "upgrade", deploy_mod.RELEASE, str(chart), "-n", deploy_mod.NAMESPACE,
+         "-f", str(values), "--set-string", "operator.podAnnotations.accel\\.dev/upgraded=yes",
+         "--wait", "--timeout", "5m"],
+        env={**os.environ, "KUBECONFIG": str(deployed.kubeconfig)},
+        capture_output=True, text=True, timeout=400, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    wait_for(
+        lambda: (ps := _operator_pods(core)) and len(ps) == 2 and all(_ready(p) for p in ps)
+        and not {p.metadata.name for p in ps} & old_pods,
+        timeout=180, what="both replicas replaced",
+    )  # fmt: skip
+    wait_for(lambda: _leader_pod(api), timeout=60, what="a Lease holder after the upgrade")
+    time.sleep(5)  # the new leader has passed over the running job at least once
+    after = _job_status(api, "deployed")
+    assert after.get("phase") == "Running"
+    assert after.get("attempt") == before.get("attempt")
+    assert [
+        j.metadata.name
+        for j in batch.list_namespaced_job("ml-research").items
+        if j.metadata.name.startswith("deployed-")
+    ] == ["deployed-a0"]
+    now_pods = {
+        p.metadata.uid for p in core.list_namespaced_pod("ml-research", label_selector="job-name=deployed-a0").items
+    }
+    assert now_pods == job_pods
 
 
 def test_uninstall_leaves_no_webhook(deployed: Cluster) -> None:
