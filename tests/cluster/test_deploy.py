@@ -21,12 +21,15 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 from kubernetes import client, config
 
-from accel_localcluster import Cluster, demo_pools, kubeapi
+from accel_api import vocabulary as v
+from accel_api.pool import AcceleratorPoolSpec
+from accel_localcluster import Cluster, demo_pools, kubeapi, nodes, preempt
 from accel_localcluster import deploy as deploy_mod
 from accel_localcluster.control_plane import Ports
 from accel_localcluster.realnode import NODE_NAME
@@ -90,11 +93,11 @@ def _leader_gauge(pod: client.V1Pod) -> float:
     return float(line.split()[1])
 
 
-def _job_status(api: client.ApiClient, name: str) -> dict[str, object]:
+def _job_status(api: client.ApiClient, name: str) -> dict[str, Any]:
     obj = client.CustomObjectsApi(api).get_namespaced_custom_object(
         "accel.dev", "v1alpha1", "ml-research", "acceleratorjobs", name
     )
-    status: dict[str, object] = obj.get("status") or {}
+    status: dict[str, Any] = obj.get("status") or {}
     return status
 
 
@@ -225,6 +228,87 @@ def test_helm_upgrade_keeps_a_running_job_running(deployed: Cluster, tmp_path: P
         p.metadata.uid for p in core.list_namespaced_pod("ml-research", label_selector="job-name=deployed-a0").items
     }
     assert now_pods == job_pods
+
+
+# The job's program, run by the operator image's Python on the real node: attempt 0 writes a
+# checkpoint under the claim and waits to be stopped; a resumed attempt copies what it finds at
+# ACCEL_RESUME_FROM_DIR to a file of its own, so the test compares bytes written by two containers.
+TRAINER = f"""import os,pathlib as P,socket,sys,time
+e=os.environ;o=P.Path(e["{v.ENV_CHECKPOINT_DIR}"]);r=e.get("{v.ENV_RESUME_FROM_DIR}","")
+if r:
+ d=(P.Path(r)/"state.bin").read_bytes();(o/"resumed.bin").write_bytes(d);print("read",len(d),"from",r);sys.exit(0)
+s=o/"step-7";s.mkdir(exist_ok=True)
+(s/"state.bin").write_bytes(f"attempt {{e['{v.ENV_ATTEMPT}']}} on {{socket.gethostname()}}".encode()*64)
+(s/"COMPLETE").write_text("");print("written",flush=True);time.sleep(600)
+"""
+
+
+def test_a_resumed_attempt_reads_back_what_the_previous_one_wrote(deployed: Cluster) -> None:
+    """Finding 11 of the tenant-proof issue, with containers that run: the real node joins a pool
+    of one device, a job checkpointing to pvc://ckpt/run writes step-7 from its first attempt,
+    reports it on its pod, is evicted, and its next attempt reads the same bytes back through
+    ACCEL_RESUME_FROM_DIR on the same claim."""
+    api = config.new_client_from_config(config_file=str(deployed.kubeconfig))
+    core = client.CoreV1Api(api)
+    pool = "real-pool"
+    doc = demo_pools.pool_manifest(pool, max_nodes=1, devices_per_node=1)
+    kubeapi.apply(api, doc)
+    (fake,) = nodes.node_manifests(pool, AcceleratorPoolSpec.model_validate(doc["spec"]), 1)
+    labels = {k: val for k, val in fake["metadata"]["labels"].items() if k not in ("kubernetes.io/hostname", "type")}
+    core.patch_node(NODE_NAME, {"metadata": {"labels": labels}})
+    # An extended resource the kubelet keeps (no device plugin): what the job's pod requests.
+    core.patch_node_status(NODE_NAME, {"status": {"capacity": {v.RESOURCE_NVIDIA_GPU: "1"}}})
+    wait_for(
+        lambda: core.read_node(NODE_NAME).status.allocatable.get(v.RESOURCE_NVIDIA_GPU) == "1",
+        timeout=30, what="the real node's device",
+    )  # fmt: skip
+
+    kubeapi.ensure_claim(api, "ml-research", "ckpt")
+    claim = core.read_namespaced_persistent_volume_claim("ckpt", "ml-research")
+    host_dir = Path(core.read_persistent_volume(claim.spec.volume_name).spec.host_path.path) / "run"
+    shutil.rmtree(host_dir, ignore_errors=True)
+    host_dir.mkdir(parents=True)
+    host_dir.chmod(0o777)  # the image runs as UID 65532; the kubelet would make the sub-path root's
+    image = _operator_pods(core)[0].spec.containers[0].image
+    job = job_doc("ml-research", pool, devices=1, name="resumer", team="research")
+    job["spec"].update(
+        image=image,
+        command=["python3", "-c", TRAINER],
+        checkpoint={"uri": "pvc://ckpt/run", "intervalMinutes": 10},
+    )
+    assert len(TRAINER.encode()) <= 512  # spec.command's bound per item
+    create_job(api, job)
+
+    def first_pod() -> client.V1Pod | None:
+        pods = core.list_namespaced_pod("ml-research", label_selector="job-name=resumer-a0").items
+        return next((p for p in pods if p.status.phase == "Running"), None)
+
+    pod = wait_for(first_pod, timeout=120, what="attempt 0 running on the real node")
+    assert pod.spec.node_name == NODE_NAME
+    written = host_dir / "step-7" / "COMPLETE"
+    wait_for(written.exists, timeout=60, what="attempt 0's checkpoint on the claim")
+    state = (host_dir / "step-7" / "state.bin").read_bytes()
+    assert state.startswith(b"attempt 0 on resumer-a0")
+    # The job reports its checkpoint on its own pod; the operator copies it into the status.
+    core.patch_namespaced_pod(
+        pod.metadata.name,
+        "ml-research",
+        {"metadata": {"annotations": {v.ANNOTATION_CHECKPOINT: "pvc://ckpt/run/step-7"}}},
+    )
+    wait_for(
+        lambda: (_job_status(api, "resumer").get("lastCheckpoint") or {}).get("uri") == "pvc://ckpt/run/step-7",
+        timeout=60, what="status.lastCheckpoint",
+    )  # fmt: skip
+    preempt.evict(core, "ml-research", pod.metadata.name)
+
+    resumed = host_dir / "resumed.bin"
+    wait_for(resumed.exists, timeout=180, what="the next attempt's read-back")
+    assert resumed.read_bytes() == state
+    st = _job_status(api, "resumer")
+    assert st.get("attempt") == 1
+    assert (st.get("resume") or {}).get("resumeFrom") == "pvc://ckpt/run/step-7"
+    wait_for(lambda: _job_status(api, "resumer").get("phase") == "Succeeded", timeout=120, what="the job done")
+    shutil.rmtree(host_dir, ignore_errors=True)  # the claim's volume is the host's folder
 
 
 def test_uninstall_leaves_no_webhook(deployed: Cluster) -> None:
