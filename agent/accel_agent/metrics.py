@@ -110,9 +110,10 @@ class _DeviceCollector(Collector):
             self._xid_supported = xid_supported
 
     def _labels(self, d: Device, prefix: str) -> list[str]:
-        pods = sorted(
-            (p.pod for p in d.processes if p.pod is not None), key=lambda p: (p.namespace, p.name, p.container or "")
-        )
+        # Processes' pods first; else the pods the kubelet allocated the device to (a process known
+        # only by its pod's UID, without the opt-in pod list, still gets its pod's name that way).
+        named = [p.pod for p in d.processes if p.pod is not None] or list(d.allocated_pods)
+        pods = sorted(named, key=lambda p: (p.namespace, p.name, p.container or ""))
         pod = pods[0] if pods else None
         return [
             str(d.index),

@@ -168,3 +168,32 @@ def test_the_overlays_render_and_prod_keeps_what_the_chart_keeps() -> None:
     key = ("PodDisruptionBudget", "accel-operator")
     assert _normal(prod[key]) == _normal(chart[key])
     assert ("ConfigMap", "accel-grafana-dashboard") in prod
+
+
+def _pod_rules(docs: list[dict[str, Any]]) -> list[tuple[str, list[str]]]:
+    return [
+        (d["metadata"]["name"], rule["verbs"])
+        for d in docs
+        if d["kind"] in ("ClusterRole", "Role") and d["metadata"]["name"].startswith("accel-agent")
+        for rule in d.get("rules") or []
+        if "pods" in rule["resources"] or "*" in rule["resources"]
+    ]
+
+
+@needs_tools
+def test_the_agent_lists_pods_only_when_asked_to() -> None:
+    """By default the agent's roles grant nothing on pods (a stolen token reads no pod); agent.podList
+    renders a role of its own with list, and turns the agent's setting on."""
+
+    def agent_env(docs: list[dict[str, Any]]) -> dict[str, Any]:
+        ds = next(d for d in docs if _key(d) == ("DaemonSet", "accel-agent"))
+        return {e["name"]: e.get("value") for e in ds["spec"]["template"]["spec"]["containers"][0]["env"]}
+
+    default = render()
+    assert _pod_rules(default) == []
+    assert "ACCEL_AGENT_POD_LIST" not in agent_env(default)
+    opted = render("agent.podList=true")
+    assert _pod_rules(opted) == [("accel-agent-pod-list", ["list"])]
+    assert agent_env(opted)["ACCEL_AGENT_POD_LIST"] == "true"
+    binding = next(d for d in opted if _key(d) == ("ClusterRoleBinding", "accel-agent-pod-list"))
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "accel-agent", "namespace": NAMESPACE}]

@@ -84,7 +84,6 @@ def test_rbac_is_what_the_agent_calls() -> None:
         ("accel.dev", "acceleratornodereports/status", "patch"),
         ("accel.dev", "acceleratornodereports/status", "update"),
         ("", "nodes", "get"),
-        ("", "pods", "list"),
     }
     binding = next(d for d in docs("rbac.yaml") if d["kind"] == "ClusterRoleBinding")
     (sa,) = docs("serviceaccount.yaml")
@@ -258,3 +257,64 @@ def test_kustomize_renders_the_non_root_component(tmp_path: Path) -> None:
     assert {v["name"] for v in pod["volumes"]} == {"host-proc", "host-dev"}
     assert {m["name"] for m in pod["containers"][0]["volumeMounts"]} == {"host-proc", "host-dev"}
     assert pod["containers"][0]["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+
+
+# --- the opt-in pod list ----------------------------------------------------------------------------
+POD_LIST = MANIFESTS / "components" / "pod-list"
+
+
+def _kustomize(tmp_path: Path, *components: Path) -> list[dict[str, Any]]:
+    assert KUBECTL is not None
+    (tmp_path / "kustomization.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "kustomize.config.k8s.io/v1beta1",
+                "kind": "Kustomization",
+                "resources": [os.path.relpath(MANIFESTS, tmp_path)],
+                "components": [os.path.relpath(c, tmp_path) for c in components],
+            }
+        )
+    )
+    built = subprocess.run(
+        [str(KUBECTL), "kustomize", str(tmp_path)], check=True, capture_output=True, text=True, timeout=60
+    ).stdout
+    return [d for d in yaml.safe_load_all(built) if d]
+
+
+def _pod_grants(objs: list[dict[str, Any]]) -> set[tuple[str, str]]:
+    return {
+        (d["metadata"]["name"], verb)
+        for d in objs
+        if d["kind"] in ("ClusterRole", "Role")
+        for rule in d.get("rules") or []
+        if "" in rule["apiGroups"] and ("pods" in rule["resources"] or "*" in rule["resources"])
+        for verb in rule["verbs"]
+    }
+
+
+def _agent_env(objs: list[dict[str, Any]]) -> dict[str, Any]:
+    (ds,) = (d for d in objs if d["kind"] == "DaemonSet")
+    return {e["name"]: e.get("value") for e in ds["spec"]["template"]["spec"]["containers"][0]["env"]}
+
+
+@pytest.mark.skipif(KUBECTL is None, reason="no kubectl (kustomize) on this machine")
+def test_by_default_the_agent_has_no_pod_permission_and_lists_no_pods(tmp_path: Path) -> None:
+    objs = _kustomize(tmp_path)
+    assert _pod_grants(objs) == set()
+    assert _agent_env(objs).get("ACCEL_AGENT_POD_LIST") in (None, "false")
+    assert AgentSettings().pod_list is False
+
+
+@pytest.mark.skipif(KUBECTL is None, reason="no kubectl (kustomize) on this machine")
+def test_the_pod_list_component_grants_list_and_turns_the_setting_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    objs = _kustomize(tmp_path, POD_LIST)
+    assert _pod_grants(objs) == {("accel-agent-pod-list", "list")}
+    binding = next(d for d in objs if d["kind"] == "ClusterRoleBinding" and d["metadata"]["name"].endswith("pod-list"))
+    assert binding["roleRef"]["name"] == "accel-agent-pod-list"
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "accel-agent", "namespace": "accel-system"}]
+    env = _agent_env(objs)
+    assert env["ACCEL_AGENT_POD_LIST"] == "true"
+    monkeypatch.setenv("ACCEL_AGENT_POD_LIST", env["ACCEL_AGENT_POD_LIST"])
+    assert AgentSettings().pod_list is True
