@@ -134,7 +134,9 @@ def build_agent(
         node_name=name,
         backend=backend if backend is not None else make_backend(settings, view),
         sink=sink if sink is not None else InMemoryReportSink(),
-        metrics=AgentMetrics(registry if registry is not None else _process_registry(), hostname=name),
+        metrics=AgentMetrics(
+            registry if registry is not None else _process_registry(), hostname=name, dcgm_compat=settings.dcgm_compat
+        ),
         mapper=mapper,
         clock=clock,
         interval_seconds=settings.interval_seconds,

@@ -66,6 +66,11 @@ class AgentSettings(BaseSettings):
     )
     pod_refresh_seconds: float = Field(default=30.0, ge=0)
     xid_events: bool = True
+    dcgm_compat: bool = Field(
+        default=False,
+        description="Also export the device figures under the DCGM exporter's names (DCGM_FI_DEV_*), for "
+        "clusters without it; never where it runs (the same series twice).",
+    )
     log_level: str = "INFO"
 
     @model_validator(mode="after")

@@ -130,6 +130,7 @@ def test_values_reach_the_objects() -> None:
         for d in render(
             "agent.runAsRoot=true",
             "agent.supplementalGroups[0]=44",
+            "agent.dcgmCompat=true",
             "operator.settings.sqs_queue_url=https://sqs.example/q",
             "operator.replicas=1",
             "webhook.failurePolicy=Fail",
@@ -145,6 +146,7 @@ def test_values_reach_the_objects() -> None:
     assert "pod-resources" in {v["name"] for v in agent["volumes"]}
     env = {e["name"]: e.get("value") for e in agent["containers"][0]["env"]}
     assert env["ACCEL_AGENT_POD_RESOURCES_SOCKET"] == "/var/lib/kubelet/pod-resources/kubelet.sock"
+    assert env["ACCEL_AGENT_DCGM_COMPAT"] == "true"
     operator = docs[("Deployment", "accel-operator")]
     (container,) = operator["spec"]["template"]["spec"]["containers"]
     env = {e["name"]: e.get("value") for e in container["env"]}
@@ -224,4 +226,4 @@ def test_the_agent_runs_as_a_fixed_non_root_user_by_default() -> None:
     }
     assert {v["name"] for v in pod["volumes"]} == {"host-proc", "host-dev"}
     assert all(m["readOnly"] for m in container["volumeMounts"])
-    assert "ACCEL_AGENT_POD_RESOURCES_SOCKET" not in {e["name"] for e in container["env"]}
+    assert not {"ACCEL_AGENT_POD_RESOURCES_SOCKET", "ACCEL_AGENT_DCGM_COMPAT"} & {e["name"] for e in container["env"]}
