@@ -75,7 +75,8 @@ def make_backend(settings: AgentSettings, view: kube.ClusterView | None) -> GpuB
             raise ValueError("the simulated backend reads pods from the Kubernetes API: give it access")
         return SimulatedBackend(view, node_name(settings))
     if choice is BackendChoice.TPU:
-        return TpuBackend(node_name(settings), view=view, dev_root=settings.dev_root)
+        # Without the pod list, the chips pods hold come from the kubelet's pod-resources API (podmap).
+        return TpuBackend(node_name(settings), view=view, dev_root=settings.dev_root, list_pods=settings.pod_list)
     return NvmlBackend(xid_events=settings.xid_events)
 
 
@@ -119,7 +120,11 @@ def build_agent(
         view = view if view is not None else kube.KubeClusterView(api_client)
         if sink is None and not settings.local_run:
             sink = KubernetesReportSink.from_api_client(api_client)
-    pods = podmap.PodIndex(view, name, min_refresh_seconds=settings.pod_refresh_seconds) if view else None
+    # Pods are listed only when asked for (settings.pod_list): by default the agent holds no pod
+    # permission, and processes carry their pod's UID for the operator to name.
+    pods = None
+    if view is not None and settings.pod_list:
+        pods = podmap.PodIndex(view, name, min_refresh_seconds=settings.pod_refresh_seconds)
     mapper = podmap.PodMapper(
         proc_root=settings.proc_root,
         pods=pods,
@@ -129,7 +134,9 @@ def build_agent(
         node_name=name,
         backend=backend if backend is not None else make_backend(settings, view),
         sink=sink if sink is not None else InMemoryReportSink(),
-        metrics=AgentMetrics(registry if registry is not None else _process_registry(), hostname=name),
+        metrics=AgentMetrics(
+            registry if registry is not None else _process_registry(), hostname=name, dcgm_compat=settings.dcgm_compat
+        ),
         mapper=mapper,
         clock=clock,
         interval_seconds=settings.interval_seconds,
@@ -150,7 +157,8 @@ def run_cluster_pass(
 ) -> PassResult:
     """One pass of the real loop against a cluster, writing the report: the cluster test's entry.
 
-    ``overrides`` are further :class:`AgentSettings` fields (e.g. ``heartbeat_seconds``).
+    ``overrides`` are further :class:`AgentSettings` fields (e.g. ``heartbeat_seconds``, or
+    ``pod_list=True``, which the simulated backend needs).
     """
     settings = AgentSettings(node_name=node_name, backend=backend, kubernetes=True, **overrides)
     agent = build_agent(settings, api_client=api_client)

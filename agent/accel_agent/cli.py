@@ -50,6 +50,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--kubernetes", action=argparse.BooleanOptionalAction, default=None, help="use the API in local runs too"
     )
+    p.add_argument(
+        "--pod-list",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="list the pods on this node to name processes' pods (needs RBAC list on pods; the simulated backend)",
+    )
     p.add_argument("--proc-root", type=Path, help="the host's /proc (mounted read-only in the pod)")
     p.add_argument("--fail-unhealthy", action="store_true", help="exit 3 when the report says unhealthy")
     p.add_argument("--log-level")

@@ -6,8 +6,10 @@ Two sources, both optional, joined on each sample:
    container's id for cgroup v1 and v2, cgroupfs and systemd drivers
    (``/kubepods/besteffort/pod<uid>/<id>``,
    ``/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod<uid_with_underscores>.slice/cri-containerd-<id>.scope``).
-   The UID becomes namespace/name/container through a list of the pods on this node (Kubernetes API,
-   field selector ``spec.nodeName``), cached and refreshed only when an unknown UID shows up.
+   The UID is reported as it is (``processes[].podUid``): the operator names the pod from its own
+   pod cache, so the agent needs no pod permission. Only with the opt-in pod list
+   (``ACCEL_AGENT_POD_LIST=true``) does the agent name it itself, through a list of the pods on this
+   node (field selector ``spec.nodeName``), cached and refreshed only when an unknown UID shows up.
 2. **Per device** — the kubelet's pod-resources API (gRPC ``v1.PodResourcesLister/List`` on
    ``/var/lib/kubelet/pod-resources/kubelet.sock``) says which container each device (GPU UUID or
    MIG UUID) was allocated to, even before the container starts using it. Its protobuf answer is
@@ -16,7 +18,9 @@ Two sources, both optional, joined on each sample:
 
 A process whose ``/proc`` entry is gone (it ended between NVML's answer and this lookup) stays
 in the report without a pod; when the device was allocated to exactly one container, processes
-without a cgroup answer are attributed to it.
+without a cgroup answer are attributed to it. TPU chips have no UUID the kubelet names: the
+``google.com/tpu`` allocations are handed to the chips in order (only how many are held is
+known), unless the backend already said who holds them.
 """
 
 from __future__ import annotations
@@ -278,38 +282,51 @@ class PodMapper:
         self._pods = pods
         self._allocations = allocations
 
-    def _pod_of(self, pid: int) -> PodRef | None:
+    def _pod_of(self, pid: int) -> tuple[PodRef | None, str | None]:
+        """The pod of ``pid`` where the pod list names it, and its UID from the cgroup path."""
         ref = read_cgroup(self._proc_root, pid)
-        if ref is None or self._pods is None:
-            return None
-        info = self._pods.get(ref.pod_uid)
+        if ref is None:
+            return None, None
+        info = self._pods.get(ref.pod_uid) if self._pods is not None else None
         if info is None:
-            return None
+            return None, ref.pod_uid
         container = info.containers.get(ref.container_id) if ref.container_id else None
-        return PodRef(namespace=info.namespace, name=info.name, container=container)
+        return PodRef(namespace=info.namespace, name=info.name, container=container), ref.pod_uid
 
-    def _by_device(self) -> dict[str, list[PodRef]]:
+    def _by_device(self) -> tuple[dict[str, list[PodRef]], list[PodRef]]:
+        """Holders by device id, and one holder per allocated TPU chip (in the kubelet's order)."""
         if self._allocations is None:
-            return {}
+            return {}, []
         out: dict[str, list[PodRef]] = {}
+        tpu: list[PodRef] = []
         for a in self._allocations.allocations():
             if a.resource_name not in DEVICE_RESOURCES and not a.resource_name.startswith(MIG_RESOURCE_PREFIX):
                 continue
             ref = PodRef(namespace=a.namespace, name=a.pod, container=a.container or None)
+            if a.resource_name == vocabulary.RESOURCE_GOOGLE_TPU:
+                tpu += [ref] * len(a.device_ids)
             for raw in a.device_ids:
                 refs = out.setdefault(_device_id(raw), [])
                 if ref not in refs:
                     refs.append(ref)
-        return out
+        return out, tpu
 
     def apply(self, sample: NodeSample) -> NodeSample:
         if not sample.available or not sample.devices:
             return sample
-        by_device = self._by_device()
-        return replace(sample, devices=tuple(self._device(d, by_device) for d in sample.devices))
+        by_device, tpu = self._by_device()
+        devices = tuple(self._device(d, by_device) for d in sample.devices)
+        if tpu and not any(d.allocated_pods for d in devices):
+            # Chips without a UUID (TPU): which chip a pod got is not visible, only how many.
+            devices = tuple(
+                replace(d, allocated_pods=(tpu[i],)) if d.uuid is None and i < len(tpu) else d
+                for i, d in enumerate(devices)
+            )
+        return replace(sample, devices=devices)
 
     def _device(self, d: DeviceSample, by_device: dict[str, list[PodRef]]) -> DeviceSample:
-        allocated = tuple(by_device.get(d.uuid or "", [])) or d.allocated_pods
+        allocated = tuple(by_device.get(d.uuid or "", [])) if d.uuid else ()
+        allocated = allocated or d.allocated_pods
         migs = tuple(
             replace(m, allocated_pods=tuple(by_device.get(m.uuid or "", [])) or m.allocated_pods)
             for m in d.mig_instances
@@ -322,11 +339,13 @@ class PodMapper:
     ) -> ProcessSample:
         if p.pod is not None:
             return p
-        pod = self._pod_of(p.pid)
-        if pod is None:
+        pod, uid = self._pod_of(p.pid)
+        if pod is None and uid is None:
+            # No cgroup answer: the device's one holder, if it has one. A known UID is not
+            # overridden by a guess: a pod that sees every GPU (a monitoring agent) may run it.
             holders: Sequence[PodRef] = allocated
             if p.gpu_instance_id is not None:
                 holders = next((m.allocated_pods for m in migs if m.gpu_instance_id == p.gpu_instance_id), ())
             if len(holders) == 1:
                 pod = holders[0]
-        return p if pod is None else replace(p, pod=pod)
+        return replace(p, pod=pod, pod_uid=uid or p.pod_uid)

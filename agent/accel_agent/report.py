@@ -141,9 +141,10 @@ def _key(d: Device) -> str:
     return d.uuid or f"index-{d.index}"
 
 
-def _processes(d: Device) -> set[tuple[int, str | None, str | None, str | None]]:
+def _processes(d: Device) -> set[tuple[int, str | None, str | None, str | None, str | None]]:
     return {
-        (p.pid, *((p.pod.namespace, p.pod.name, p.pod.container) if p.pod else (None, None, None))) for p in d.processes
+        (p.pid, p.pod_uid, *((p.pod.namespace, p.pod.name, p.pod.container) if p.pod else (None, None, None)))
+        for p in d.processes
     }
 
 

@@ -16,8 +16,9 @@ import time
 from collections.abc import Callable
 from typing import Final
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry
 
+from accel_agent import metrics
 from accel_api.httpserver import Limits, Response, Route, Server
 
 __all__ = ["Limits", "LoopHealth", "Server", "routes", "serve"]
@@ -68,7 +69,7 @@ def routes(registry: CollectorRegistry, loop_health: LoopHealth) -> Route:
 
     def route(path: str) -> Response:
         if path == "/metrics":
-            return 200, CONTENT_TYPE_LATEST, generate_latest(registry)
+            return 200, CONTENT_TYPE_LATEST, metrics.render(registry)
         if path in ("/healthz", "/readyz"):
             ok, why = loop_health.live() if path == "/healthz" else loop_health.ready()
             return (200 if ok else 503), "text/plain; charset=utf-8", f"{why}\n".encode()

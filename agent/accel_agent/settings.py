@@ -59,8 +59,18 @@ class AgentSettings(BaseSettings):
     proc_root: Path = Path("/proc")
     dev_root: Path = Path("/dev")
     pod_resources_socket: Path = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
+    pod_list: bool = Field(
+        default=False,
+        description="List the pods on this node (RBAC: list on pods, cluster-wide) to name processes' pods and "
+        "to drive the simulated backend. Off: processes carry their pod's UID and the operator names the pod.",
+    )
     pod_refresh_seconds: float = Field(default=30.0, ge=0)
     xid_events: bool = True
+    dcgm_compat: bool = Field(
+        default=False,
+        description="Also export the device figures under the DCGM exporter's names (DCGM_FI_DEV_*), for "
+        "clusters without it; never where it runs (the same series twice).",
+    )
     log_level: str = "INFO"
 
     @model_validator(mode="after")
@@ -68,6 +78,15 @@ class AgentSettings(BaseSettings):
         if self.heartbeat_seconds < self.interval_seconds:
             raise ValueError(
                 f"heartbeat_seconds ({self.heartbeat_seconds}) must be >= interval_seconds ({self.interval_seconds})"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _simulated_needs_the_pod_list(self) -> Self:
+        if self.backend is BackendChoice.SIMULATED and not self.pod_list:
+            raise ValueError(
+                "backend simulated decides which devices pods hold from the pods on the node: set pod_list "
+                "(ACCEL_AGENT_POD_LIST=true or --pod-list) and grant the agent list on pods"
             )
         return self
 

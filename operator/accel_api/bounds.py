@@ -33,6 +33,7 @@ URI_LENGTH: Final = 1024  # an S3 key is at most 1024 bytes
 DURATION_LENGTH: Final = 32  # "2d12h30m" needs 8; room for "1.5h" style decimals
 TIME_LENGTH: Final = 64  # RFC 3339 timestamps
 MESSAGE_LENGTH: Final = 1024  # status explanations (reasons, messages, problems), clipped
+UID_LENGTH: Final = 36  # a Kubernetes UID (RFC 4122 text); static pods' config hash is 32 hex
 
 # --- lists and maps -------------------------------------------------------------------------
 COMMAND_ITEMS: Final = 32
@@ -175,6 +176,8 @@ Percent = Annotated[float, Field(ge=0, le=PERCENT_MAX)]
 ShortText = Annotated[str, Field(max_length=SHORT_TEXT_LENGTH)]
 ObjectName = Annotated[str, Field(max_length=DNS_SUBDOMAIN_LENGTH)]
 Time = Annotated[str, Field(max_length=TIME_LENGTH)]
+# A pod's UID as the node agent reads it from a process's cgroup path: lower-case hex and dashes.
+Uid = Annotated[str, Field(min_length=32, max_length=UID_LENGTH, pattern=r"^[0-9a-f-]+$")]
 
 # --- parallelism and model shape (planner) --------------------------------------------------
 PIPELINE_PARALLEL: Final = 1000  # at most one stage per layer (LAYERS)

@@ -42,6 +42,11 @@ class DeviceProcess(ApiModel):
     pid: Annotated[int, Field(ge=0, le=bounds.PID_MAX)]
     used_memory_bytes: bounds.Bytes | None = None
     pod: PodRef | None = None
+    pod_uid: bounds.Uid | None = Field(
+        default=None,
+        description="The UID of the pod the process runs in (from its cgroup); the operator names the pod "
+        "from it where the agent does not list pods.",
+    )
 
 
 class RemappedRows(ApiModel):

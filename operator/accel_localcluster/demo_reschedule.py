@@ -36,7 +36,10 @@ def clean(api: client.ApiClient) -> None:
 def _agents(kubeconfig: Path, names: list[str]) -> list[subprocess.Popen[bytes]]:
     """One node agent per node, as the DaemonSet runs it, sampling every second."""
     env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
-    cmd = [sys.executable, "-m", "accel_agent", "--backend", "simulated", "--interval", "1", "--port", "0"]
+    # The simulated backend decides which devices pods hold from the pods on the node: the opt-in
+    # pod list (the kubeconfig here is the admin's; a DaemonSet needs components/pod-list).
+    cmd = [sys.executable, "-m", "accel_agent", "--backend", "simulated", "--pod-list", "--interval", "1"]
+    cmd += ["--port", "0"]
     return [
         subprocess.Popen(
             [*cmd, "--bind-address", "127.0.0.1", "--log-level", "WARNING", "--node-name", n],

@@ -17,7 +17,15 @@ from tests.unit.test_chart import CHART, HELM, KUBECTL, NAMESPACE
 
 @pytest.mark.parametrize(
     "values",
-    [(), ("networkPolicy.enabled=true", "agent.runAsRoot=false", "operator.settings.aws_region=us-east-1")],
+    [
+        (),
+        (
+            "networkPolicy.enabled=true",
+            "agent.runAsRoot=true",
+            "agent.podList=true",
+            "operator.settings.aws_region=us-east-1",
+        ),
+    ],
     ids=["defaults", "options"],
 )
 def test_the_rendered_chart_is_accepted_by_the_api_server(

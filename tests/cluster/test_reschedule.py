@@ -118,9 +118,9 @@ def test_a_failing_device_taints_its_node_and_moves_the_job_under_least_privileg
             first = wait_for(lambda: _running_pods(core, namespace, "train", 0), timeout=30, what="attempt 0 running")
             sick = first[0].spec.node_name
             healthy = next(n for n in nodes if n != sick)
-            assert run_cluster_pass(api, node_name=sick).written
+            assert run_cluster_pass(api, node_name=sick, pod_list=True).written
             core.patch_node(sick, {"metadata": {"annotations": {v.ANNOTATION_SIM_FAULTS: "3=ecc"}}})
-            assert run_cluster_pass(api, node_name=sick).written
+            assert run_cluster_pass(api, node_name=sick, pod_list=True).written
 
             wait_for(
                 lambda: _taints(core, sick).get(v.TAINT_DEVICE_UNHEALTHY) == "3",
@@ -154,7 +154,7 @@ def test_a_failing_device_taints_its_node_and_moves_the_job_under_least_privileg
 
             # The device heals: a fresh healthy report takes the taint off.
             core.patch_node(sick, {"metadata": {"annotations": {v.ANNOTATION_SIM_FAULTS: None}}})
-            assert run_cluster_pass(api, node_name=sick).written
+            assert run_cluster_pass(api, node_name=sick, pod_list=True).written
             wait_for(
                 lambda: v.TAINT_DEVICE_UNHEALTHY not in _taints(core, sick),
                 timeout=30,
@@ -188,7 +188,7 @@ def test_a_hung_two_node_job_is_detected_and_restarted(
                     p.metadata.name, namespace, {"metadata": {"annotations": {v.ANNOTATION_SIM_UTILIZATION: "0"}}}
                 )
             for n in nodes:
-                assert run_cluster_pass(api, node_name=n).written
+                assert run_cluster_pass(api, node_name=n, pod_list=True).written
             moved = wait_for(
                 lambda: (h := _health(api, namespace, "gang")).get("moves") == 1 and h,
                 timeout=60,
@@ -369,7 +369,7 @@ def test_a_policy_stops_an_idle_job_at_its_checkpoint_and_a_user_resumes_it(
                 pod = wait_for(lambda: _running_pods(core, namespace, "sleepy", 0), timeout=30, what="a pod")[0]
                 quiet = {v.ANNOTATION_SIM_UTILIZATION: "0", v.ANNOTATION_SIM_MEMORY_FRACTION: "0"}
                 core.patch_namespaced_pod(pod.metadata.name, namespace, {"metadata": {"annotations": quiet}})
-                assert run_cluster_pass(api, node_name=nodes[0]).written
+                assert run_cluster_pass(api, node_name=nodes[0], pod_list=True).written
                 wait_for(lambda: _health(api, namespace, "sleepy").get("idleSince"), timeout=30, what="idleSince")
                 ten_minutes_ago = (dt.datetime.now(dt.UTC) - dt.timedelta(minutes=10)).strftime("%Y-%m-%dT%H:%M:%SZ")
                 custom.patch_namespaced_custom_object_status(

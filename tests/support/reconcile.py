@@ -168,13 +168,14 @@ class World:
         memory: float = 0.75,
         sick: dict[int, str] | None = None,
         pods: dict[int, tuple[str, ...]] | None = None,
+        pod_uids: dict[int, tuple[str, ...]] | None = None,
         devices: int = 8,
         now: dt.datetime = T0,
     ) -> None:
         """``node``'s report, written ``age`` seconds before ``now``: every device at ``util``%,
         ``memory`` of 80 GiB used, ``sick`` devices unhealthy with that problem, ``pods`` by device
-        (pod names in "ns")."""
-        sick, pods = sick or {}, pods or {}
+        (pod names in "ns"), ``pod_uids`` by device (what an agent without the pod list reports)."""
+        sick, pods, uids = sick or {}, pods or {}, pod_uids or {}
         devs = tuple(
             DeviceReport(
                 index=i,
@@ -184,6 +185,7 @@ class World:
                 memory_used=int(memory * 80 * 2**30),
                 memory_total=80 * 2**30,
                 pods=frozenset(("ns", p) for p in pods.get(i, ())),
+                pod_uids=frozenset(uids.get(i, ())),
             )
             for i in range(devices)
         )

@@ -6,7 +6,7 @@ same admission policies and webhook configurations, the same Services, the same 
 references aside). The chart's own additions (a PodDisruptionBudget, a metrics Service) and the
 objects helm leaves to ``--create-namespace`` and ``crds/`` are named here, so any other difference
 fails. The chart's CRDs are the generated ones (crds/). Non-default values (cert-manager, a
-non-root agent, a ServiceMonitor, a NetworkPolicy, settings) are rendered and checked too.
+root agent, a ServiceMonitor, a NetworkPolicy, settings) are rendered and checked too.
 
 Skipped when the tools are not built (``bash hack/localcluster/build.sh``); CI builds them first.
 """
@@ -128,7 +128,9 @@ def test_values_reach_the_objects() -> None:
     docs = {
         _key(d): d
         for d in render(
-            "agent.runAsRoot=false",
+            "agent.runAsRoot=true",
+            "agent.supplementalGroups[0]=44",
+            "agent.dcgmCompat=true",
             "operator.settings.sqs_queue_url=https://sqs.example/q",
             "operator.replicas=1",
             "webhook.failurePolicy=Fail",
@@ -139,8 +141,12 @@ def test_values_reach_the_objects() -> None:
         )
     }
     agent = docs[("DaemonSet", "accel-agent")]["spec"]["template"]["spec"]
-    assert agent["securityContext"]["runAsNonRoot"] is True and agent["securityContext"]["runAsUser"] == 65534
-    assert "pod-resources" not in {v["name"] for v in agent["volumes"]}
+    assert agent["securityContext"]["runAsNonRoot"] is False and agent["securityContext"]["runAsUser"] == 0
+    assert agent["securityContext"]["supplementalGroups"] == [44]
+    assert "pod-resources" in {v["name"] for v in agent["volumes"]}
+    env = {e["name"]: e.get("value") for e in agent["containers"][0]["env"]}
+    assert env["ACCEL_AGENT_POD_RESOURCES_SOCKET"] == "/var/lib/kubelet/pod-resources/kubelet.sock"
+    assert env["ACCEL_AGENT_DCGM_COMPAT"] == "true"
     operator = docs[("Deployment", "accel-operator")]
     (container,) = operator["spec"]["template"]["spec"]["containers"]
     env = {e["name"]: e.get("value") for e in container["env"]}
@@ -168,3 +174,56 @@ def test_the_overlays_render_and_prod_keeps_what_the_chart_keeps() -> None:
     key = ("PodDisruptionBudget", "accel-operator")
     assert _normal(prod[key]) == _normal(chart[key])
     assert ("ConfigMap", "accel-grafana-dashboard") in prod
+
+
+def _pod_rules(docs: list[dict[str, Any]]) -> list[tuple[str, list[str]]]:
+    return [
+        (d["metadata"]["name"], rule["verbs"])
+        for d in docs
+        if d["kind"] in ("ClusterRole", "Role") and d["metadata"]["name"].startswith("accel-agent")
+        for rule in d.get("rules") or []
+        if "pods" in rule["resources"] or "*" in rule["resources"]
+    ]
+
+
+@needs_tools
+def test_the_agent_lists_pods_only_when_asked_to() -> None:
+    """By default the agent's roles grant nothing on pods (a stolen token reads no pod); agent.podList
+    renders a role of its own with list, and turns the agent's setting on."""
+
+    def agent_env(docs: list[dict[str, Any]]) -> dict[str, Any]:
+        ds = next(d for d in docs if _key(d) == ("DaemonSet", "accel-agent"))
+        return {e["name"]: e.get("value") for e in ds["spec"]["template"]["spec"]["containers"][0]["env"]}
+
+    default = render()
+    assert _pod_rules(default) == []
+    assert "ACCEL_AGENT_POD_LIST" not in agent_env(default)
+    opted = render("agent.podList=true")
+    assert _pod_rules(opted) == [("accel-agent-pod-list", ["list"])]
+    assert agent_env(opted)["ACCEL_AGENT_POD_LIST"] == "true"
+    binding = next(d for d in opted if _key(d) == ("ClusterRoleBinding", "accel-agent-pod-list"))
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "accel-agent", "namespace": NAMESPACE}]
+
+
+@needs_tools
+def test_the_agent_runs_as_a_fixed_non_root_user_by_default() -> None:
+    """The default DaemonSet: UID/GID 65534 that runAsNonRoot can verify, no privilege escalation, no
+    capability, a read-only root filesystem, and no root-owned kubelet socket mounted."""
+    ds = next(d for d in render() if _key(d) == ("DaemonSet", "accel-agent"))
+    pod = ds["spec"]["template"]["spec"]
+    assert pod["securityContext"] == {
+        "runAsUser": 65534,
+        "runAsGroup": 65534,
+        "runAsNonRoot": True,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    (container,) = pod["containers"]
+    assert container["securityContext"] == {
+        "privileged": False,
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
+    assert {v["name"] for v in pod["volumes"]} == {"host-proc", "host-dev"}
+    assert all(m["readOnly"] for m in container["volumeMounts"])
+    assert not {"ACCEL_AGENT_POD_RESOURCES_SOCKET", "ACCEL_AGENT_DCGM_COMPAT"} & {e["name"] for e in container["env"]}

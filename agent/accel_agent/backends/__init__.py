@@ -27,6 +27,9 @@ class ProcessSample:
     used_memory_bytes: int | None = None
     gpu_instance_id: int | None = None  # MIG instance the process runs in; None without MIG
     pod: PodRef | None = None
+    # The pod's UID from the process's cgroup: known without any Kubernetes read, so reported even
+    # where the pod's name is not (the agent lists no pods by default; the operator names it).
+    pod_uid: str | None = None
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,9 @@ pod cannot reach them, so this backend does not pretend to. It reports:
   against the chips visible on the host (``/dev/accel*`` on v4/v5e, ``/dev/vfio/<n>`` on v5p/v6e);
   fewer visible than allocatable marks the missing ones lost;
 - the accelerator type from ``cloud.google.com/gke-tpu-accelerator`` and its HBM size per chip;
-- how many chips pods hold (their ``google.com/tpu`` requests), handed out in order, since which
-  chip a pod got is not visible;
+- how many chips pods hold, handed out in order, since which chip a pod got is not visible: from
+  the kubelet's pod-resources API (:mod:`accel_agent.podmap`), or, with the opt-in pod list, from
+  the ``google.com/tpu`` requests of the pods on the node;
 - every field it cannot measure in ``notSupported``.
 """
 
@@ -58,10 +59,18 @@ def local_chips(dev_root: Path) -> int:
 
 
 class TpuBackend:
-    def __init__(self, node_name: str, *, view: kube.ClusterView | None = None, dev_root: Path = Path("/dev")) -> None:
+    def __init__(
+        self,
+        node_name: str,
+        *,
+        view: kube.ClusterView | None = None,
+        dev_root: Path = Path("/dev"),
+        list_pods: bool = True,
+    ) -> None:
         self._node = node_name
         self._view = view
         self._dev = dev_root
+        self._list_pods = list_pods
 
     @property
     def kind(self) -> AgentBackend:
@@ -79,7 +88,7 @@ class TpuBackend:
             try:
                 calls += 1
                 node = self._view.node(self._node)
-                if node is not None:
+                if node is not None and self._list_pods:
                     calls += 1
                     pods = list(self._view.pods_on_node(self._node))
             except kube.KubeError as exc:

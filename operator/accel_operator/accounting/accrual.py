@@ -57,13 +57,15 @@ def idle_fraction(
     stale report (its agent stopped writing) says nothing about now and counts no device idle."""
     if devices <= 0:
         return 0.0
-    mine = frozenset((p.namespace, p.name) for p in pods if p.attempt == job.status.attempt and p.node and not p.ended)
+    current = [p for p in pods if p.attempt == job.status.attempt and p.node and not p.ended]
+    mine = frozenset((p.namespace, p.name) for p in current)
+    uids = frozenset(p.uid for p in current if p.uid)
     idle = 0
     for node in {p.node for p in pods if p.node}:
         report = reports.get(node)
         if report is None or not report.fresh(now, stale_after):
             continue
-        for dev in report.devices_of(mine):
+        for dev in report.devices_of(mine, uids):
             if dev.utilization is not None and dev.utilization <= IDLE_PERCENT:
                 idle += 1
     return min(1.0, idle / devices)

@@ -187,7 +187,7 @@ def test_tpu_backend_without_the_api_uses_the_host(tmp_path: Path) -> None:
 def test_build_agent_simulated_writes_through_the_sink() -> None:
     view = kube.StaticClusterView(nodes={"kwok-gpu-0": gpu_node()}, pods=[a_pod("a", 8)])
     sink = InMemoryReportSink()
-    settings = AgentSettings(node_name="kwok-gpu-0", backend=BackendChoice.SIMULATED)
+    settings = AgentSettings(node_name="kwok-gpu-0", backend=BackendChoice.SIMULATED, pod_list=True)
     agent = app.build_agent(settings, view=view, sink=sink)
     result = agent.run_once()
     assert result.written
@@ -210,7 +210,12 @@ def test_build_agent_simulated_writes_through_the_sink() -> None:
 )
 def test_make_backend(choice: BackendChoice, backend: AgentBackend) -> None:
     view = kube.StaticClusterView(nodes={"n": gpu_node("n")})
-    assert app.make_backend(AgentSettings(node_name="n", backend=choice), view).kind is backend
+    assert app.make_backend(AgentSettings(node_name="n", backend=choice, pod_list=True), view).kind is backend
+
+
+def test_the_simulated_backend_asks_for_the_pod_list_by_name() -> None:
+    with pytest.raises(ValueError, match="ACCEL_AGENT_POD_LIST=true"):
+        AgentSettings(node_name="n", backend=BackendChoice.SIMULATED)
 
 
 def test_auto_picks_tpu_from_the_node(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

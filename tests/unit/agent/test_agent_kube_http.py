@@ -130,7 +130,7 @@ def api() -> Iterator[tuple[StandIn, Any]]:
 
 def test_run_cluster_pass_creates_and_patches_the_report(api: tuple[StandIn, Any]) -> None:
     state, api_client = api
-    result = run_cluster_pass(api_client, node_name="kwok-gpu-0")
+    result = run_cluster_pass(api_client, node_name="kwok-gpu-0", pod_list=True)
     assert result.written, result.write_error
     stored = AcceleratorNodeReport.model_validate(state.objects["kwok-gpu-0"])
     assert stored.status is not None and stored.status.backend is AgentBackend.SIMULATED
@@ -139,7 +139,7 @@ def test_run_cluster_pass_creates_and_patches_the_report(api: tuple[StandIn, Any
     patch = next(r for r in state.requests if r[0] == "PATCH")
     assert patch[1] == f"{REPORTS}/kwok-gpu-0/status" and patch[2].startswith("application/json-patch+json")
     # a second agent start: the create meets a 409 and the patch still goes through
-    again = run_cluster_pass(api_client, node_name="kwok-gpu-0")
+    again = run_cluster_pass(api_client, node_name="kwok-gpu-0", pod_list=True)
     assert again.written
     assert [r[0] for r in state.requests if r[1].startswith(REPORTS)] == ["POST", "PATCH", "POST", "PATCH"]
 
@@ -171,7 +171,7 @@ def assert_only_own_node_pods(state: StandIn, node: str) -> None:
 
 def test_the_simulated_backend_reads_only_its_own_nodes_pods(api: tuple[StandIn, Any]) -> None:
     state, api_client = api
-    run_cluster_pass(api_client, node_name="kwok-gpu-0")
+    run_cluster_pass(api_client, node_name="kwok-gpu-0", pod_list=True)
     assert_only_own_node_pods(state, "kwok-gpu-0")
 
 
@@ -182,7 +182,7 @@ def test_the_pod_index_reads_only_its_own_nodes_pods(api: tuple[StandIn, Any], t
     (tmp_path / "4242" / "cgroup").write_text("0::/kubepods/besteffort/pod" + UNKNOWN_UID + "/" + "c" * 64 + "\n")
     nvml = FakeNvml.h100(1)
     nvml.devices[0].processes.append(FakeProcess(pid=4242))
-    settings = AgentSettings(node_name="kwok-gpu-0", kubernetes=True, once=True, proc_root=tmp_path)
+    settings = AgentSettings(node_name="kwok-gpu-0", kubernetes=True, once=True, proc_root=tmp_path, pod_list=True)
     agent = build_agent(settings, api_client=api_client, backend=NvmlBackend(nvml, xid_events=False))
     try:
         agent.run_once()
@@ -191,7 +191,35 @@ def test_the_pod_index_reads_only_its_own_nodes_pods(api: tuple[StandIn, Any], t
     assert_only_own_node_pods(state, "kwok-gpu-0")
 
 
+def test_by_default_the_agent_reads_no_pod_and_reports_the_pods_uid(api: tuple[StandIn, Any], tmp_path: Path) -> None:
+    """Without the opt-in pod list, a GPU process's pod is reported by the UID its cgroup names,
+    and the agent makes no pod request at all (its default role grants none)."""
+    state, api_client = api
+    (tmp_path / "4242").mkdir()
+    (tmp_path / "4242" / "cgroup").write_text("0::/kubepods/besteffort/pod" + UNKNOWN_UID + "/" + "c" * 64 + "\n")
+    nvml = FakeNvml.h100(1)
+    nvml.devices[0].processes.append(FakeProcess(pid=4242))
+    settings = AgentSettings(node_name="kwok-gpu-0", kubernetes=True, proc_root=tmp_path)
+    agent = build_agent(settings, api_client=api_client, backend=NvmlBackend(nvml, xid_events=False))
+    try:
+        result = agent.run_once()
+    finally:
+        agent.close()
+    assert result.written, result.write_error
+    assert pod_reads(state) == []
+    stored = AcceleratorNodeReport.model_validate(state.objects["kwok-gpu-0"])
+    assert stored.status is not None
+    (process,) = stored.status.devices[0].processes
+    assert (process.pid, process.pod_uid, process.pod) == (4242, UNKNOWN_UID, None)
+
+
 def test_the_tpu_backend_reads_only_its_own_nodes_pods(api: tuple[StandIn, Any], tmp_path: Path) -> None:
     state, api_client = api
     TpuBackend("kwok-gpu-0", view=KubeClusterView(api_client), dev_root=tmp_path).sample()
     assert_only_own_node_pods(state, "kwok-gpu-0")
+
+
+def test_the_tpu_backend_without_the_pod_list_reads_no_pod(api: tuple[StandIn, Any], tmp_path: Path) -> None:
+    state, api_client = api
+    TpuBackend("kwok-gpu-0", view=KubeClusterView(api_client), dev_root=tmp_path, list_pods=False).sample()
+    assert pod_reads(state) == []

@@ -182,7 +182,12 @@ def test_cli_rejects_bad_settings(capsys: pytest.CaptureFixture[str]) -> None:
 def test_cli_simulated_needs_the_api(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing"))
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    assert cli.main(["--once", "--backend", "simulated", "--pod-list", "--node-name", "n"]) == 2
+
+
+def test_cli_simulated_needs_the_pod_list(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["--once", "--backend", "simulated", "--node-name", "n"]) == 2
+    assert "pod_list" in capsys.readouterr().err
 
 
 # --- settings ------------------------------------------------------------------------------------
@@ -190,6 +195,7 @@ def test_settings_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("NODE_NAME", "from-downward-api")
     monkeypatch.setenv("ACCEL_AGENT_INTERVAL_SECONDS", "5")
     monkeypatch.setenv("ACCEL_AGENT_BACKEND", "simulated")
+    monkeypatch.setenv("ACCEL_AGENT_POD_LIST", "true")
     monkeypatch.setenv("ACCEL_AGENT_PORT", "9500")
     s = AgentSettings()
     assert (s.node_name, s.interval_seconds, s.backend, s.port) == (
@@ -207,7 +213,7 @@ def test_settings_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
         ({}, True),
         ({"once": True}, False),
         ({"loop_seconds": 20}, False),
-        ({"once": True, "backend": "simulated"}, True),
+        ({"once": True, "backend": "simulated", "pod_list": True}, True),
         ({"once": True, "kubernetes": True}, True),
         ({"kubernetes": False}, False),
     ],

@@ -62,12 +62,18 @@ def test_scheduling_and_privileges() -> None:
         "readOnlyRootFilesystem": True,
         "capabilities": {"drop": ["ALL"]},
     }
-    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
-    # UID 0 is for the kubelet's root-owned socket alone, and the manifest says so.
-    assert pod["securityContext"]["runAsUser"] == 0
+    # Not root by default: a fixed non-root user and group, which runAsNonRoot can verify.
+    assert pod["securityContext"] == {
+        "runAsUser": 65534,
+        "runAsGroup": 65534,
+        "runAsNonRoot": True,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    # ... so without the kubelet's root-owned socket, and the manifest says why.
     assert "only UID 0 as the owner" in (MANIFESTS / "daemonset.yaml").read_text()
     paths = {v["name"]: v["hostPath"]["path"] for v in pod["volumes"]}
-    assert paths["pod-resources"] == "/var/lib/kubelet/pod-resources" and paths["host-proc"] == "/proc"
+    assert paths == {"host-proc": "/proc", "host-dev": "/dev"}
+    assert "ACCEL_AGENT_POD_RESOURCES_SOCKET" not in {e["name"] for e in container["env"]}
     probes = (container["livenessProbe"]["httpGet"]["path"], container["readinessProbe"]["httpGet"]["path"])
     assert probes == ("/healthz", "/readyz")
 
@@ -84,7 +90,6 @@ def test_rbac_is_what_the_agent_calls() -> None:
         ("accel.dev", "acceleratornodereports/status", "patch"),
         ("accel.dev", "acceleratornodereports/status", "update"),
         ("", "nodes", "get"),
-        ("", "pods", "list"),
     }
     binding = next(d for d in docs("rbac.yaml") if d["kind"] == "ClusterRoleBinding")
     (sa,) = docs("serviceaccount.yaml")
@@ -213,48 +218,92 @@ def test_kustomize_renders_the_policy_for_another_namespace_and_prefix(tmp_path:
     assert username_matched(policy, sa) == "system:serviceaccount:gpu-monitoring:team-accel-agent"
 
 
-NON_ROOT = MANIFESTS / "components" / "non-root" / "kustomization.yaml"
-
-
-def test_the_non_root_component_removes_exactly_the_root_only_part() -> None:
-    component = yaml.safe_load(NON_ROOT.read_text())
-    assert component["kind"] == "Component"
-    (patch,) = component["patches"]
-    pod = yaml.safe_load(patch["patch"])["spec"]["template"]["spec"]
-    assert pod["securityContext"]["runAsNonRoot"] is True
-    assert pod["securityContext"]["runAsUser"] != 0 and pod["securityContext"]["runAsGroup"] != 0
-    base = daemonset()["spec"]["template"]["spec"]
-    (gone_volume,) = pod["volumes"]
-    (gone_mount,) = pod["containers"][0]["volumeMounts"]
-    assert gone_volume == {"name": "pod-resources", "$patch": "delete"}
-    assert gone_mount["$patch"] == "delete"
-    (mount,) = (m for m in base["containers"][0]["volumeMounts"] if m["name"] == "pod-resources")
-    assert gone_mount["mountPath"] == mount["mountPath"]
+ROOT_COMPONENT = MANIFESTS / "components" / "root"
 
 
 @pytest.mark.skipif(KUBECTL is None, reason="no kubectl (kustomize) on this machine")
-def test_kustomize_renders_the_non_root_component(tmp_path: Path) -> None:
+def test_kustomize_renders_the_root_component_with_the_pod_resources_socket(tmp_path: Path) -> None:
+    objs = _kustomize(tmp_path, ROOT_COMPONENT)
+    (ds,) = (d for d in objs if d["kind"] == "DaemonSet")
+    pod = ds["spec"]["template"]["spec"]
+    assert pod["securityContext"] == {
+        "runAsUser": 0,
+        "runAsGroup": 0,
+        "runAsNonRoot": False,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    paths = {v["name"]: v["hostPath"]["path"] for v in pod["volumes"]}
+    assert paths == {"host-proc": "/proc", "host-dev": "/dev", "pod-resources": "/var/lib/kubelet/pod-resources"}
+    (container,) = pod["containers"]
+    (mount,) = (m for m in container["volumeMounts"] if m["name"] == "pod-resources")
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["ACCEL_AGENT_POD_RESOURCES_SOCKET"] == mount["mountPath"] + "/kubelet.sock"
+    assert mount["readOnly"] is True
+    # Root, but still without capabilities, escalation or a writable root filesystem.
+    assert container["securityContext"] == {
+        "privileged": False,
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
+
+
+# --- the opt-in pod list ----------------------------------------------------------------------------
+POD_LIST = MANIFESTS / "components" / "pod-list"
+
+
+def _kustomize(tmp_path: Path, *components: Path) -> list[dict[str, Any]]:
+    assert KUBECTL is not None
     (tmp_path / "kustomization.yaml").write_text(
         yaml.safe_dump(
             {
                 "apiVersion": "kustomize.config.k8s.io/v1beta1",
                 "kind": "Kustomization",
                 "resources": [os.path.relpath(MANIFESTS, tmp_path)],
-                "components": [os.path.relpath(NON_ROOT.parent, tmp_path)],
+                "components": [os.path.relpath(c, tmp_path) for c in components],
             }
         )
     )
     built = subprocess.run(
         [str(KUBECTL), "kustomize", str(tmp_path)], check=True, capture_output=True, text=True, timeout=60
     ).stdout
-    (ds,) = (d for d in yaml.safe_load_all(built) if d and d["kind"] == "DaemonSet")
-    pod = ds["spec"]["template"]["spec"]
-    assert pod["securityContext"] == {
-        "runAsUser": 65534,
-        "runAsGroup": 65534,
-        "runAsNonRoot": True,
-        "seccompProfile": {"type": "RuntimeDefault"},
+    return [d for d in yaml.safe_load_all(built) if d]
+
+
+def _pod_grants(objs: list[dict[str, Any]]) -> set[tuple[str, str]]:
+    return {
+        (d["metadata"]["name"], verb)
+        for d in objs
+        if d["kind"] in ("ClusterRole", "Role")
+        for rule in d.get("rules") or []
+        if "" in rule["apiGroups"] and ("pods" in rule["resources"] or "*" in rule["resources"])
+        for verb in rule["verbs"]
     }
-    assert {v["name"] for v in pod["volumes"]} == {"host-proc", "host-dev"}
-    assert {m["name"] for m in pod["containers"][0]["volumeMounts"]} == {"host-proc", "host-dev"}
-    assert pod["containers"][0]["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+
+
+def _agent_env(objs: list[dict[str, Any]]) -> dict[str, Any]:
+    (ds,) = (d for d in objs if d["kind"] == "DaemonSet")
+    return {e["name"]: e.get("value") for e in ds["spec"]["template"]["spec"]["containers"][0]["env"]}
+
+
+@pytest.mark.skipif(KUBECTL is None, reason="no kubectl (kustomize) on this machine")
+def test_by_default_the_agent_has_no_pod_permission_and_lists_no_pods(tmp_path: Path) -> None:
+    objs = _kustomize(tmp_path)
+    assert _pod_grants(objs) == set()
+    assert _agent_env(objs).get("ACCEL_AGENT_POD_LIST") in (None, "false")
+    assert AgentSettings().pod_list is False
+
+
+@pytest.mark.skipif(KUBECTL is None, reason="no kubectl (kustomize) on this machine")
+def test_the_pod_list_component_grants_list_and_turns_the_setting_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    objs = _kustomize(tmp_path, POD_LIST)
+    assert _pod_grants(objs) == {("accel-agent-pod-list", "list")}
+    binding = next(d for d in objs if d["kind"] == "ClusterRoleBinding" and d["metadata"]["name"].endswith("pod-list"))
+    assert binding["roleRef"]["name"] == "accel-agent-pod-list"
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "accel-agent", "namespace": "accel-system"}]
+    env = _agent_env(objs)
+    assert env["ACCEL_AGENT_POD_LIST"] == "true"
+    monkeypatch.setenv("ACCEL_AGENT_POD_LIST", env["ACCEL_AGENT_POD_LIST"])
+    assert AgentSettings().pod_list is True

@@ -256,3 +256,42 @@ def test_pod_resources_client_when_the_kubelet_does_not_answer(tmp_path: Path) -
     sock = tmp_path / "kubelet.sock"
     sock.write_text("")  # the path exists, nothing listens
     assert podmap.PodResourcesClient(sock, timeout_seconds=0.5).allocations() == []
+
+
+# --- without the pod list (the default): the pod's UID ---------------------------------------------
+def test_without_the_pod_list_a_process_carries_its_pods_uid(tmp_path: Path) -> None:
+    root = proc_root(tmp_path, {10: f"0::/kubepods.slice/kubepods-pod{SYSTEMD_UID}.slice/cri-containerd-{CID}.scope\n"})
+    alloc = Allocations([podmap.Allocation("ml", "train-0", "trainer", "nvidia.com/gpu", ("GPU-0",))])
+    mapper = podmap.PodMapper(proc_root=root, allocations=alloc)
+    procs = (ProcessSample(pid=10), ProcessSample(pid=12))  # 12 has no /proc entry
+    (device,) = mapper.apply(sample_with(DeviceSample(index=0, uuid="GPU-0", processes=procs))).devices
+    holder = PodRef(namespace="ml", name="train-0", container="trainer")
+    assert device.allocated_pods == (holder,)
+    # The UID the cgroup names is reported as read, never replaced by a guess from the holders
+    # (a pod that sees every GPU may run it); a process without a cgroup answer gets the one holder.
+    assert [(p.pid, p.pod_uid, p.pod) for p in device.processes] == [(10, UID, None), (12, None, holder)]
+
+
+def test_with_the_pod_list_a_process_carries_both_its_pods_name_and_uid(tmp_path: Path) -> None:
+    root = proc_root(tmp_path, {10: f"0::/kubepods/pod{UID}/{CID}\n"})
+    view = kube.StaticClusterView(pods=[pod(UID, "train-0", containers={CID: "trainer"})])
+    mapper = podmap.PodMapper(proc_root=root, pods=podmap.PodIndex(view, "gpu-1"))
+    (device,) = mapper.apply(sample_with(DeviceSample(index=0, processes=(ProcessSample(pid=10),)))).devices
+    assert device.processes[0].pod == PodRef(namespace="ml", name="train-0", container="trainer")
+    assert device.processes[0].pod_uid == UID
+
+
+def test_tpu_chips_take_the_kubelets_tpu_allocations_in_order(tmp_path: Path) -> None:
+    alloc = Allocations(
+        [
+            podmap.Allocation("ml", "a", "c", "google.com/tpu", ("0", "1")),
+            podmap.Allocation("ml", "b", "c", "google.com/tpu", ("2",)),
+        ]
+    )
+    chips = tuple(DeviceSample(index=i) for i in range(4))
+    got = podmap.PodMapper(proc_root=tmp_path, allocations=alloc).apply(sample_with(*chips)).devices
+    assert [[p.name for p in d.allocated_pods] for d in got] == [["a"], ["a"], ["b"], []]
+    # A backend that already knows the holders (the opt-in pod list) keeps them.
+    held = tuple(DeviceSample(index=i, allocated_pods=(PodRef(namespace="x", name="y"),)) for i in range(2))
+    kept = podmap.PodMapper(proc_root=tmp_path, allocations=alloc).apply(sample_with(*held)).devices
+    assert [[p.name for p in d.allocated_pods] for d in kept] == [["y"], ["y"]]

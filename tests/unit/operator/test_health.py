@@ -126,6 +126,20 @@ def test_a_failing_device_asks_for_a_checkpoint_first_naming_the_device_and_erro
     assert health_of(d).move_requested_time == decisions.stamp(T0)
 
 
+def test_a_report_that_knows_the_jobs_pod_only_by_uid_finds_its_devices() -> None:
+    """An agent without the pod list reports its processes' pod UIDs: the job's device is found
+    through the UID of its pod in the operator's own cache, and only that device is held against it."""
+    w = _world()
+    job = w.job("a", "p", devices=1, status=_running("a", devices=1), checkpoint=CHECKPOINT)
+    w.workload("a", 0, active=1)
+    w.pod("a", 0, 0, node="p-0", devices=1, uid="0f0e0d0c-0b0a-0908-0706-050403020100")
+    w.report("p-0", pod_uids={3: ("0f0e0d0c-0b0a-0908-0706-050403020100",)}, sick={3: ECC, 5: ECC})
+    d, _ = decisions.run(w, job)
+    assert decisions.cond(d, "DevicesHealthy") == (False, "DeviceUnhealthy")
+    message = next(a.message for a in d.actions if isinstance(a, act.RecordEvent))
+    assert "device 3 (" in message and "device 5" not in message
+
+
 @pytest.mark.parametrize(
     ("requested_ago", "checkpoint_ago", "moves"),
     [
@@ -551,7 +565,11 @@ def test_a_report_becomes_a_view_of_what_decisions_read() -> None:
                 "memoryUsedBytes": 10,
                 "memoryTotalBytes": 100,
                 "allocatedPods": [{"namespace": "ns", "name": "p0"}],
-                "processes": [{"pid": 7, "pod": {"namespace": "ns", "name": "p1"}}, {"pid": 8}],
+                "processes": [
+                    {"pid": 7, "pod": {"namespace": "ns", "name": "p1"}},
+                    {"pid": 8},
+                    {"pid": 9, "podUid": "0f0e0d0c-0b0a-0908-0706-050403020100"},
+                ],
             },
             {"index": 1},
         ]
@@ -567,6 +585,8 @@ def test_a_report_becomes_a_view_of_what_decisions_read() -> None:
         100,
     )
     assert d0.pods == {("ns", "p0"), ("ns", "p1")} and d1.healthy and d1.utilization is None
+    # A process known by its pod's UID belongs to a pod; only pid 8 is nobody's.
+    assert d0.pod_uids == {"0f0e0d0c-0b0a-0908-0706-050403020100"} and d0.stray_processes == 1
     assert view.sick == (d0,)
 
 
@@ -577,6 +597,7 @@ def test_a_report_becomes_a_view_of_what_decisions_read() -> None:
         {**_wire(), "spec": {}},
         _wire(devices=[{"index": -1}]),  # does not validate
         _wire(devices="many"),
+        _wire(devices=[{"index": 0, "processes": [{"pid": 1, "podUid": "../../" + "a" * 40}]}]),  # not a UID
         _wire(heartbeatTime="x" * 10_000),
     ],
 )

@@ -27,7 +27,9 @@ def _device(d: Device) -> DeviceReport:
         memory_used=d.memory_used_bytes,
         memory_total=d.memory_total_bytes,
         pods=frozenset(pods),
-        stray_processes=sum(1 for p in d.processes if p.pod is None),
+        pod_uids=frozenset(p.pod_uid for p in d.processes if p.pod_uid is not None),
+        # A process known by its pod's UID belongs to a pod: Kubernetes knows of it.
+        stray_processes=sum(1 for p in d.processes if p.pod is None and p.pod_uid is None),
     )
 
 

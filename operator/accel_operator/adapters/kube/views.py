@@ -148,6 +148,7 @@ def pod_view(body: Mapping[str, Any]) -> PodView | None:
         created=_maybe_time(meta.get("creationTimestamp")),
         started=_maybe_time(status.get("startTime")),
         finished=finished or _deletion_asked(meta),
+        uid=str(meta["uid"]) if meta.get("uid") else None,
     )
 
 

@@ -48,7 +48,7 @@ BUSY_MEMORY_FRACTION = 0.05
 
 def device_clean(d: DeviceReport) -> bool:
     """Healthy, attributed to no pod, no process, and (where measured) under 5% of its memory used."""
-    if not d.healthy or d.pods or d.stray_processes:
+    if not d.healthy or d.pods or d.pod_uids or d.stray_processes:
         return False
     if d.memory_used is not None and d.memory_total:
         return d.memory_used < BUSY_MEMORY_FRACTION * d.memory_total
@@ -58,7 +58,7 @@ def device_clean(d: DeviceReport) -> bool:
 def device_stray(d: DeviceReport) -> bool:
     """Used by something Kubernetes does not know of: healthy, no pod, but a process no pod owns or
     memory in use (a failing device is counted apart; a pod's device is Kubernetes' to count)."""
-    return d.healthy and not d.pods and not device_clean(d)
+    return d.healthy and not d.pods and not d.pod_uids and not device_clean(d)
 
 
 def free_memory(d: DeviceReport) -> int | None:

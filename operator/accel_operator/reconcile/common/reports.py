@@ -2,7 +2,8 @@
 
 Only what the rescheduling decisions (:mod:`health`) read: when the report was last written, and
 per device whether it is healthy (and why not), its utilization and memory, and the pods it
-belongs to, and how many of its processes no pod owns (:mod:`node_capacity` takes a device that
+belongs to (by namespace/name, and by UID where the agent, listing no pods, knows only the UID its
+process's cgroup names), and how many of its processes no pod owns (:mod:`node_capacity` takes a device that
 only something Kubernetes does not know of uses out of the free ones). A report whose heartbeat
 is older than the staleness timeout is *stale*: no decision is taken on it, so a node whose agent
 stopped writing is never condemned on old news.
@@ -25,6 +26,7 @@ class DeviceReport:
     memory_used: int | None = None
     memory_total: int | None = None
     pods: frozenset[PodKey] = frozenset()  # allocated to, or running a process of, these pods
+    pod_uids: frozenset[str] = frozenset()  # running a process of the pods of these UIDs
     stray_processes: int = 0  # processes no pod owns: Kubernetes does not know of them
 
     def describe(self) -> str:
@@ -46,8 +48,10 @@ class ReportView:
     def sick(self) -> tuple[DeviceReport, ...]:
         return tuple(d for d in self.devices if not d.healthy)
 
-    def devices_of(self, pods: frozenset[PodKey]) -> tuple[DeviceReport, ...]:
-        return tuple(d for d in self.devices if d.pods & pods)
+    def devices_of(self, pods: frozenset[PodKey], uids: frozenset[str] = frozenset()) -> tuple[DeviceReport, ...]:
+        """The devices of these pods: named by the report, or running a process of one of ``uids``
+        (the same pods' UIDs, from the operator's own pod cache)."""
+        return tuple(d for d in self.devices if d.pods & pods or d.pod_uids & uids)
 
     def age(self, now: dt.datetime) -> str:
         if self.heartbeat is None:

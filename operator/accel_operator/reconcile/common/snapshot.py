@@ -95,6 +95,8 @@ class PodView:
     # (deletionTimestamp less its grace period). None: not started, not ended.
     started: dt.datetime | None = None
     finished: dt.datetime | None = None
+    # metadata.uid: how a node report names a pod whose agent lists no pods (reports.DeviceReport).
+    uid: str | None = None
 
     @property
     def ended(self) -> bool:

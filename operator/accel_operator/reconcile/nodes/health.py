@@ -127,6 +127,7 @@ class Finding:
 def find(pods: Sequence[PodView], snapshot: Snapshot, now: dt.datetime, rules: Rules) -> Finding:
     nodes = tuple(sorted({p.node for p in pods if p.node}))
     keys = frozenset((p.namespace, p.name) for p in pods)
+    uids = frozenset(p.uid for p in pods if p.uid)
     stale: list[str] = []
     sick: list[tuple[str, DeviceReport]] = []
     devices: list[DeviceReport] = []
@@ -136,7 +137,7 @@ def find(pods: Sequence[PodView], snapshot: Snapshot, now: dt.datetime, rules: R
         if report is None or not report.fresh(now, rules.stale_after):
             stale.append(node)
             continue
-        mine = report.devices_of(keys)
+        mine = report.devices_of(keys, uids)
         # Per device: a failing device of the node that is not the job's leaves the job where it
         # is (the node's capacity drops instead). Where the report maps no device to the job's
         # pods, which devices it holds is unknown: every failing device of the node counts.
