@@ -21,7 +21,7 @@
 # Kubernetes client's temporary certificate files. PYTHONDONTWRITEBYTECODE=1: the .pyc files are
 # compiled at build time.
 #
-# Tag: `git describe --tags --always --dirty`. Outputs: .cache/images/accel-operator-<tag>.oci.tar
+# Tag: `git describe --tags --always --dirty`, without a release tag's leading v. Outputs: .cache/images/accel-operator-<tag>.oci.tar
 # and accel-agent-<tag>.oci.tar (OCI image layouts in tar archives, the image's ref name is the tag).
 # Cached: the base root filesystem (keyed on suite and package list), the dependency wheels (keyed
 # on constraints.txt and the project manifests) and each archive (keyed on all inputs), so a second
@@ -72,7 +72,8 @@ require_tools() {
   done
 }
 
-image_tag() { git describe --tags --always --dirty; }
+# A release tag v0.1.0 gives the images 0.1.0: the chart's appVersion, its default image tag.
+image_tag() { git describe --tags --always --dirty | sed 's/^v\([0-9]\)/\1/'; }
 
 # --- 1. the base: a Debian root filesystem as a one-layer OCI layout ------------------------------
 base_key() {

@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 import kopf
 
 from accel_api import catalog as catalog_mod
-from accel_operator import handlers, logs, metrics_server
+from accel_operator import handlers, logs, metrics_server, readiness
 from accel_operator.adapters.aws.checkpoints import Limits, S3CheckpointStore
 from accel_operator.adapters.aws.interruptions import SqsInterruptionQueue
 from accel_operator.adapters.gcp.tpu import GoogleTpuNodes
@@ -134,8 +134,11 @@ async def run(
     )
     ctx = context if context is not None else await asyncio.to_thread(build_context, settings)
     registry = kopf.OperatorRegistry()
-    handlers.register(registry, ctx)
-    metrics_http = metrics_server.serve(settings, ctx.metrics.registry)  # bounded threads and idle time
+    sched = handlers.register(registry, ctx)
+    # /readyz beside /metrics: ready once every watch has listed and the webhook answers (leading
+    # or not); liveness stays kopf's own endpoint (its event loop answers).
+    ready = readiness.for_operator(settings, sched.can_act)
+    metrics_http = metrics_server.serve(settings, ctx.metrics.registry, readiness=ready)  # bounded threads
     liveness = f"http://0.0.0.0:{settings.liveness_port}/healthz" if settings.liveness_port else None
     try:
         await kopf.operator(

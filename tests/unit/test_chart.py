@@ -163,6 +163,17 @@ def test_values_reach_the_objects() -> None:
 
 
 @needs_tools
+def test_the_admission_policies_can_be_left_out() -> None:
+    """admissionPolicies.enabled=false (docs/compatibility.md): no ValidatingAdmissionPolicy or
+    binding is rendered, and nothing else is left out."""
+    policy_kinds = {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
+    full = {_key(d) for d in render()}
+    assert {k for k, _ in full} >= policy_kinds
+    without = {_key(d) for d in render("admissionPolicies.enabled=false")}
+    assert without == {key for key in full if key[0] not in policy_kinds}
+
+
+@needs_tools
 def test_the_overlays_render_and_prod_keeps_what_the_chart_keeps() -> None:
     def build(overlay: str) -> dict[tuple[str, str], dict[str, Any]]:
         out = _run(KUBECTL, "kustomize", ROOT / "manifests" / "overlays" / overlay)
