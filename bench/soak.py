@@ -867,8 +867,11 @@ def _cleanup(
         custom.delete_cluster_custom_object(v.GROUP, v.VERSION, registry.POLICY.plural, policy)
     for ns in namespaces:
         kubeapi.delete_claim_volumes(api, ns)  # while the cluster still runs
-        kwok_world.cleanup(api, core, ns, pools, stop_cluster=stop)
-        stop = False
+    if stop:  # this run started the cluster: stopping it (etcd wiped) removes the rest
+        kwok_world.cleanup(api, core, namespaces[0], pools, stop_cluster=True)
+        return
+    for ns in namespaces:
+        kwok_world.cleanup(api, core, ns, pools, stop_cluster=False)
 
 
 def quick(args: argparse.Namespace) -> None:
@@ -900,7 +903,12 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--run-max", type=float, default=30.0, help="longest run of an attempt, s (default 30)")
     p.add_argument("--spot-share", type=float, default=0.4, help="share of jobs on the spot pool (default 0.4)")
     p.add_argument("--fail-share", type=float, default=0.1, help="share of jobs whose first attempt fails (0.1)")
-    p.add_argument("--nodes-per-pool", type=int, default=16, help="KWOK nodes of 8 H100 per pool (default 16)")
+    p.add_argument(
+        "--nodes-per-pool",
+        type=int,
+        default=40,
+        help="KWOK nodes of 8 H100 per pool (default 40; at 16 the full size was over capacity and jobs queued)",
+    )
     p.add_argument("--lease-seconds", type=float, default=5.0, help="the operator's Lease (default 5 s)")
     p.add_argument("--bind-timeout", type=float, default=30.0, help="ACCEL_OPERATOR_BIND_TIMEOUT_SECONDS (30)")
     p.add_argument(

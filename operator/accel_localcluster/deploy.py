@@ -19,11 +19,13 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from accel_api import vocabulary as v
 from accel_localcluster import Cluster, default_cluster
 from accel_localcluster.control_plane import REPO
 from accel_localcluster.realnode import NODE_NAME, RealNode
 
 RELEASE, NAMESPACE = "accel-operator", "accel-system"
+
 CHART = REPO / "charts" / "accel-operator"
 IMAGES = REPO / ".cache" / "images"
 
@@ -63,7 +65,8 @@ def values(operator_image: str, agent_image: str, built: str = "") -> dict[str, 
             "nodeSelector": {"kubernetes.io/hostname": NODE_NAME},
             "podAnnotations": {"accel.dev/image-build": built} if built else {},
         },
-        "agent": {"image": {"repository": agent_repo, "tag": agent_tag, "pullPolicy": "Never"}},
+        # One agent, on the real node (labelled as a GPU node by `up`), with its fake NVML backend.
+        "agent": {"image": {"repository": agent_repo, "tag": agent_tag, "pullPolicy": "Never"}, "backend": "fake"},
     }
 
 
@@ -73,6 +76,16 @@ def up(cluster: Cluster) -> None:
     cluster.up()
     node = node_of(cluster)
     node.up()
+    # The agent's DaemonSet selects GPU nodes: the real node is one for it (its fake backend).
+    _run(
+        str(cluster.bin / "kubectl"),
+        "label",
+        "node",
+        NODE_NAME,
+        "--overwrite",
+        f"{v.LABEL_GPU_PRESENT}=true",
+        cluster=cluster,
+    )
     archive = newest("accel-operator")
     operator_image = node.import_image(archive, "accel-operator")
     agent_image = node.import_image(newest("accel-agent"), "accel-agent")

@@ -161,6 +161,39 @@ def test_the_chart_runs_the_operator_from_its_image_on_the_real_node(deployed: C
     assert names == ["deployed-a0"]
 
 
+def test_one_agent_runs_on_the_real_node_and_reports_it(deployed: Cluster) -> None:
+    """The chart's agent DaemonSet, on the real node (labelled a GPU node) with its fake NVML
+    backend: non-root by default, no pod permission, and its report of the node's eight devices."""
+    api = config.new_client_from_config(config_file=str(deployed.kubeconfig))
+    core = client.CoreV1Api(api)
+
+    def agent_ready() -> client.V1Pod | None:
+        pods = core.list_namespaced_pod(deploy_mod.NAMESPACE, label_selector="app.kubernetes.io/name=accel-agent").items
+        return next((p for p in pods if _ready(p)), None)
+
+    pod = wait_for(agent_ready, timeout=120, what="the agent Ready")
+    assert pod.spec.node_name == NODE_NAME
+    assert pod.spec.containers[0].image.startswith("docker.io/library/accel-agent:")
+    sc = pod.spec.security_context
+    assert sc.run_as_user == 65534 and sc.run_as_non_root
+
+    def report() -> dict[str, Any] | None:
+        try:
+            obj = client.CustomObjectsApi(api).get_cluster_custom_object(
+                v.GROUP, v.VERSION, "acceleratornodereports", NODE_NAME
+            )
+        except client.ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        status: dict[str, Any] | None = obj.get("status")
+        return status if status and status.get("devices") else None
+
+    status = wait_for(report, timeout=120, what="the real node's report")
+    assert len(status["devices"]) == 8
+    assert status["healthy"] is True
+
+
 def test_the_other_replica_takes_over_when_the_leader_is_killed(deployed: Cluster) -> None:
     api = config.new_client_from_config(config_file=str(deployed.kubeconfig))
     core = client.CoreV1Api(api)
