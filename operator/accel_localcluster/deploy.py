@@ -66,7 +66,11 @@ def values(operator_image: str, agent_image: str, built: str = "") -> dict[str, 
             "podAnnotations": {"accel.dev/image-build": built} if built else {},
         },
         # One agent, on the real node (labelled as a GPU node by `up`), with its fake NVML backend.
-        "agent": {"image": {"repository": agent_repo, "tag": agent_tag, "pullPolicy": "Never"}, "backend": "fake"},
+        "agent": {
+            "image": {"repository": agent_repo, "tag": agent_tag, "pullPolicy": "Never"},
+            "backend": "fake",
+            "nodeSelector": {"kubernetes.io/hostname": NODE_NAME},
+        },
     }
 
 

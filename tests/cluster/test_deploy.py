@@ -173,7 +173,7 @@ def test_one_agent_runs_on_the_real_node_and_reports_it(deployed: Cluster) -> No
 
     pod = wait_for(agent_ready, timeout=120, what="the agent Ready")
     assert pod.spec.node_name == NODE_NAME
-    assert pod.spec.containers[0].image.startswith("docker.io/library/accel-agent:")
+    assert pod.status.container_statuses[0].image.startswith("docker.io/library/accel-agent:")
     sc = pod.spec.security_context
     assert sc.run_as_user == 65534 and sc.run_as_non_root
 
