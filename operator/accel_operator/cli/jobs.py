@@ -108,7 +108,7 @@ def explain(job: dict[str, Any], pool: dict[str, Any] | None = None, nodes: list
         line = f"{_clip(c.get('type', '?'), 40)}: {state}"
         if c.get("reason"):
             line += f" ({_clip(c['reason'], 60)})"
-        if c.get("message"):
+        if c.get("message") and c["message"] != st.get("message"):  # said once, above
             line += f": {_clip(c['message'])}"
         out.append(line + ".")
     plan = st.get("plan") or {}
@@ -128,8 +128,8 @@ def explain(job: dict[str, Any], pool: dict[str, Any] | None = None, nodes: list
             f"Not {_clip(alt.get('pool', '?'), 253)} ({alt.get('devices', '?')} × "
             f"{_clip(alt.get('accelerator', '?'), 63)}): {_clip(alt.get('reason', ''))}."
         )
-    if pool is not None:
-        ps = pool.get("status") or {}
+    ps = (pool or {}).get("status") or {}
+    if pool is not None and ps.get("totalDevices"):  # only a pool status someone wrote: no made-up zeros
         pool_name = _clip((pool.get("metadata") or {}).get("name", ""), 253)
         out.append(
             f"Pool {pool_name} has {int(ps.get('freeDevices') or 0)} of {int(ps.get('totalDevices') or 0)} "

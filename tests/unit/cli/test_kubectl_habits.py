@@ -302,7 +302,11 @@ def cluster_of(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, outside_a_pod: N
     return install
 
 
-def test_why_says_what_blocks_a_job_with_the_numbers(cluster_of: Any, capsys: pytest.CaptureFixture[str]) -> None:
+def test_why_says_what_blocks_a_job_with_the_numbers(
+    cluster_of: Any, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from accel_operator.adapters.kube import jobaccess
+
     cluster_of(WAITING)
     assert main(["why", "llm"]) == 0  # the context's namespace: team-a
     out = capsys.readouterr().out
@@ -319,6 +323,9 @@ def test_why_says_what_blocks_a_job_with_the_numbers(cluster_of: Any, capsys: py
     assert "\033[" not in out  # not a TTY
     assert main(["why", "llm", "-o", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["phase"] == "Pending"
+    monkeypatch.setattr(jobaccess, "get_pool", lambda api, name: {"metadata": {"name": "h100-spot"}})
+    assert main(["why", "llm"]) == 0
+    assert "Pool h100-spot" not in capsys.readouterr().out  # no status written: no sentence of zeros
     assert main(["why", "other"]) == 1
     assert capsys.readouterr().err.strip() == "error: acceleratorjob other in namespace team-a not found"
 
