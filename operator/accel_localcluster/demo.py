@@ -398,10 +398,10 @@ def _cost_report(state: Path, env: dict[str, str]) -> None:
     """The per-team cost table and the HTML report, from the jobs' ledgers (``accelctl cost``)."""
     accelctl = [sys.executable, "-m", "accel_operator.cli.main", "cost", "report"]
     _section("what it cost, per team (the jobs' ledgers: devices × seconds × the pool's price)")
-    print("$ accelctl cost report --by team --since 30d")
-    subprocess.run([*accelctl, "--by", "team", "--since", "30d"], env=env, check=False)
+    print("$ accelctl cost report -A --by team --since 30d")
+    subprocess.run([*accelctl, "-A", "--by", "team", "--since", "30d"], env=env, check=False)
     html = state / "cost-report.html"
-    subprocess.run([*accelctl, "--by", "team", "-o", "html", "--out", str(html)], env=env, check=False)
+    subprocess.run([*accelctl, "-A", "--by", "team", "-o", "html", "--out", str(html)], env=env, check=False)
     print(f"The HTML report (charts, no network needed): {html}")
 
 

@@ -373,7 +373,7 @@ def _counter(port: int, team: str, pool: str) -> float | None:
 def _report(capsys: Any, namespace: str, by: str) -> dict[str, dict[str, Any]]:
     from accel_operator.cli import main as cli
 
-    argv = ["cost", "report", "--by", by, "--since", "30d", "-o", "json", "--rollup-namespace", namespace]
+    argv = ["cost", "report", "-A", "--by", by, "--since", "30d", "-o", "json", "--rollup-namespace", namespace]
     assert cli.main(argv) == 0
     return {r["key"]: r for r in json.loads(capsys.readouterr().out)["rows"]}
 

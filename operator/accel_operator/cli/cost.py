@@ -1,11 +1,13 @@
 """``accelctl cost report``: what teams, jobs or pools spent, read from the cluster (the jobs'
 ledgers in ``status.cost``, the policies' budgets in ``status.spend``).
 
-``-o table|csv|json`` print rows (spent, lost to preemption, idle, the on-demand equivalent, spot
+``-o table|csv|json|yaml`` print rows (spent, lost to preemption, idle, the on-demand equivalent, spot
 savings, the planner's forecast, device-hours, jobs); ``-o html`` writes one self-contained file
 with charts (see :mod:`accel_operator.cli.costhtml`). ``--from-file`` reads a List of
 AcceleratorJobs (and AcceleratorPolicies, and the rollup's ConfigMap) from YAML instead of the
-cluster. Deleted jobs count from the operator's durable cost rollup (the ConfigMap
+cluster. As kubectl: ``-n`` reads one namespace (default: the kubeconfig context's), ``-A`` all
+of them; ``--from-file`` reads every namespace in the file unless ``-n`` names one. Deleted jobs
+count from the operator's durable cost rollup (the ConfigMap
 ``--rollup`` in ``--rollup-namespace``), so a 30-day report includes the jobs deleted in those days.
 """
 
@@ -27,6 +29,7 @@ from accel_api.job import CostStatus
 from accel_api.policy import AcceleratorPolicyStatus
 from accel_operator.accounting import costreport
 from accel_operator.accounting.costreport import By, JobCost
+from accel_operator.cli import kubeopts
 from accel_operator.cli.errors import UsageError
 
 NAME = "cost"
@@ -42,9 +45,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     report = sub.add_parser("report", help="spent, lost to preemption, idle, spot savings, forecast vs actual")
     report.add_argument("--by", choices=[b.value for b in By], default=By.TEAM.value)
     report.add_argument("--since", default="30d", help="the window, ending now: e.g. 24h, 7d, 30d (at most 366d)")
-    report.add_argument("-o", "--output", choices=("table", "csv", "json", "html"), default="table")
+    report.add_argument("-o", "--output", choices=("table", "csv", "json", "yaml", "html"), default="table")
     report.add_argument("--out", metavar="FILE", help="html: where to write (default cost-report.html)")
-    report.add_argument("-n", "--namespace", help="only this namespace's jobs (default: all)")
+    kubeopts.add_arguments(report)
     report.add_argument("--from-file", metavar="FILE", help="read jobs and policies from YAML, not the cluster")
     report.add_argument(
         "--rollup", default="accel-cost-rollup", help="the operator's cost rollup ConfigMap (deleted jobs); '' for none"
@@ -63,16 +66,16 @@ def _objects(args: argparse.Namespace) -> list[dict[str, Any]]:
                 out.append(doc)
         return out
     from accel_operator.adapters.kube import costs
-    from accel_operator.adapters.kube.client import ClusterUnavailable, api_client
+    from accel_operator.adapters.kube.client import ClusterUnavailable
 
+    api = kubeopts.client(args)
     try:
-        api = api_client()
         out = costs.list_jobs(api, args.namespace) + costs.list_policies(api)
         stored = costs.read_rollup(api, args.rollup_namespace, args.rollup) if args.rollup else None
     except ClusterUnavailable as exc:
-        raise UsageError(f"cannot read the cluster: {exc}") from exc
-    except Exception as exc:  # no kubeconfig, refused connection: say so, no traceback
-        raise UsageError(f"cannot reach the cluster: {str(exc)[:300]}") from exc
+        raise kubeopts.unreachable(exc) from exc
+    except Exception as exc:  # a refused connection, a timeout: exit 1, no traceback
+        raise kubeopts.unreachable(exc) from exc
     if stored is not None:
         out.append({"kind": ROLLUP_KIND, "rollup": stored})
     return out
@@ -189,6 +192,12 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--since: must be more than 0s and at most 366d (got {args.since[:40]!r})")
     now = dt.datetime.now(dt.UTC)
     start = now - dt.timedelta(seconds=seconds)
+    if args.from_file:  # a file is read whole unless -n names a namespace
+        if args.namespace and args.all_namespaces:
+            raise UsageError("-n/--namespace and -A/--all-namespaces exclude each other: give one")
+        args.namespace = args.namespace or None
+    else:
+        args.namespace = kubeopts.namespace(args)
     objects = _objects(args)
     skipped: list[str] = []
     jobs = job_costs(objects, args.namespace, skipped)
@@ -210,19 +219,22 @@ def run(args: argparse.Namespace) -> int:
         print(f"wrote {out} ({out.stat().st_size // 1024} KiB; open it in a browser, it needs no network)")
         return 0
     table = [r.as_dict() for r in rows]
-    if args.output == "json":
-        json.dump(
-            {
-                "by": by.value,
-                "since": start.isoformat(),
-                "until": now.isoformat(),
-                "rows": table,
-                "budgets": budgets(objects),
-            },
-            sys.stdout,
-            indent=2,
-        )
-        print()
+    if args.output in ("json", "yaml"):
+        data = {
+            "by": by.value,
+            "since": start.isoformat(),
+            "until": now.isoformat(),
+            "namespace": args.namespace,  # None: every namespace
+            "rows": table,
+            "budgets": budgets(objects),
+        }
+        if args.output == "yaml":
+            import yaml
+
+            print(yaml.safe_dump(data, sort_keys=False), end="")
+        else:
+            json.dump(data, sys.stdout, indent=2)
+            print()
     elif args.output == "csv":
         writer = csv.DictWriter(sys.stdout, fieldnames=costreport.COLUMNS, lineterminator="\n")
         writer.writeheader()

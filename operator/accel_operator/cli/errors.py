@@ -7,3 +7,8 @@ It lives apart from ``cli.main`` so that ``python -m accel_operator.cli.main`` (
 
 class UsageError(Exception):
     """Printed as ``error: <message>`` with exit status 2."""
+
+
+class RuntimeFailure(Exception):
+    """Printed as ``error: <message>`` with exit status 1: what was asked is fine, but it could
+    not be done now (the cluster unreachable, the job not found, a write refused)."""

@@ -1,5 +1,8 @@
 """``accelctl plan JOB.yaml``: where the planner would run a job, and why not elsewhere.
 
+``accelctl plan NAME`` (or ``kubectl accel plan NAME``), for a job already in the cluster: the
+plan and alternatives the operator wrote in its status (``--kubeconfig``, ``--context``, ``-n``).
+
 Prints every pool's best placement (``--all``: every pool × device count) with per-device
 memory, step time, duration and cost, then the decision. ``-o json`` prints the stable contract
 ``{"job": ..., "candidates": [...], "decision": {...}}``. Exit status 0 for any valid plan,
@@ -10,15 +13,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
+from pathlib import Path
 
 from accel_api import InvalidResource, bounds, catalog
 from accel_api.enums import CapacityType
 from accel_api.job import AcceleratorJob
 from accel_api.pool import AcceleratorPool
-from accel_operator.cli import inputs, render
+from accel_operator.cli import inputs, kubeopts, render
 from accel_operator.planning import candidates, selection
 
+_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 NAME = "plan"
 HELP = (
     "Plan an AcceleratorJob: memory, speed and cost on each pool and device count, and the choice. "
@@ -29,7 +35,11 @@ HELP = (
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("job", metavar="JOB.yaml", help="file holding one AcceleratorJob (- for stdin)")
+    parser.add_argument(
+        "job",
+        metavar="JOB.yaml|NAME",
+        help="file holding one AcceleratorJob (- for stdin), or the name of a job in the cluster (its status's plan)",
+    )
     parser.add_argument(
         "--pools",
         action="append",
@@ -41,11 +51,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--catalog", metavar="FILE", help="accelerator catalog YAML overriding or adding to the shipped one"
     )
-    parser.add_argument("-o", "--output", choices=("table", "json"), default="table")
+    parser.add_argument(
+        "-o", "--output", choices=("table", "wide", "json", "yaml"), default="table", help="wide: as --all"
+    )
     parser.add_argument("--accelerator", metavar="ID", help="evaluate one placement: this catalog accelerator ...")
     parser.add_argument("--devices", type=int, metavar="N", help="... with this many devices (needs --accelerator)")
     parser.add_argument("--spot", action="store_true", help="with --accelerator: price the placement as spot")
     parser.add_argument("--all", action="store_true", help="table: every pool × device count, not each pool's best")
+    kubeopts.add_arguments(parser, all_namespaces=False)
+
+
+def in_cluster(arg: str) -> bool:
+    """Whether ``arg`` names a job in the cluster rather than a file: no such path, no folder or
+    file extension in it, and shaped as an object name."""
+    if arg == "-" or Path(arg).exists() or "/" in arg or arg.endswith((".yaml", ".yml", ".json")):
+        return False
+    return bool(_NAME.match(arg))
 
 
 def _usage(message: str) -> Exception:
@@ -78,6 +99,10 @@ def _pools(paths: list[str]) -> list[candidates.PoolOffer]:
 
 
 def run(args: argparse.Namespace) -> int:
+    if in_cluster(args.job):
+        from accel_operator.cli import jobs
+
+        return jobs.plan_from_cluster(args)
     if (args.accelerator is None) != (args.devices is None):
         raise _usage("--accelerator and --devices go together")
     if args.devices is not None and not 1 <= args.devices <= bounds.DEVICES:
@@ -103,6 +128,10 @@ def run(args: argparse.Namespace) -> int:
     if args.output == "json":
         json.dump(render.plan_json(result, job.metadata.namespace), sys.stdout, indent=2, allow_nan=False)
         sys.stdout.write("\n")
+    elif args.output == "yaml":
+        import yaml
+
+        print(yaml.safe_dump(render.plan_json(result, job.metadata.namespace), sort_keys=False), end="")
     else:
-        print(render.plan_table(result, args.all))
+        print(render.plan_table(result, args.all or args.output == "wide"))
     return 0

@@ -182,7 +182,8 @@ def test_no_cluster_is_an_error_not_a_traceback(
 ) -> None:
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing"))
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-    assert cli.main(["cost", "report"]) == 2
+    # No kubeconfig: a runtime error (exit 1, as documented), not a usage error.
+    assert cli.main(["cost", "report"]) == 1
     err = capsys.readouterr().err
     assert err.startswith("error: cannot reach the cluster"), err
     assert "Traceback" not in err
