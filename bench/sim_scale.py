@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import copy
 import cProfile
 import dataclasses
 import heapq
@@ -61,7 +62,7 @@ from accel_operator.reconcile.common.snapshot import JobKey, JobView, NodeView, 
 from accel_operator.settings import OperatorSettings
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: tests.support
-from tests.support.jobs import example, job_doc
+from tests.support.jobs import example
 from tests.support.reconcile import T0, World
 
 SIZES = ((500, 5_000), (2_000, 20_000), (10_000, 100_000))
@@ -70,6 +71,7 @@ TEAMS = ("research", "serving", "vision", "speech")
 TICK_SECONDS = 30.0  # virtual seconds between passes
 COST_EVERY = 10  # ticks between accountant steps
 PROBES = 20  # single new jobs decided into the full queue at the end
+_EXAMPLES: dict[str, dict[str, Any]] = {}  # parsed example documents by accelerator kind
 
 
 class RecordingJobWriter(FakeJobWriter):
@@ -202,12 +204,15 @@ class Sim:
             if spot:
                 extra["spot"] = {"policy": "prefer", "maxPreemptions": 5}
                 extra["checkpoint"] = {"uri": f"s3://ckpt/{team}/sim", "intervalMinutes": 20}
-            doc = job_doc("ns", pools[0], devices=devices, **extra)
-            if kind == "tpu":  # a model sharded to fit v5e's 16 GB (examples/04)
-                doc["spec"].update(
-                    {k: v for k, v in example("04-tpu-training.yaml")["spec"].items() if k != "placement"}
+            # examples/01 (examples/04's model, sharded to fit v5e's 16 GB, for TPU), read once.
+            base = _EXAMPLES.get(kind)
+            if base is None:
+                base = _EXAMPLES[kind] = example(
+                    "04-tpu-training.yaml" if kind == "tpu" else "01-finetune-single-gpu.yaml"
                 )
-                doc["spec"].update(extra)
+            doc = copy.deepcopy(base)
+            doc["spec"]["placement"] = {"minDevices": devices, "maxDevices": devices}
+            doc["spec"].update(extra)
             doc["spec"]["placement"]["pools"] = list(pools)
             doc["spec"]["placement"]["acceleratorKinds"] = [kind]
             spec = self.specs[key] = AcceleratorJobSpec.model_validate(doc["spec"])
