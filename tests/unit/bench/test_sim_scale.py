@@ -1,0 +1,42 @@
+"""bench/sim_scale.py at its ``--quick`` size: the run goes through the real engine end to end
+(jobs admitted through the fake writers, their pods bound, run and ended) and writes every figure
+the docs quote. No timing is asserted here: the figures are read from the printed table."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from bench import sim_scale
+
+
+def test_quick_run_admits_and_ends_jobs_and_writes_every_figure(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "sim.json"
+    assert sim_scale.main(["--quick", "--out", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["bench"] == "sim_scale"
+    (row,) = doc["sizes"]
+    assert (row["nodes"], row["jobs"]) == sim_scale.QUICK
+    for key in ("steady_pass", "apply_per_pass", "new_job_into_full_queue", "accountant_step"):
+        assert set(row[key]) >= {"p50_ms", "p99_ms", "max_ms", "n"}, key
+        assert row[key]["n"] > 0, key
+    assert row["new_job_into_full_queue"]["n"] == sim_scale.PROBES
+    assert set(row["burst"]) >= {"jobs", "pass_ms", "admitted", "ms_per_1000_admitted"}
+    # Jobs went all the way through: admitted by the engine, run, ended, and seen Succeeded.
+    assert 0 < row["burst"]["admitted"] <= row["admitted"]
+    assert row["ended"] > 0
+    assert row["phases"].get("Succeeded", 0) > 0
+    assert row["phases"].get("Running", 0) > 0
+    # The queue was full when the single new jobs came: some waited behind capacity.
+    assert row["new_job_into_full_queue"]["queued"] > 0
+    assert row["admitted_per_cpu_s"] > 0 and row["peak_rss_mb"] > 0
+    assert sum(row["phases"].values()) == row["jobs"]
+    assert "adm/cpu-s" in capsys.readouterr().out
+
+
+def test_a_malformed_size_is_refused_with_the_expected_form() -> None:
+    with pytest.raises(SystemExit, match="NODESxJOBS"):
+        sim_scale.main(["--sizes", "500by5000"])
