@@ -680,6 +680,11 @@ class HealthStatus(ApiModel):
         max_length=bounds.RESUME_TOKEN_LENGTH,
         description="The accel.dev/resume annotation when the job was stopped: another value resumes it.",
     )
+    stop_seen: str | None = Field(
+        default=None,
+        max_length=bounds.RESUME_TOKEN_LENGTH,
+        description="The accel.dev/stop annotation a user stopped the job with: only another value stops it again.",
+    )
 
     def ended(self, **update: Any) -> "HealthStatus":
         """These markers when the attempt ends (a move or a stop): what the ended attempt was

@@ -31,6 +31,9 @@ ANNOTATION_CHECKPOINT_NOW: Final = f"{GROUP}/checkpoint-now"
 # On an AcceleratorJob: a user sets it to a new value (a timestamp) to resume a job that a policy
 # stopped for idleness (phase Stopped). Any value the job has not been stopped with resumes it.
 ANNOTATION_RESUME: Final = f"{GROUP}/resume"
+# On an AcceleratorJob: a user sets it to a new value (a timestamp) to stop the job (``kubectl accel
+# stop``): a running attempt is asked to checkpoint and ended, the job is Stopped until resumed.
+ANNOTATION_STOP: Final = f"{GROUP}/stop"
 # Simulation (the local cluster and the agent's simulated backend), never set in production:
 ANNOTATION_SIMULATED: Final = f"{GROUP}/simulated"  # on KWOK nodes made from a pool
 ANNOTATION_AUTOSCALED: Final = f"{GROUP}/autoscaled"  # on KWOK nodes the simulated autoscaler made

@@ -1,5 +1,5 @@
 """``kubectl accel`` as a user runs it: the real kubectl finds the ``kubectl-accel`` entry point on
-PATH and runs ``why`` (a job waiting for capacity, another running) and ``stop`` against jobs the
+PATH and runs ``why`` (a job waiting for capacity, another running), ``stop`` and ``resume`` against jobs the
 operator reconciles on the local control plane."""
 
 from __future__ import annotations
@@ -12,10 +12,9 @@ from typing import Any
 
 from kubernetes import client
 
-from accel_api import vocabulary as v
 from accel_localcluster import Cluster
 from tests.support.cluster import wait_for
-from tests.support.jobs import create_job, gpu_pool, job_doc, status, wait_phase
+from tests.support.jobs import batch_job_exists, create_job, gpu_pool, job_doc, status, wait_phase
 
 
 def _kubectl_accel(cluster: Cluster, *argv: str) -> subprocess.CompletedProcess[str]:
@@ -63,19 +62,31 @@ def test_kubectl_accel_why_and_stop_through_the_real_kubectl(
         assert f"Planned on pool {pool}: 8 ×" in running.stdout
         assert "It runs as the batch Job " in running.stdout and " on node(s) " in running.stdout, running.stdout
 
-        # stop: the operator has no user stop request; the plugin says so and changes nothing.
-        before = client.CustomObjectsApi(api).get_namespaced_custom_object(
-            v.GROUP, v.VERSION, namespace, "acceleratorjobs", "first"
-        )
+        # stop: the annotation; the operator ends the attempt (no checkpoint: at once) and the job is
+        # Stopped, its batch Job gone, and the job that waited for its devices runs.
         stop = _kubectl_accel(cluster, "stop", "first", "-n", namespace)
-        assert stop.returncode == 2, (stop.stdout, stop.stderr)
-        assert "no user request to stop a job" in stop.stderr and "Traceback" not in stop.stderr
-        assert f"kubectl delete acceleratorjob first -n {namespace}" in stop.stderr
-        after = client.CustomObjectsApi(api).get_namespaced_custom_object(
-            v.GROUP, v.VERSION, namespace, "acceleratorjobs", "first"
+        assert stop.returncode == 0, (stop.stdout, stop.stderr)
+        assert "acceleratorjob first stop requested" in stop.stdout
+        wait_phase(api, namespace, "first", "Stopped")
+        wait_for(
+            lambda: not batch_job_exists(client.BatchV1Api(api), namespace, "first-a0"),
+            timeout=30,
+            what="first-a0 gone",
         )
-        assert after["metadata"].get("annotations") == before["metadata"].get("annotations")
-        assert status(api, namespace, "first")["phase"] == "Running"
+        wait_phase(api, namespace, "second", "Running")
+        again = _kubectl_accel(cluster, "stop", "first", "-n", namespace)
+        assert again.returncode == 1 and "is Stopped: nothing to stop" in again.stderr
+        # resume: planned again as a new attempt, waiting now for the devices "second" holds.
+        resume = _kubectl_accel(cluster, "resume", "first", "-n", namespace)
+        assert resume.returncode == 0, resume.stderr
+        wait_for(
+            lambda: (
+                status(api, namespace, "first").get("phase") == "Pending"
+                and status(api, namespace, "first").get("attempt") == 1
+            ),
+            timeout=30,
+            what="first planned again as attempt 1",
+        )
 
         missing = _kubectl_accel(cluster, "why", "nope", "-n", namespace)
         assert missing.returncode == 1

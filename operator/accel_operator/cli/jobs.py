@@ -1,7 +1,8 @@
 """Commands on one AcceleratorJob in the cluster: ``why`` (why it waits, or where it runs, in
 sentences with the numbers the operator wrote in its status), ``resume`` (the ``accel.dev/resume``
-annotation a Stopped job waits for), ``stop`` (says honestly that the operator has no user stop
-request yet), and ``plan NAME`` (the plan and alternatives in its status).
+annotation a Stopped job waits for), ``stop`` (the ``accel.dev/stop`` annotation: the operator
+stops the job at a checkpoint, reconcile/job/user_stop.py), and ``plan NAME`` (the plan and
+alternatives in its status).
 
 Nothing here decides anything: it reads what the operator wrote (status phase, conditions, plan,
 cost, health) and the AcceleratorPool it targets, and words it. A job that does not exist, or a
@@ -206,7 +207,7 @@ class Why:
 
 class Resume:
     NAME = "resume"
-    HELP = f"Resume a job a policy Stopped for idleness: sets its {v.ANNOTATION_RESUME} annotation to a new value."
+    HELP = f"Resume a Stopped job (by a user, or by a policy for idleness): sets {v.ANNOTATION_RESUME} anew."
 
     @staticmethod
     def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -236,8 +237,8 @@ class Resume:
 class Stop:
     NAME = "stop"
     HELP = (
-        "Not offered yet: the operator has no request for a user to stop a job (only an AcceleratorPolicy's "
-        "spec.idle stops an idle job). Says so, and how to end the job, with exit status 2."
+        f"Stop a job: sets its {v.ANNOTATION_STOP} annotation to a new value. A running job with a checkpoint is "
+        "asked to save one and ended (within the operator's checkpoint grace); the job is Stopped until `resume`."
     )
 
     @staticmethod
@@ -247,12 +248,19 @@ class Stop:
 
     @staticmethod
     def run(args: argparse.Namespace) -> int:
-        _, ns, _ = read_job(args)  # a typo in the name is said first, as kubectl would
-        raise UsageError(
-            f"stop: the operator understands no user request to stop a job yet (only an AcceleratorPolicy's "
-            f"spec.idle stops an idle job at a checkpoint, and `resume` resumes it); nothing was changed. To end "
-            f"the job: kubectl delete acceleratorjob {args.job} -n {ns}"
+        from accel_operator.adapters.kube import jobaccess
+
+        api, ns, job = read_job(args)  # a typo in the name is said first, as kubectl would
+        phase = (job.get("status") or {}).get("phase")
+        if phase in ("Stopped", "Succeeded", "Failed"):
+            raise RuntimeFailure(f"acceleratorjob {args.job} in namespace {ns} is {phase}: nothing to stop")
+        token = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        _access(
+            f"acceleratorjob {args.job} in namespace {ns}",
+            lambda: jobaccess.annotate_job(api, ns, args.job, {v.ANNOTATION_STOP: token}),
         )
+        print(f"acceleratorjob {args.job} stop requested ({v.ANNOTATION_STOP}={token})")
+        return 0
 
 
 def plan_from_cluster(args: argparse.Namespace) -> int:

@@ -349,9 +349,14 @@ def test_resume_sets_the_annotation_only_on_a_stopped_job(cluster_of: Any, capsy
     assert len(patched) == 1 and list(patched[0]) == [v.ANNOTATION_RESUME] and patched[0][v.ANNOTATION_RESUME]
 
 
-def test_stop_changes_nothing_and_says_why(cluster_of: Any, capsys: pytest.CaptureFixture[str]) -> None:
+def test_stop_sets_the_annotation_only_on_a_job_that_can_stop(
+    cluster_of: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
     patched = cluster_of(WAITING)
-    assert main(["stop", "llm"]) == 2
-    err = capsys.readouterr().err
-    assert "no user request to stop a job" in err and "kubectl delete acceleratorjob llm -n team-a" in err
-    assert patched == []
+    assert main(["stop", "llm"]) == 0
+    assert len(patched) == 1 and list(patched[0]) == [v.ANNOTATION_STOP] and patched[0][v.ANNOTATION_STOP]
+    assert "stop requested" in capsys.readouterr().out
+    stopped = {**WAITING, "status": {**WAITING["status"], "phase": "Stopped"}}
+    patched = cluster_of(stopped)
+    assert main(["stop", "llm"]) == 1
+    assert "is Stopped: nothing to stop" in capsys.readouterr().err and patched == []

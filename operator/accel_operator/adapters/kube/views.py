@@ -277,6 +277,7 @@ def job_view(body: Mapping[str, Any]) -> JobView:
         deleting=meta.get("deletionTimestamp") is not None,
         resource_version=meta.get("resourceVersion"),
         resume_request=_digest((meta.get("annotations") or {}).get(v.ANNOTATION_RESUME)),
+        stop_request=_digest((meta.get("annotations") or {}).get(v.ANNOTATION_STOP)),
         spec_team=_team_of(body.get("spec")) if spec is None else "",
     )
 

@@ -173,8 +173,17 @@ class JobView:
     resource_version: str | None = None
     # A digest of the accel.dev/resume annotation (a user's request to resume a Stopped job); None: unset.
     resume_request: str | None = None
+    # A digest of the accel.dev/stop annotation (a user's request to stop the job); None: unset.
+    stop_request: str | None = None
     # The stored spec's team when the spec does not parse but its team does (a DNS label); else "".
     spec_team: str = ""
+
+    @property
+    def stop_requested(self) -> bool:
+        """Whether a user set ``accel.dev/stop`` to a value the job was not stopped with
+        (reconcile/job/user_stop.py)."""
+        seen = self.status.health.stop_seen if self.status.health is not None else None
+        return self.stop_request is not None and self.stop_request != seen
 
     @property
     def key(self) -> JobKey:

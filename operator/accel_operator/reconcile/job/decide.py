@@ -65,7 +65,7 @@ from accel_operator.reconcile.common.snapshot import (
     Snapshot,
     WorkloadView,
 )
-from accel_operator.reconcile.job import bind_clock, fallback, invalid, policy_gate, resume
+from accel_operator.reconcile.job import bind_clock, fallback, invalid, policy_gate, resume, user_stop
 from accel_operator.reconcile.job.status import plan_write
 
 
@@ -561,15 +561,19 @@ def _decide(
     # The policies are checked again here.
     if phase in HOLDING:
         held = _holding(job, snapshot, now, bind_timeout, rules)
+        if user_stop.requested(job) and held.phase in HOLDING:
+            return user_stop.holding(job, snapshot, held, now, grace=checkpoint_grace)
         return _over_budget(job, policy_gate.holding(job, snapshot, held))
-    if phase is JobPhase.STOPPED:  # stopped for idleness by a policy: until a user resumes it
+    if phase is JobPhase.STOPPED:  # stopped for idleness by a policy, or by a user: until a user resumes it
         if not _resume_requested(job):
             return _stopped(job)
         return _resumed(job, _waiting_or_resuming(job, snapshot, now, lookup, cache))
+    if user_stop.requested(job):
+        return user_stop.waiting(job, now)
     return _waiting_or_resuming(job, snapshot, now, lookup, cache)
 
 
-# --- a Stopped job (stopped for idleness by a policy: reconcile/nodes/idle_stop.py) ------------
+# --- a Stopped job (by a policy for idleness: reconcile/nodes/idle_stop.py; by a user: user_stop.py)
 
 
 def _resume_requested(job: JobView) -> bool:
@@ -581,7 +585,7 @@ def _resume_requested(job: JobView) -> bool:
 def _stopped(job: JobView) -> Decision:
     """A Stopped job stays as it is: its conditions kept, nothing to do."""
     conds = tuple(Cond(c.type, c.status == "True", c.reason or "", c.message or "") for c in job.status.conditions)
-    return Decision(phase=JobPhase.STOPPED, conditions=conds, reason="stopped for idleness")
+    return Decision(phase=JobPhase.STOPPED, conditions=conds, reason="stopped (for idleness, or by a user)")
 
 
 def _resumed(job: JobView, decision: Decision) -> Decision:

@@ -366,6 +366,16 @@ def amend(
     else:
         health = idle_stop.clear(health.model_copy(update={"idle_since": None, "right_size": None}))
         conds.append(Cond(IDLE, False, "Busy"))
+    if job.stop_requested:
+        # A user's stop waits for its checkpoint (reconcile/job/user_stop.py): its markers are the
+        # decision's, never cleared here because the devices are busy.
+        asked = decision.status.health or before
+        health = health.model_copy(
+            update={
+                "stop_requested_time": asked.stop_requested_time,
+                "stop_checkpoint_step": asked.stop_checkpoint_step,
+            }
+        )
     return _amended(decision, conds, events, before, health), None
 
 
