@@ -22,7 +22,8 @@
 7. on a GKE spot pool, preempts a running job twice: each new attempt resumes from the checkpoint
    the job reported, with the lost work in its status; the second falls back to on-demand
    (:mod:`demo_spot`);
-8. prints every job's phase, pool, devices and why, and the events of two of them;
+8. prints every job's phase, pool, devices and why, the events of two of them, and what
+   `kubectl accel why` says of the preempted one;
 9. ends with the per-team cost table from the jobs' ledgers (``accelctl cost report``) and
    writes the HTML cost report next to the cluster's state.
 
@@ -389,6 +390,11 @@ def main(argv: list[str] | None = None) -> int:
         env=env,
         check=False,
     )
+    # The same story as the plugin tells it (kubectl finds kubectl-accel on PATH; the module is
+    # run directly here so the demo needs no PATH change).
+    print(f"\n$ kubectl accel why {demo_spot.JOB} -n {DEMO_NS}")
+    accel = [sys.executable, "-m", "accel_operator.cli.main"]
+    subprocess.run([*accel, "why", demo_spot.JOB, "-n", DEMO_NS], env=env, check=False)
     _cost_report(cluster.state, env)
     print("\nThe cluster is still running: `accel-cluster status`, `accel-cluster down`.")
     return 0
