@@ -104,6 +104,23 @@ def gpu_nodes(core: client.CoreV1Api, api: client.ApiClient, crds: list[str]) ->
         preempt.delete_node(core, n)
 
 
+def _training_pod(node: str, gpus: int) -> client.V1Pod:
+    """Pod ``train`` bound to ``node``, holding ``gpus`` of its GPUs."""
+    limits = {v.RESOURCE_NVIDIA_GPU: str(gpus)}
+    return client.V1Pod(
+        metadata=client.V1ObjectMeta(name="train"),
+        spec=client.V1PodSpec(
+            node_name=node,
+            tolerations=[client.V1Toleration(key=v.TAINT_GPU, operator="Exists")],
+            containers=[
+                client.V1Container(
+                    name="t", image="trainer:1", resources=client.V1ResourceRequirements(limits=limits, requests=limits)
+                )
+            ],
+        ),
+    )
+
+
 def test_agent_reports_its_node_under_least_privilege(
     api: client.ApiClient, core: client.CoreV1Api, namespace: str, gpu_nodes: list[str], tmp_path: Path
 ) -> None:
@@ -112,22 +129,7 @@ def test_agent_reports_its_node_under_least_privilege(
     # A training pod holding 2 of the node's 8 GPUs.
     core.create_namespaced_pod(
         namespace,
-        client.V1Pod(
-            metadata=client.V1ObjectMeta(name="train"),
-            spec=client.V1PodSpec(
-                node_name=own,
-                tolerations=[client.V1Toleration(key=v.TAINT_GPU, operator="Exists")],
-                containers=[
-                    client.V1Container(
-                        name="t",
-                        image="trainer:1",
-                        resources=client.V1ResourceRequirements(
-                            limits={v.RESOURCE_NVIDIA_GPU: "2"}, requests={v.RESOURCE_NVIDIA_GPU: "2"}
-                        ),
-                    )
-                ],
-            ),
-        ),
+        _training_pod(own, 2),
     )
     wait_for(
         lambda: core.read_namespaced_pod("train", namespace).status.phase == "Running",
@@ -181,22 +183,7 @@ def test_the_agent_reports_under_its_default_role_without_any_pod_permission(
     _apply_agent_rbac(api, pod_list=False)
     pod = core.create_namespaced_pod(
         namespace,
-        client.V1Pod(
-            metadata=client.V1ObjectMeta(name="train"),
-            spec=client.V1PodSpec(
-                node_name=own,
-                tolerations=[client.V1Toleration(key=v.TAINT_GPU, operator="Exists")],
-                containers=[
-                    client.V1Container(
-                        name="t",
-                        image="trainer:1",
-                        resources=client.V1ResourceRequirements(
-                            limits={v.RESOURCE_NVIDIA_GPU: "1"}, requests={v.RESOURCE_NVIDIA_GPU: "1"}
-                        ),
-                    )
-                ],
-            ),
-        ),
+        _training_pod(own, 1),
     )
     agent_api = _agent_client(api, core, own)
     # RBAC is read from an informer cache: a role removed moments ago may still be in force.

@@ -205,19 +205,33 @@ class Why:
         return 0
 
 
+def _job_arguments(parser: argparse.ArgumentParser) -> None:
+    """JOB and the cluster flags: what ``resume`` and ``stop`` take."""
+    parser.add_argument("job", metavar="JOB", help="the AcceleratorJob's name")
+    kubeopts.add_arguments(parser, all_namespaces=False)
+
+
+def _request(api: Any, ns: str, name: str, annotation: str, verb: str) -> int:
+    """A user's request to the operator: ``annotation`` set to a new value (a timestamp)."""
+    from accel_operator.adapters.kube import jobaccess
+
+    token = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    _access(
+        f"acceleratorjob {name} in namespace {ns}",
+        lambda: jobaccess.annotate_job(api, ns, name, {annotation: token}),
+    )
+    print(f"acceleratorjob {name} {verb} requested ({annotation}={token})")
+    return 0
+
+
 class Resume:
     NAME = "resume"
     HELP = f"Resume a Stopped job (by a user, or by a policy for idleness): sets {v.ANNOTATION_RESUME} anew."
 
-    @staticmethod
-    def add_arguments(parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("job", metavar="JOB", help="the AcceleratorJob's name")
-        kubeopts.add_arguments(parser, all_namespaces=False)
+    add_arguments = staticmethod(_job_arguments)
 
     @staticmethod
     def run(args: argparse.Namespace) -> int:
-        from accel_operator.adapters.kube import jobaccess
-
         api, ns, job = read_job(args)
         phase = (job.get("status") or {}).get("phase")
         if phase != "Stopped":
@@ -225,13 +239,7 @@ class Resume:
                 f"acceleratorjob {args.job} in namespace {ns} is {_clip(phase or 'not yet planned', 40)}, not Stopped: "
                 "nothing to resume"
             )
-        token = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-        _access(
-            f"acceleratorjob {args.job} in namespace {ns}",
-            lambda: jobaccess.annotate_job(api, ns, args.job, {v.ANNOTATION_RESUME: token}),
-        )
-        print(f"acceleratorjob {args.job} resume requested ({v.ANNOTATION_RESUME}={token})")
-        return 0
+        return _request(api, ns, args.job, v.ANNOTATION_RESUME, "resume")
 
 
 class Stop:
@@ -241,26 +249,15 @@ class Stop:
         "asked to save one and ended (within the operator's checkpoint grace); the job is Stopped until `resume`."
     )
 
-    @staticmethod
-    def add_arguments(parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("job", metavar="JOB", help="the AcceleratorJob's name")
-        kubeopts.add_arguments(parser, all_namespaces=False)
+    add_arguments = staticmethod(_job_arguments)
 
     @staticmethod
     def run(args: argparse.Namespace) -> int:
-        from accel_operator.adapters.kube import jobaccess
-
         api, ns, job = read_job(args)  # a typo in the name is said first, as kubectl would
         phase = (job.get("status") or {}).get("phase")
         if phase in ("Stopped", "Succeeded", "Failed"):
             raise RuntimeFailure(f"acceleratorjob {args.job} in namespace {ns} is {phase}: nothing to stop")
-        token = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-        _access(
-            f"acceleratorjob {args.job} in namespace {ns}",
-            lambda: jobaccess.annotate_job(api, ns, args.job, {v.ANNOTATION_STOP: token}),
-        )
-        print(f"acceleratorjob {args.job} stop requested ({v.ANNOTATION_STOP}={token})")
-        return 0
+        return _request(api, ns, args.job, v.ANNOTATION_STOP, "stop")
 
 
 def plan_from_cluster(args: argparse.Namespace) -> int:
