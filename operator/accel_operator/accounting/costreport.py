@@ -38,7 +38,11 @@ class JobCost:
 class Row:
     key: str
     totals: ledger.Figures = field(default_factory=ledger.Figures)
+    # Whole jobs, not the window: the planner's forecast for the whole job and what the job spent
+    # to date over all its attempts (each split over the rows it spent in, in the window, as its
+    # in-window spending is). Put side by side, they compare like with like.
     forecast_usd: float = 0.0
+    spent_to_date_usd: float = 0.0
     jobs: set[str] = field(default_factory=set)
 
     @property
@@ -54,9 +58,10 @@ class Row:
             "idleUsd": round(t.idle_usd, 4),
             "onDemandUsd": round(t.on_demand_usd, 4),
             "spotSavingsUsd": round(self.savings_usd, 4),
-            "forecastUsd": round(self.forecast_usd, 4),
             "deviceHours": round(t.device_seconds / 3600, 4),
             "jobs": len(self.jobs),
+            "spentToDateWholeJobUsd": round(self.spent_to_date_usd, 4),
+            "forecastWholeJobUsd": round(self.forecast_usd, 4),
         }
 
 
@@ -67,10 +72,30 @@ COLUMNS = (
     "idleUsd",
     "onDemandUsd",
     "spotSavingsUsd",
-    "forecastUsd",
     "deviceHours",
     "jobs",
+    "spentToDateWholeJobUsd",
+    "forecastWholeJobUsd",
 )
+# The figures of the window (summed in a totals row) and of the whole jobs (also summed: each job
+# counts once over the rows, its share split as its spending in the window).
+WINDOW_MONEY = COLUMNS[1:6]
+WHOLE_JOB_NOTE = (
+    "SPENT TO DATE and FORECAST are for the whole job (every attempt, all time; the forecast is the "
+    "planner's estimate for the whole run), not the window: compare them with each other, not with SPENT."
+)
+WHOLE_JOB_MONEY = COLUMNS[8:10]
+
+
+def total(rows: Iterable[Row]) -> Row:
+    """The totals row: every figure summed over ``rows`` (jobs counted once)."""
+    out = Row("TOTAL")
+    for r in rows:
+        out.totals = ledger.add(out.totals, r.totals)
+        out.forecast_usd += r.forecast_usd
+        out.spent_to_date_usd += r.spent_to_date_usd
+        out.jobs |= r.jobs
+    return out
 
 
 def rows(
@@ -107,13 +132,15 @@ def rows(
                 counted = folded is None or by is By.JOB or not buckets_hold_live or not rollup.is_folded(entry, mine)
                 parts.append((key, t, counted))
         spent = sum(t.spent_usd for _, t, _ in parts)
+        to_date = ledger.totals(job.cost).spent_usd if parts else 0.0
         for key, t, counted in parts:
             row = out.setdefault(key, Row(key))
             if counted:
                 row.totals = ledger.add(row.totals, t)
             row.jobs.add(ident)
+            share = t.spent_usd / spent if spent > 0 else 1.0 / len(parts)
+            row.spent_to_date_usd += to_date * share
             if job.cost.forecast_usd is not None:
-                share = t.spent_usd / spent if spent > 0 else 1.0 / len(parts)
                 row.forecast_usd += job.cost.forecast_usd * share
     if folded is not None:
         _folded_rows(out, folded, by, (start, end), live)
@@ -135,33 +162,57 @@ def _folded_rows(
         ident = f"{s.namespace}/{s.name}"
         days = [d for d in s.days if rollup.in_window(d.day, start, end)]
         spent = sum(d.f[0] for d in days)
+        to_date = sum(d.f[0] for d in s.days)  # the days its summary keeps
         for d in days:
             key = s.team if by is By.TEAM else ident if by is By.JOB else d.pool
             row = out.setdefault(key, Row(key))
             if by is By.JOB:
                 row.totals = ledger.add(row.totals, rollup.figures(d.f))
             row.jobs.add(ident)
+            share = d.f[0] / spent if spent > 0 else 1.0 / len(days)
+            row.spent_to_date_usd += to_date * share
             if s.forecast_usd is not None:
-                row.forecast_usd += s.forecast_usd * (d.f[0] / spent if spent > 0 else 1.0 / len(days))
+                row.forecast_usd += s.forecast_usd * share
 
 
-def daily(
+SHORT_WINDOW = dt.timedelta(days=2)  # a window this short or shorter is charted per hour
+
+
+def over_time(
     jobs: Iterable[JobCost], start: dt.datetime, end: dt.datetime, folded: CostRollup | None = None
-) -> dict[str, dict[dt.date, ledger.Figures]]:
-    """Per team, the figures of each UTC day in [start, end) (the rollup's days included)."""
-    out: dict[str, dict[dt.date, ledger.Figures]] = {}
+) -> tuple[dt.timedelta, dict[str, dict[dt.datetime, ledger.Figures]]]:
+    """Per team, the figures of each UTC hour (a window of at most ``SHORT_WINDOW``) or UTC day
+    in [start, end), the rollup's buckets included; and the step used. A bucket at the window's
+    edges holds only the part inside it."""
+    step = dt.timedelta(hours=1) if end - start <= SHORT_WINDOW else dt.timedelta(days=1)
+    out: dict[str, dict[dt.datetime, ledger.Figures]] = {}
     pending = rollup.pending_of(folded)
     for job in jobs:
         team = out.setdefault(job.team, {})
         cost = job.cost if folded is None else rollup.live_cost(job.cost, pending.get(job.uid, frozenset()))
-        for day, t in ledger.days(cost).items():
-            lo = dt.datetime.combine(day, dt.time(), dt.UTC)
-            if lo + dt.timedelta(days=1) <= start or lo >= end:
-                continue
-            team[day] = ledger.add(team.get(day, ledger.Figures()), t)
+        for entry in cost.attempts:
+            for seg in ledger.segments(entry):
+                lo, hi = max(seg.start, start), min(seg.end, end)
+                at = floor(lo, step)
+                while at < hi:
+                    piece = seg.totals(max(at, lo), min(at + step, hi))
+                    if piece.device_seconds > 0 or piece.spent_usd > 0:
+                        team[at] = team.get(at, ledger.Figures()) + piece
+                    at += step
     for b in folded.buckets if folded is not None else ():
         if rollup.in_window(b.day, start, end):
             team = out.setdefault(b.team, {})
-            day = dt.date.fromisoformat(b.day[:10])  # a day or an hour of it
-            team[day] = ledger.add(team.get(day, ledger.Figures()), rollup.figures(b.f))
-    return out
+            # A bucket of an hour goes to its hour (or its day); a bucket of a day to its day
+            # (or, in an hourly chart, to its first hour: the rollup keeps hours for recent days).
+            at = floor(dt.datetime.fromisoformat(b.day).replace(tzinfo=dt.UTC), step)
+            team[at] = team.get(at, ledger.Figures()) + rollup.figures(b.f)
+    return step, out
+
+
+def floor(t: dt.datetime, step: dt.timedelta) -> dt.datetime:
+    t = t.astimezone(dt.UTC)
+    return (
+        t.replace(minute=0, second=0, microsecond=0)
+        if step < dt.timedelta(days=1)
+        else dt.datetime.combine(t.date(), dt.time(), dt.UTC)
+    )

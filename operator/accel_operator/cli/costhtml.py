@@ -1,10 +1,13 @@
-"""The HTML cost report: one self-contained file (plotly.js inline, no network at view time) with
-the charts a person would rather look at than read — cost over time by team, spot savings against
-on-demand, preemption waste, idle waste, forecast vs actual — and the table.
+"""The HTML cost report: one self-contained file (no script, nothing fetched at view time) with the
+period and currency, the table with its totals row, where every price came from, the budgets,
+and the charts a person would rather look at than read — cost over time by team (per hour for a
+window of up to two days, else per day), spot savings against on-demand, preemption waste, idle
+waste, forecast against spending to date for the whole job (log scale) — drawn as SVG by
+:mod:`accel_operator.cli.svgchart`, one colour per meaning across them.
 
 Names in it (teams, jobs, pools, policies) are Kubernetes names, already limited to
-``[a-z0-9.-]``; they are HTML-escaped in the table and reduced to that alphabet in the charts, so
-no tenant text can open a tag or end a script.
+``[a-z0-9.-]``; they are HTML-escaped in the tables and reduced to that alphabet in the charts, so
+no tenant text can open a tag.
 """
 
 from __future__ import annotations
@@ -14,100 +17,185 @@ import html
 import re
 from typing import Any
 
-from accel_api.costrollup import CostRollup
 from accel_operator.accounting import costreport
-from accel_operator.accounting.costreport import By, JobCost, Row
-from accel_operator.cli.errors import UsageError
+from accel_operator.accounting.costreport import By, Row
+from accel_operator.accounting.ledger import Figures
+from accel_operator.accounting.pricesources import CURRENCY, PriceLine
+from accel_operator.accounting.report import Report
+from accel_operator.cli.svgchart import MEANING, TEAMS, Series, bars
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._/-]")
+TEAMS_SHOWN = len(TEAMS) - 1  # beyond it, the rest of the teams share one bar: "other teams"
+JOBS_SHOWN = 50
 
 
 def _safe(text: str) -> str:
     return _UNSAFE.sub("_", text)[:80]
 
 
-def render(
-    jobs: list[JobCost],
-    rows: list[Row],
-    by: By,
-    window: tuple[dt.datetime, dt.datetime],
-    budgets: list[dict[str, Any]],
-    *,
-    folded: CostRollup | None = None,
-) -> str:
-    start, end = window
-    try:
-        import plotly.graph_objects as go
-        from plotly.offline import get_plotlyjs
-    except ImportError as exc:
-        raise UsageError("-o html needs plotly: pip install 'accel-operator[report]'") from exc
+def render(report: Report) -> str:
+    start, end = report.window
+    jobs, folded = report.jobs, report.folded
+    charts: list[tuple[str, str]] = []
 
-    charts: list[tuple[str, Any]] = []
-    days = costreport.daily(jobs, start, end, folded)
-    over_time = go.Figure()
-    for team in sorted(days):
-        points = sorted(days[team].items())
-        over_time.add_bar(
-            name=_safe(team), x=[d.isoformat() for d, _ in points], y=[round(t.spent_usd, 2) for _, t in points]
+    step, per_team = costreport.over_time(jobs, start, end, folded)
+    hourly = step < dt.timedelta(days=1)
+    slots: list[dt.datetime] = []
+    at = costreport.floor(start, step)  # the same bucketing as the figures
+    while at < end:
+        slots.append(at)
+        at += step
+    spent = {team: sum(f.spent_usd for f in days.values()) for team, days in per_team.items()}
+    ranked = sorted(per_team, key=lambda t: (-spent[t], t))
+    shown, rest = ranked[:TEAMS_SHOWN], ranked[TEAMS_SHOWN:]
+    series = [
+        Series(_safe(team), TEAMS[k], [round(per_team[team].get(s, _ZERO).spent_usd, 4) for s in slots])
+        for k, team in enumerate(shown)
+    ]
+    if rest:
+        series.append(
+            Series(
+                f"{len(rest)} other teams",
+                TEAMS[-1],
+                [round(sum(per_team[t].get(s, _ZERO).spent_usd for t in rest), 4) for s in slots],
+            )
         )
-    over_time.update_layout(barmode="stack", yaxis_title="USD per day", xaxis_title="day (UTC)")
-    charts.append(("Cost over time by team", over_time))
+    labels = [s.strftime("%m-%d %H:00") if hourly else s.strftime("%Y-%m-%d") for s in slots]
+    unit = "hour" if hourly else "day"
+    charts.append(
+        (
+            f"Cost over time by team (USD per {unit}, UTC)",
+            bars("chart0", labels, series, stacked=True, y_title=f"USD per {unit}", x_title=f"{unit} (UTC)"),
+        )
+    )
 
     teams = costreport.rows(jobs, By.TEAM, start, end, folded)
     names = [_safe(r.key) for r in teams]
-    savings = go.Figure()
-    savings.add_bar(name="spent", x=names, y=[round(r.totals.spent_usd, 2) for r in teams])
-    savings.add_bar(name="same device-hours on demand", x=names, y=[round(r.totals.on_demand_usd, 2) for r in teams])
-    savings.update_layout(barmode="group", yaxis_title="USD")
-    charts.append(("Spot savings against on-demand", savings))
-
-    waste = go.Figure()
-    waste.add_bar(name="lost to preemption", x=names, y=[round(r.totals.lost_to_preemption_usd, 2) for r in teams])
-    waste.add_bar(
-        name="other spending",
-        x=names,
-        y=[round(r.totals.spent_usd - r.totals.lost_to_preemption_usd, 2) for r in teams],
-    )
-    waste.update_layout(barmode="stack", yaxis_title="USD")
-    charts.append(("Preemption waste (work done again after a resume)", waste))
-
-    idle = go.Figure()
-    idle.add_bar(name="idle devices", x=names, y=[round(r.totals.idle_usd, 2) for r in teams])
-    idle.add_bar(name="busy devices", x=names, y=[round(r.totals.spent_usd - r.totals.idle_usd, 2) for r in teams])
-    idle.update_layout(barmode="stack", yaxis_title="USD")
-    charts.append(("Idle waste (allocated devices node reports showed at ~0%)", idle))
-
-    per_job = costreport.rows(jobs, By.JOB, start, end, folded)[:50]
-    forecast = go.Figure()
-    job_names = [_safe(r.key) for r in per_job]
-    forecast.add_bar(name="forecast", x=job_names, y=[round(r.forecast_usd, 2) for r in per_job])
-    forecast.add_bar(name="actual", x=job_names, y=[round(r.totals.spent_usd, 2) for r in per_job])
-    forecast.update_layout(barmode="group", yaxis_title="USD")
-    charts.append(("Forecast vs actual (the 50 costliest jobs)", forecast))
-
-    sections = []
-    for k, (title, fig) in enumerate(charts):
-        fig.update_layout(margin={"t": 30, "b": 40}, height=360, template="plotly_white")
-        body = fig.to_html(full_html=False, include_plotlyjs=False, div_id=f"chart{k}", config={"responsive": True})
-        sections.append(f"<section><h2>{html.escape(title)}</h2>{body}</section>")
-    head = f"<script>{get_plotlyjs()}</script>"
-    return _page(
-        head, "".join(sections), _table(rows, by), f"{start:%Y-%m-%d %H:%M} to {end:%Y-%m-%d %H:%M} UTC", budgets
-    )
-
-
-def _table(rows: list[Row], by: By) -> str:
-    heads = ["spent", "lost (preemption)", "idle", "on demand", "spot saved", "forecast", "device-hours", "jobs"]
-    cells = []
-    for r in rows:
-        d = r.as_dict()
-        money = "".join(f"<td>${float(d[k]):,.2f}</td>" for k in costreport.COLUMNS[1:7])
-        cells.append(
-            f"<tr><th>{html.escape(str(d['key']))}</th>{money}<td>{float(d['deviceHours']):,.2f}</td>"
-            f"<td>{int(d['jobs'])}</td></tr>"
+    charts.append(
+        (
+            "Spot savings: what was spent, and what the same device-hours on demand would have cost more",
+            bars(
+                "chart1",
+                names,
+                [
+                    Series("spent", MEANING["spent"], [r.totals.spent_usd for r in teams]),
+                    Series("saved against on demand", MEANING["saved"], [r.savings_usd for r in teams]),
+                ],
+                stacked=True,
+                y_title="USD (bar height: on-demand equivalent)",
+            ),
         )
+    )
+    charts.append(
+        (
+            "Preemption waste (work done again after a resume), part of what was spent",
+            bars(
+                "chart2",
+                names,
+                [
+                    Series("lost to preemption", MEANING["lost"], [r.totals.lost_to_preemption_usd for r in teams]),
+                    Series(
+                        "spent", MEANING["spent"], [r.totals.spent_usd - r.totals.lost_to_preemption_usd for r in teams]
+                    ),
+                ],
+                stacked=True,
+                y_title="USD",
+            ),
+        )
+    )
+    charts.append(
+        (
+            "Idle waste (allocated devices node reports showed at ~0%), part of what was spent",
+            bars(
+                "chart3",
+                names,
+                [
+                    Series("idle", MEANING["idle"], [r.totals.idle_usd for r in teams]),
+                    Series("spent", MEANING["spent"], [r.totals.spent_usd - r.totals.idle_usd for r in teams]),
+                ],
+                stacked=True,
+                y_title="USD",
+            ),
+        )
+    )
+    per_job = costreport.rows(jobs, By.JOB, start, end, folded)[:JOBS_SHOWN]
+    charts.append(
+        (
+            f"Forecast for the whole job against its spending to date (the {JOBS_SHOWN} costliest jobs in the "
+            "window; log scale: a forecast many times the spending does not flatten the rest)",
+            bars(
+                "chart4",
+                [_safe(r.key) for r in per_job],
+                [
+                    Series("forecast for the whole job", MEANING["forecast"], [r.forecast_usd for r in per_job]),
+                    Series("spent to date", MEANING["spent"], [r.spent_to_date_usd for r in per_job]),
+                ],
+                stacked=False,
+                log=True,
+                y_title="USD, log scale",
+            ),
+        )
+    )
+    sections = "".join(f"<section><h2>{html.escape(title)}</h2>{svg}</section>" for title, svg in charts)
+    return _page(report, sections)
+
+
+_ZERO = Figures()
+
+
+def _table(rows: list[Row], total: Row, by: By) -> str:
+    heads = [
+        "spent",
+        "lost (preemption)",
+        "idle",
+        "on demand",
+        "spot saved",
+        "device-hours",
+        "jobs",
+        "spent to date (whole job)*",
+        "forecast for the whole job*",
+    ]
+
+    def cells(r: Row, tag: str, cls: str) -> str:
+        d = r.as_dict()
+        window = "".join(f"<td>${float(d[k]):,.2f}</td>" for k in costreport.WINDOW_MONEY)
+        whole = "".join(f"<td>${float(d[k]):,.2f}</td>" for k in costreport.WHOLE_JOB_MONEY)
+        return (
+            f'<tr class="{cls}"><{tag}>{html.escape(str(d["key"]))}</{tag}>{window}'
+            f"<td>{float(d['deviceHours']):,.2f}</td><td>{int(d['jobs'])}</td>{whole}</tr>"
+        )
+
+    body = "".join(cells(r, "th", "row") for r in rows)
+    if rows:
+        body += cells(total, "th", "total")
     head = "".join(f"<th>{h}</th>" for h in heads)
-    return f"<table><tr><th>{by.value}</th>{head}</tr>{''.join(cells)}</table>"
+    return f'<table class="rows"><thead><tr><th>{by.value}</th>{head}</tr></thead><tbody>{body}</tbody></table>'
+
+
+def _prices(prices: list[PriceLine]) -> str:
+    if not prices:
+        return "<p>No spending in this window: no prices used.</p>"
+
+    def span(p: PriceLine) -> str:
+        if p.low is None or p.high is None:
+            return "-"
+        return f"${p.low:,.4f}" if p.low == p.high else f"${p.low:,.4f} to ${p.high:,.4f}"
+
+    rows = "".join(
+        "<tr>"
+        f"<td>{html.escape(p.pool)}</td><td>{html.escape(p.capacity_type.value)}</td>"
+        f"<td>{html.escape(p.accelerator or '?')}</td><td>{span(p)}</td><td>{html.escape(p.kind)}</td>"
+        f"<td>{html.escape(p.source)}</td><td>{html.escape(p.as_of)}</td>"
+        f"<td>{html.escape(p.on_demand_source)}; as of {html.escape(p.on_demand_as_of)}</td>"
+        "</tr>"
+        for p in prices
+    )
+    return (
+        '<table class="prices"><thead><tr><th>pool</th><th>capacity</th><th>accelerator</th>'
+        "<th>USD per device-hour</th><th>kind</th><th>source</th><th>as of</th>"
+        "<th>on-demand figure (for on demand and spot saved)</th></tr></thead>"
+        f"<tbody>{rows}</tbody></table>"
+    )
 
 
 def _budgets(budgets: list[dict[str, Any]]) -> str:
@@ -127,14 +215,14 @@ def _budgets(budgets: list[dict[str, Any]]) -> str:
     )
 
 
-# Nothing may be fetched: scripts, styles, images and fonts only from the page itself.
-_CSP = (
-    "default-src 'none'; script-src 'unsafe-inline' 'unsafe-eval'; style-src 'unsafe-inline'; "
-    "img-src data:; font-src data:"
-)
+# Nothing may be fetched or run: no script at all, styles and images only from the page itself.
+_CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
+# The colours of the totals row and of the price table's header: a screenshot test finds them.
+TOTAL_BACKGROUND = "#fef3c7"
+PRICES_BACKGROUND = "#e0f2fe"
 
 
-def _page(head: str, sections: str, table: str, window: str, budgets: list[dict[str, Any]]) -> str:
+def _page(report: Report, sections: str) -> str:
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta http-equiv="Content-Security-Policy" content="{_CSP}">
@@ -144,16 +232,23 @@ body {{ font-family: system-ui, sans-serif; margin: 2em; color: #222; }}
 table {{ border-collapse: collapse; margin: 1em 0; }}
 td, th {{ border-bottom: 1px solid #ddd; padding: 4px 10px; text-align: right; }}
 th:first-child, td:first-child {{ text-align: left; }}
+tr.total {{ background: {TOTAL_BACKGROUND}; font-weight: bold; }}
+table.prices thead tr {{ background: {PRICES_BACKGROUND}; }}
+table.prices td, table.prices th {{ text-align: left; }}
 section {{ margin-top: 2em; }}
 </style>
-{head}
 </head><body>
 <h1>Accelerator cost report</h1>
-<p>{html.escape(window)}. Spent is what devices cost while held (devices × seconds × the price in force);
-lost to preemption and idle are parts of it; on demand is what the same device-hours would have cost on demand.</p>
-{table}
+<p class="period">{html.escape(report.period())}.</p>
+<p>Spent is what devices cost while held in the window (devices × seconds × the price in force);
+lost to preemption and idle are parts of it; on demand is what the same device-hours would have cost
+on demand. All figures in {CURRENCY}.</p>
+{_table(report.rows, report.total, report.by)}
+<p>* {html.escape(costreport.WHOLE_JOB_NOTE)}</p>
+<h2>Prices used</h2>
+{_prices(report.prices)}
 <h2>Budgets (current period)</h2>
-{_budgets(budgets)}
+{_budgets(report.budgets)}
 {sections}
 </body></html>
 """

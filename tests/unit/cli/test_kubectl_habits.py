@@ -80,6 +80,7 @@ def _namespaces_read(monkeypatch: pytest.MonkeyPatch, argv: list[str]) -> list[s
 
     monkeypatch.setattr(costs, "list_jobs", list_jobs)
     monkeypatch.setattr(costs, "list_policies", lambda api: [])
+    monkeypatch.setattr(costs, "list_pools", lambda api: [])
     assert main(["cost", "report", "--rollup", "", *argv]) == 0
     return seen
 

@@ -116,12 +116,14 @@ def test_by_pool_and_a_short_window(objects: Path, capsys: pytest.CaptureFixture
 
 def test_table_and_csv(objects: Path, capsys: pytest.CaptureFixture[str]) -> None:
     table = _run(capsys, "cost", "report", "--from-file", str(objects))
-    assert table.splitlines()[0].split()[:2] == ["TEAM", "SPENT"]
+    assert table.splitlines()[0].startswith("Cost by team, ")  # the period and the currency
+    assert table.splitlines()[1].split()[:2] == ["TEAM", "SPENT"]
     assert re.search(r"^research\s+\$312\.00\s+\$32\.00\s+\$60\.00", table, re.M), table
-    assert table.splitlines()[-1].startswith("TOTAL")
+    assert re.search(r"^TOTAL\s+\$352\.00\s", table, re.M), table
     csv_out = _run(capsys, "cost", "report", "--from-file", str(objects), "-o", "csv")
     assert csv_out.splitlines()[0].startswith("key,spentUsd,lostToPreemptionUsd")
-    assert len(csv_out.splitlines()) == 3
+    assert len(csv_out.splitlines()) == 4  # the header, two teams, the totals row
+    assert csv_out.splitlines()[-1].startswith("TOTAL,352.0,")
 
 
 def test_bad_since_is_an_error_not_a_traceback(objects: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -137,15 +139,8 @@ def _chromium() -> str:
     return found
 
 
-def test_html_report_renders_in_headless_chromium_with_no_console_error(
-    objects: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    report = tmp_path / "cost.html"
-    _run(capsys, "cost", "report", "--from-file", str(objects), "-o", "html", "--out", str(report))
-    text = report.read_text()
-    assert "http://" not in text.split("<script>", 1)[0] and "<script src" not in text  # nothing fetched
-    browser = _chromium()
-    proc = subprocess.run(
+def _headless(browser: str, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
         [
             browser,
             "--headless",
@@ -156,8 +151,7 @@ def test_html_report_renders_in_headless_chromium_with_no_console_error(
             "--enable-logging=stderr",
             "--v=0",
             "--virtual-time-budget=10000",
-            "--dump-dom",
-            report.as_uri(),
+            *args,
         ],
         check=False,
         capture_output=True,
@@ -165,16 +159,129 @@ def test_html_report_renders_in_headless_chromium_with_no_console_error(
         timeout=120,
         env={**os.environ, "HOME": str(tmp_path)},
     )
+
+
+HTML_LIMIT_BYTES = 1_500_000  # 4.85 MB before, 99% of it plotly.js inline
+
+
+def test_html_report_renders_in_headless_chromium_with_no_console_error(
+    objects: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    report = tmp_path / "cost.html"
+    _run(capsys, "cost", "report", "--from-file", str(objects), "-o", "html", "--out", str(report))
+    text = report.read_text()
+    assert report.stat().st_size < HTML_LIMIT_BYTES, report.stat().st_size
+    assert "<script" not in text and "http://" not in text and "https://" not in text  # nothing run or fetched
+    browser = _chromium()
+    proc = _headless(browser, tmp_path, "--dump-dom", report.as_uri())
     assert proc.returncode == 0, proc.stderr[-3000:]
     console = [line for line in proc.stderr.splitlines() if "CONSOLE" in line]
     assert not console, "\n".join(console)
     dom = proc.stdout
-    # plotly draws each chart as an SVG (class main-svg) inside its div: all five rendered.
+    # Each chart is an SVG with its bars: all five drew something.
     for k in range(5):
-        chart = re.search(rf'<div id="chart{k}"[^>]*>(.*?)</div>\s*<script', dom, re.S)
+        chart = re.search(rf'<svg class="chart" id="chart{k}"[^>]*>(.*?)</svg>', dom, re.S)
         assert chart is not None, f"chart{k} missing"
-        assert "main-svg" in chart.group(1), f"chart{k} did not render"
+        assert 'class="bar"' in chart.group(1), f"chart{k} has no bars"
     assert "research" in dom and "$312.00" in dom
+
+
+def _png_colours(png: bytes, wanted: set[tuple[int, int, int]]) -> dict[tuple[int, int, int], int]:
+    """How many pixels of a (non-interlaced, 8-bit RGB or RGBA) PNG have each of ``wanted`` colours."""
+    import struct
+    import zlib
+
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    pos, data, width, height, channels = 8, b"", 0, 0, 0
+    while pos < len(png):
+        (length,) = struct.unpack(">I", png[pos : pos + 4])
+        kind, body = png[pos + 4 : pos + 8], png[pos + 8 : pos + 8 + length]
+        pos += 12 + length
+        if kind == b"IHDR":
+            width, height, depth, colour, _, _, interlace = struct.unpack(">IIBBBBB", body)
+            assert depth == 8 and colour in (2, 6) and interlace == 0, (depth, colour, interlace)
+            channels = 3 if colour == 2 else 4
+        elif kind == b"IDAT":
+            data += body
+    raw = zlib.decompress(data)
+    stride = width * channels
+    prev = bytearray(stride)
+    counts = dict.fromkeys(wanted, 0)
+    for y in range(height):
+        start = y * (stride + 1)
+        filt, line = raw[start], bytearray(raw[start + 1 : start + 1 + stride])
+        for i in range(stride):
+            a = line[i - channels] if i >= channels else 0
+            b, c = prev[i], prev[i - channels] if i >= channels else 0
+            if filt == 1:
+                line[i] = (line[i] + a) & 255
+            elif filt == 2:
+                line[i] = (line[i] + b) & 255
+            elif filt == 3:
+                line[i] = (line[i] + (a + b) // 2) & 255
+            elif filt == 4:
+                p = a + b - c
+                pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+                line[i] = (line[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
+        for x in range(0, stride, channels):
+            pixel = (line[x], line[x + 1], line[x + 2])
+            if pixel in counts:
+                counts[pixel] += 1
+        prev = line
+    return counts
+
+
+def _rgb(hex_colour: str) -> tuple[int, int, int]:
+    return int(hex_colour[1:3], 16), int(hex_colour[3:5], 16), int(hex_colour[5:7], 16)
+
+
+def test_a_screenshot_shows_the_totals_row_and_the_price_table(
+    objects: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from accel_operator.cli import costhtml
+
+    report = tmp_path / "cost.html"
+    _run(capsys, "cost", "report", "--from-file", str(objects), "-o", "html", "--out", str(report))
+    browser = _chromium()
+    shot = tmp_path / "shot.png"
+    proc = _headless(browser, tmp_path, f"--screenshot={shot}", "--window-size=1280,900", report.as_uri())
+    assert proc.returncode == 0 and shot.exists(), proc.stderr[-3000:]
+    # The totals row and the price table's header have colours of their own: pixels of both are
+    # on screen, in the first screenful (a whole row's width of each, at least).
+    total, prices = _rgb(costhtml.TOTAL_BACKGROUND), _rgb(costhtml.PRICES_BACKGROUND)
+    counts = _png_colours(shot.read_bytes(), {total, prices})
+    assert counts[total] > 500 * 10, counts
+    assert counts[prices] > 500 * 10, counts
+
+
+def test_charts_keep_one_colour_per_meaning_and_short_windows_go_by_hour(
+    objects: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from accel_operator.cli.svgchart import MEANING, TEAMS
+
+    assert not set(TEAMS) & set(MEANING.values())
+    report = tmp_path / "cost.html"
+    _run(capsys, "cost", "report", "--from-file", str(objects), "--since", "1d", "-o", "html", "--out", str(report))
+    page = report.read_text()
+    charts = dict(re.findall(r'<svg class="chart" id="(chart\d)"[^>]*>(.*?)</svg>', page, re.S))
+    fills: dict[str, set[str]] = {}
+    for chart_id, svg in charts.items():
+        for series, fill in re.findall(r'<rect class="bar" data-series="([^"]+)"[^>]* fill="(#[0-9a-f]{6})"', svg):
+            fills.setdefault(series, set()).add(fill)
+            if chart_id == "chart0":  # teams: their own palette
+                assert fill in TEAMS and fill not in MEANING.values(), (series, fill)
+    assert fills["spent"] == {MEANING["spent"]}  # the same blue in the three charts that show it
+    assert fills["lost to preemption"] == {MEANING["lost"]}
+    assert fills["idle"] == {MEANING["idle"]}
+    assert fills["forecast for the whole job"] == {MEANING["forecast"]}
+    # A one-day window: hour buckets (the jobs ran over the last 16 hours, so many hours hold money).
+    hours = set(re.findall(r"<title>[^<]*?, (\d\d-\d\d \d\d:00): \$", charts["chart0"]))
+    assert len(hours) >= 10, hours
+    assert "USD per hour" in charts["chart0"]
+    assert "log scale" in charts["chart4"]
+    # A 30-day window: day buckets.
+    _run(capsys, "cost", "report", "--from-file", str(objects), "--since", "30d", "-o", "html", "--out", str(report))
+    assert "USD per day" in report.read_text()
 
 
 def test_no_cluster_is_an_error_not_a_traceback(
@@ -224,7 +331,8 @@ def test_a_deleted_jobs_money_comes_from_the_rollup_and_a_folded_attempt_counts_
     out = json.loads(_run(capsys, "cost", "report", "--from-file", str(path), "--by", "job", "-o", "json"))
     rows = {r["key"]: r for r in out["rows"]}
     assert rows["research/old"]["spentUsd"] == pytest.approx(80.0)
-    assert rows["research/old"]["forecastUsd"] == pytest.approx(17.0)
+    assert rows["research/old"]["forecastWholeJobUsd"] == pytest.approx(17.0)
+    assert rows["research/old"]["spentToDateWholeJobUsd"] == pytest.approx(80.0)
     assert rows["research/eval"]["spentUsd"] == pytest.approx(120.0)
     out = json.loads(_run(capsys, "cost", "report", "--from-file", str(path), "--by", "pool", "-o", "json"))
     assert {r["key"]: r["spentUsd"] for r in out["rows"]} == {

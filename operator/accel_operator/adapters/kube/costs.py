@@ -267,3 +267,15 @@ def read_rollup(api: client.ApiClient, namespace: str, name: str) -> CostRollup 
 def list_policies(api: client.ApiClient) -> list[dict[str, Any]]:
     custom = client.CustomObjectsApi(api)
     return _list(lambda **kw: custom.list_cluster_custom_object(v.GROUP, v.VERSION, registry.POLICY.plural, **kw))
+
+
+def list_pools(api: client.ApiClient) -> list[dict[str, Any]]:
+    """Every AcceleratorPool (cluster-scoped): the cost report names each price's source from them.
+    A reader not allowed to list pools gets none (the report then says the sources are unknown)."""
+    custom = client.CustomObjectsApi(api)
+    try:
+        return _list(lambda **kw: custom.list_cluster_custom_object(v.GROUP, v.VERSION, registry.POOL.plural, **kw))
+    except ClusterUnavailable as exc:
+        if str(exc).startswith(("403", "404")):
+            return []
+        raise
