@@ -26,7 +26,8 @@ MEANING: Final = {
 TEAMS: Final = ("#0d9488", "#92400e", "#db2777", "#0891b2", "#4338ca", "#a21caf", "#4d7c0f", "#334155")
 
 WIDTH, HEIGHT = 960, 340
-LEFT, RIGHT, TOP, BOTTOM = 80, 16, 40, 80
+LEFT, RIGHT, TOP, BOTTOM = 90, 16, 20, 80
+LEGEND_ROW = 20  # the legend wraps into rows above the plot; the chart grows by them
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,11 +51,14 @@ def bars(
     """An SVG bar chart: one band per category, the series stacked or side by side; ``log``: a
     logarithmic value axis (bars of 0 are not drawn)."""
     pw, ph = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
+    legend, rows = _legend(series)
+    extra = rows * LEGEND_ROW
     parts = [
-        f'<svg class="chart" id="{chart_id}" viewBox="0 0 {WIDTH} {HEIGHT}" '
-        f'width="{WIDTH}" height="{HEIGHT}" role="img" font-family="system-ui, sans-serif" font-size="12">'
+        f'<svg class="chart" id="{chart_id}" viewBox="0 0 {WIDTH} {HEIGHT + extra}" width="{WIDTH}" '
+        f'height="{HEIGHT + extra}" role="img" font-family="system-ui, sans-serif" font-size="12">',
+        legend,
+        f'<g transform="translate(0 {extra})">',  # the plot, below the legend
     ]
-    parts.append(_legend(series))
     n = len(categories)
     tops = [
         sum(s.values[i] for s in series) if stacked else max((s.values[i] for s in series), default=0.0)
@@ -65,7 +69,7 @@ def bars(
         parts.append(
             f'<text x="{LEFT + pw / 2}" y="{TOP + ph / 2}" text-anchor="middle">no spending in this window</text>'
         )
-        parts.append("</svg>")
+        parts.append("</g></svg>")
         return "".join(parts)
     scale, ticks = _log_axis(series) if log else _linear_axis(top)
     for value in ticks:
@@ -104,7 +108,7 @@ def bars(
         )
     if x_title:
         parts.append(f'<text x="{LEFT + pw / 2}" y="{HEIGHT - 4}" text-anchor="middle">{html.escape(x_title)}</text>')
-    parts.append("</svg>")
+    parts.append("</g></svg>")
     return "".join(parts)
 
 
@@ -112,20 +116,25 @@ def _bar(x: float, w: float, y: tuple[float, float], s: Series, cat: str, *, v: 
     ph = HEIGHT - TOP - BOTTOM
     y0, y1 = y  # the bar's bottom and top, as fractions of the plot's height
     top, height = TOP + ph - y1 * ph, max(0.5, (y1 - y0) * ph)
-    label = html.escape(f"{s.name}, {cat}: {_fmt(v, money)}")
+    label = html.escape(f"{s.name}, {cat}: " + (f"${v:,.2f}" if money else f"{v:,.2f}"))
     return (
         f'<rect class="bar" data-series="{html.escape(s.name)}" x="{x:.1f}" y="{top:.1f}" width="{max(w, 1):.1f}" '
         f'height="{height:.1f}" fill="{s.colour}"><title>{label}</title></rect>'
     )
 
 
-def _legend(series: Sequence[Series]) -> str:
-    out, x = [], LEFT
+def _legend(series: Sequence[Series]) -> tuple[str, int]:
+    """The legend, wrapped into rows as wide as the chart, and how many rows it took."""
+    out, x, row = [], LEFT, 0
     for s in series:
-        out.append(f'<rect x="{x}" y="12" width="12" height="12" fill="{s.colour}"/>')
-        out.append(f'<text x="{x + 16}" y="22">{html.escape(s.name)}</text>')
-        x += 28 + 7 * len(s.name)
-    return "".join(out)
+        width = 28 + 7 * len(s.name)
+        if x > LEFT and x + width > WIDTH - RIGHT:
+            x, row = LEFT, row + 1
+        y = 4 + row * LEGEND_ROW
+        out.append(f'<rect x="{x}" y="{y}" width="12" height="12" fill="{s.colour}"/>')
+        out.append(f'<text x="{x + 16}" y="{y + 10}">{html.escape(s.name)}</text>')
+        x += width
+    return "".join(out), row + 1
 
 
 def _nice(x: float) -> float:
@@ -164,6 +173,10 @@ def _log_axis(series: Sequence[Series]) -> tuple[Callable[[float], float], list[
 
 
 def _fmt(v: float, money: bool) -> str:
+    if money and v >= 1e6:
+        return f"${v / 1e6:,.1f}M"
+    if money and v >= 1e4:
+        return f"${v / 1e3:,.0f}k"
     if money:
         return f"${v:,.0f}" if v >= 100 else f"${v:,.2f}"
     return f"{v:,.2f}"

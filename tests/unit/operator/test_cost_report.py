@@ -343,3 +343,25 @@ def test_a_deleted_jobs_money_comes_from_the_rollup_and_a_folded_attempt_counts_
 
 def _now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
+
+
+def test_the_largest_html_report_stays_under_the_limit(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # The charts are bounded, whatever the cluster holds: 20 teams (7 drawn, the rest as one
+    # "other teams" series) over a 366-day window by day, and the 50 costliest of 120 jobs.
+    now = _now()
+    items = []
+    for j in range(120):
+        start = now - dt.timedelta(days=365) + dt.timedelta(hours=j)
+        end = start + dt.timedelta(days=300)
+        cost = ledger.record(None, ledger.Observation(0, f"pool-{j % 9}", CapacityType.SPOT, 8, start, end, 3.0, 9.0))
+        cost = ledger.close(cost, ledger.AttemptEnd(0, end)).model_copy(update={"forecast_usd": 50_000.0 + j})
+        items.append(_job(f"ns-{j % 20}", f"job-{j:03d}-{'x' * 40}", f"team-{j % 20:02d}-{'y' * 40}", cost))
+    path = tmp_path / "big.yaml"
+    path.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": items}))
+    report = tmp_path / "big.html"
+    _run(capsys, "cost", "report", "--from-file", str(path), "--since", "366d", "-o", "html", "--out", str(report))
+    text = report.read_text()
+    assert report.stat().st_size < HTML_LIMIT_BYTES, report.stat().st_size
+    assert "13 other teams" in text
+    chart0 = re.search(r'<svg class="chart" id="chart0"[^>]*>(.*?)</svg>', text, re.S)
+    assert chart0 is not None and len(re.findall(r'data-series="', chart0.group(1))) > 300 * 8
