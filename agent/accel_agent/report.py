@@ -24,6 +24,7 @@ from accel_api.nodereport import (
     AcceleratorNodeReportStatus,
     Device,
     DeviceProcess,
+    DeviceProfile,
     MigInstance,
 )
 
@@ -176,6 +177,20 @@ def _device_changes(before: Device, after: Device, th: ChangeThresholds) -> Iter
         yield f"{name}: memory used {before.memory_used_bytes} -> {after.memory_used_bytes}"
     if before.not_supported != after.not_supported:
         yield f"{name}: not-supported fields changed"
+    yield from _profile_changes(name, before.profile, after.profile, th)
+
+
+def _profile_changes(
+    name: str, before: DeviceProfile | None, after: DeviceProfile | None, th: ChangeThresholds
+) -> Iterable[str]:
+    """The counters a diagnosis turns on (SM, tensor, DRAM), by the utilization threshold. Their
+    first appearance (the second pass of a GPM card) and the byte rates, which move with every
+    step, are no reason to write: they ride along with the next write or heartbeat."""
+    if before is None or after is None or before.source != after.source:
+        return
+    for attr in ("sm_active_percent", "tensor_active_percent", "dram_bandwidth_percent"):
+        if _moved(getattr(before, attr), getattr(after, attr), th.utilization_points):
+            yield f"{name}: {attr} {getattr(before, attr)} -> {getattr(after, attr)}"
 
 
 def changes(

@@ -23,6 +23,8 @@ CLOCK_SM = 1
 MEMORY_ERROR_TYPE_UNCORRECTED = 1
 VOLATILE_ECC = 0
 EVENT_TYPE_XID_CRITICAL_ERROR = 0x8
+PCIE_UTIL_TX_BYTES = 0
+GPM_SM_UTIL = 2
 
 # Every NVML function accel_agent calls (see NvmlApi), in the order the agent calls them.
 AGENT_FUNCTIONS: tuple[str, ...] = (
@@ -55,6 +57,12 @@ AGENT_FUNCTIONS: tuple[str, ...] = (
     "nvmlDeviceRegisterEvents",
     "nvmlEventSetWait_v2",
     "nvmlEventSetFree",
+    "nvmlDeviceGetPcieThroughput",
+    "nvmlGpmQueryDeviceSupport",
+    "nvmlGpmSampleAlloc",
+    "nvmlGpmSampleGet",
+    "nvmlGpmMetricsGet",
+    "nvmlGpmSampleFree",
     "nvmlShutdown",
 )
 
@@ -167,6 +175,31 @@ def main(argv: list[str] | None = None) -> int:
             if waited is None and results["nvmlEventSetWait_v2"].get("error") == "Timeout":
                 results["nvmlEventSetWait_v2"] = {"result": "ok", "value": "timeout (no event pending)"}
             probe("nvmlEventSetFree", lambda: nv.nvmlEventSetFree(event_set))
+        probe("nvmlDeviceGetPcieThroughput", lambda: nv.nvmlDeviceGetPcieThroughput(h, PCIE_UTIL_TX_BYTES))
+        support = probe("nvmlGpmQueryDeviceSupport", lambda: nv.nvmlGpmQueryDeviceSupport(h))
+        if support is not None and int(support.isSupportedDevice):
+            first = probe("nvmlGpmSampleAlloc", nv.nvmlGpmSampleAlloc)
+            second = nv.nvmlGpmSampleAlloc() if first is not None else None
+            if first is not None and second is not None:
+                probe("nvmlGpmSampleGet", lambda: nv.nvmlGpmSampleGet(h, first))
+                time.sleep(0.1)
+                nv.nvmlGpmSampleGet(h, second)
+
+                def metrics() -> Any:
+                    request = nv.c_nvmlGpmMetricsGet_t()
+                    request.version = nv.NVML_GPM_METRICS_GET_VERSION
+                    request.numMetrics = 1
+                    request.sample1, request.sample2 = first, second
+                    request.metrics[0].metricId = GPM_SM_UTIL
+                    got = nv.nvmlGpmMetricsGet(request)
+                    return (int(got.metrics[0].nvmlReturn), float(got.metrics[0].value))
+
+                probe("nvmlGpmMetricsGet", metrics)
+                probe("nvmlGpmSampleFree", lambda: nv.nvmlGpmSampleFree(first))
+                nv.nvmlGpmSampleFree(second)
+        else:
+            for name in ("nvmlGpmSampleAlloc", "nvmlGpmSampleGet", "nvmlGpmMetricsGet", "nvmlGpmSampleFree"):
+                results[name] = {"result": "skipped", "why": "GPM is not supported on this device"}
         # For reference, what the calibration notes found unsupported on a one-GPU VM.
         probe(
             "nvmlDeviceGetNvLinkState", lambda: nv.nvmlDeviceGetNvLinkState(h, 0), key="extra:nvmlDeviceGetNvLinkState"

@@ -149,6 +149,13 @@ class TolerationOperator(StrEnum):
     EQUAL = "Equal"
 
 
+class ProfileSource(StrEnum):
+    """Where a device's profiling counters (``AcceleratorNodeReport`` ``devices[].profile``) came from."""
+
+    GPM = "gpm"  # NVML's GPU Performance Monitoring (Hopper and newer): SM, tensor, DRAM, PCIe, NVLink
+    BASIC = "basic"  # older cards: NVML's PCIe throughput beside the device's utilization and memory
+
+
 class AgentBackend(StrEnum):
     NVML = "nvml"
     SIMULATED = "simulated"

@@ -11,7 +11,7 @@ from pydantic import BeforeValidator, Field
 
 from accel_api import bounds
 from accel_api.base import ApiModel, Conditions, Resource
-from accel_api.enums import AcceleratorKind, AgentBackend
+from accel_api.enums import AcceleratorKind, AgentBackend, ProfileSource
 
 Problems = Annotated[
     list[bounds.Message],
@@ -64,6 +64,31 @@ class MigInstance(ApiModel):
     in_use: bool = False
 
 
+class DeviceProfile(ApiModel):
+    """What the device's engines did over the last sampling interval: the counters that say *why*
+    a device is not busy (``kubectl accel top`` diagnoses from them). Every field is optional: a
+    card answers what it supports. Percentages are averages over ``intervalSeconds``; with
+    ``source: basic`` only the PCIe rates are filled here (utilization and memory are the device's
+    own fields)."""
+
+    source: ProfileSource
+    interval_seconds: Annotated[float, Field(ge=0, le=bounds.STATUS_SECONDS_MAX)] | None = None
+    sm_active_percent: bounds.Percent | None = Field(
+        default=None, description="Share of SMs with at least one warp assigned (GPM SM_UTIL)."
+    )
+    sm_occupancy_percent: bounds.Percent | None = None
+    tensor_active_percent: bounds.Percent | None = Field(
+        default=None, description="Share of time the SMs ran any tensor-core instruction (GPM ANY_TENSOR_UTIL)."
+    )
+    dram_bandwidth_percent: bounds.Percent | None = Field(
+        default=None, description="Device-memory bandwidth used, of the theoretical peak (GPM DRAM_BW_UTIL)."
+    )
+    pcie_tx_bytes_per_second: bounds.Bytes | None = None
+    pcie_rx_bytes_per_second: bounds.Bytes | None = None
+    nvlink_tx_bytes_per_second: bounds.Bytes | None = None
+    nvlink_rx_bytes_per_second: bounds.Bytes | None = None
+
+
 Celsius = Annotated[float, Field(ge=bounds.CELSIUS_MIN, le=bounds.CELSIUS_MAX)]
 Watts = Annotated[float, Field(ge=0, le=bounds.WATTS_MAX)]
 
@@ -104,6 +129,9 @@ class Device(ApiModel):
         BeforeValidator(bounds.keep_last(bounds.STATUS_XIDS)),
         Field(max_length=bounds.STATUS_XIDS),
     ] = Field(default_factory=list, description="XID errors seen since the agent started (the latest 64).")
+    profile: DeviceProfile | None = Field(
+        default=None, description="Profiling counters over the last sampling interval (absent before the second pass)."
+    )
     healthy: bool = True
     problems: Problems = Field(default_factory=list)
     not_supported: Names = Field(default_factory=list)

@@ -1,9 +1,13 @@
 """``kubectl accel`` as a user runs it: the real kubectl finds the ``kubectl-accel`` entry point on
 PATH and runs ``why`` (a job waiting for capacity, another running), ``stop`` and ``resume`` against jobs the
-operator reconciles on the local control plane."""
+operator reconciles on the local control plane, and ``top`` over a node report the agent's own code
+built from its NVML backend (on the fake NVML) and wrote to the API server."""
 
 from __future__ import annotations
 
+import dataclasses
+import datetime as dt
+import json
 import os
 import subprocess
 import sys
@@ -12,9 +16,17 @@ from typing import Any
 
 from kubernetes import client
 
-from accel_localcluster import Cluster
+from accel_agent import report
+from accel_agent.backends.fake import FakeNvml
+from accel_agent.backends.nvml import NvmlBackend
+from accel_agent.sink import KubernetesReportSink
+from accel_api import registry
+from accel_api import vocabulary as v
+from accel_api.nodereport import PodRef
+from accel_localcluster import Cluster, kubeapi
 from tests.support.cluster import wait_for
 from tests.support.jobs import batch_job_exists, create_job, gpu_pool, job_doc, status, wait_phase
+from tests.support.operator import checked_operator, settings_for
 
 
 def _kubectl_accel(cluster: Cluster, *argv: str) -> subprocess.CompletedProcess[str]:
@@ -91,3 +103,77 @@ def test_kubectl_accel_why_and_stop_through_the_real_kubectl(
         missing = _kubectl_accel(cluster, "why", "nope", "-n", namespace)
         assert missing.returncode == 1
         assert missing.stderr.strip() == f"error: acceleratorjob nope in namespace {namespace} not found"
+
+
+def _post_fake_agent_report(api: client.ApiClient, node: str, namespace: str, pod: str) -> int:
+    """The node's report as the agent makes it: its NVML backend on the fake NVML (eight H100s, GPM
+    read between two passes), the kubelet's allocation of every device to ``pod``, written by the
+    agent's own sink. Devices 0-3 run short bursts (7% SMs active, 8% utilization), 4-7 nothing;
+    each holds 30 GiB. Returns the devices' total memory."""
+    nvml = FakeNvml.h100(8)
+    for i, d in enumerate(nvml.devices):
+        d.util_gpu, d.base_memory_used_bytes = (8 if i < 4 else 0), 30 << 30
+        nvml.set_gpm(i, sm_active=7.0 if i < 4 else 0.0, tensor_active=5.0 if i < 4 else 0.0, pcie_rx_mib=180.0)
+    backend = NvmlBackend(nvml, xid_events=False)
+    backend.sample()
+    sample = backend.sample()
+    mine = (PodRef(namespace=namespace, name=pod),)
+    sample = dataclasses.replace(
+        sample, devices=tuple(dataclasses.replace(d, allocated_pods=mine) for d in sample.devices)
+    )
+    now = dt.datetime.now(dt.UTC)
+    built = report.build(sample, node_name=node, sample_time=now)
+    KubernetesReportSink.from_api_client(api).write(report.stamp_heartbeat(built, now))
+    return sum(d.memory_total_bytes for d in nvml.devices)
+
+
+def test_kubectl_accel_top_through_the_real_kubectl(cluster: Cluster, api: client.ApiClient, namespace: str) -> None:
+    pool = f"{namespace}-h100"
+    settings = settings_for(namespace, cost_interval_seconds=1.0, cost_write_seconds=1.0)
+    with checked_operator(settings), gpu_pool(api, pool, count=1) as (node,):
+        try:
+            create_job(api, job_doc(namespace, pool, devices=8, name="starved"))
+            wait_phase(api, namespace, "starved", "Running")
+            pods = client.CoreV1Api(api).list_namespaced_pod(namespace, label_selector=f"{v.LABEL_JOB}=starved")
+            (pod,) = [p.metadata.name for p in pods.items if p.spec.node_name == node]
+
+            # No report yet: the job is listed, and top says what it lacks.
+            before = _kubectl_accel(cluster, "top", "-n", namespace)
+            assert before.returncode == 0, before.stderr
+            assert f"no fresh node report shows its devices on {node}" in before.stdout, before.stdout
+
+            total = _post_fake_agent_report(api, node, namespace, pod)
+            wait_for(
+                lambda: any(
+                    a.get("intervals")
+                    for a in (status(api, namespace, "starved").get("cost") or {}).get("attempts") or []
+                ),
+                timeout=30,
+                what="the accountant charging the attempt",
+            )
+            price = status(api, namespace, "starved")["cost"]["attempts"][-1]["intervals"][-1]["usdPerDeviceHour"]
+
+            table = _kubectl_accel(cluster, "top", "-n", namespace)
+            assert table.returncode == 0, table.stderr
+            head, row = table.stdout.splitlines()
+            assert head.split() == ["NAME", "DEVICES", "UTIL", "MEMORY", "IDLE($/H)", "DIAGNOSIS"]
+            # eight devices, half at 8% and half at 0%: the accountant's idle share is one half
+            memory = f"{8 * 30}/{total / (1 << 30):.0f}GiB"
+            assert row.split()[:5] == ["starved", "8/8", "4%", memory, f"${price * 8 * 0.5:,.2f}"], row
+            assert "input-bound: SMs active 3.5%, tensor cores 2.5%, PCIe 0.2 GB/s, NVLink 0.0 GB/s on 8 devices" in row
+
+            as_json = _kubectl_accel(cluster, "top", "-A", "-o", "json", "--kubeconfig", str(cluster.kubeconfig))
+            assert as_json.returncode == 0, as_json.stderr
+            (mine,) = [j for j in json.loads(as_json.stdout)["jobs"] if j["namespace"] == namespace]
+            assert mine["idleFraction"] == 0.5 and mine["diagnosis"]["verdict"] == "input-bound"
+            assert mine["counters"]["source"] == "gpm" and mine["nodes"] == [node]
+
+            wrong = _kubectl_accel(cluster, "top", "-n", namespace, "--context", "nope")
+            assert wrong.returncode == 2, wrong
+            assert wrong.stderr.startswith("error: --context: ") and "nope" in wrong.stderr
+            assert wrong.stderr.count("\n") == 1 and "Traceback" not in wrong.stderr
+        finally:
+            with kubeapi.ignoring(404):
+                client.CustomObjectsApi(api).delete_cluster_custom_object(
+                    v.GROUP, v.VERSION, registry.NODE_REPORT.plural, node
+                )

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from accel_api.enums import AcceleratorKind, AgentBackend
-from accel_api.nodereport import PodRef, RemappedRows
+from accel_api.nodereport import DeviceProfile, PodRef, RemappedRows
 
 
 @dataclass(frozen=True)
@@ -69,6 +69,9 @@ class DeviceSample:
     # A device can be allocated before its container touches it: it is not free then.
     allocated_pods: tuple[PodRef, ...] = ()
     xid_errors: tuple[int, ...] = ()  # XID critical errors seen since the agent started, oldest first
+    # Profiling counters over the interval since the last pass (GPM), or the PCIe rates (basic);
+    # None on the first pass of a GPM device (two samples make one reading) or where nothing answers.
+    profile: DeviceProfile | None = None
     lost: bool = False  # the device fell off the bus, NVML says GPU_IS_LOST, or it vanished from the count
     errors: tuple[str, ...] = ()  # reads that failed for a reason other than "not supported"
     not_supported: tuple[str, ...] = ()

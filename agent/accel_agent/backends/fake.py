@@ -14,6 +14,9 @@ backend's error handling is exercised exactly as on a node. Besides answering, i
 - ends processes between two calls (``after_call(function, action)`` runs ``action`` right after
   the next call of ``function`` returned, e.g. ``end_process``);
 - queues XID critical-error events (``inject_xid``);
+- answers GPM (``FakeDevice.gpm``: the counters a GPM read between two samples returns; a device
+  with ``gpm_supported = False`` is an older card, which answers PCIe throughput alone) and keeps
+  the GPM samples it handed out (``gpm_samples_held``), so a test sees a leak;
 - behaves as a node without the library (``library_missing``) or whose driver went away
   (``driver_loaded = False``).
 
@@ -23,13 +26,15 @@ run on a machine with no GPU.
 
 from __future__ import annotations
 
+import ctypes
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pynvml
 
+from accel_agent.backends import nvml
 from accel_agent.backends import nvml_errors as errs
 from accel_agent.backends.nvml import EVENT_TYPE_XID_CRITICAL_ERROR, NO_GPU_INSTANCE
 from accel_api import catalog
@@ -55,6 +60,33 @@ class FakeMigInstance:
     uuid: str | None = None
 
 
+@dataclass(frozen=True)
+class FakeGpm:
+    """What GPM says a device did between two samples (percent; PCIe and NVLink in MiB/s, as
+    NVML). ``None``: the card does not have that metric (answered per metric, as NVML does)."""
+
+    sm_active: float | None = 0.0
+    sm_occupancy: float | None = 0.0
+    tensor_active: float | None = 0.0
+    dram_bandwidth: float | None = 0.0
+    pcie_tx_mib: float | None = 0.0
+    pcie_rx_mib: float | None = 0.0
+    nvlink_tx_mib: float | None = 0.0
+    nvlink_rx_mib: float | None = 0.0
+
+    def by_metric(self) -> dict[int, float | None]:
+        return {
+            nvml.GPM_SM_UTIL: self.sm_active,
+            nvml.GPM_SM_OCCUPANCY: self.sm_occupancy,
+            nvml.GPM_ANY_TENSOR_UTIL: self.tensor_active,
+            nvml.GPM_DRAM_BW_UTIL: self.dram_bandwidth,
+            nvml.GPM_PCIE_TX_PER_SEC: self.pcie_tx_mib,
+            nvml.GPM_PCIE_RX_PER_SEC: self.pcie_rx_mib,
+            nvml.GPM_NVLINK_TOTAL_TX_PER_SEC: self.nvlink_tx_mib,
+            nvml.GPM_NVLINK_TOTAL_RX_PER_SEC: self.nvlink_rx_mib,
+        }
+
+
 @dataclass
 class FakeDevice:
     uuid: str
@@ -78,6 +110,10 @@ class FakeDevice:
     processes: list[FakeProcess] = field(default_factory=list)
     unsupported: set[str] = field(default_factory=set)  # NVML function names answering NotSupported
     lost: bool = False
+    gpm_supported: bool = True  # Hopper and newer
+    gpm: FakeGpm = field(default_factory=FakeGpm)
+    pcie_tx_kib: int = 0  # nvmlDeviceGetPcieThroughput, KB/s
+    pcie_rx_kib: int = 0
 
     @property
     def memory_used_bytes(self) -> int:
@@ -131,6 +167,12 @@ class _Event:
     eventData: int  # noqa: N815
 
 
+@dataclass(frozen=True)
+class _GpmSupport:
+    version: int
+    isSupportedDevice: int  # noqa: N815 - pynvml's field name
+
+
 @dataclass
 class _Hook:
     function: str
@@ -164,6 +206,8 @@ class FakeNvml:
         self._hooks: list[_Hook] = []
         self._events: deque[_Event] = deque()
         self._event_devices: set[str] = set()
+        # GPM samples handed out, by address: the struct kept alive, and what was read into it.
+        self._gpm_samples: dict[int, tuple[Any, FakeGpm | None]] = {}
 
     @classmethod
     def h100(cls, count: int = 1) -> FakeNvml:
@@ -211,6 +255,15 @@ class FakeNvml:
         self.calls.clear()
         self._fail.clear()
         self._hooks.clear()
+
+    def set_gpm(self, index: int, **counters: float | None) -> None:
+        """What the next GPM read of device ``index`` returns (FakeGpm's field names)."""
+        device = self.devices[index]
+        device.gpm = replace(device.gpm, **counters)
+
+    @property
+    def gpm_samples_held(self) -> int:
+        return len(self._gpm_samples)
 
     def count(self, function: str) -> int:
         return sum(1 for name, _ in self.calls if name == function)
@@ -430,3 +483,61 @@ class FakeNvml:
     def nvmlEventSetFree(self, event_set: Any) -> None:
         self._enter("nvmlEventSetFree", event_set)
         self._exit("nvmlEventSetFree")
+
+    def nvmlDeviceGetPcieThroughput(self, handle: Any, counter: int) -> int:
+        def rate(d: FakeDevice) -> int:
+            return d.pcie_tx_kib if counter == nvml.PCIE_UTIL_TX_BYTES else d.pcie_rx_kib
+
+        return int(self._device_answer("nvmlDeviceGetPcieThroughput", handle, rate, counter))
+
+    # --- GPM: samples are real pynvml sample pointers, so the backend's request is pynvml's own --
+    def nvmlGpmQueryDeviceSupport(self, handle: Any) -> Any:
+        return self._device_answer(
+            "nvmlGpmQueryDeviceSupport", handle, lambda d: _GpmSupport(1, 1 if d.gpm_supported else 0)
+        )
+
+    def nvmlGpmSampleAlloc(self) -> Any:
+        self._enter("nvmlGpmSampleAlloc")
+        target = pynvml.struct_c_nvmlGpmSample_t()
+        sample = ctypes.pointer(target)
+        self._gpm_samples[ctypes.addressof(target)] = (target, None)
+        return self._answer("nvmlGpmSampleAlloc", sample)
+
+    def nvmlGpmSampleGet(self, handle: Any, sample: Any) -> Any:
+        def read(d: FakeDevice) -> Any:
+            if not d.gpm_supported:
+                raise _error(errs.NOT_SUPPORTED)
+            address = ctypes.addressof(sample.contents)
+            if address not in self._gpm_samples:
+                raise _error(errs.INVALID_ARGUMENT)  # freed, or never allocated
+            self._gpm_samples[address] = (self._gpm_samples[address][0], d.gpm)
+            return sample
+
+        return self._device_answer("nvmlGpmSampleGet", handle, read)
+
+    def nvmlGpmSampleFree(self, sample: Any) -> None:
+        self._enter("nvmlGpmSampleFree", sample)
+        if self._gpm_samples.pop(ctypes.addressof(sample.contents), None) is None:
+            raise _error(errs.INVALID_ARGUMENT)
+        self._exit("nvmlGpmSampleFree")
+
+    def nvmlGpmMetricsGet(self, metrics_get: Any) -> Any:
+        """Fills ``metrics_get`` (pynvml's ``c_nvmlGpmMetricsGet_t``) from what its second sample read."""
+        self._enter("nvmlGpmMetricsGet", metrics_get)
+        first = self._gpm_samples.get(_address(metrics_get.sample1) or 0)
+        second = self._gpm_samples.get(_address(metrics_get.sample2) or 0)
+        if metrics_get.version != nvml.GPM_METRICS_GET_VERSION or first is None or first[1] is None:
+            raise _error(errs.INVALID_ARGUMENT)
+        if second is None or second[1] is None:  # freed, never allocated, or never read into
+            raise _error(errs.INVALID_ARGUMENT)
+        counters = second[1].by_metric()
+        for i in range(int(metrics_get.numMetrics)):
+            metric = metrics_get.metrics[i]
+            value = counters.get(int(metric.metricId))
+            metric.nvmlReturn = errs.NOT_SUPPORTED if value is None else 0
+            metric.value = 0.0 if value is None else float(value)
+        return self._answer("nvmlGpmMetricsGet", metrics_get)
+
+
+def _address(sample: Any) -> int | None:
+    return ctypes.cast(sample, ctypes.c_void_p).value

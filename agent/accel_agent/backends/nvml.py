@@ -3,7 +3,11 @@
 
 One pass asks each device for identity, memory, utilization, compute processes, power, temperature,
 SM clock, clocks-event (throttle) reasons, volatile uncorrectable ECC, remapped rows and MIG
-layout, and drains the XID critical-error events registered at init. A field the device answers
+layout, and drains the XID critical-error events registered at init. It also reads the profiling
+counters a diagnosis needs (``profile``): on Hopper and newer, NVML's GPM metrics (SM activity and
+occupancy, tensor-core activity, DRAM bandwidth, PCIe and NVLink bytes) between this pass's GPM
+sample and the last one, so each value is the average over the whole sampling interval; elsewhere
+(``nvmlGpmQueryDeviceSupport`` says no, or MIG is on) the PCIe throughput counters. A field the device answers
 "Not Supported" for is listed in ``not_supported`` and the pass goes on; a device that is lost is
 reported lost; a missing library or driver makes the whole sample unavailable (and the node
 unhealthy) instead of raising. How an NVML error is treated is decided in
@@ -16,8 +20,10 @@ does :class:`accel_agent.backends.fake.FakeNvml`, which the unit tests run this 
 from __future__ import annotations
 
 import logging
+import math
 import re
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Final, Protocol
 
@@ -26,8 +32,8 @@ import pynvml
 from accel_agent.backends import CallError, DeviceSample, MigSample, NodeSample, ProcessSample
 from accel_agent.backends import nvml_errors as errs
 from accel_agent.backends.nvml_errors import Fault
-from accel_api.enums import AcceleratorKind, AgentBackend
-from accel_api.nodereport import RemappedRows
+from accel_api.enums import AcceleratorKind, AgentBackend, ProfileSource
+from accel_api.nodereport import DeviceProfile, RemappedRows
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +46,35 @@ EVENT_TYPE_XID_CRITICAL_ERROR: Final = 0x8
 MIG_ENABLE: Final = 1
 NO_GPU_INSTANCE: Final = 0xFFFFFFFF  # gpuInstanceId of a process outside MIG
 MAX_EVENTS_PER_PASS: Final = 256  # an XID storm must not stall a pass
+
+PCIE_UTIL_TX_BYTES: Final = 0
+PCIE_UTIL_RX_BYTES: Final = 1
+KIB: Final = 1024
+MIB: Final = 1024 * 1024
+# GPM metric ids (nvml.h nvmlGpmMetricId_t) and the profile field each fills; GPM's PCIe and
+# NVLink rates are in MiB/s.
+GPM_SM_UTIL: Final = 2
+GPM_SM_OCCUPANCY: Final = 3
+GPM_ANY_TENSOR_UTIL: Final = 5
+GPM_DRAM_BW_UTIL: Final = 10
+GPM_PCIE_TX_PER_SEC: Final = 20
+GPM_PCIE_RX_PER_SEC: Final = 21
+GPM_NVLINK_TOTAL_RX_PER_SEC: Final = 60
+GPM_NVLINK_TOTAL_TX_PER_SEC: Final = 61
+GPM_METRICS_GET_VERSION: Final = 1
+GPM_PERCENT: Final[dict[int, str]] = {
+    GPM_SM_UTIL: "sm_active_percent",
+    GPM_SM_OCCUPANCY: "sm_occupancy_percent",
+    GPM_ANY_TENSOR_UTIL: "tensor_active_percent",
+    GPM_DRAM_BW_UTIL: "dram_bandwidth_percent",
+}
+GPM_MIB_PER_SECOND: Final[dict[int, str]] = {
+    GPM_PCIE_TX_PER_SEC: "pcie_tx_bytes_per_second",
+    GPM_PCIE_RX_PER_SEC: "pcie_rx_bytes_per_second",
+    GPM_NVLINK_TOTAL_TX_PER_SEC: "nvlink_tx_bytes_per_second",
+    GPM_NVLINK_TOTAL_RX_PER_SEC: "nvlink_rx_bytes_per_second",
+}
+GPM_METRICS: Final = (*GPM_PERCENT, *GPM_MIB_PER_SECOND)
 
 _MIG_PROFILE = re.compile(r"(\d+g\.\d+gb(?:\+me)?)")
 
@@ -77,6 +112,12 @@ class NvmlApi(Protocol):
     def nvmlDeviceRegisterEvents(self, handle: Any, event_types: int, event_set: Any) -> None: ...
     def nvmlEventSetWait_v2(self, event_set: Any, timeout_ms: int) -> Any: ...
     def nvmlEventSetFree(self, event_set: Any) -> None: ...
+    def nvmlDeviceGetPcieThroughput(self, handle: Any, counter: int) -> int: ...
+    def nvmlGpmQueryDeviceSupport(self, handle: Any) -> Any: ...
+    def nvmlGpmSampleAlloc(self) -> Any: ...
+    def nvmlGpmSampleGet(self, handle: Any, sample: Any) -> Any: ...
+    def nvmlGpmSampleFree(self, sample: Any) -> None: ...
+    def nvmlGpmMetricsGet(self, metrics_get: Any) -> Any: ...
 
 
 def load_pynvml() -> Any:
@@ -193,8 +234,18 @@ class _Seen:
 class NvmlBackend:
     """Samples every GPU through NVML. Safe to call ``sample`` again after the driver came back."""
 
-    def __init__(self, api: NvmlApi | None = None, *, xid_events: bool = True) -> None:
+    def __init__(
+        self,
+        api: NvmlApi | None = None,
+        *,
+        xid_events: bool = True,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._api: Any = api
+        self._monotonic = monotonic
+        # GPM: per device UUID, whether the card supports it (asked once) and the last pass's sample.
+        self._gpm_supported: dict[str, bool] = {}
+        self._gpm_last: dict[str, tuple[Any, float]] = {}
         self._xid_events = xid_events
         self._pynvml: Any | None = None
         self._initialized = False
@@ -245,6 +296,11 @@ class NvmlBackend:
 
     def _reset(self, nvml: _Pass) -> None:
         """Forget the NVML session (driver gone): the next pass initializes again."""
+        for sample, _ in self._gpm_last.values():
+            try:
+                nvml.call("nvmlGpmSampleFree", sample)
+            except _CallFailed as failed:
+                log.debug("freeing a GPM sample failed: %s", failed)
         if self._event_set is not None:
             try:
                 nvml.call("nvmlEventSetFree", self._event_set)
@@ -255,6 +311,8 @@ class NvmlBackend:
                 nvml.call("nvmlShutdown")
             except _CallFailed as failed:
                 log.debug("nvmlShutdown failed: %s", failed)
+        self._gpm_last = {}
+        self._gpm_supported = {}
         self._event_set = None
         self._initialized = False
         self._registered = set()
@@ -418,6 +476,7 @@ class NvmlBackend:
         )
         values["ecc_uncorrected"] = int(ecc) if ecc is not None else None
         rows = reader.read("remappedRows", "nvmlDeviceGetRemappedRows", handle)
+        values["profile"] = self._profile(reader, handle, values.get("uuid"), gpm=not mig_enabled)
         if rows is not None:
             corr, unc, pending, failed = rows
             values["remapped_rows"] = RemappedRows(
@@ -471,6 +530,101 @@ class NvmlBackend:
                 processes.append(ProcessSample(pid=int(p.pid), used_memory_bytes=_mem(p), gpu_instance_id=int(gi)))
         return tuple(sorted(instances, key=lambda m: m.gpu_instance_id)), processes, int(max_count)
 
+    # --- profiling counters -------------------------------------------------------------------
+    def _profile(self, reader: _DeviceReader, handle: Any, uuid: str | None, *, gpm: bool) -> DeviceProfile | None:
+        """GPM counters between the last pass and this one where the card has GPM (and MIG is
+        off: a MIG device is sampled per instance, which the agent does not do), else the PCIe
+        throughput counters. A GPM read that fails falls back to PCIe for this pass."""
+        if gpm and uuid is not None and self._gpm_supports(reader.nvml, handle, uuid):
+            try:
+                return self._gpm(reader.nvml, handle, uuid)
+            except _CallFailed as failed:
+                if failed.fault is Fault.DEVICE_LOST:
+                    raise _DeviceLost(failed) from None
+                if failed.fault is Fault.DRIVER:
+                    raise _DriverGone(failed) from None
+                self._forget_gpm(reader.nvml, uuid)
+                log.debug("GPM read of %s failed, PCIe counters instead: %s", uuid, failed)
+        tx = reader.read("profile", "nvmlDeviceGetPcieThroughput", handle, PCIE_UTIL_TX_BYTES)
+        rx = reader.read("profile", "nvmlDeviceGetPcieThroughput", handle, PCIE_UTIL_RX_BYTES)
+        if tx is None and rx is None:
+            return None
+        return DeviceProfile(
+            source=ProfileSource.BASIC,
+            pcie_tx_bytes_per_second=_rate(tx, KIB),  # NVML's PCIe throughput is in KB/s
+            pcie_rx_bytes_per_second=_rate(rx, KIB),
+        )
+
+    def _gpm_supports(self, nvml: _Pass, handle: Any, uuid: str) -> bool:
+        known = self._gpm_supported.get(uuid)
+        if known is not None:
+            return known
+        try:
+            support = nvml.call("nvmlGpmQueryDeviceSupport", handle)
+            supported = bool(int(getattr(support, "isSupportedDevice", 0)))
+        except _CallFailed as failed:
+            if failed.fault is Fault.DEVICE_LOST:
+                raise _DeviceLost(failed) from None
+            if failed.fault is Fault.DRIVER:
+                raise _DriverGone(failed) from None
+            if failed.fault is not Fault.NOT_SUPPORTED:
+                return False  # ask again next pass
+            supported = False
+        self._gpm_supported[uuid] = supported
+        return supported
+
+    def _forget_gpm(self, nvml: _Pass, uuid: str) -> None:
+        last = self._gpm_last.pop(uuid, None)
+        if last is not None:
+            try:
+                nvml.call("nvmlGpmSampleFree", last[0])
+            except _CallFailed as failed:
+                log.debug("freeing a GPM sample failed: %s", failed)
+
+    def _gpm(self, nvml: _Pass, handle: Any, uuid: str) -> DeviceProfile | None:
+        """This pass's GPM sample, and the metrics between the last pass's and it (None on the first)."""
+        sample = nvml.call("nvmlGpmSampleAlloc")
+        try:
+            nvml.call("nvmlGpmSampleGet", handle, sample)
+        except _CallFailed:
+            nvml.call("nvmlGpmSampleFree", sample)
+            raise
+        now = self._monotonic()
+        last = self._gpm_last.get(uuid)
+        self._gpm_last[uuid] = (sample, now)
+        if last is None:
+            return None
+        before, then = last
+        try:
+            request = self._gpm_request(before, sample)
+            got = nvml.call("nvmlGpmMetricsGet", request)
+        finally:
+            nvml.call("nvmlGpmSampleFree", before)
+        fields: dict[str, Any] = {}
+        for i in range(int(got.numMetrics)):
+            metric = got.metrics[i]
+            value = float(metric.value)
+            if int(metric.nvmlReturn) != 0 or not math.isfinite(value):
+                continue  # this metric is not available on this card
+            metric_id = int(metric.metricId)
+            if metric_id in GPM_PERCENT:
+                fields[GPM_PERCENT[metric_id]] = min(max(value, 0.0), 100.0)
+            elif metric_id in GPM_MIB_PER_SECOND:
+                fields[GPM_MIB_PER_SECOND[metric_id]] = _rate(value, MIB)
+        return DeviceProfile(source=ProfileSource.GPM, interval_seconds=round(max(now - then, 0.0), 3), **fields)
+
+    def _gpm_request(self, before: Any, after: Any) -> Any:
+        """pynvml's ``c_nvmlGpmMetricsGet_t`` asking for :data:`GPM_METRICS` between two samples."""
+        assert self._pynvml is not None  # sample() loaded it
+        request = self._pynvml.c_nvmlGpmMetricsGet_t()
+        request.version = GPM_METRICS_GET_VERSION
+        request.numMetrics = len(GPM_METRICS)
+        request.sample1 = before
+        request.sample2 = after
+        for i, metric_id in enumerate(GPM_METRICS):
+            request.metrics[i].metricId = metric_id
+        return request
+
     # --- XID events ---------------------------------------------------------------------------
     def _register_events(self, nvml: _Pass, handles: dict[str, Any]) -> bool:
         """Register new devices for XID critical errors; False where the driver cannot."""
@@ -512,6 +666,14 @@ class NvmlBackend:
             except _CallFailed:
                 uuid = "unknown"
             self._xids.setdefault(uuid, []).append(int(event.eventData))
+
+
+def _rate(value: Any, unit: int) -> int | None:
+    """A non-negative whole rate in bytes per second from ``value`` units per second."""
+    if value is None:
+        return None
+    rate = float(value) * unit
+    return int(min(max(rate, 0.0), 2.0**60)) if math.isfinite(rate) else None
 
 
 def _driver_reason(failed: _CallFailed) -> str:

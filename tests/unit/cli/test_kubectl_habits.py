@@ -128,7 +128,9 @@ def test_a_context_or_kubeconfig_that_does_not_exist_is_a_usage_error(
 
 
 @pytest.mark.usefixtures("outside_a_pod")
-@pytest.mark.parametrize("argv", [["cost", "report"], ["why", "job"], ["resume", "job"], ["plan", "job"]])
+@pytest.mark.parametrize(
+    "argv", [["cost", "report"], ["why", "job"], ["resume", "job"], ["plan", "job"], ["top"], ["top", "-A"]]
+)
 def test_an_unreachable_cluster_is_exit_1_in_one_line(
     argv: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -1,4 +1,5 @@
-"""What the CLI reads and writes of one AcceleratorJob (``kubectl accel why|plan|resume``), with
+"""What the CLI reads and writes of AcceleratorJobs (``kubectl accel why|plan|resume|stop|top``): one
+job, its pool and nodes, and for ``top`` the jobs of a namespace, their pods and the node reports; with
 the client's errors mapped to a small vocabulary: :class:`NotFound`, :class:`Forbidden`,
 :class:`BadKubeconfig` and :class:`ClusterUnavailable` (the API server did not answer), so the CLI
 never imports the Kubernetes client itself."""
@@ -90,6 +91,37 @@ def job_nodes(api: client.ApiClient, namespace: str, name: str) -> list[str]:
     core = client.CoreV1Api(api)
     pods = _call(lambda: core.list_namespaced_pod(namespace, label_selector=f"{v.LABEL_JOB}={label_value(name)}"))
     return sorted({p.spec.node_name for p in pods.items if p.spec and p.spec.node_name})
+
+
+def _items(got: Any) -> list[dict[str, Any]]:
+    items = got.get("items") if isinstance(got, dict) else None
+    return [dict(i) for i in items or [] if isinstance(i, dict)]
+
+
+def list_jobs(api: client.ApiClient, namespace: str | None) -> list[dict[str, Any]]:
+    """The AcceleratorJobs of ``namespace`` (every namespace when None)."""
+    custom = client.CustomObjectsApi(api)
+    plural = registry.JOB.plural
+    if namespace:
+        return _items(_call(lambda: custom.list_namespaced_custom_object(v.GROUP, v.VERSION, namespace, plural)))
+    return _items(_call(lambda: custom.list_cluster_custom_object(v.GROUP, v.VERSION, plural)))
+
+
+def list_job_pods(api: client.ApiClient, namespace: str | None) -> list[dict[str, Any]]:
+    """The pods the operator made for jobs (those with its job label), as wire dicts."""
+    core = client.CoreV1Api(api)
+    selector = v.LABEL_JOB
+    if namespace:
+        got = _call(lambda: core.list_namespaced_pod(namespace, label_selector=selector))
+    else:
+        got = _call(lambda: core.list_pod_for_all_namespaces(label_selector=selector))
+    return [api.sanitize_for_serialization(p) for p in got.items]
+
+
+def list_node_reports(api: client.ApiClient) -> list[dict[str, Any]]:
+    """Every AcceleratorNodeReport (cluster-scoped)."""
+    custom = client.CustomObjectsApi(api)
+    return _items(_call(lambda: custom.list_cluster_custom_object(v.GROUP, v.VERSION, registry.NODE_REPORT.plural)))
 
 
 def annotate_job(api: client.ApiClient, namespace: str, name: str, annotations: dict[str, str]) -> None:

@@ -30,6 +30,8 @@ def _device(d: Device) -> DeviceReport:
         pod_uids=frozenset(p.pod_uid for p in d.processes if p.pod_uid is not None),
         # A process known by its pod's UID belongs to a pod: Kubernetes knows of it.
         stray_processes=sum(1 for p in d.processes if p.pod is None and p.pod_uid is None),
+        utilization_memory=d.utilization_memory_percent,
+        profile=d.profile,
     )
 
 

@@ -1,7 +1,7 @@
 """What the node agents report, as the snapshot's frozen values (one :class:`ReportView` per node).
 
 Only what the rescheduling decisions (:mod:`health`) read: when the report was last written, and
-per device whether it is healthy (and why not), its utilization and memory, and the pods it
+per device whether it is healthy (and why not), its utilization, memory and profiling counters, and the pods it
 belongs to (by namespace/name, and by UID where the agent, listing no pods, knows only the UID its
 process's cgroup names), and how many of its processes no pod owns (:mod:`node_capacity` takes a device that
 only something Kubernetes does not know of uses out of the free ones). A report whose heartbeat
@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
+
+from accel_api.nodereport import DeviceProfile
 
 PodKey = tuple[str, str]  # (namespace, name)
 
@@ -28,6 +30,8 @@ class DeviceReport:
     pods: frozenset[PodKey] = frozenset()  # allocated to, or running a process of, these pods
     pod_uids: frozenset[str] = frozenset()  # running a process of the pods of these UIDs
     stray_processes: int = 0  # processes no pod owns: Kubernetes does not know of them
+    utilization_memory: float | None = None  # NVML memory utilization, percent (the basic counters)
+    profile: DeviceProfile | None = None  # the profiling counters (``kubectl accel top`` diagnoses from them)
 
     def describe(self) -> str:
         """``device 3 (uncorrectable ECC errors: 2)``: the device and its first problem."""
