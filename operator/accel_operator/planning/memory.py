@@ -493,8 +493,19 @@ def _stack_peak(w: JobProfile, tp: int, dp: int, *, cache: PlanCache | None = No
     else:
         head_p = (s.vocab * s.hidden if s.tied else s.head_params) / tp + s.norm_params
         stages = [("first stage", body + emb, w.in_flight, False), ("last stage", body + head_p, 1, True)]
-    fp8_cache = layers * s.layer_matmul_params / tp * stacks.FP8_WEIGHT_CACHE_BYTES if w.fp8 else 0.0
-    gathered = 2 * prm.layer * num.compute if st.weights_sharded and shard > 1 else 0.0
+    fully_sharded = st.weights_sharded and shard > 1
+    # Transformer Engine's FP8 copy and transpose of each product's weight follow the 16-bit
+    # weights they are cast from: whole where those are whole; under ZeRO-3/FSDP a shard of
+    # them (FP8 parameters gathered as FP8: Megatron's --fp8-param-gather) plus the copies of the
+    # two gathered layers (the current one and the prefetched one), so the FP8 figure shrinks
+    # with the devices as the bf16 one does. Counting the whole cache on every device put a
+    # 70B model on 64 H100s at 174 GB per device against 33 GB in amp-bf16.
+    fp8_cache = 0.0
+    if w.fp8:
+        fp8_cache = layers * s.layer_matmul_params / tp * stacks.FP8_WEIGHT_CACHE_BYTES
+        if fully_sharded:
+            fp8_cache = fp8_cache / shard + 2 * s.layer_matmul_params / tp * stacks.FP8_WEIGHT_CACHE_BYTES
+    gathered = 2 * prm.layer * num.compute if fully_sharded else 0.0
     # Ring attention (context parallel): the K and V blocks in flight from the neighbour,
     # double-buffered.
     ring = 2 * 2 * s.kv_dim / tp * num.compute * tokens if w.context_parallel > 1 else 0.0

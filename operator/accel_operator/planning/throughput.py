@@ -80,9 +80,12 @@ UNHIDDEN_TAIL = 0.05
 FSDP_HOST_OPS_PER_LAYER = 60
 FSDP_COLLECTIVE_EFFICIENCY = 0.5
 FSDP_OVERLAP = 0.8
-# Hopper's dense FP8 tensor-core peak is twice its bf16 peak (NVIDIA H100 SXM datasheet: 1979 vs
-# 989 TFLOP/s). Transformer Engine runs the layers' products in FP8 (forward E4M3, gradients
-# E5M2) and keeps the LM head in bf16; each product's input is cast (read 16-bit, write 1 byte).
+# The dense FP8 tensor-core peak is twice the bf16 peak where the card has FP8 tensor cores
+# (catalog ``fp8TensorCores``: Ada, Hopper, Blackwell; NVIDIA H100 SXM datasheet: 1979 vs 989
+# TFLOP/s, L4: 242.5 vs 121). Transformer Engine runs the layers' products in FP8 (forward E4M3,
+# gradients E5M2) and keeps the LM head in bf16; each product's input is cast (read 16-bit,
+# write 1 byte). Elsewhere there is no 1-byte product: an fp8 job is refused by the planner
+# (selection), and this model plans its products at the 16-bit peak.
 FP8_PEAK_RATIO = 2.0
 # Fused stacks (attention: flash under framework fsdp): FlashAttention's kernels reach this
 # fraction of the catalog's attention efficiency. Fitted to LLM Foundry's long-sequence rows
@@ -133,7 +136,7 @@ def _gemm_seconds(m: float, n: float, k: float, dtype_bytes: int, accel: Acceler
     """Roofline of one matrix product [m × k] @ [k × n], plus the kernel's fixed cost."""
     per_row = GEMM_ALIGNMENT_BYTES // dtype_bytes
     peak = accel.fp32_flops if dtype_bytes >= 4 else accel.bf16_flops
-    if dtype_bytes == 1:
+    if dtype_bytes == 1 and accel.fp8_tensor_cores:
         peak *= FP8_PEAK_RATIO
     if n % per_row or k % per_row or m % per_row:
         rate = peak * accel.unaligned_matmul_efficiency
@@ -235,7 +238,8 @@ def _device_step(w: JobProfile, accel: Accelerator, tp: int, *, cache: PlanCache
         ew = MEGATRON_FUSION
     eager = w.attention is Attention.EAGER
 
-    g_fwd, g_bwd = _layer_gemms(blk.gemms, m, tp, 1 if w.fp8 else a, accel)
+    fp8 = w.fp8 and accel.fp8_tensor_cores  # without FP8 tensor cores: 16-bit products
+    g_fwd, g_bwd = _layer_gemms(blk.gemms, m, tp, 1 if fp8 else a, accel)
     head_fwd, head_bwd = _layer_gemms((Gemm(s.vocab, s.hidden, True),), m, tp, a, accel)
 
     # Attention: the fused kernel over the causal half of the scores; eager attention runs QK^T
@@ -256,7 +260,7 @@ def _device_step(w: JobProfile, accel: Accelerator, tp: int, *, cache: PlanCache
     per_score = w.seq_len / tp
     ew_fwd_bytes = (blk.fwd_bytes_shared + blk.fwd_bytes_split / tp + blk.fwd_bytes_per_score * per_score) * m
     ew_bwd_bytes = (blk.bwd_bytes_shared + blk.bwd_bytes_split / tp + blk.bwd_bytes_per_score * per_score) * m
-    if w.fp8:
+    if fp8:
         # Transformer Engine casts each product's input to FP8 (and in backward the output
         # gradient), reading 16-bit and writing one byte.
         cast = sum(g.k for g in blk.gemms) * (a + 1)

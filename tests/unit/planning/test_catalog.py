@@ -90,3 +90,22 @@ def test_missing_file() -> None:
 
 def test_default_is_cached() -> None:
     assert catalog.default() is catalog.default()
+
+
+@pytest.mark.parametrize(
+    ("accelerator", "fp8"),
+    [
+        ("t4", False),  # Turing, compute capability 7.5
+        ("a10g", False),  # Ampere GA102, 8.6
+        ("a100-40gb", False),  # Ampere GA100, 8.0
+        ("a100-80gb", False),
+        ("l4", True),  # Ada, 8.9
+        ("h100-80gb", True),  # Hopper, 9.0
+        ("h200-141gb", True),
+        ("b200", True),  # Blackwell, 10.0
+    ],
+)
+def test_fp8_tensor_cores_per_card(accelerator: str, fp8: bool) -> None:
+    card = catalog.default().get(accelerator)
+    assert card is not None
+    assert card.fp8_tensor_cores is fp8
