@@ -185,7 +185,8 @@ class Workload(ApiModel):
     mode: WorkloadMode = WorkloadMode.TRAINING
     framework: Framework = Field(
         default=Framework.HF,
-        description="hf (transformers, eager PyTorch), fsdp (PyTorch FSDP/FSDP2 mixed precision), deepspeed "
+        description="hf (transformers, eager PyTorch; sharded by zero2/zero3/fsdp: the Trainer's FSDP under a "
+        "bf16 mixed-precision policy), fsdp (PyTorch FSDP/FSDP2 mixed precision), deepspeed "
         "(ZeRO 1-3), megatron (Megatron-LM/NeMo/Transformer Engine) or maxtext (JAX/XLA).",
     )
     precision: Precision = Precision.AMP_BF16

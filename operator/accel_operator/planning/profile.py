@@ -161,12 +161,15 @@ class Numerics:
         return 4 if self.autocast else self.residual
 
 
-def numerics(precision: Precision, framework: Framework = Framework.HF) -> Numerics:
+def numerics(precision: Precision, framework: Framework = Framework.HF, sharding: Sharding = Sharding.NONE) -> Numerics:
     if precision in (Precision.AMP_BF16, Precision.AMP_FP16):
-        if framework is not Framework.HF:
+        if framework is not Framework.HF or sharding is not Sharding.NONE:
             # A mixed-precision policy (FSDP's MixedPrecisionPolicy, DeepSpeed's bf16/fp16
             # engine, Megatron, MaxText) runs the model on 16-bit copies of fp32 master weights:
-            # no autocast, 16-bit residual stream and activations.
+            # no autocast, 16-bit residual stream and activations. Hugging Face code sharded by
+            # ZeRO or FSDP runs the same way: its Trainer hands mixed precision to DeepSpeed's
+            # bf16 engine or to FSDP's MixedPrecision (autocast on top casts nothing: the
+            # parameters it sees are already 16-bit, and LlamaRMSNorm returns the input dtype).
             return Numerics(param=4, compute=2, residual=2, autocast=False)
         return Numerics(param=4, compute=2, residual=4, autocast=True)
     if precision is Precision.FP8:
@@ -352,7 +355,7 @@ def from_spec(spec: AcceleratorJobSpec) -> JobProfile:
         shape=shape,
         mode=w.mode,
         precision=w.precision,
-        numerics=numerics(w.precision, w.framework),
+        numerics=numerics(w.precision, w.framework, w.sharding),
         optimizer=w.optimizer,
         micro_batch=w.micro_batch,
         seq_len=w.seq_len,
