@@ -16,6 +16,8 @@ from types import ModuleType
 
 import pytest
 
+from accel_api import catalog
+
 ROOT = Path(__file__).resolve().parents[3]
 DATA = ROOT / "tests" / "data" / "calibration"
 
@@ -99,6 +101,17 @@ def test_multi_gpu_sharded_rows_planned_as_hf() -> None:
     assert statistics.median(abs(e) for e in errors) <= 0.05
     assert max(abs(e) for e in errors) <= 0.10
     assert min(errors) >= -0.05
+
+
+def test_h200_runtime_context_is_the_measured_one() -> None:
+    # NVML used − the allocator's reserve on one H200 (the single-GPU rows): the CUDA context and
+    # kernel images, 2.04 GB, not the H100's 1.31 GB the catalog had copied.
+    h200 = catalog.default().get("h200-141gb")
+    assert h200 is not None
+    single = [c.row for c in MULTI if c.row.get("devices") == 1 and "nvml_used_after" in c.row]
+    assert len(single) >= 4
+    measured = statistics.median(r["nvml_used_after"] - r["peak_reserved"] for r in single)
+    assert h200.context_bytes == pytest.approx(measured, rel=0.02)
 
 
 def test_multi_gpu_runs_are_predicted_to_fit() -> None:
