@@ -17,6 +17,9 @@ IDS = (
     "h100-80gb",
     "h200-141gb",
     "b200",
+    "rtx-4090",
+    "rtx-a6000",
+    "l40s",
     "tpu-v4",
     "tpu-v5e",
     "tpu-v5p",
@@ -99,7 +102,10 @@ def test_default_is_cached() -> None:
         ("a10g", False),  # Ampere GA102, 8.6
         ("a100-40gb", False),  # Ampere GA100, 8.0
         ("a100-80gb", False),
+        ("rtx-a6000", False),  # Ampere GA102, 8.6
         ("l4", True),  # Ada, 8.9
+        ("rtx-4090", True),
+        ("l40s", True),
         ("h100-80gb", True),  # Hopper, 9.0
         ("h200-141gb", True),
         ("b200", True),  # Blackwell, 10.0
