@@ -204,6 +204,12 @@ class Workload(ApiModel):
         "keeps only its input); defaults to full with gradientCheckpointing, else none.",
     )
     sharding: Sharding = Sharding.NONE
+    hybrid_shard_degree: Annotated[int, Field(ge=1, le=bounds.DEVICES)] | None = Field(
+        default=None,
+        description="Hybrid sharding (HSDP: FSDP1 HYBRID_SHARD, FSDP2 on a (replicate, shard) mesh): "
+        "shard over groups of this many data-parallel ranks and replicate across the groups; the "
+        "data-parallel ranks (× contextParallel) must be a multiple of it. Unset: shard over all of them.",
+    )
     tensor_parallel: Annotated[int, Field(ge=1, le=bounds.TENSOR_PARALLEL)] = Field(
         default=1, description="Tensor-parallel degree within a node."
     )
@@ -260,6 +266,13 @@ class Workload(ApiModel):
             check=lambda w: not w.gradient_checkpointing or w.recompute in (None, Recompute.FULL),
             field_path=".recompute",
             got=lambda w: f"recompute: {w.recompute.value if w.recompute else None}",
+        ),
+        CelRule(
+            name="hybrid-shard-needs-sharding",
+            cel="!has(self.hybridShardDegree) || (has(self.sharding) && self.sharding != 'none')",
+            message="hybridShardDegree needs sharding zero1, zero2, zero3 or fsdp",
+            check=lambda w: w.hybrid_shard_degree is None or w.sharding is not Sharding.NONE,
+            field_path=".hybridShardDegree",
         ),
         CelRule(
             name="maxtext-shards-activations",

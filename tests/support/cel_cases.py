@@ -106,6 +106,13 @@ CASES = [
         "contextParallel must divide seqLen",
     ),
     _case(
+        "hybrid-shard-needs-sharding",
+        _TRAINING,
+        {"spec.workload.hybridShardDegree": 8},
+        {"spec.workload.sharding": "fsdp"},
+        "hybridShardDegree needs sharding",
+    ),
+    _case(
         "maxtext-shards-activations",
         _TRAINING,
         {"spec.workload.framework": "maxtext", "spec.workload.sequenceParallel": False},

@@ -526,7 +526,7 @@ def _stack_peak(w: JobProfile, tp: int, dp: int, *, cache: PlanCache | None = No
     act = stacks.activations(w, tp, cache=cache)
     moments_fp32 = _optimizer_state_bytes(s, w.optimizer, 4, cache=cache) / s.params
     st = stacks.states(w, moments_fp32)
-    shard = dp * w.context_parallel  # the distributed optimizer / fsdp axis spans dp × cp
+    shard = w.shard_degree(dp)  # the distributed optimizer / fsdp axis spans dp × cp (or the HSDP group)
     tokens = w.device_tokens
     prm = _params(w, tp)
     layers = w.stage_layers
@@ -645,8 +645,9 @@ def _training(w: JobProfile, accel: Accelerator, layout: Layout, *, cache: PlanC
         return _maxtext(w, accel, layout, cache=cache)
     if w.framework is Framework.MEGATRON:
         return _result(_stack_peak(w, layout.tensor_parallel, layout.data_parallel, cache=cache), accel)
-    # Context-parallel ranks hold the same weights: sharding spans data × context ranks.
-    shards = layout.data_parallel * w.context_parallel
+    # Context-parallel ranks hold the same weights: sharding spans data × context ranks, or the
+    # hybrid sharding group (HSDP), across which the shards are replicated.
+    shards = w.shard_degree(layout.data_parallel)
     # Without sharding, the data-parallel degree matters only as "more than one" (DDP buckets).
     dp = shards if w.sharding is not Sharding.NONE else min(2, shards)
     if w.framework is Framework.FSDP or (

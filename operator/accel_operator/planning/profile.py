@@ -207,6 +207,8 @@ class JobProfile:
     # Sequence parallelism (Korthikanti et al. 2022) with tensor parallelism: what a layer keeps
     # whole on every tensor-parallel rank without it is split along the sequence.
     sequence_parallel: bool = False
+    # Hybrid sharding (HSDP): the sharding group's size; 0 shards over every data-parallel rank.
+    hybrid_shard_degree: int = 0
 
     def __hash__(self) -> int:
         # Consistent with equality and cheaper than hashing every field (the models cache on it).
@@ -244,6 +246,12 @@ class JobProfile:
         per flush = ``gradientAccumulation`` (Narayanan et al. 2021, section 2.2)."""
         p = self.pipeline_parallel
         return (p - 1) / (self.gradient_accumulation + p - 1)
+
+    def shard_degree(self, data_parallel: int) -> int:
+        """Ranks the model states are sharded over on ``data_parallel`` replicas: data × context
+        parallel, or the hybrid sharding group within them (states are replicated across groups)."""
+        ranks = data_parallel * self.context_parallel
+        return min(self.hybrid_shard_degree, ranks) if self.hybrid_shard_degree else ranks
 
     @property
     def selective(self) -> bool:
@@ -355,6 +363,13 @@ def from_spec(spec: AcceleratorJobSpec) -> JobProfile:
     )
     gpt2_style = shape.mlp is MlpKind.GELU and not shape.rmsnorm and not fused
     sequence_parallel = _sequence_parallel(w.sequence_parallel, w.framework, w.tensor_parallel, notes)
+    if w.hybrid_shard_degree:
+        notes.append(
+            f"hybrid sharding: weights, gradients and optimizer states sharded over groups of "
+            f"{w.hybrid_shard_degree} data-parallel ranks (their per-device share is 1/{w.hybrid_shard_degree}, "
+            f"whatever the devices) and replicated across the groups; the parameter all-gathers stay in a "
+            f"group, the gradients are all-reduced across groups"
+        )
     return JobProfile(
         shape=shape,
         mode=w.mode,
@@ -379,6 +394,7 @@ def from_spec(spec: AcceleratorJobSpec) -> JobProfile:
         context_parallel=w.context_parallel,
         gradient_accumulation=w.gradient_accumulation,
         sequence_parallel=sequence_parallel,
+        hybrid_shard_degree=w.hybrid_shard_degree or 0,
     )
 
 

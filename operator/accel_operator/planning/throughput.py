@@ -191,6 +191,29 @@ def _allreduce_seconds(nbytes: float, ranks: int, layout: Layout, accel: Acceler
     return t
 
 
+def _group(ranks: int, layout: Layout) -> Layout:
+    """The devices of one hybrid sharding group of ``ranks``, packed onto the layout's nodes."""
+    per_node = layout.devices_per_node
+    return Layout(ranks, max(1, -(-ranks // per_node)))
+
+
+def _hsdp_seconds(
+    w: JobProfile, layout: Layout, accel: Accelerator, *, params: float, gathers: int, group: int, dp: int
+) -> float:
+    """FSDP hybrid sharding (HSDP; FSDP1 ``HYBRID_SHARD``, FSDP2 on a (replicate, shard) mesh):
+    the all-gathers and the gradients' reduce-scatter run inside a group of ``group`` ranks (its
+    nodes), and the reduced gradient shard is all-reduced across the dp / group replicas."""
+    grad_bytes = 4.0 if w.numerics.param == 4 else float(w.numerics.param)
+    volume = params * (gathers * w.numerics.compute + grad_bytes)
+    t = (group - 1) / group * volume / (accel.intra_node_bytes_per_second * FSDP_COLLECTIVE_EFFICIENCY)
+    g = _group(group, layout)
+    if g.nodes > 1:
+        t += (g.nodes - 1) / g.nodes * volume / g.devices_per_node / accel.inter_node_bytes_per_second
+    replicas = dp // group
+    link = accel.inter_node_bytes_per_second if layout.nodes > g.nodes else accel.intra_node_bytes_per_second
+    return t + 2 * (replicas - 1) / replicas * params * grad_bytes / group / link
+
+
 def _optimizer_bytes_per_param(w: JobProfile) -> tuple[float, int]:
     """Bytes the optimizer step moves per parameter, and kernels per parameter tensor."""
     p = w.numerics.param
@@ -373,7 +396,8 @@ def _training(w: JobProfile, accel: Accelerator, layout: Layout, *, cache: PlanC
     # Context-parallel ranks hold the same weights: gradients are reduced, and optimizer states
     # sharded, over data × context parallel ranks.
     dp_cp = dp * w.context_parallel
-    optimizer = dev.optimizer_per_shard / (dp_cp if w.sharding is not Sharding.NONE else 1) + dev.optimizer_fixed
+    shard = w.shard_degree(dp)  # dp × cp, or the hybrid sharding group (HSDP)
+    optimizer = dev.optimizer_per_shard / (shard if w.sharding is not Sharding.NONE else 1) + dev.optimizer_fixed
     forward, backward = dev.forward, dev.backward
 
     # Data parallel: gradients (in the parameters' dtype) all-reduced, or reduce-scattered and
@@ -382,7 +406,11 @@ def _training(w: JobProfile, accel: Accelerator, layout: Layout, *, cache: PlanC
     dp_comm = _allreduce_seconds(dev.params * w.numerics.param, dp_cp, layout, accel)
     hideable = OVERLAP * backward
     if dp_cp > 1 and w.sharding in (Sharding.ZERO3, Sharding.FSDP):
-        dp_comm += _allreduce_seconds(dev.params * w.numerics.compute, dp_cp, layout, accel)  # 2 all-gathers
+        # 2 all-gathers, over every rank or, hybrid sharded, within the group (its nodes only);
+        # the gradients' reduce-scatter in the group, all-reduce of the shard across the groups
+        # and all-gather move what one all-reduce over every rank moves.
+        gather_over = layout if shard == dp_cp else _group(shard, layout)
+        dp_comm += _allreduce_seconds(dev.params * w.numerics.compute, shard, gather_over, accel)
         hideable = OVERLAP * (forward + backward)
     # The last bucket's reduction cannot overlap anything.
     dp_exposed = max(0.0, dp_comm - hideable) + dp_comm * UNHIDDEN_TAIL
@@ -408,7 +436,10 @@ def _training(w: JobProfile, accel: Accelerator, layout: Layout, *, cache: PlanC
         gathers = 1 if w.sharding in (Sharding.ZERO1, Sharding.ZERO2) else 2
         fsdp_bytes = params * (gathers * 2 * w.numerics.compute + 3 * 4.0)
         dp_comm = 0.0
-        if dp > 1:
+        group = min(w.hybrid_shard_degree, dp) if w.hybrid_shard_degree else dp
+        if 1 < group < dp:
+            dp_comm = _hsdp_seconds(w, layout, accel, params=params, gathers=gathers, group=group, dp=dp)
+        elif dp > 1:
             volume = params * (gathers * w.numerics.compute + (4.0 if w.numerics.param == 4 else w.numerics.param))
             dp_comm = (dp - 1) / dp * volume / (accel.intra_node_bytes_per_second * FSDP_COLLECTIVE_EFFICIENCY)
             if layout.nodes > 1:

@@ -226,3 +226,22 @@ def test_memory_grows_with_the_batch(micro_batch: int, seq: int) -> None:
     small = memory.estimate(job().workload(microBatch=micro_batch, seqLen=seq).profile(), H100, ONE)
     large = memory.estimate(job().workload(microBatch=micro_batch + 1, seqLen=seq).profile(), H100, ONE)
     assert large.peak_allocated_bytes >= small.peak_allocated_bytes
+
+
+@pytest.mark.parametrize("framework", ["fsdp", "hf", "deepspeed", "megatron"])
+def test_hybrid_sharding_shards_over_the_group_and_replicates_across(framework: str) -> None:
+    # HSDP on 8 nodes of 8: the model states are divided by the group of 8, not by the 64 ranks.
+    def states(**extra: object) -> float:
+        w = job().workload(framework=framework, sharding="zero3", microBatch=1, seqLen=16, **extra).profile()
+        p = parts(memory.estimate(w, H100, Layout(64, 8, hybrid_shard=w.hybrid_shard_degree)))
+        return p["optimizer states"]
+
+    assert states(hybridShardDegree=8) == pytest.approx(8 * states(), rel=1e-6)
+    assert states(hybridShardDegree=64) == pytest.approx(states(), rel=1e-6)
+
+
+def test_hybrid_shard_degree_must_divide_the_data_parallel_ranks() -> None:
+    w = job().workload(framework="fsdp", sharding="fsdp", hybridShardDegree=8, microBatch=1).profile()
+    assert Layout.of(w, 16, 2).problem(8) is None
+    problem = Layout.of(w, 12, 2).problem(8)
+    assert problem is not None and "12 data-parallel ranks are not a multiple of hybridShardDegree 8" in problem

@@ -176,3 +176,17 @@ def test_fp8_with_fp8_tensor_cores_is_faster_than_bf16(accelerator: str) -> None
     bf16 = throughput.estimate(base.profile(), card, ONE)
     fp8 = throughput.estimate(base.workload(precision="fp8").profile(), card, ONE)
     assert fp8.step_seconds < 0.85 * bf16.step_seconds
+
+
+@pytest.mark.parametrize("framework", ["fsdp", "deepspeed"])
+def test_hybrid_sharding_keeps_the_gathers_inside_a_node(framework: str) -> None:
+    # 64 H100 on 8 nodes, a communication-bound step (short sequences, no checkpointing): the
+    # parameter all-gathers of full sharding cross the network; HSDP's stay on NVLink.
+    base = {"framework": framework, "sharding": "fsdp", "microBatch": 1, "seqLen": 512}
+    full = job().arch(LLAMA_8B).workload(**base).profile()
+    hsdp = job().arch(LLAMA_8B).workload(**base, hybridShardDegree=8).profile()
+    t_full = throughput.estimate(full, H100, Layout(64, 8))
+    t_hsdp = throughput.estimate(hsdp, H100, Layout(64, 8, hybrid_shard=8))
+    assert t_hsdp.component("data-parallel communication (exposed)") < t_full.component(
+        "data-parallel communication (exposed)"
+    )
