@@ -43,6 +43,12 @@ _SHARDING: dict[str, dict[str, str]] = {
     "fsdp_full": {"framework": "fsdp", "sharding": "fsdp"},
     "fsdp_grad_op": {"framework": "fsdp", "sharding": "zero2"},
 }
+# The same sharded rows as a Hugging Face Trainer user describes them (``--fsdp shard_grad_op`` or
+# ``full_shard``): framework hf, which the planner runs as FSDP under a bf16 mixed-precision policy.
+_SHARDING_HF: dict[str, dict[str, str]] = {
+    "fsdp_full": {"framework": "hf", "sharding": "fsdp"},
+    "fsdp_grad_op": {"framework": "hf", "sharding": "zero2"},
+}
 _PRECISION = {"amp_bf16": "amp-bf16", "amp_fp16": "amp-fp16", "bf16": "bf16", "fp16": "fp16", "fp32": "fp32"}
 
 
@@ -103,8 +109,9 @@ def _max_positions(row: dict[str, Any]) -> int:
     return max(1, int(rest) // int(h))
 
 
-def spec_for(row: dict[str, Any]) -> AcceleratorJobSpec:
-    """The AcceleratorJobSpec of the run a calibration row measured."""
+def spec_for(row: dict[str, Any], *, as_hf: bool = False) -> AcceleratorJobSpec:
+    """The AcceleratorJobSpec of the run a calibration row measured (``as_hf``: a sharded row as
+    framework hf)."""
     llama = row["kind"] == "llama"
     arch: dict[str, Any] = {
         "layers": row["layers"],
@@ -119,7 +126,7 @@ def spec_for(row: dict[str, Any]) -> AcceleratorJobSpec:
     if not llama:
         arch["maxPositions"] = _max_positions(row)
     wl: dict[str, Any] = {"precision": _PRECISION[row["precision"]], "attention": row.get("attn", "sdpa")}
-    wl |= _SHARDING[row.get("sharding", "none")]
+    wl |= (_SHARDING_HF if as_hf else _SHARDING).get(row.get("sharding", "none"), {})
     if row["mode"] == "train":
         wl |= {
             "mode": "training",
@@ -176,13 +183,15 @@ class Comparison:
         return self.speed.prefill_seconds / float(self.row["prefill_s"]) - 1
 
 
-def compare(rows: Iterable[dict[str, Any]], cat: catalog.Catalog | None = None) -> list[Comparison]:
+def compare(
+    rows: Iterable[dict[str, Any]], cat: catalog.Catalog | None = None, *, as_hf: bool = False
+) -> list[Comparison]:
     cat = cat or catalog.default()
     out = []
     for row in rows:
         accel = cat.get(row.get("accelerator") or DEFAULT_ACCELERATOR)
         assert accel is not None, row.get("accelerator")
-        w = profile.from_spec(spec_for(row))
+        w = profile.from_spec(spec_for(row, as_hf=as_hf))
         layout = Layout.of(w, int(row.get("devices", 1)), 1)
         out.append(Comparison(row, memory.estimate(w, accel, layout), throughput.estimate(w, accel, layout)))
     return out
@@ -276,6 +285,16 @@ def main(argv: Sequence[str]) -> int:
         if s is not None:
             n = sum(v is not None for v in values)
             print(f"{name:24} median |error| {s[0] * 100:5.1f}%   worst {s[1] * 100:5.1f}%   ({n} rows)")
+    if multi:
+        sharded = [r for r in rows if r.get("sharding") in _SHARDING_HF]
+        as_hf = compare(sharded, as_hf=True)
+        s = summary([c.peak_error() for c in as_hf])
+        under = min((e for c in as_hf if (e := c.peak_error()) is not None), default=0.0)
+        if s is not None:
+            print(
+                f"{'peak, FSDP rows as hf':24} median |error| {s[0] * 100:5.1f}%   worst {s[1] * 100:5.1f}%   "
+                f"({len(as_hf)} rows; most under {under * 100:+.1f}%)"
+            )
     ooms = [c for c in results if c.oom]
     caught = sum(not c.mem.fits for c in ooms)
     false_oom = sum(1 for c in results if not c.oom and not c.mem.fits)

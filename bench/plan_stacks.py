@@ -126,6 +126,8 @@ def megatron_case(row: dict[str, Any], cat: catalog.Catalog) -> Case:
         "gradientAccumulation": row["batch"] // dp,
         "tensorParallel": tp,
         "pipelineParallel": pp,
+        # The 2021 code had no sequence parallelism (Korthikanti et al. added it in 2022).
+        "sequenceParallel": False,
     }
     accel = cat.get("a100-80gb")
     assert accel is not None

@@ -185,7 +185,8 @@ class Workload(ApiModel):
     mode: WorkloadMode = WorkloadMode.TRAINING
     framework: Framework = Field(
         default=Framework.HF,
-        description="hf (transformers, eager PyTorch), fsdp (PyTorch FSDP/FSDP2 mixed precision), deepspeed "
+        description="hf (transformers, eager PyTorch; sharded by zero2/zero3/fsdp: the Trainer's FSDP under a "
+        "bf16 mixed-precision policy), fsdp (PyTorch FSDP/FSDP2 mixed precision), deepspeed "
         "(ZeRO 1-3), megatron (Megatron-LM/NeMo/Transformer Engine) or maxtext (JAX/XLA).",
     )
     precision: Precision = Precision.AMP_BF16
@@ -203,8 +204,22 @@ class Workload(ApiModel):
         "keeps only its input); defaults to full with gradientCheckpointing, else none.",
     )
     sharding: Sharding = Sharding.NONE
+    hybrid_shard_degree: Annotated[int, Field(ge=1, le=bounds.DEVICES)] | None = Field(
+        default=None,
+        description="Hybrid sharding (HSDP: FSDP1 HYBRID_SHARD, FSDP2 on a (replicate, shard) mesh): "
+        "shard over groups of this many data-parallel ranks and replicate across the groups; the "
+        "data-parallel ranks (× contextParallel) must be a multiple of it. Unset: shard over all of them.",
+    )
     tensor_parallel: Annotated[int, Field(ge=1, le=bounds.TENSOR_PARALLEL)] = Field(
         default=1, description="Tensor-parallel degree within a node."
+    )
+    sequence_parallel: bool | None = Field(
+        default=None,
+        description="Sequence parallelism with tensor parallelism (Korthikanti et al. 2022): the norms', "
+        "dropouts' and products' inputs split along the sequence over the tensor-parallel ranks. Unset: "
+        "as the framework does it: on for megatron with tensorParallel > 1 (Megatron-LM's and NeMo's "
+        "recipes set --sequence-parallel with it), off for hf, fsdp and deepspeed; maxtext always shards "
+        "activations over its tensor axis (false is refused there).",
     )
     pipeline_parallel: Annotated[int, Field(ge=1, le=bounds.PIPELINE_PARALLEL)] = Field(
         default=1, description="Pipeline stages (1F1B schedule); each holds layers/stages layers."
@@ -251,6 +266,22 @@ class Workload(ApiModel):
             check=lambda w: not w.gradient_checkpointing or w.recompute in (None, Recompute.FULL),
             field_path=".recompute",
             got=lambda w: f"recompute: {w.recompute.value if w.recompute else None}",
+        ),
+        CelRule(
+            name="hybrid-shard-needs-sharding",
+            cel="!has(self.hybridShardDegree) || (has(self.sharding) && self.sharding != 'none')",
+            message="hybridShardDegree needs sharding zero1, zero2, zero3 or fsdp",
+            check=lambda w: w.hybrid_shard_degree is None or w.sharding is not Sharding.NONE,
+            field_path=".hybridShardDegree",
+        ),
+        CelRule(
+            name="maxtext-shards-activations",
+            cel="!has(self.sequenceParallel) || self.sequenceParallel || !has(self.framework) "
+            "|| self.framework != 'maxtext'",
+            message="maxtext shards every activation over its tensor axis (its logical axis rules): "
+            "sequenceParallel false does not apply; leave it unset",
+            check=lambda w: w.sequence_parallel is not False or w.framework is not Framework.MAXTEXT,
+            field_path=".sequenceParallel",
         ),
         CelRule(
             name="context-parallel-divides-seq-len",

@@ -106,6 +106,20 @@ CASES = [
         "contextParallel must divide seqLen",
     ),
     _case(
+        "hybrid-shard-needs-sharding",
+        _TRAINING,
+        {"spec.workload.hybridShardDegree": 8},
+        {"spec.workload.sharding": "fsdp"},
+        "hybridShardDegree needs sharding",
+    ),
+    _case(
+        "maxtext-shards-activations",
+        _TRAINING,
+        {"spec.workload.framework": "maxtext", "spec.workload.sequenceParallel": False},
+        {"spec.workload.sequenceParallel": True},
+        "sequenceParallel false does not apply",
+    ),
+    _case(
         "inference-trains-nothing",
         _INFERENCE,
         {"spec.workload.gradientAccumulation": 4},

@@ -15,11 +15,14 @@ class Layout:
     tensor_parallel: int = 1
     pipeline_parallel: int = 1
     context_parallel: int = 1
+    hybrid_shard: int = 0  # HSDP: the sharding group (data × context ranks); 0: all of them
 
     @classmethod
     def of(cls, job: JobProfile, devices: int, nodes: int) -> Layout:
         """The layout ``job`` asks for on ``devices`` over ``nodes``."""
-        return cls(devices, nodes, job.tensor_parallel, job.pipeline_parallel, job.context_parallel)
+        return cls(
+            devices, nodes, job.tensor_parallel, job.pipeline_parallel, job.context_parallel, job.hybrid_shard_degree
+        )
 
     @property
     def model_parallel(self) -> int:
@@ -48,6 +51,12 @@ class Layout:
             return (
                 f"{self.devices} devices are not a multiple of tensorParallel × pipelineParallel × "
                 f"contextParallel = {mp}"
+            )
+        ranks = self.data_parallel * self.context_parallel
+        if self.hybrid_shard and ranks % self.hybrid_shard:
+            return (
+                f"{ranks} data-parallel ranks are not a multiple of hybridShardDegree {self.hybrid_shard} "
+                "(groups that shard, replicated across)"
             )
         if self.devices > self.nodes * devices_per_node:
             return f"{self.devices} devices do not fit on {self.nodes} node(s) of {devices_per_node}"

@@ -131,16 +131,56 @@ def _deepspeed_states(w: JobProfile, tp: int, dp: int, *, cache: PlanCache | Non
     return 2.0 * n, 6.0 * n / dp, master / dp
 
 
-def model_state_bytes(w: JobProfile, tp: int, dp: int, *, cache: PlanCache | None = None) -> float:
-    """Weights, gradients and optimizer states per device (no activations or buffers)."""
-    if w.framework is Framework.DEEPSPEED and w.numerics.param == 4:
-        return sum(_deepspeed_states(w, tp, dp, cache=cache))
-    n, p = _params(w, tp).total, w.numerics.param
-    sharded = dp if w.sharding is not Sharding.NONE else 1
+def sharded_mixed_precision(w: JobProfile) -> bool:
+    """ZeRO-1/2 (or FSDP ``SHARD_GRAD_OP``) with fp32 master weights and 16-bit compute: the
+    model runs on a 16-bit working copy that stays whole while the fp32 master is sharded."""
+    return w.sharding in (Sharding.ZERO1, Sharding.ZERO2) and w.numerics.param == 4 and w.numerics.compute < 4
+
+
+def _model_states(
+    w: JobProfile, tp: int, dp: int, params: float, held: float, *, cache: PlanCache | None
+) -> tuple[float, float, float]:
+    """(weights, gradients, optimizer states) per device for ``params`` parameters held, of which
+    ``held`` is the share of the model's optimizer states (a pipeline stage's share).
+
+    What stays whole and what is divided by the sharding degree N (docs/planner.md, "Sharded
+    memory", has the table with its sources), for mixed precision (fp32 master, 16-bit compute):
+
+    - none (DDP under autocast): the fp32 parameters are the master; weights, gradients and
+      states whole (autocast's 16-bit copies are transient, counted at their moments).
+    - zero1: the 16-bit working copy and its 16-bit gradients whole; the fp32 master, its fp32
+      gradient partition and the states sharded (ZeRO paper P_os = 4Ψ + KΨ/N, K = 12 for the
+      master and Adam's moments; DeepSpeed's stage 1/2 keeps the fp32 gradient partition).
+    - zero2 (DeepSpeed stage 2, FSDP ``SHARD_GRAD_OP``, FSDP2 ``reshard_after_forward=False``):
+      only the 16-bit working copy whole; master, gradients (reduce-scattered into fp32 shards)
+      and states sharded: 2Ψ + 16Ψ/N (ZeRO's P_os+g = 2Ψ + (2 + K)Ψ/N).
+    - zero3 / fsdp (FULL_SHARD, FSDP2 ``reshard_after_forward=True``): everything sharded, 16Ψ/N;
+      the gathered layers are counted at their moments.
+
+    ``framework: deepspeed`` keeps DeepSpeed's own accounting (``_deepspeed_states``). Pure 16-bit
+    or fp32 training has no master: weights sharded by zero3/fsdp, gradients by zero2 and up,
+    states by every stage.
+    """
+    num = w.numerics
+    share = params / _params(w, tp).total
+    if w.framework is Framework.DEEPSPEED and num.param == 4:
+        weights, grads, states = _deepspeed_states(w, tp, dp, cache=cache)
+        return weights * share, grads * share, states * held
+    states = _optimizer_state_bytes(w.shape, w.optimizer, num.param, cache=cache) / tp * held
+    states /= dp if w.sharding is not Sharding.NONE else 1
+    if sharded_mixed_precision(w):
+        weights = params * (num.compute + num.param / dp)
+        if w.sharding is Sharding.ZERO1:
+            return weights, params * (num.compute + num.param / dp), states
+        return weights, params * num.param / dp, states
     shard_w = dp if w.sharding in (Sharding.ZERO3, Sharding.FSDP) else 1
     shard_g = dp if w.sharding in (Sharding.ZERO2, Sharding.ZERO3, Sharding.FSDP) else 1
-    states = _optimizer_state_bytes(w.shape, w.optimizer, p, cache=cache) / tp / sharded
-    return n * p / shard_w + n * p / shard_g + states
+    return params * num.param / shard_w, params * num.param / shard_g, states
+
+
+def model_state_bytes(w: JobProfile, tp: int, dp: int, *, cache: PlanCache | None = None) -> float:
+    """Weights, gradients and optimizer states per device (no activations or buffers)."""
+    return sum(_model_states(w, tp, dp, _params(w, tp).total, 1.0, cache=cache))
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,19 +288,11 @@ def _stage_moments(
     hd = blocks.head(s, num, cache=cache)
     tokens = w.device_tokens
     fully_sharded = w.sharding in (Sharding.ZERO3, Sharding.FSDP) and dp > 1
-    shard_w = dp if fully_sharded else 1
     shard_g = dp if w.sharding in (Sharding.ZERO2, Sharding.ZERO3, Sharding.FSDP) else 1
-    shard_s = dp if w.sharding is not Sharding.NONE else 1
 
-    weights = stage.params * num.param / shard_w
-    grads = stage.params * num.param / shard_g
     # The optimizer's states (given for the whole model) scale with the parameters the stage holds.
     held = stage.params / (s.layers * prm.layer + (s.embedding_params + s.head_params) / tp + s.norm_params)
-    states = _optimizer_state_bytes(s, w.optimizer, num.param, cache=cache) / tp / shard_s * held
-    if w.framework is Framework.DEEPSPEED and num.param == 4:
-        weights, grads, states = _deepspeed_states(w, tp, dp, cache=cache)
-        weights, grads = weights * stage.params / prm.total, grads * stage.params / prm.total
-        states *= held
+    weights, grads, states = _model_states(w, tp, dp, stage.params, held, cache=cache)
     buckets = 0.0
     ddp_grads = 0.0
     if w.sharding is Sharding.NONE and dp > 1:
@@ -286,14 +318,17 @@ def _stage_moments(
 
     # Selective recompute (Megatron's core attention): the s×s scores are rebuilt in backward.
     per_score = 0.0 if w.selective else blk.saved_per_score * w.seq_len / tp
-    per_layer = blk.saved_shared + blk.saved_split / tp + per_score
+    # Without sequence parallelism (sp 1) the norms', dropouts' and the products'
+    # inputs, and a checkpointed layer's input, stay whole on each tensor-parallel rank.
+    sp = tp if w.sequence_parallel else 1
+    per_layer = blk.saved_shared / sp + blk.saved_split / tp + per_score
     one_layer = per_layer * tokens
     rotary = 2.0 * s.head_dim * num.residual * tokens if s.positions == 0 else 0.0  # cos, sin
     embed_mask = s.hidden * tokens if w.dropout > 0 and stage.embedding else 0.0
     # Pipeline parallel: the stage's layers, for each micro-batch in flight under 1F1B.
     layers_alive = w.stage_layers * stage.in_flight
     if w.checkpointing:
-        tape = blk.checkpoint_input * tokens * layers_alive
+        tape = blk.checkpoint_input / sp * tokens * layers_alive
         tape_bwd_layer = tape + one_layer  # one layer recomputed in backward
     else:
         tape = one_layer * layers_alive
@@ -384,7 +419,15 @@ def _stage_moments(
 @memoised(128)
 def _fsdp_peak(w: JobProfile, tp: int, dp: int, *, cache: PlanCache | None = None) -> _Peak:
     """PyTorch FSDP2 (``fully_shard`` per decoder layer and on the root) with a bf16
-    ``MixedPrecisionPolicy`` (reduce in fp32), measured on 1, 2 and 4 H200.
+    ``MixedPrecisionPolicy`` (reduce in fp32), measured on 1, 2 and 4 H200; also FSDP1 with a
+    ``MixedPrecision`` policy (``FULL_SHARD`` as ``sharding: fsdp|zero3``, ``SHARD_GRAD_OP`` as
+    ``zero2``: the same states, a flat parameter per layer instead of per-parameter shards) and
+    Hugging Face code under the Trainer's FSDP (``framework: hf`` with those shardings).
+
+    Whole and sharded (with fp32 master weights): the fp32 parameters, their fp32 gradients and
+    the optimizer states are always sharded, 16Ψ/N with Adam; only the bf16 working copy is
+    whole, and only between a layer's forward and its backward under ``SHARD_GRAD_OP``
+    (``reshard_after_forward=False``); under ``FULL_SHARD`` two layers are gathered at a time.
 
     At rest each rank holds its shard of the fp32 parameters and of the optimizer states. A
     layer's bf16 parameters are all-gathered before its forward (the next layer's are
@@ -399,7 +442,7 @@ def _fsdp_peak(w: JobProfile, tp: int, dp: int, *, cache: PlanCache | None = Non
     blk = blocks.block(s, num, w.attention, w.dropout, cache=cache)
     hd = blocks.head(s, num, w.fused, cache=cache)
     tokens = w.device_tokens
-    gather = 2.0 if num.param == 4 else num.param  # bf16 gathered copies
+    gather = float(num.compute)  # gathered in the policy's param_dtype (bf16; fp32 without a policy)
     reduce = 4.0 if num.param == 4 else num.param  # reduce_dtype fp32 under the policy
     layer = prm.layer
     root = prm.total - w.stage_layers * layer
@@ -411,16 +454,17 @@ def _fsdp_peak(w: JobProfile, tp: int, dp: int, *, cache: PlanCache | None = Non
     gathered = (root + layers_gathered * layer) * gather
 
     per_score = 0.0 if w.selective else blk.saved_per_score * w.seq_len / tp
-    per_layer = blk.saved_shared + blk.saved_split / tp + per_score
+    sp = tp if w.sequence_parallel else 1
+    per_layer = blk.saved_shared / sp + blk.saved_split / tp + per_score
     if w.fused:
         fb = blocks.fused(s, num, cache=cache)
         # Selective recompute rebuilds the attention's output statistics (fp32 logsumexp).
-        per_layer = fb.saved_shared + (fb.saved_split - (4.0 * s.heads if w.selective else 0.0)) / tp
+        per_layer = fb.saved_shared / sp + (fb.saved_split - (4.0 * s.heads if w.selective else 0.0)) / tp
     one_layer = per_layer * tokens
     rotary = 2.0 * s.head_dim * num.residual * tokens if s.positions == 0 else 0.0
     stage = w.stage_layers * w.in_flight
     if w.checkpointing:
-        tape = blk.checkpoint_input * tokens * stage
+        tape = blk.checkpoint_input / sp * tokens * stage
         tape_bwd_layer = tape + one_layer
     else:
         tape = one_layer * stage
@@ -482,7 +526,7 @@ def _stack_peak(w: JobProfile, tp: int, dp: int, *, cache: PlanCache | None = No
     act = stacks.activations(w, tp, cache=cache)
     moments_fp32 = _optimizer_state_bytes(s, w.optimizer, 4, cache=cache) / s.params
     st = stacks.states(w, moments_fp32)
-    shard = dp * w.context_parallel  # the distributed optimizer / fsdp axis spans dp × cp
+    shard = w.shard_degree(dp)  # the distributed optimizer / fsdp axis spans dp × cp (or the HSDP group)
     tokens = w.device_tokens
     prm = _params(w, tp)
     layers = w.stage_layers
@@ -493,8 +537,19 @@ def _stack_peak(w: JobProfile, tp: int, dp: int, *, cache: PlanCache | None = No
     else:
         head_p = (s.vocab * s.hidden if s.tied else s.head_params) / tp + s.norm_params
         stages = [("first stage", body + emb, w.in_flight, False), ("last stage", body + head_p, 1, True)]
-    fp8_cache = layers * s.layer_matmul_params / tp * stacks.FP8_WEIGHT_CACHE_BYTES if w.fp8 else 0.0
-    gathered = 2 * prm.layer * num.compute if st.weights_sharded and shard > 1 else 0.0
+    fully_sharded = st.weights_sharded and shard > 1
+    # Transformer Engine's FP8 copy and transpose of each product's weight follow the 16-bit
+    # weights they are cast from: whole where those are whole; under ZeRO-3/FSDP a shard of
+    # them (FP8 parameters gathered as FP8: Megatron's --fp8-param-gather) plus the copies of the
+    # two gathered layers (the current one and the prefetched one), so the FP8 figure shrinks
+    # with the devices as the bf16 one does. Counting the whole cache on every device put a
+    # 70B model on 64 H100s at 174 GB per device against 33 GB in amp-bf16.
+    fp8_cache = 0.0
+    if w.fp8:
+        fp8_cache = layers * s.layer_matmul_params / tp * stacks.FP8_WEIGHT_CACHE_BYTES
+        if fully_sharded:
+            fp8_cache = fp8_cache / shard + 2 * s.layer_matmul_params / tp * stacks.FP8_WEIGHT_CACHE_BYTES
+    gathered = 2 * prm.layer * num.compute if fully_sharded else 0.0
     # Ring attention (context parallel): the K and V blocks in flight from the neighbour,
     # double-buffered.
     ring = 2 * 2 * s.kv_dim / tp * num.compute * tokens if w.context_parallel > 1 else 0.0
@@ -590,11 +645,17 @@ def _training(w: JobProfile, accel: Accelerator, layout: Layout, *, cache: PlanC
         return _maxtext(w, accel, layout, cache=cache)
     if w.framework is Framework.MEGATRON:
         return _result(_stack_peak(w, layout.tensor_parallel, layout.data_parallel, cache=cache), accel)
-    # Context-parallel ranks hold the same weights: sharding spans data × context ranks.
-    shards = layout.data_parallel * w.context_parallel
+    # Context-parallel ranks hold the same weights: sharding spans data × context ranks, or the
+    # hybrid sharding group (HSDP), across which the shards are replicated.
+    shards = w.shard_degree(layout.data_parallel)
     # Without sharding, the data-parallel degree matters only as "more than one" (DDP buckets).
     dp = shards if w.sharding is not Sharding.NONE else min(2, shards)
-    if w.framework is Framework.FSDP:
+    if w.framework is Framework.FSDP or (
+        w.framework is Framework.HF and w.sharding in (Sharding.ZERO2, Sharding.ZERO3, Sharding.FSDP)
+    ):
+        # Hugging Face code sharded by ZeRO-2/3 or FSDP: the Trainer's FSDP (SHARD_GRAD_OP for
+        # zero2, FULL_SHARD for zero3 and fsdp) under a bf16 mixed-precision policy, the run the
+        # FSDP model was measured on (DeepSpeed's engine is framework: deepspeed).
         return _result(_fsdp_peak(w, layout.tensor_parallel, shards, cache=cache), accel)
     return _result(_training_peak(w, layout.tensor_parallel, dp, cache=cache), accel)
 

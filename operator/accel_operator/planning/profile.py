@@ -161,12 +161,15 @@ class Numerics:
         return 4 if self.autocast else self.residual
 
 
-def numerics(precision: Precision, framework: Framework = Framework.HF) -> Numerics:
+def numerics(precision: Precision, framework: Framework = Framework.HF, sharding: Sharding = Sharding.NONE) -> Numerics:
     if precision in (Precision.AMP_BF16, Precision.AMP_FP16):
-        if framework is not Framework.HF:
+        if framework is not Framework.HF or sharding is not Sharding.NONE:
             # A mixed-precision policy (FSDP's MixedPrecisionPolicy, DeepSpeed's bf16/fp16
             # engine, Megatron, MaxText) runs the model on 16-bit copies of fp32 master weights:
-            # no autocast, 16-bit residual stream and activations.
+            # no autocast, 16-bit residual stream and activations. Hugging Face code sharded by
+            # ZeRO or FSDP runs the same way: its Trainer hands mixed precision to DeepSpeed's
+            # bf16 engine or to FSDP's MixedPrecision (autocast on top casts nothing: the
+            # parameters it sees are already 16-bit, and LlamaRMSNorm returns the input dtype).
             return Numerics(param=4, compute=2, residual=2, autocast=False)
         return Numerics(param=4, compute=2, residual=4, autocast=True)
     if precision is Precision.FP8:
@@ -201,6 +204,11 @@ class JobProfile:
     pipeline_parallel: int = 1
     context_parallel: int = 1
     gradient_accumulation: int = 1
+    # Sequence parallelism (Korthikanti et al. 2022) with tensor parallelism: what a layer keeps
+    # whole on every tensor-parallel rank without it is split along the sequence.
+    sequence_parallel: bool = False
+    # Hybrid sharding (HSDP): the sharding group's size; 0 shards over every data-parallel rank.
+    hybrid_shard_degree: int = 0
 
     def __hash__(self) -> int:
         # Consistent with equality and cheaper than hashing every field (the models cache on it).
@@ -238,6 +246,12 @@ class JobProfile:
         per flush = ``gradientAccumulation`` (Narayanan et al. 2021, section 2.2)."""
         p = self.pipeline_parallel
         return (p - 1) / (self.gradient_accumulation + p - 1)
+
+    def shard_degree(self, data_parallel: int) -> int:
+        """Ranks the model states are sharded over on ``data_parallel`` replicas: data × context
+        parallel, or the hybrid sharding group within them (states are replicated across groups)."""
+        ranks = data_parallel * self.context_parallel
+        return min(self.hybrid_shard_degree, ranks) if self.hybrid_shard_degree else ranks
 
     @property
     def selective(self) -> bool:
@@ -348,11 +362,19 @@ def from_spec(spec: AcceleratorJobSpec) -> JobProfile:
         w.framework in (Framework.MEGATRON, Framework.MAXTEXT) and w.attention is not Attention.EAGER
     )
     gpt2_style = shape.mlp is MlpKind.GELU and not shape.rmsnorm and not fused
+    sequence_parallel = _sequence_parallel(w.sequence_parallel, w.framework, w.tensor_parallel, notes)
+    if w.hybrid_shard_degree:
+        notes.append(
+            f"hybrid sharding: weights, gradients and optimizer states sharded over groups of "
+            f"{w.hybrid_shard_degree} data-parallel ranks (their per-device share is 1/{w.hybrid_shard_degree}, "
+            f"whatever the devices) and replicated across the groups; the parameter all-gathers stay in a "
+            f"group, the gradients are all-reduced across groups"
+        )
     return JobProfile(
         shape=shape,
         mode=w.mode,
         precision=w.precision,
-        numerics=numerics(w.precision, w.framework),
+        numerics=numerics(w.precision, w.framework, w.sharding),
         optimizer=w.optimizer,
         micro_batch=w.micro_batch,
         seq_len=w.seq_len,
@@ -371,4 +393,32 @@ def from_spec(spec: AcceleratorJobSpec) -> JobProfile:
         pipeline_parallel=w.pipeline_parallel,
         context_parallel=w.context_parallel,
         gradient_accumulation=w.gradient_accumulation,
+        sequence_parallel=sequence_parallel,
+        hybrid_shard_degree=w.hybrid_shard_degree or 0,
     )
+
+
+def _sequence_parallel(asked: bool | None, framework: Framework, tp: int, notes: list[str]) -> bool:
+    """``workload.sequenceParallel`` resolved as the framework does it (unset: on for Megatron
+    with tensor parallelism, as Megatron-LM's and NeMo's recipes set ``--sequence-parallel``;
+    MaxText always shards activations over its tensor axis; off for the PyTorch stacks), with a
+    note that says its effect on memory."""
+    if framework is Framework.MAXTEXT:
+        return True
+    on = asked if asked is not None else framework is Framework.MEGATRON and tp > 1
+    if tp == 1:
+        if asked:
+            notes.append("sequenceParallel has no effect with tensorParallel 1")
+        return False
+    if on:
+        notes.append(
+            f"sequence parallelism over the {tp} tensor-parallel ranks: every activation of a layer is "
+            f"divided by {tp}, sbh/t·(34 + 5as/h) bytes per layer (Korthikanti et al. 2022)"
+        )
+    else:
+        notes.append(
+            f"no sequence parallelism: the norms', dropouts' and products' inputs (10·sbh bytes of a "
+            f"layer's 34·sbh) stay whole on each of the {tp} tensor-parallel ranks, sbh·(10 + 24/t + "
+            f"5as/(ht)) per layer (Korthikanti et al. 2022); set workload.sequenceParallel: true to split them"
+        )
+    return on

@@ -15,7 +15,8 @@ Models", section 4; Megatron-LM's ``docs/source/distrib_optimizer.md``):
   LayerNorms. With tensor parallelism alone the norms, dropouts and the inputs of the first
   products stay whole: sbh(10 + 24/t + 5as/(ht)). Sequence parallelism shards those along the
   sequence, so everything is divided by t: sbh/t · (34 + 5as/h). Megatron's (and NeMo's)
-  configurations turn sequence parallelism on with tensor parallelism; the planner assumes it.
+  configurations turn sequence parallelism on with tensor parallelism, the planner's default
+  (``workload.sequenceParallel`` unset); ``sequenceParallel: false`` keeps them whole.
 - Selective recompute (``--recompute-granularity selective``, modules ``core_attn``) recomputes
   the softmax, its dropout and the product with V: the 5as² term goes, sbh·34/t stays. With
   Transformer Engine's fused (flash) attention, the s² term never existed; the planner counts
@@ -113,7 +114,9 @@ def activations(w: JobProfile, tp: int, *, cache: PlanCache | None = None) -> Ac
             split += 5.0 * s.heads * w.seq_len - lse
         if w.recompute is Recompute.SELECTIVE:
             split -= 5.0 * s.heads * w.seq_len if eager else lse
-        sp = tp  # sequence parallelism with tensor parallelism: everything is divided by t
+        # Sequence parallelism divides everything by t; without it the norms', dropouts' and the
+        # products' inputs (``shared``), the layer input and the head's inputs stay whole.
+        sp = tp if w.sequence_parallel else 1
         full = shared / sp + split / tp
         keep = a * h / sp if w.recompute is Recompute.FULL else full
         head = 2.0 * a * h / sp

@@ -80,9 +80,12 @@ UNHIDDEN_TAIL = 0.05
 FSDP_HOST_OPS_PER_LAYER = 60
 FSDP_COLLECTIVE_EFFICIENCY = 0.5
 FSDP_OVERLAP = 0.8
-# Hopper's dense FP8 tensor-core peak is twice its bf16 peak (NVIDIA H100 SXM datasheet: 1979 vs
-# 989 TFLOP/s). Transformer Engine runs the layers' products in FP8 (forward E4M3, gradients
-# E5M2) and keeps the LM head in bf16; each product's input is cast (read 16-bit, write 1 byte).
+# The dense FP8 tensor-core peak is twice the bf16 peak where the card has FP8 tensor cores
+# (catalog ``fp8TensorCores``: Ada, Hopper, Blackwell; NVIDIA H100 SXM datasheet: 1979 vs 989
+# TFLOP/s, L4: 242.5 vs 121). Transformer Engine runs the layers' products in FP8 (forward E4M3,
+# gradients E5M2) and keeps the LM head in bf16; each product's input is cast (read 16-bit,
+# write 1 byte). Elsewhere there is no 1-byte product: an fp8 job is refused by the planner
+# (selection), and this model plans its products at the 16-bit peak.
 FP8_PEAK_RATIO = 2.0
 # Fused stacks (attention: flash under framework fsdp): FlashAttention's kernels reach this
 # fraction of the catalog's attention efficiency. Fitted to LLM Foundry's long-sequence rows
@@ -133,7 +136,7 @@ def _gemm_seconds(m: float, n: float, k: float, dtype_bytes: int, accel: Acceler
     """Roofline of one matrix product [m × k] @ [k × n], plus the kernel's fixed cost."""
     per_row = GEMM_ALIGNMENT_BYTES // dtype_bytes
     peak = accel.fp32_flops if dtype_bytes >= 4 else accel.bf16_flops
-    if dtype_bytes == 1:
+    if dtype_bytes == 1 and accel.fp8_tensor_cores:
         peak *= FP8_PEAK_RATIO
     if n % per_row or k % per_row or m % per_row:
         rate = peak * accel.unaligned_matmul_efficiency
@@ -188,6 +191,29 @@ def _allreduce_seconds(nbytes: float, ranks: int, layout: Layout, accel: Acceler
     return t
 
 
+def _group(ranks: int, layout: Layout) -> Layout:
+    """The devices of one hybrid sharding group of ``ranks``, packed onto the layout's nodes."""
+    per_node = layout.devices_per_node
+    return Layout(ranks, max(1, -(-ranks // per_node)))
+
+
+def _hsdp_seconds(
+    w: JobProfile, layout: Layout, accel: Accelerator, *, params: float, gathers: int, group: int, dp: int
+) -> float:
+    """FSDP hybrid sharding (HSDP; FSDP1 ``HYBRID_SHARD``, FSDP2 on a (replicate, shard) mesh):
+    the all-gathers and the gradients' reduce-scatter run inside a group of ``group`` ranks (its
+    nodes), and the reduced gradient shard is all-reduced across the dp / group replicas."""
+    grad_bytes = 4.0 if w.numerics.param == 4 else float(w.numerics.param)
+    volume = params * (gathers * w.numerics.compute + grad_bytes)
+    t = (group - 1) / group * volume / (accel.intra_node_bytes_per_second * FSDP_COLLECTIVE_EFFICIENCY)
+    g = _group(group, layout)
+    if g.nodes > 1:
+        t += (g.nodes - 1) / g.nodes * volume / g.devices_per_node / accel.inter_node_bytes_per_second
+    replicas = dp // group
+    link = accel.inter_node_bytes_per_second if layout.nodes > g.nodes else accel.intra_node_bytes_per_second
+    return t + 2 * (replicas - 1) / replicas * params * grad_bytes / group / link
+
+
 def _optimizer_bytes_per_param(w: JobProfile) -> tuple[float, int]:
     """Bytes the optimizer step moves per parameter, and kernels per parameter tensor."""
     p = w.numerics.param
@@ -235,7 +261,8 @@ def _device_step(w: JobProfile, accel: Accelerator, tp: int, *, cache: PlanCache
         ew = MEGATRON_FUSION
     eager = w.attention is Attention.EAGER
 
-    g_fwd, g_bwd = _layer_gemms(blk.gemms, m, tp, 1 if w.fp8 else a, accel)
+    fp8 = w.fp8 and accel.fp8_tensor_cores  # without FP8 tensor cores: 16-bit products
+    g_fwd, g_bwd = _layer_gemms(blk.gemms, m, tp, 1 if fp8 else a, accel)
     head_fwd, head_bwd = _layer_gemms((Gemm(s.vocab, s.hidden, True),), m, tp, a, accel)
 
     # Attention: the fused kernel over the causal half of the scores; eager attention runs QK^T
@@ -254,9 +281,13 @@ def _device_step(w: JobProfile, accel: Accelerator, tp: int, *, cache: PlanCache
         attn_bwd = ATTENTION_BACKWARD * attn_fwd
 
     per_score = w.seq_len / tp
+    # Sequence parallelism (workload.sequenceParallel) leaves the step time as it is: its
+    # all-gathers and reduce-scatters move what the all-reduces they replace move (Korthikanti et
+    # al. 2022, section 4.2.2), and the norms and residual adds are counted on the whole sequence
+    # either way (dividing them by t put the held-out Megatron and MaxText rows 4-11 points fast).
     ew_fwd_bytes = (blk.fwd_bytes_shared + blk.fwd_bytes_split / tp + blk.fwd_bytes_per_score * per_score) * m
     ew_bwd_bytes = (blk.bwd_bytes_shared + blk.bwd_bytes_split / tp + blk.bwd_bytes_per_score * per_score) * m
-    if w.fp8:
+    if fp8:
         # Transformer Engine casts each product's input to FP8 (and in backward the output
         # gradient), reading 16-bit and writing one byte.
         cast = sum(g.k for g in blk.gemms) * (a + 1)
@@ -365,7 +396,8 @@ def _training(w: JobProfile, accel: Accelerator, layout: Layout, *, cache: PlanC
     # Context-parallel ranks hold the same weights: gradients are reduced, and optimizer states
     # sharded, over data × context parallel ranks.
     dp_cp = dp * w.context_parallel
-    optimizer = dev.optimizer_per_shard / (dp_cp if w.sharding is not Sharding.NONE else 1) + dev.optimizer_fixed
+    shard = w.shard_degree(dp)  # dp × cp, or the hybrid sharding group (HSDP)
+    optimizer = dev.optimizer_per_shard / (shard if w.sharding is not Sharding.NONE else 1) + dev.optimizer_fixed
     forward, backward = dev.forward, dev.backward
 
     # Data parallel: gradients (in the parameters' dtype) all-reduced, or reduce-scattered and
@@ -374,7 +406,11 @@ def _training(w: JobProfile, accel: Accelerator, layout: Layout, *, cache: PlanC
     dp_comm = _allreduce_seconds(dev.params * w.numerics.param, dp_cp, layout, accel)
     hideable = OVERLAP * backward
     if dp_cp > 1 and w.sharding in (Sharding.ZERO3, Sharding.FSDP):
-        dp_comm += _allreduce_seconds(dev.params * w.numerics.compute, dp_cp, layout, accel)  # 2 all-gathers
+        # 2 all-gathers, over every rank or, hybrid sharded, within the group (its nodes only);
+        # the gradients' reduce-scatter in the group, all-reduce of the shard across the groups
+        # and all-gather move what one all-reduce over every rank moves.
+        gather_over = layout if shard == dp_cp else _group(shard, layout)
+        dp_comm += _allreduce_seconds(dev.params * w.numerics.compute, shard, gather_over, accel)
         hideable = OVERLAP * (forward + backward)
     # The last bucket's reduction cannot overlap anything.
     dp_exposed = max(0.0, dp_comm - hideable) + dp_comm * UNHIDDEN_TAIL
@@ -400,7 +436,10 @@ def _training(w: JobProfile, accel: Accelerator, layout: Layout, *, cache: PlanC
         gathers = 1 if w.sharding in (Sharding.ZERO1, Sharding.ZERO2) else 2
         fsdp_bytes = params * (gathers * 2 * w.numerics.compute + 3 * 4.0)
         dp_comm = 0.0
-        if dp > 1:
+        group = min(w.hybrid_shard_degree, dp) if w.hybrid_shard_degree else dp
+        if 1 < group < dp:
+            dp_comm = _hsdp_seconds(w, layout, accel, params=params, gathers=gathers, group=group, dp=dp)
+        elif dp > 1:
             volume = params * (gathers * w.numerics.compute + (4.0 if w.numerics.param == 4 else w.numerics.param))
             dp_comm = (dp - 1) / dp * volume / (accel.intra_node_bytes_per_second * FSDP_COLLECTIVE_EFFICIENCY)
             if layout.nodes > 1:

@@ -76,6 +76,15 @@ def test_defaults() -> None:
             "spec.workload: contextParallel must divide seqLen (got contextParallel 3, seqLen 1000)",
         ),
         (
+            {"workload": {"tokens": 10, "hybridShardDegree": 8}},
+            "spec.workload: hybridShardDegree needs sharding zero1, zero2, zero3 or fsdp",
+        ),
+        ({"workload": {"tokens": 10, "sharding": "fsdp", "hybridShardDegree": 0}}, "hybridShardDegree: must be >= 1"),
+        (
+            {"workload": {"tokens": 10, "framework": "maxtext", "sequenceParallel": False}},
+            "spec.workload: maxtext shards every activation over its tensor axis",
+        ),
+        (
             {"workload": {"tokens": 10, "tensorParallel": 8}},
             "spec: workload.tensorParallel must divide model.architecture.heads and kvHeads "
             "(got tensorParallel 8, heads 4, kvHeads 4)",

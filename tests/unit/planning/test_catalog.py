@@ -17,6 +17,9 @@ IDS = (
     "h100-80gb",
     "h200-141gb",
     "b200",
+    "rtx-4090",
+    "rtx-a6000",
+    "l40s",
     "tpu-v4",
     "tpu-v5e",
     "tpu-v5p",
@@ -90,3 +93,25 @@ def test_missing_file() -> None:
 
 def test_default_is_cached() -> None:
     assert catalog.default() is catalog.default()
+
+
+@pytest.mark.parametrize(
+    ("accelerator", "fp8"),
+    [
+        ("t4", False),  # Turing, compute capability 7.5
+        ("a10g", False),  # Ampere GA102, 8.6
+        ("a100-40gb", False),  # Ampere GA100, 8.0
+        ("a100-80gb", False),
+        ("rtx-a6000", False),  # Ampere GA102, 8.6
+        ("l4", True),  # Ada, 8.9
+        ("rtx-4090", True),
+        ("l40s", True),
+        ("h100-80gb", True),  # Hopper, 9.0
+        ("h200-141gb", True),
+        ("b200", True),  # Blackwell, 10.0
+    ],
+)
+def test_fp8_tensor_cores_per_card(accelerator: str, fp8: bool) -> None:
+    card = catalog.default().get(accelerator)
+    assert card is not None
+    assert card.fp8_tensor_cores is fp8

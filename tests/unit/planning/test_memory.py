@@ -77,8 +77,13 @@ def test_zero3_divides_weights_gradients_and_states_by_the_data_parallel_degree(
 @pytest.mark.parametrize(
     ("sharding", "bytes_per_param_on_8"),
     [
-        ("zero1", 4 + 4 + 8 / 8),  # states sharded
-        ("zero2", 4 + 4 / 8 + 8 / 8),  # states and gradients sharded (+ a small reduce bucket)
+        # Mixed precision: the bf16 working copy (2) is whole under ZeRO-1/2, the fp32 master
+        # (4) is sharded with the optimizer (ZeRO paper: P_os 4Ψ + 12Ψ/N, P_os+g 2Ψ + 14Ψ/N;
+        # the fp32 gradient partition, 4/N, as DeepSpeed and FSDP keep it).
+        ("zero1", 2 + 4 / 8 + 2 + 4 / 8 + 8 / 8),  # bf16 weights and gradients whole
+        # FSDP SHARD_GRAD_OP: the bf16 working copy is whole from forward to backward only
+        # (test_zero2_keeps_only_the_bf16_working_copy_whole); at the step all is sharded.
+        ("zero2", (4 + 4 + 8) / 8),
         ("zero3", (4 + 4 + 8) / 8),
         ("none", 4 + 4 + 8 + 4),  # DDP: a bucket copy of the gradients
     ],
@@ -86,6 +91,21 @@ def test_zero3_divides_weights_gradients_and_states_by_the_data_parallel_degree(
 def test_sharding_stages(sharding: str, bytes_per_param_on_8: float) -> None:
     spec = job().workload(sharding=sharding, microBatch=1, seqLen=16).spec()
     assert optimizer_step(spec, Layout(8, 1)) == pytest.approx(bytes_per_param_on_8 * N_1B, rel=0.02)
+
+
+@pytest.mark.parametrize("devices", [2, 4, 8])
+def test_zero2_keeps_only_the_bf16_working_copy_whole(devices: int) -> None:
+    # Mixed precision under ZeRO-2 / FSDP SHARD_GRAD_OP: in forward the bf16 copy of every
+    # parameter (2 bytes) is whole, the fp32 master (4) and the optimizer states (8) are sharded.
+    # The planner kept the fp32 weights whole (4 + 8/N + autocast's bf16 copies): +56 % on 4
+    # H200 against FSDP2's measured peak.
+    spec = job().workload(sharding="zero2", microBatch=1, seqLen=16).spec()
+    m = memory.estimate(profile.from_spec(spec), H100, Layout(devices, 1))
+    forward = dict(m.moments)["loss forward"]
+    p = parts(m)
+    assert p["weights"] == pytest.approx(4 * N_1B / devices, rel=1e-6)
+    assert p["optimizer states"] == pytest.approx(8 * N_1B / devices, rel=1e-6)
+    assert forward == pytest.approx((2 + 12 / devices) * N_1B, rel=0.03)
 
 
 def test_ddp_without_sharding_keeps_a_bucket_copy_of_the_gradients() -> None:
@@ -206,3 +226,22 @@ def test_memory_grows_with_the_batch(micro_batch: int, seq: int) -> None:
     small = memory.estimate(job().workload(microBatch=micro_batch, seqLen=seq).profile(), H100, ONE)
     large = memory.estimate(job().workload(microBatch=micro_batch + 1, seqLen=seq).profile(), H100, ONE)
     assert large.peak_allocated_bytes >= small.peak_allocated_bytes
+
+
+@pytest.mark.parametrize("framework", ["fsdp", "hf", "deepspeed", "megatron"])
+def test_hybrid_sharding_shards_over_the_group_and_replicates_across(framework: str) -> None:
+    # HSDP on 8 nodes of 8: the model states are divided by the group of 8, not by the 64 ranks.
+    def states(**extra: object) -> float:
+        w = job().workload(framework=framework, sharding="zero3", microBatch=1, seqLen=16, **extra).profile()
+        p = parts(memory.estimate(w, H100, Layout(64, 8, hybrid_shard=w.hybrid_shard_degree)))
+        return p["optimizer states"]
+
+    assert states(hybridShardDegree=8) == pytest.approx(8 * states(), rel=1e-6)
+    assert states(hybridShardDegree=64) == pytest.approx(states(), rel=1e-6)
+
+
+def test_hybrid_shard_degree_must_divide_the_data_parallel_ranks() -> None:
+    w = job().workload(framework="fsdp", sharding="fsdp", hybridShardDegree=8, microBatch=1).profile()
+    assert Layout.of(w, 16, 2).problem(8) is None
+    problem = Layout.of(w, 12, 2).problem(8)
+    assert problem is not None and "12 data-parallel ranks are not a multiple of hybridShardDegree 8" in problem

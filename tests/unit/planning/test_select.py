@@ -290,6 +290,9 @@ def _precision_job(precision: str) -> AcceleratorJobSpec:
     ("precision", "accelerator", "problem"),
     [
         ("fp8", "a100-80gb", "precision fp8 needs FP8 tensor cores; a100-80gb has none"),
+        ("fp8", "a10g", "precision fp8 needs FP8 tensor cores; a10g has none"),
+        ("fp8", "t4", "precision fp8 needs FP8 tensor cores; t4 has none"),
+        ("fp8", "rtx-a6000", "precision fp8 needs FP8 tensor cores; rtx-a6000 has none"),
         ("amp-bf16", "t4", "precision amp-bf16 needs bf16; t4 has none"),
         ("bf16", "t4", "precision bf16 needs bf16; t4 has none"),
     ],
@@ -300,7 +303,10 @@ def test_precision_the_accelerator_lacks_is_refused(precision: str, accelerator:
     assert any(problem in p for c in plan.candidates for p in c.source.problems)
 
 
-@pytest.mark.parametrize(("precision", "accelerator"), [("fp8", "h100-80gb"), ("amp-fp16", "t4")])
+@pytest.mark.parametrize(
+    ("precision", "accelerator"),
+    [("fp8", "h100-80gb"), ("fp8", "l4"), ("fp8", "l40s"), ("fp8", "rtx-4090"), ("amp-fp16", "t4")],
+)
 def test_precision_the_accelerator_has_is_planned(precision: str, accelerator: str) -> None:
     assert selection.evaluate(_precision_job(precision), accelerator, 1, catalog.default()).schedulable
 

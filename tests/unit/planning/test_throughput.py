@@ -154,3 +154,39 @@ def test_inference_mfu_is_a_fraction_of_the_peak(
     )
     t = throughput.estimate(profile.from_spec(spec), H100, Layout(devices, max(1, devices // 8)))
     assert 0 < t.mfu <= 1, t.mfu
+
+
+@pytest.mark.parametrize("accelerator", ["t4", "a10g", "a100-80gb"])
+def test_fp8_on_a_card_without_fp8_tensor_cores_runs_at_the_16_bit_peak(accelerator: str) -> None:
+    # No 1-byte product without FP8 tensor cores (the planner refuses such a pool; the speed model
+    # falls back to the 16-bit products): the step is the bf16 one, the MFU at most 1. The peak
+    # was doubled for any 1-byte product, which put MFU above 1 on T4.
+    card = accel(accelerator)
+    base = job().arch(LLAMA_1B).workload(framework="megatron", microBatch=4, seqLen=2048)
+    bf16 = throughput.estimate(base.profile(), card, ONE)
+    fp8 = throughput.estimate(base.workload(precision="fp8").profile(), card, ONE)
+    assert fp8.step_seconds == pytest.approx(bf16.step_seconds)
+    assert fp8.mfu <= 1.0
+
+
+@pytest.mark.parametrize("accelerator", ["l4", "h100-80gb", "h200-141gb", "b200"])
+def test_fp8_with_fp8_tensor_cores_is_faster_than_bf16(accelerator: str) -> None:
+    card = accel(accelerator)
+    base = job().arch(LLAMA_8B).workload(framework="megatron", microBatch=2, seqLen=4096)
+    bf16 = throughput.estimate(base.profile(), card, ONE)
+    fp8 = throughput.estimate(base.workload(precision="fp8").profile(), card, ONE)
+    assert fp8.step_seconds < 0.85 * bf16.step_seconds
+
+
+@pytest.mark.parametrize("framework", ["fsdp", "deepspeed"])
+def test_hybrid_sharding_keeps_the_gathers_inside_a_node(framework: str) -> None:
+    # 64 H100 on 8 nodes, a communication-bound step (short sequences, no checkpointing): the
+    # parameter all-gathers of full sharding cross the network; HSDP's stay on NVLink.
+    base = {"framework": framework, "sharding": "fsdp", "microBatch": 1, "seqLen": 512}
+    full = job().arch(LLAMA_8B).workload(**base).profile()
+    hsdp = job().arch(LLAMA_8B).workload(**base, hybridShardDegree=8).profile()
+    t_full = throughput.estimate(full, H100, Layout(64, 8))
+    t_hsdp = throughput.estimate(hsdp, H100, Layout(64, 8, hybrid_shard=8))
+    assert t_hsdp.component("data-parallel communication (exposed)") < t_full.component(
+        "data-parallel communication (exposed)"
+    )
