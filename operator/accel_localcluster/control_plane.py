@@ -17,7 +17,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import yaml
@@ -53,10 +53,14 @@ class Ports:
     kwok: int = 26460
 
     @classmethod
+    def from_base(cls, base: int) -> "Ports":
+        """The default ports moved along with the base (26000 gives the defaults): one cluster per base."""
+        defaults = cls()
+        return cls(**{f.name: getattr(defaults, f.name) + base - 26000 for f in fields(cls)})
+
+    @classmethod
     def from_env(cls) -> "Ports":
-        base = int(os.environ.get("ACCEL_CLUSTER_PORT_BASE", "26000"))
-        d = base - 26000
-        return cls(26379 + d, 26380 + d, 26443 + d, 26457 + d, 26459 + d, 26460 + d)
+        return cls.from_base(int(os.environ.get("ACCEL_CLUSTER_PORT_BASE", "26000")))
 
 
 @dataclass(frozen=True)

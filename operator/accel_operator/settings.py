@@ -8,6 +8,12 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from accel_api.costrollup import ROLLUP_GONE
 
+# The name of an object the operator is told to use: empty (none), or a Kubernetes object name.
+_OptionalObjectName = Annotated[str, Field(max_length=253, pattern=r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?)?$")]
+
+# Where the operator's own objects live (the Lease, the webhook's Service, the cost rollup).
+_Namespace = Annotated[str, Field(max_length=63)]
+
 
 class OperatorSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="ACCEL_OPERATOR_", frozen=True)
@@ -43,7 +49,7 @@ class OperatorSettings(BaseSettings):
         description="A coordination.k8s.io Lease in lease_namespace that elects one active replica; empty: "
         "this process acts alone (one replica, or tests).",
     )
-    lease_namespace: str = Field(default="accel-system", max_length=63)
+    lease_namespace: _Namespace = "accel-system"
     lease_seconds: float = Field(default=15.0, ge=3, le=300, description="How long a leader's Lease holds.")
     # The admission webhook (handlers/admission.py): off unless a port is given (the Deployment sets one).
     webhook_port: int = Field(
@@ -61,26 +67,22 @@ class OperatorSettings(BaseSettings):
         description="Where the API server calls the webhook (https://HOST:PORT), e.g. 127.0.0.1 on a local "
         "control plane; empty: through the Service webhook_service in webhook_namespace.",
     )
-    webhook_configuration: str = Field(
+    webhook_configuration: _OptionalObjectName = Field(
         default="",
-        max_length=253,
-        pattern=r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?)?$",
         description="The Validating and MutatingWebhookConfigurations of this name were installed with the "
         "operator (the chart, the manifests): it serves them and, with a self-signed certificate, writes only "
         "their caBundle; empty: the operator creates and manages them itself (named accel.dev).",
     )
     webhook_service: str = Field(default="accel-operator-webhook", max_length=63)
-    webhook_namespace: str = Field(default="accel-system", max_length=63)
+    webhook_namespace: _Namespace = "accel-system"
     webhook_service_port: int = Field(default=443, ge=1, le=65535)
     webhook_cert_dir: Path | None = Field(
         default=None,
         description="tls.crt, tls.key and ca.crt for the webhook (a Secret shared by every replica); "
         "unset or empty: a self-signed certificate (see webhook_tls_secret).",
     )
-    webhook_tls_secret: str = Field(
+    webhook_tls_secret: _OptionalObjectName = Field(
         default="",
-        max_length=253,
-        pattern=r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?)?$",
         description="Without webhook_cert_dir: a Secret in webhook_namespace through which every replica shares "
         "one self-signed webhook certificate (the first replica makes it); empty: one per process.",
     )
@@ -155,7 +157,7 @@ class OperatorSettings(BaseSettings):
         description="The ConfigMap in cost_rollup_namespace that keeps what ended attempts cost after their jobs "
         "are deleted (the cost counters and reports read it); empty: off (the counters drop deleted jobs).",
     )
-    cost_rollup_namespace: str = Field(default="accel-system", max_length=63)
+    cost_rollup_namespace: _Namespace = "accel-system"
     cost_rollup_gone: int = Field(
         default=ROLLUP_GONE,
         ge=1,

@@ -46,8 +46,7 @@ PORT_BASE = int(os.environ.get("ACCEL_DEPLOY_PORT_BASE", "29000"))
 @pytest.fixture(scope="module")
 def deployed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     home = tmp_path_factory.mktemp("deploy-cluster")
-    d = PORT_BASE - 26000
-    ports = Ports(26379 + d, 26380 + d, 26443 + d, 26457 + d, 26459 + d, 26460 + d)
+    ports = Ports.from_base(PORT_BASE)
     bin_dir = Path(os.environ.get("ACCEL_CLUSTER_BIN", ROOT / ".cache" / "localcluster" / "bin"))
     cluster = Cluster(state=home / "state", bin=bin_dir, ports=ports, pod_network=True)
     t0 = time.monotonic()

@@ -26,7 +26,7 @@ from accel_api.durations import stamp as _ts
 from accel_api.enums import JobPhase
 from accel_api.job import HealthStatus
 from accel_operator.reconcile.common import actions as act
-from accel_operator.reconcile.common import checkpoints
+from accel_operator.reconcile.common import stop
 from accel_operator.reconcile.common.decision import ADMITTED, CLEAR, VALID, Cond, Decision, StatusPatch
 from accel_operator.reconcile.common.decision import clip as _clip
 from accel_operator.reconcile.common.snapshot import HOLDING, JobView, Snapshot
@@ -72,9 +72,7 @@ def decide(job: JobView, snapshot: Snapshot, now: dt.datetime, *, grace: float) 
             f"the stored spec does not parse ({why}): attempt {st.attempt} is asked to checkpoint and ends within "
             f"{grace:.0f}s; fix the spec to run the job again (it resumes from its latest checkpoint)"
         )
-        health = health.model_copy(
-            update={"stop_requested_time": _ts(now), "stop_checkpoint_step": checkpoints.step_at_request(st)}
-        )
+        health = stop.requested(health, st, now)
         return Decision(
             phase=st.phase or JobPhase.RUNNING,
             conditions=(Cond(VALID, False, REASON, message),),
@@ -85,14 +83,9 @@ def decide(job: JobView, snapshot: Snapshot, now: dt.datetime, *, grace: float) 
             ),
             reason=message,
         )
-    checkpoint = st.last_checkpoint
-    saved = parse_time(checkpoint.time if checkpoint is not None else None)
-    if checkpoints.written_since(checkpoint, health.stop_checkpoint_step, requested):
-        at = f" at {_ts(saved)}" if saved is not None else ""
-        return _end(job, health, why, f"checkpoint written{at}", now)
-    if (now - requested).total_seconds() >= grace:
-        last = f"its latest checkpoint ({_ts(saved)})" if saved is not None else "no checkpoint reported"
-        return _end(job, health, why, f"no checkpoint within {grace:.0f}s of the request, {last}", now)
+    how = stop.due(st, health, requested, now, grace=grace, none_yet="no checkpoint reported")
+    if how is not None:
+        return _end(job, health, why, how, now)
     message = _clip(f"the stored spec does not parse ({why}): checkpoint requested at {_ts(requested)}")
     return Decision(
         phase=st.phase or JobPhase.RUNNING,

@@ -29,8 +29,8 @@ from accel_api.durations import stamp as _ts
 from accel_api.enums import JobPhase
 from accel_api.job import HealthStatus
 from accel_operator.reconcile.common import actions as act
-from accel_operator.reconcile.common import checkpoints
 from accel_operator.reconcile.common import decision as d
+from accel_operator.reconcile.common import stop
 from accel_operator.reconcile.common.decision import Cond, Decision, StatusPatch
 from accel_operator.reconcile.common.decision import clip as _clip
 from accel_operator.reconcile.common.snapshot import JobView, Snapshot
@@ -61,23 +61,16 @@ def holding(job: JobView, snapshot: Snapshot, held: Decision, now: dt.datetime, 
     if requested_at is None:
         if not pods:
             return _stop(job, health, "no pod of the attempt was running yet", now)
-        health = health.model_copy(
-            update={"stop_requested_time": _ts(now), "stop_checkpoint_step": checkpoints.step_at_request(st)}
-        )
+        health = stop.requested(health, st, now)
         message = _clip(
             f"stop requested by the {v.ANNOTATION_STOP} annotation: checkpoint requested; the job stops within "
             f"{grace:.0f}s"
         )
         request = act.RequestCheckpoint(tuple((p.namespace, p.name) for p in pods), _ts(now), REASON)
         return _pending(held, health, message, (act.RecordEvent("Normal", "StopRequested", message), request))
-    checkpoint = st.last_checkpoint
-    saved = parse_time(checkpoint.time if checkpoint is not None else None)
-    if checkpoints.written_since(checkpoint, health.stop_checkpoint_step, requested_at):
-        at = f" at {_ts(saved)}" if saved is not None else ""
-        return _stop(job, health, f"checkpoint written{at}", now)
-    if (now - requested_at).total_seconds() >= grace:
-        last = f"its latest checkpoint ({_ts(saved)})" if saved is not None else "no checkpoint reported yet"
-        return _stop(job, health, f"no checkpoint within {grace:.0f}s of the request, {last}", now)
+    why = stop.due(st, health, requested_at, now, grace=grace)
+    if why is not None:
+        return _stop(job, health, why, now)
     message = _clip(f"stop requested: checkpoint requested at {_ts(requested_at)}")
     return _pending(held, health, message, ())
 
@@ -106,13 +99,7 @@ def _stop(job: JobView, health: HealthStatus, why: str, now: dt.datetime, *, wor
         f"stopped by the {v.ANNOTATION_STOP} annotation: {why}. To resume it (from its latest complete checkpoint), "
         f"set the annotation {v.ANNOTATION_RESUME} to a new value (kubectl accel resume {job.name})"
     )
-    new_health = health.ended(
-        stop_requested_time=None,
-        stop_checkpoint_step=None,
-        stopped_time=_ts(now),
-        resume_seen=job.resume_request,
-        stop_seen=job.stop_request,
-    )
+    new_health = stop.stopped(health, job, now, stop_seen=job.stop_request)
     actions: tuple[act.Action, ...] = (act.RecordEvent("Normal", "Stopped", message),)
     if workload:
         old = st.workload or act.workload_name(job.name, st.attempt)

@@ -34,8 +34,8 @@ from accel_api.enums import IdleAction, JobPhase
 from accel_api.job import HealthStatus
 from accel_api.policy import AcceleratorPolicy
 from accel_operator.reconcile.common import actions as act
-from accel_operator.reconcile.common import checkpoints
 from accel_operator.reconcile.common import decision as d
+from accel_operator.reconcile.common import stop
 from accel_operator.reconcile.common.decision import Cond, Decision, StatusPatch
 from accel_operator.reconcile.common.decision import clip as _clip
 from accel_operator.reconcile.common.snapshot import JobView, PodView
@@ -117,22 +117,15 @@ def step(
         return _stop(job, health, f"{idle}; the job has no checkpoint: its work is lost", now), health
     requested = parse_time(health.stop_requested_time)
     if requested is None:
-        health = health.model_copy(
-            update={"stop_requested_time": _ts(now), "stop_checkpoint_step": checkpoints.step_at_request(job.status)}
-        )
+        health = stop.requested(health, job.status, now)
         message = _clip(f"{idle}: checkpoint requested; the job stops within {grace:.0f}s")
         conds.append(Cond(IDLE_STOP, False, "CheckpointRequested", message))
         events.append(act.RecordEvent("Warning", "IdleStopRequested", message))
         events.append(act.RequestCheckpoint(tuple((p.namespace, p.name) for p in pods), _ts(now), REASON))
         return None, health
-    checkpoint = job.status.last_checkpoint
-    saved = parse_time(checkpoint.time if checkpoint is not None else None)
-    if checkpoints.written_since(checkpoint, health.stop_checkpoint_step, requested):
-        at = f" at {_ts(saved)}" if saved is not None else ""
-        return _stop(job, health, f"{idle}; checkpoint written{at}", now), health
-    if (now - requested).total_seconds() >= grace:
-        last = f"its latest checkpoint ({_ts(saved)})" if saved is not None else "no checkpoint reported yet"
-        return _stop(job, health, f"{idle}; no checkpoint within {grace:.0f}s of the request, {last}", now), health
+    why = stop.due(job.status, health, requested, now, grace=grace)
+    if why is not None:
+        return _stop(job, health, f"{idle}; {why}", now), health
     conds.append(
         Cond(IDLE_STOP, False, "CheckpointRequested", _clip(f"{idle}: checkpoint requested at {_ts(requested)}"))
     )
@@ -146,12 +139,7 @@ def _stop(job: JobView, health: HealthStatus, why: str, now: dt.datetime) -> Dec
         f"attempt {st.attempt} ended, the job is Stopped: {why}. To resume it (from its latest complete "
         f"checkpoint), set the annotation {v.ANNOTATION_RESUME} to a new value"
     )
-    new_health = health.ended(
-        stop_requested_time=None,
-        stop_checkpoint_step=None,
-        stopped_time=_ts(now),
-        resume_seen=job.resume_request,
-    )
+    new_health = stop.stopped(health, job, now)
     return Decision(
         phase=JobPhase.STOPPED,
         conditions=(
