@@ -22,10 +22,11 @@ import csv
 import datetime as dt
 import json
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from accel_api import catalog as catalogs
 from accel_api import durations, loader
@@ -192,16 +193,27 @@ def job_costs(
     return out
 
 
-def budgets(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
+_M = TypeVar("_M", bound=BaseModel)
+
+
+def _valid(
+    objects: list[dict[str, Any]], kind: str, part: str, model: type[_M]
+) -> Iterator[tuple[str, dict[str, Any], _M]]:
+    """(name, object, its ``part`` parsed as ``model``) of the objects of ``kind``; one whose part
+    does not validate is left out."""
     for obj in objects:
-        if obj.get("kind") != "AcceleratorPolicy":
+        if obj.get("kind") != kind:
             continue
         try:
-            status = AcceleratorPolicyStatus.model_validate(obj.get("status") or {})
+            parsed = model.model_validate(obj.get(part) or {})
         except ValidationError:
             continue
-        name = str((obj.get("metadata") or {}).get("name", ""))[:253]
+        yield str((obj.get("metadata") or {}).get("name", ""))[:253], obj, parsed
+
+
+def budgets(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for name, _obj, status in _valid(objects, "AcceleratorPolicy", "status", AcceleratorPolicyStatus):
         out.extend({"policy": name, **s.model_dump(by_alias=True, mode="json")} for s in status.spend)
     return out
 
@@ -210,16 +222,10 @@ def pools(objects: list[dict[str, Any]]) -> dict[str, Pool]:
     """The AcceleratorPools among ``objects`` (one that does not validate is left out: its prices'
     source is then reported unknown)."""
     out: dict[str, Pool] = {}
-    for obj in objects:
-        if obj.get("kind") != "AcceleratorPool":
-            continue
-        try:
-            spec = AcceleratorPoolSpec.model_validate(obj.get("spec") or {})
-        except ValidationError:
-            continue
+    for name, obj, spec in _valid(objects, "AcceleratorPool", "spec", AcceleratorPoolSpec):
         conditions = (obj.get("status") or {}).get("conditions") or []
         live = next((c for c in conditions if isinstance(c, dict) and c.get("type") == "PriceLive"), None)
-        out[str((obj.get("metadata") or {}).get("name", ""))[:253]] = Pool(spec, live)
+        out[name] = Pool(spec, live)
     return out
 
 
