@@ -300,7 +300,7 @@ class Fleet:
     def start(self) -> subprocess.Popen[bytes]:
         self.started += 1
         log = (self.logdir / f"operator-{self.started:03d}.log").open("wb")
-        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig), **self.env}
+        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig), "PYTHONUNBUFFERED": "1", **self.env}
         proc = subprocess.Popen([sys.executable, "-m", "accel_operator"], env=env, stdout=log, stderr=subprocess.STDOUT)
         self.procs.append(proc)
         return proc
