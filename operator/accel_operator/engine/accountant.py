@@ -34,7 +34,7 @@ from accel_operator.accounting import accrual, ledger, rollup, teamspend
 from accel_operator.adapters.kube.client import ClusterUnavailable
 from accel_operator.adapters.kube.costs import CostWriter, RollupConflict, open_shard_name
 from accel_operator.adapters.kube.jobs import JobGone, JobRef, JobWriter
-from accel_operator.adapters.kube.workloads import WorkloadRejected
+from accel_operator.adapters.kube.workloads import WorkloadRejected, label_value
 from accel_operator.adapters.pricebook import PriceBook, Quote
 from accel_operator.engine import calls
 from accel_operator.engine.scheduler import Scheduler
@@ -231,6 +231,17 @@ class Accountant:
         self._every = max(self.settings.cost_write_seconds, running / self.settings.cost_writes_per_second)
         quotes: dict[str, Quote | None] = {}
         ledgers: dict[JobKey, CostStatus] = {}
+        by_label = {label_value(name): name for name in snap.pools}
+
+        def pool_of(label: str) -> accrual.PoolPrice | None:
+            """The pool a pod's accel.dev/pool label names, its capacity type and price now."""
+            name = by_label.get(label)
+            quote = self._quote(snap, name, quotes) if name is not None else None
+            if name is None or quote is None:
+                return None
+            price = accrual.Price(quote.usd_per_device_hour, quote.on_demand_usd_per_device_hour)
+            return accrual.PoolPrice(name, snap.pools[name].spec.capacity_type, price)
+
         for key, job in snap.jobs.items():
             st = job.status
             if st.cost is None and st.admitted_time is None:
@@ -272,6 +283,7 @@ class Accountant:
                 else None,
                 held_prices=held_prices,
                 pods=pods,
+                pool_of=pool_of,
             )
         # Team spending per policy: the deleted jobs' settled figures and every live job's ledger;
         # what the policy carries for a job is its ledger as its status holds it after this step.

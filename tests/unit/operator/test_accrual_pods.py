@@ -4,11 +4,13 @@ the operator saw or missed in between; and how the pod view reads those timestam
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from typing import Any
 
 import pytest
 
+from accel_api.enums import CapacityType
 from accel_operator.accounting import accrual, ledger
 from accel_operator.adapters.kube import views
 from accel_operator.reconcile.common import attempt_held
@@ -227,3 +229,19 @@ def test_the_pod_view_reads_the_ledger_finalizer_on_our_pods_only() -> None:
     )
     assert ours is not None and ours.held
     assert not (views.pod_view(_pod_body(phase="Running")) or ours).held
+
+
+def test_an_earlier_attempt_no_record_kept_is_charged_from_its_pods() -> None:
+    # A gang released for its bind timeout on a view that did not show its late pod: the pod ran
+    # +10..+17 s on 4 devices; the status moved to attempt 1 with no failure record of attempt 0.
+    late = _pod(0, devices=4, attempt=0, phase="Failed", started=T0 + 10 * S, finished=T0 + 17 * S, held=True)
+    late = dataclasses.replace(late, pool="spot")
+    job = _job("Admitted", attempt=1, admittedTime=_ts(T0 + 20 * S))
+    pools = {"spot": accrual.PoolPrice("spot", CapacityType.SPOT, PRICE)}
+    cost = accrual.accrue(job, None, PRICE, 0.0, T0 + 21 * S, pods=[late], pool_of=pools.get)
+    (entry,) = cost.attempts
+    assert (entry.attempt, entry.pool, entry.devices, entry.end) == (0, "spot", 4, _ts(T0 + 17 * S))
+    assert _seconds(cost) == pytest.approx(4 * 7)
+    assert accrual.releasable(cost, [late], T0 + 21 * S, job_gone=False) == [late]
+    # Its pool unknown (gone): nothing is made up.
+    assert accrual.accrue(job, None, PRICE, 0.0, T0 + 21 * S, pods=[late], pool_of={}.get).attempts == []
