@@ -300,7 +300,7 @@ class Fleet:
     def start(self) -> subprocess.Popen[bytes]:
         self.started += 1
         log = (self.logdir / f"operator-{self.started:03d}.log").open("wb")
-        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig), **self.env}
+        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig), "PYTHONUNBUFFERED": "1", **self.env}
         proc = subprocess.Popen([sys.executable, "-m", "accel_operator"], env=env, stdout=log, stderr=subprocess.STDOUT)
         self.procs.append(proc)
         return proc
@@ -462,6 +462,24 @@ def faults(args: argparse.Namespace, rng: random.Random) -> list[str]:
 
 def _t(text: str) -> dt.datetime:
     return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def _closed(job: dict[str, Any], ran: set[tuple[str, str, int]]) -> bool:
+    """An ended job whose ledger has closed every attempt a pod of which ran (a running job, or
+    one whose last attempt never started a pod, has nothing more to wait for here)."""
+    st = job.get("status") or {}
+    if st.get("phase") not in ("Succeeded", "Failed"):
+        return True
+    meta = job.get("metadata") or {}
+    attempts = {a.get("attempt"): a for a in (st.get("cost") or {}).get("attempts") or []}
+    for attempt in range(int(st.get("attempt") or 0) + 1):
+        if (meta.get("namespace"), meta.get("name"), attempt) in ran:
+            entry = attempts.get(attempt)
+            if entry is None and (st.get("cost") or {}).get("folded"):
+                continue  # folded with the oldest attempts
+            if entry is None or not entry.get("end"):
+                return False
+    return True
 
 
 def ledger_seconds(cost: dict[str, Any]) -> dict[int, float]:
@@ -800,7 +818,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             spend = _retrying(_spend, custom, policy)
             now = (sorted((k, (j.get("status") or {}).get("cost", {}).get("spentUsd")) for k, j in jobs.items()), spend)
             still = still + 1 if now == previous else 0
-            if still >= 3:
+            with lock:
+                ran = {p.key for p in pods.values() if p.start is not None}
+            if still >= 3 and all(_closed(j, ran) for j in jobs.values()):
                 break
             previous = now
         with lock:

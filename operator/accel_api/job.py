@@ -592,6 +592,11 @@ class AttemptCost(ApiModel):
         Field(max_length=COST_INTERVALS),
     ] = Field(default_factory=list)
     end: bounds.Time | None = Field(default=None, description="When the attempt ended; nothing accrues after it.")
+    pods_start: bounds.Time | None = Field(
+        default=None,
+        description="When its pods' own timestamps said it started (its first pod's startTime), kept as soon as the "
+        "operator saw it: nothing is charged before it, whatever stood in for it earlier.",
+    )
     pods_end: bounds.Time | None = Field(
         default=None,
         description="When its pods' own timestamps said it ended (its last pod's finishedAt, or its deletion), kept "

@@ -34,6 +34,12 @@ ANNOTATION_RESUME: Final = f"{GROUP}/resume"
 # On an AcceleratorJob: a user sets it to a new value (a timestamp) to stop the job (``kubectl accel
 # stop``): a running attempt is asked to checkpoint and ended, the job is Stopped until resumed.
 ANNOTATION_STOP: Final = f"{GROUP}/stop"
+# On the pods of our workloads (set in the batch Job's pod template): the pod's object stays until
+# the cost ledger holds its own start and end (docs/cost.md, "When an attempt is charged"), so a pod
+# that ended and was deleted while no operator ran (a spot node reclaimed, its pods collected) is
+# still read, as the Job controller's batch.kubernetes.io/job-tracking finalizer keeps a pod until
+# the Job's status has counted it. The accountant removes it (engine/accountant.py).
+FINALIZER_LEDGER: Final = f"{GROUP}/ledger"
 # Simulation (the local cluster and the agent's simulated backend), never set in production:
 ANNOTATION_SIMULATED: Final = f"{GROUP}/simulated"  # on KWOK nodes made from a pool
 ANNOTATION_AUTOSCALED: Final = f"{GROUP}/autoscaled"  # on KWOK nodes the simulated autoscaler made

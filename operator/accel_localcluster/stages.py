@@ -3,9 +3,12 @@
 Nodes become Ready and keep their leases; pods bound to KWOK nodes become Running and stay
 Running (KWOK's default would complete every Job pod at once). A test ends a pod by annotating
 it: ``accel.dev/simulate-exit-code: "0"`` makes it Succeeded, any other code Failed with that
-exit code. Pods being deleted are removed (there is no kubelet to confirm it).
+exit code. A pod being deleted ends Failed, as the kubelet ends it (its phase turns terminal
+before the object goes, which the Job controller waits for), and is then removed — once no
+finalizer holds it: the operator keeps its own pods until its cost ledger holds their times
+(``accel.dev/ledger``), which KWOK's own delete stage would not wait for.
 
-The node and pod-ready/delete stages are KWOK's own, read from the kwok module that
+The node and pod-ready stages are KWOK's own, read from the kwok module that
 hack/localcluster/build.sh downloaded, so they always match the kwok binary.
 """
 
@@ -20,8 +23,48 @@ _UPSTREAM = (
     "node/fast/node-initialize.yaml",
     "node/heartbeat-with-lease/node-heartbeat-with-lease.yaml",
     "pod/fast/pod-ready.yaml",
-    "pod/fast/pod-delete.yaml",
 )
+
+# A pod being deleted: first a terminal phase (its containers' states are left as they were: no
+# exit code matches the batch Job's exit-code rule, as KWOK's removal of the pod matched none),
+# then the deletion, which the API server completes once its finalizers are gone.
+_DELETE = """apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata:
+  name: accel-pod-terminate
+spec:
+  resourceRef:
+    apiGroup: v1
+    kind: Pod
+  selector:
+    matchExpressions:
+    - key: '.metadata.deletionTimestamp'
+      operator: 'Exists'
+    - key: '.status.phase'
+      operator: 'In'
+      values: ['Pending', 'Running']
+  next:
+    statusTemplate: |
+      phase: Failed
+---
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata:
+  name: accel-pod-delete
+spec:
+  resourceRef:
+    apiGroup: v1
+    kind: Pod
+  selector:
+    matchExpressions:
+    - key: '.metadata.deletionTimestamp'
+      operator: 'Exists'
+    - key: '.status.phase'
+      operator: 'In'
+      values: ['Succeeded', 'Failed']
+  next:
+    delete: true
+"""
 
 _EXIT = """apiVersion: kwok.x-k8s.io/v1alpha1
 kind: Stage
@@ -82,6 +125,7 @@ def _kwok_module() -> Path:
 def render() -> str:
     base = _kwok_module()
     docs = [(base / rel).read_text().strip() for rel in _UPSTREAM]
+    docs.append(_DELETE.strip())
     docs.append(
         _EXIT.format(
             name="succeed", annotation=EXIT_CODE_ANNOTATION, operator="In", reason="Completed", phase="Succeeded"

@@ -538,3 +538,59 @@ def test_a_job_deleted_while_the_operator_is_down_is_charged_up_to_its_last_tick
     assert counted is not None and abs(counted - expected) < 0.005, (counted, expected)
     teams = _report(capsys, namespace, "team")
     assert abs(teams[team]["spentUsd"] - expected) < 0.005, teams
+
+
+def test_a_pod_that_ended_and_was_deleted_while_the_operator_was_down_is_charged_by_its_own_times(
+    api: client.ApiClient, core: client.CoreV1Api, crds: list[str], namespace: str
+) -> None:
+    """The attempt runs, ends and its pod is deleted (as a reclaimed spot node's pods are collected)
+    while no operator runs. The pod's object stays (the ledger finalizer) until the operator is
+    back and its ledger holds the pod's own start and end; then the finalizer goes and the pod
+    with it. Without the finalizer the pod was gone, and the batch Job's times stood in."""
+    pool = f"{namespace}-od"
+    doc = job_doc(namespace, pool, devices=DEVICES, name="gone")
+    never = _operator_settings(namespace).model_copy(update={"cost_interval_seconds": 3600.0})
+    logs: list[str] = []
+    with gpu_pool(api, pool, count=1, capacityType="on-demand", price={"onDemandPerDeviceHour": PRICE}):
+        with running_operator(never) as first:  # schedules, never accrues
+            create_job(api, doc)
+            wait_phase(api, namespace, "gone", "Running", timeout=60)
+        logs.append(first.output)
+        (pod,) = pods_of(core, namespace, "gone")
+        assert v.FINALIZER_LEDGER in (pod.metadata.finalizers or [])
+        time.sleep(2)
+        end_pods(core, namespace, "gone", 0)
+
+        def finished() -> Any:
+            p = core.read_namespaced_pod(pod.metadata.name, namespace)
+            states = [cs.state.terminated for cs in p.status.container_statuses or []]
+            return p if p.status.phase == "Succeeded" and states and all(states) else None
+
+        done = wait_for(finished, timeout=30, what="the pod finished")
+        start = done.status.start_time
+        end = max(cs.state.terminated.finished_at for cs in done.status.container_statuses)
+        core.delete_namespaced_pod(pod.metadata.name, namespace, grace_period_seconds=0)
+        time.sleep(2)
+        kept = core.read_namespaced_pod(pod.metadata.name, namespace)  # still there: held for the ledger
+        assert kept.metadata.deletion_timestamp is not None
+        with running_operator(_operator_settings(namespace)) as second:
+            wait_phase(api, namespace, "gone", "Succeeded", timeout=60)
+
+            def recorded() -> dict[str, Any] | None:
+                cost = status(api, namespace, "gone").get("cost") or {}
+                attempts = cost.get("attempts") or []
+                return cost if attempts and attempts[0].get("end") and attempts[0].get("podsEnd") else None
+
+            cost = wait_for(recorded, timeout=30, what="the attempt closed in the ledger at its pod's times")
+            wait_for(
+                lambda: not [p for p in pods_of(core, namespace, "gone") if p.metadata.name == pod.metadata.name],
+                timeout=30,
+                what="the pod released and gone",
+            )
+        logs.append(second.output)
+    (entry,) = cost["attempts"]
+    assert (_t(entry["podsStart"]), _t(entry["podsEnd"]), _t(entry["end"])) == (start, end, end)
+    assert cost["deviceSeconds"] == DEVICES * (end - start).total_seconds()
+    assert abs(cost["spentUsd"] - DEVICES * (end - start).total_seconds() * PRICE / 3600) < 0.005
+    for text in logs:
+        assert not unexpected_errors(text, []), unexpected_errors(text, [])

@@ -34,12 +34,18 @@ def operator_api(api: client.ApiClient, core: client.CoreV1Api, tmp_path: Path) 
 
 
 def _pod(core: client.CoreV1Api, namespace: str, name: str, labels: dict[str, str]) -> None:
+    finalizers = [v.FINALIZER_LEDGER, "team.example/keep"]
     core.create_namespaced_pod(
         namespace,
         {
             "apiVersion": "v1",
             "kind": "Pod",
-            "metadata": {"name": name, "labels": labels, "annotations": {"team.example/owner": "alice"}},
+            "metadata": {
+                "name": name,
+                "labels": labels,
+                "annotations": {"team.example/owner": "alice"},
+                "finalizers": finalizers,
+            },
             "spec": {"containers": [{"name": "c", "image": "registry.invalid/x"}], "nodeName": "nowhere"},
         },
     )
@@ -75,11 +81,29 @@ def test_the_operator_may_change_only_its_annotation_and_taints_and_delete_only_
         body = {"metadata": {"annotations": change}}
         _refused(lambda: op.patch_namespaced_pod("theirs", namespace, body))  # noqa: B023 - called at once
 
+    # Finalizers: its own (accel.dev/ledger, once the ledger holds the pod's times) may go, as
+    # the operator removes it; no other, and none may be added.
+    def finalizers(pod: str) -> list[str]:
+        return list(core.read_namespaced_pod(pod, namespace).metadata.finalizers or [])
+
+    refused = _refused(
+        lambda: op.patch_namespaced_pod(
+            "theirs", namespace, {"metadata": {"$deleteFromPrimitiveList/finalizers": ["team.example/keep"]}}
+        )
+    )
+    assert "or remove its finalizer accel.dev/ledger" in refused
+    _refused(lambda: op.patch_namespaced_pod("theirs", namespace, {"metadata": {"finalizers": ["x.example/new"]}}))
+    release = {"metadata": {"$deleteFromPrimitiveList/finalizers": [v.FINALIZER_LEDGER]}}
+    op.patch_namespaced_pod("ours", namespace, release)
+    assert finalizers("ours") == ["team.example/keep"]
+
     # Deletes: only a pod the operator made (the sweep's).
     assert "only the pods it made" in _refused(
         lambda: op.delete_namespaced_pod("theirs", namespace, grace_period_seconds=0)
     )
     op.delete_namespaced_pod("ours", namespace, grace_period_seconds=0)
+    for pod in ("theirs", "ours"):  # let them go (the test's own finalizer)
+        core.patch_namespaced_pod(pod, namespace, {"metadata": {"finalizers": None}})
 
     # Nodes: accel.dev/ taints only (read-modify-write, as the operator does: the node
     # lifecycle controller adds taints of its own meanwhile).

@@ -137,13 +137,16 @@ def accrue(
     failed_price: Price | None = None,
     held_prices: Mapping[str, Price] | None = None,
     pods: Sequence[PodView] = (),
+    pool_of: Callable[[str], PoolPrice | None] | None = None,
 ) -> CostStatus:
     """The job's ledger after this step. ``known``: what this process wrote last (the watch may
     not show it yet); ``price``: the price in force for the job's pool now (None: the pool is
     gone, nothing new accrues); ``workload``: the current attempt's batch Job, if it is there;
     ``failed_price``: the price of the pool of the attempt ``lastFailure`` ended; ``held_prices``:
     the prices of the pools of the attempts ``earlierFailures`` ended, by pool; ``pods``: the
-    job's pods (the current attempt's run is read from their timestamps)."""
+    job's pods (the current attempt's run is read from their timestamps); ``pool_of``: the pool,
+    capacity type and price of a pod's ``accel.dev/pool`` label, for an earlier attempt whose
+    pods ran though the status kept no record of it (``forgotten``)."""
     st = job.status
     cost = ledger.merge(known, st.cost)
     if cost.forecast_usd is None and st.plan is not None and st.plan.cost_usd is not None:
@@ -153,6 +156,17 @@ def accrue(
     if failure is not None and failure.held is not None and failed_price is not None:
         prices[failure.held.pool] = failed_price
     cost = unseen(cost, job, prices.get)
+    # What the pods in view say of every attempt they belong to (an ended attempt's pods stay in
+    # view until the ledger holds their times: vocabulary.FINALIZER_LEDGER): nothing is charged
+    # outside them, whatever stood in for them before they were seen.
+    spans = {a: attempt_held.pod_span(pods, a) for a in sorted({p.attempt for p in pods if p.attempt is not None})}
+    for attempt, sp in spans.items():
+        if sp.start is not None:
+            cost = ledger.mark_pods_start(cost, attempt, sp.start)
+        if sp.end is not None and attempt < st.attempt:
+            cost = ledger.mark_pods_end(cost, attempt, sp.end)
+    if pool_of is not None:
+        cost = forgotten(cost, job, pods, spans, pool_of)
     recorded = {f.attempt: f for f in attempt_held.failures(st)}
     # Attempts before the current one have ended.
     for entry in list(cost.attempts):
@@ -163,6 +177,8 @@ def accrue(
             end, preempted = attempt_held.failure_end(record), record.kind is FailureKind.PREEMPTION
         else:
             end, preempted = None, False
+        if entry.pods_end is not None:  # its last pod's end (a gang's may outlive its batch Job's failure)
+            end = parse_time(entry.pods_end)
         lost = _reported_lost(job, entry.attempt)
         cost = _close(cost, entry.attempt, end, preempted, _checkpoint(job), reported=lost)
     plan = st.plan
@@ -191,6 +207,8 @@ def accrue(
                     team=job.team or None,
                 ),
             )
+    if span.start is not None:
+        cost = ledger.mark_pods_start(cost, st.attempt, span.start)
     if span.end is not None:
         cost = ledger.mark_pods_end(cost, st.attempt, span.end)
     if st.phase in TERMINAL:
@@ -199,6 +217,54 @@ def accrue(
         lost = _reported_lost(job, st.attempt)
         cost = _close(cost, st.attempt, end, preempted and st.phase is JobPhase.FAILED, _checkpoint(job), reported=lost)
     return ledger.with_totals(cost.model_copy(update={"updated": stamp_exact(now)}))
+
+
+@dataclass(frozen=True, slots=True)
+class PoolPrice:
+    pool: str
+    capacity_type: CapacityType
+    price: Price
+
+
+def forgotten(
+    cost: CostStatus,
+    job: JobView,
+    pods: Sequence[PodView],
+    spans: Mapping[int, attempt_held.PodSpan],
+    pool_of: Callable[[str], PoolPrice | None],
+) -> CostStatus:
+    """``cost`` with every earlier attempt whose pods ran and ended in view, though neither the
+    ledger nor a failure record holds it (a gang released for its bind timeout on a view that did
+    not show its late pod yet), charged from those pods: their span, their devices, their pool."""
+    st = job.status
+    oldest = min((a.attempt for a in cost.attempts), default=None)
+    for attempt, sp in spans.items():
+        if attempt >= st.attempt or sp.start is None or sp.end is None:
+            continue
+        if any(a.attempt == attempt for a in cost.attempts):
+            continue
+        if cost.folded is not None and oldest is not None and attempt < oldest:
+            continue  # folded with the oldest attempts
+        mine = [p for p in pods if p.attempt == attempt]
+        found = pool_of(mine[0].pool or "") if mine else None
+        if found is None:
+            continue
+        cost = ledger.record(
+            cost,
+            ledger.Observation(
+                attempt=attempt,
+                pool=found.pool,
+                capacity_type=found.capacity_type,
+                devices=sum(p.devices for p in mine),
+                start=sp.start,
+                end=sp.end,
+                usd_per_device_hour=found.price.usd_per_device_hour,
+                on_demand_usd_per_device_hour=found.price.on_demand_usd_per_device_hour,
+                team=job.team or None,
+            ),
+        )
+        cost = ledger.mark_pods_end(ledger.mark_pods_start(cost, attempt, sp.start), attempt, sp.end)
+    return cost
 
 
 def _began(
@@ -237,6 +303,40 @@ def _began(
     if workload is not None and workload.attempt == st.attempt and workload.start_time is not None:
         return workload.start_time
     return parse_time(st.admitted_time)
+
+
+# Seconds after a held pod of ours ended past which it is released though the ledger does not
+# hold its times (no entry can come: its pool is gone, its attempt had no plan): the finalizer
+# must never keep an object for good.
+RELEASE_AFTER_SECONDS = 600.0
+
+
+def releasable(cost: CostStatus | None, pods: Sequence[PodView], now: dt.datetime, *, job_gone: bool) -> list[PodView]:
+    """The pods of one job (``pods``; ``cost``: its ledger as its status holds it, written and
+    shown) whose ``vocabulary.FINALIZER_LEDGER`` may go: ended (or being deleted) and either
+    never started, or of a job that is gone (its deletion closed its ledger), or of an attempt
+    whose entry holds its pods' own start and end (or was folded), or ended long ago."""
+    out: list[PodView] = []
+    for p in pods:
+        if not p.held or p.finished is None:
+            continue  # runs on: its end is still to be read
+        if job_gone or p.started is None or p.attempt is None:
+            out.append(p)
+            continue
+        entry = next((a for a in cost.attempts if a.attempt == p.attempt), None) if cost is not None else None
+        if entry is not None and entry.pods_start is not None and entry.pods_end is not None:
+            out.append(p)
+        elif (
+            entry is None
+            and cost is not None
+            and cost.folded is not None
+            and cost.attempts
+            and (p.attempt < min(a.attempt for a in cost.attempts))
+        ):
+            out.append(p)  # folded into the ledger's totals with the oldest attempts
+        elif (now - p.finished).total_seconds() > RELEASE_AFTER_SECONDS:
+            out.append(p)
+    return out
 
 
 def _reported_lost(job: JobView, attempt: int) -> float | None:

@@ -142,7 +142,7 @@ def _bounded(ivs: list[_Iv]) -> list[_Iv]:
 # --- recording ------------------------------------------------------------------------------------
 
 
-def _stops(entry: AttemptCost) -> list[dt.datetime]:
+def _stops(entry: AttemptCost) -> list[dt.datetime]:  # (its pods' start bounds it below: _record)
     """The times after which nothing of ``entry`` accrues: its recorded end, its pods' end."""
     return [parse_time_strict(t) for t in (entry.end, entry.pods_end) if t is not None]
 
@@ -155,6 +155,18 @@ def mark_pods_end(cost: CostStatus, attempt: int, end: dt.datetime) -> CostStatu
         return cost
     ivs = [_Iv(i.start, min(i.end, end), i.price, i.idle) for i in _ivs(entry) if i.start < end]
     entry = entry.model_copy(update={"pods_end": stamp_exact(end), "intervals": _wire(ivs)})
+    return with_totals(_replace(cost, entry))
+
+
+def mark_pods_start(cost: CostStatus, attempt: int, start: dt.datetime) -> CostStatus:
+    """``cost`` with ``attempt``'s pods' start kept (the first one seen stays: a pod's startTime
+    never changes), and nothing of it before that start: what stood in for it (its batch Job's
+    start, its admission: no pod of it was in view) is taken back."""
+    entry = _find(cost, attempt)
+    if entry is None or entry.pods_start is not None:
+        return cost
+    ivs = [_Iv(max(i.start, start), i.end, i.price, i.idle) for i in _ivs(entry) if i.end > start]
+    entry = entry.model_copy(update={"pods_start": stamp_exact(start), "intervals": _wire(ivs)})
     return with_totals(_replace(cost, entry))
 
 
@@ -188,12 +200,13 @@ def _record(cost: CostStatus, obs: Observation) -> CostStatus:
             on_demand_usd_per_device_hour=obs.on_demand_usd_per_device_hour,
         )
     end = min([obs.end, *_stops(entry)])
-    if end <= obs.start:
+    start = max(obs.start, parse_time_strict(entry.pods_start)) if entry.pods_start is not None else obs.start
+    if end <= start:
         return _replace(cost, entry)
     ivs = _ivs(entry)
     price = min(max(obs.usd_per_device_hour, 0.0), 1000.0)
     idle = min(max(obs.idle_fraction, 0.0), 1.0)
-    new = [_Iv(s, e, price, idle) for s, e in _uncovered(obs.start, end, ivs)]
+    new = [_Iv(s, e, price, idle) for s, e in _uncovered(start, end, ivs)]
     if not new:
         return _replace(cost, entry)
     entry = entry.model_copy(update={"intervals": _wire(_bounded(_merge_touching(ivs + new)))})
@@ -251,6 +264,8 @@ def merge(a: CostStatus | None, b: CostStatus | None) -> CostStatus:
                     iv.idle,
                 ),
             )
+        if entry.pods_start is not None:
+            out = mark_pods_start(out, entry.attempt, parse_time_strict(entry.pods_start))
         if entry.pods_end is not None:
             out = mark_pods_end(out, entry.attempt, parse_time_strict(entry.pods_end))
         if entry.end is not None:

@@ -34,6 +34,7 @@ from accel_operator.accounting import accrual, ledger, rollup, teamspend
 from accel_operator.adapters.kube.client import ClusterUnavailable
 from accel_operator.adapters.kube.costs import CostWriter, RollupConflict, open_shard_name
 from accel_operator.adapters.kube.jobs import JobGone, JobRef, JobWriter
+from accel_operator.adapters.kube.workloads import WorkloadRejected, label_value
 from accel_operator.adapters.pricebook import PriceBook, Quote
 from accel_operator.engine import calls
 from accel_operator.engine.scheduler import Scheduler
@@ -85,9 +86,15 @@ def _shape(cost: CostStatus | None) -> tuple[object, ...]:
     if cost is None:
         return (None,)  # as an empty ledger: a job's first ledger is not urgent by itself
     policy = cost.over_budget.policy if cost.over_budget is not None else None
+    # An ended attempt's pods' times too: its pods are released (their finalizer removed) once the
+    # status holds them.
     return (
         policy,
-        *((a.attempt, a.end, a.preempted, a.rolled_up) for a in cost.attempts if a.end is not None or a.rolled_up),
+        *(
+            (a.attempt, a.end, a.preempted, a.rolled_up, a.pods_start, a.pods_end)
+            for a in cost.attempts
+            if a.end is not None or a.rolled_up or a.pods_end is not None
+        ),
     )
 
 
@@ -96,6 +103,9 @@ URGENT, DUE = "urgent", "due"
 # far above a healthy watch's delay (well under a second), short enough that a ledger another
 # write replaced is restored within a few ticks.
 RESHOW_SECONDS = 5.0
+# Pods released (their ledger finalizer removed) per step at most: a burst of ended attempts
+# waits a few ticks rather than holding the step.
+RELEASES_PER_STEP = 200
 
 
 def _same(a: CostStatus | None, b: CostStatus) -> bool:
@@ -120,6 +130,7 @@ class Accountant:
     # policy name -> (its uid, the status.ledger and status.spend this process wrote last): the
     # base of the next step until the watch shows a newer revision (never an older copy).
     policy_known: dict[str, tuple[str, SpendLedger, list[TeamSpend]]] = field(default_factory=dict)
+    released: dict[tuple[str, str], float] = field(default_factory=dict)  # pod -> monotonic time of its release
     spend_memo: teamspend.Memo = field(default_factory=dict)  # finished jobs' period figures
     final_spend: dict[str, teamspend.LiveJob] = field(default_factory=dict)  # seen deleted this step
     # The durable rollup (ConfigMap ``rollup_name`` in ``rollup_namespace``; empty name: off), as
@@ -220,17 +231,29 @@ class Accountant:
         self._every = max(self.settings.cost_write_seconds, running / self.settings.cost_writes_per_second)
         quotes: dict[str, Quote | None] = {}
         ledgers: dict[JobKey, CostStatus] = {}
+        by_label = {label_value(name): name for name in snap.pools}
+
+        def pool_of(label: str) -> accrual.PoolPrice | None:
+            """The pool a pod's accel.dev/pool label names, its capacity type and price now."""
+            name = by_label.get(label)
+            quote = self._quote(snap, name, quotes) if name is not None else None
+            if name is None or quote is None:
+                return None
+            price = accrual.Price(quote.usd_per_device_hour, quote.on_demand_usd_per_device_hour)
+            return accrual.PoolPrice(name, snap.pools[name].spec.capacity_type, price)
+
         for key, job in snap.jobs.items():
             st = job.status
             if st.cost is None and st.admitted_time is None:
                 continue
-            if _settled(job) and (self.known.get(job.uid) in (None, st.cost)):
+            pods = snap.pods_by_job.get(key, ())
+            holding = any(p.held for p in pods)  # their times may still have to reach the ledger
+            if _settled(job) and not holding and (self.known.get(job.uid) in (None, st.cost)):
                 ledgers[key] = st.cost  # type: ignore[assignment]  # _settled: not None
                 continue
             plan = st.plan
             quote = self._quote(snap, plan.pool, quotes) if plan is not None and plan.pool else None
             price = accrual.Price(quote.usd_per_device_hour, quote.on_demand_usd_per_device_hour) if quote else None
-            pods = snap.pods_by_job.get(key, ())
             idle = (
                 accrual.idle_fraction(job, pods, snap.reports, plan.devices or 0, now=now, stale_after=stale_after)
                 if plan is not None
@@ -260,6 +283,7 @@ class Accountant:
                 else None,
                 held_prices=held_prices,
                 pods=pods,
+                pool_of=pool_of,
             )
         # Team spending per policy: the deleted jobs' settled figures and every live job's ledger;
         # what the policy carries for a job is its ledger as its status holds it after this step.
@@ -371,6 +395,7 @@ class Accountant:
             live = self._live(snap, ledgers, {})
             steps = await asyncio.to_thread(self._teams, snap, live, now)
         await self._write_policies(snap, steps)
+        await self._release_pods(snap, now)
         self.final_spend.clear()
         await self._pool_conditions(snap, quotes, now)
         self._counters(snap, ledgers)
@@ -640,6 +665,33 @@ class Accountant:
             uids = {j.uid for j in snap.jobs.values()}
             self.known = {u: c for u, c in self.known.items() if u in uids}
             self.written_at = {u: t for u, t in self.written_at.items() if u in uids}
+
+    async def _release_pods(self, snap: Snapshot, now: dt.datetime) -> None:
+        """Remove ``vocabulary.FINALIZER_LEDGER`` from the pods whose times the ledger holds, as
+        the status shows it (``accrual.releasable``): at most ``RELEASES_PER_STEP`` a step, a pod
+        patched once per ``RESHOW_SECONDS`` while the watch has not shown the change."""
+        clock = self.scheduler.clock.monotonic()
+        self.released = {k: t for k, t in self.released.items() if clock - t < RESHOW_SECONDS}
+        todo: list[tuple[str, str]] = []
+        for key, pods in snap.pods_by_job.items():
+            if not any(p.held for p in pods):
+                continue
+            job = snap.jobs.get(key)
+            cost = job.status.cost if job is not None else None
+            for pod in accrual.releasable(cost, pods, now, job_gone=job is None):
+                if (pod.namespace, pod.name) not in self.released:
+                    todo.append((pod.namespace, pod.name))
+        todo = todo[:RELEASES_PER_STEP]
+        release = self._fenced(self.scheduler.applier.workloads.release_pod)
+
+        async def one(namespace: str, name: str) -> None:
+            try:
+                await asyncio.to_thread(release, namespace, name)
+                self.released[(namespace, name)] = clock
+            except (ClusterUnavailable, WorkloadRejected) as exc:
+                log.info("pod %s/%s not released: %s", namespace, name, exc)
+
+        await asyncio.gather(*(one(ns, name) for ns, name in todo))
 
     async def _pool_conditions(self, snap: Snapshot, quotes: Mapping[str, Quote | None], now: dt.datetime) -> None:
         for name, quote in sorted(quotes.items()):

@@ -4,11 +4,13 @@ the operator saw or missed in between; and how the pod view reads those timestam
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from typing import Any
 
 import pytest
 
+from accel_api.enums import CapacityType
 from accel_operator.accounting import accrual, ledger
 from accel_operator.adapters.kube import views
 from accel_operator.reconcile.common import attempt_held
@@ -145,3 +147,101 @@ def test_the_pod_view_reads_the_start_the_finish_and_the_deletion() -> None:
     meta = {"deletionTimestamp": "2026-11-26T12:01:00Z", "deletionGracePeriodSeconds": 30}
     deleting = views.pod_view(_pod_body(phase="Running", startTime="2026-11-26T12:00:05Z", meta=meta))
     assert deleting is not None and deleting.finished == T0 + 30 * S  # asked at +30 s, 30 s of grace
+
+
+# --- the ledger finalizer: an ended attempt's pods stay in view until the ledger holds their times ---
+
+
+def test_a_stand_in_start_is_taken_back_once_the_pods_are_seen() -> None:
+    # No pod in view 40 s after the attempt ended (a replica's watch still listing): its batch
+    # Job's start stood in. The pods, kept by the finalizer, then show: their own times win.
+    job = _job("Succeeded", completionTime=_ts(T0 + 22 * S))
+    wl = WorkloadView("ns", "a-a0", ("ns", "a"), 0, succeeded=1, complete=True, start_time=T0, end_time=T0 + 22 * S)
+    stand_in = accrual.accrue(job, None, PRICE, 0.0, T0 + 70 * S, workload=wl, pods=[])
+    assert _seconds(stand_in) == pytest.approx(2 * 22)
+    pod = _pod(phase="Succeeded", started=T0 + 3 * S, finished=T0 + 20 * S)
+    seen = accrual.accrue(job, stand_in, PRICE, 0.0, T0 + 71 * S, workload=wl, pods=[pod])
+    assert _seconds(seen) == pytest.approx(2 * 17)
+    (entry,) = seen.attempts
+    assert (entry.pods_start, entry.pods_end) == (_ts(T0 + 3 * S), _ts(T0 + 20 * S))
+    # A replica that still holds the stand-in merges it back in: the marks keep it out.
+    assert _seconds(ledger.merge(seen, stand_in)) == pytest.approx(2 * 17)
+    assert _seconds(ledger.merge(stand_in, seen)) == pytest.approx(2 * 17)
+
+
+def test_an_earlier_attempt_closes_at_its_last_pods_end_not_its_batch_jobs_failure() -> None:
+    # A gang of two: one pod failed at +8 s (the batch Job failed then), the other was deleted by
+    # the Job controller at +9 s. The retry's admission recorded the failure from the batch Job.
+    pods = [
+        _pod(0, devices=1, attempt=0, phase="Failed", started=T0 + S, finished=T0 + 8 * S, held=True),
+        _pod(1, devices=1, attempt=0, phase="Running", started=T0 + 2 * S, finished=T0 + 9 * S, held=True),
+    ]
+    failed = _job(
+        "Admitted",
+        attempt=1,
+        admittedTime=_ts(T0 + 30 * S),
+        lastFailure={
+            "kind": "Failure",
+            "attempt": 0,
+            "reason": "PodFailurePolicy",
+            "time": _ts(T0 + 30 * S),
+            "held": {
+                "pool": "spot",
+                "devices": 2,
+                "capacityType": "spot",
+                "startTime": _ts(T0),
+                "endTime": _ts(T0 + 8 * S),
+            },
+        },
+    )
+    cost = accrual.accrue(failed, None, PRICE, 0.0, T0 + 31 * S, failed_price=PRICE, pods=pods)
+    (first,) = [a for a in cost.attempts if a.attempt == 0]
+    assert (first.pods_start, first.pods_end, first.end) == (_ts(T0 + S), _ts(T0 + 9 * S), _ts(T0 + 9 * S))
+    assert _seconds(cost) == pytest.approx(2 * 8)
+    # Both pods may now be released, once the status holds these marks; not before.
+    assert accrual.releasable(None, pods, T0 + 31 * S, job_gone=False) == []
+    assert accrual.releasable(cost, pods, T0 + 31 * S, job_gone=False) == pods
+
+
+def test_which_held_pods_may_be_released() -> None:
+    now = T0 + 100 * S
+    running = _pod(0, started=T0, held=True)
+    ended = _pod(1, phase="Succeeded", started=T0, finished=T0 + 50 * S, held=True)
+    never = _pod(2, phase="Pending", finished=T0 + 50 * S, held=True)  # deleted before it started
+    free = _pod(3, phase="Succeeded", started=T0, finished=T0 + 50 * S)  # no finalizer: nothing to do
+    pods = [running, ended, never, free]
+    assert accrual.releasable(None, pods, now, job_gone=False) == [never]
+    # The job is gone (its deletion closed its ledger): every ended pod goes, a running one stays.
+    assert accrual.releasable(None, pods, now, job_gone=True) == [ended, never]
+    # An entry without both marks (its start stood in) keeps the pod ...
+    cost = accrual.accrue(_job("Running"), None, PRICE, 0.0, T0 + 60 * S, pods=[ended])
+    half = cost.model_copy(update={"attempts": [cost.attempts[0].model_copy(update={"pods_end": None})]})
+    assert accrual.releasable(half, [ended], now, job_gone=False) == []
+    assert accrual.releasable(cost, [ended], now, job_gone=False) == [ended]
+    # ... but never for good.
+    late = T0 + 50 * S + dt.timedelta(seconds=accrual.RELEASE_AFTER_SECONDS + 1)
+    assert accrual.releasable(half, [ended], late, job_gone=False) == [ended]
+
+
+def test_the_pod_view_reads_the_ledger_finalizer_on_our_pods_only() -> None:
+    ours = views.pod_view(
+        _pod_body(phase="Running", meta={"finalizers": ["accel.dev/ledger", "batch.kubernetes.io/job-tracking"]})
+    )
+    assert ours is not None and ours.held
+    assert not (views.pod_view(_pod_body(phase="Running")) or ours).held
+
+
+def test_an_earlier_attempt_no_record_kept_is_charged_from_its_pods() -> None:
+    # A gang released for its bind timeout on a view that did not show its late pod: the pod ran
+    # +10..+17 s on 4 devices; the status moved to attempt 1 with no failure record of attempt 0.
+    late = _pod(0, devices=4, attempt=0, phase="Failed", started=T0 + 10 * S, finished=T0 + 17 * S, held=True)
+    late = dataclasses.replace(late, pool="spot")
+    job = _job("Admitted", attempt=1, admittedTime=_ts(T0 + 20 * S))
+    pools = {"spot": accrual.PoolPrice("spot", CapacityType.SPOT, PRICE)}
+    cost = accrual.accrue(job, None, PRICE, 0.0, T0 + 21 * S, pods=[late], pool_of=pools.get)
+    (entry,) = cost.attempts
+    assert (entry.attempt, entry.pool, entry.devices, entry.end) == (0, "spot", 4, _ts(T0 + 17 * S))
+    assert _seconds(cost) == pytest.approx(4 * 7)
+    assert accrual.releasable(cost, [late], T0 + 21 * S, job_gone=False) == [late]
+    # Its pool unknown (gone): nothing is made up.
+    assert accrual.accrue(job, None, PRICE, 0.0, T0 + 21 * S, pods=[late], pool_of={}.get).attempts == []

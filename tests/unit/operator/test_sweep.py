@@ -91,6 +91,13 @@ CASES: list[tuple[str, list[JobView], list[WorkloadView], list[PodView], list[tu
         [_pod(attempt=0), _pod(attempt=1)],
         [("pod", "j-a0-0", sweep.Reason.OLD_ATTEMPT)],
     ),
+    (
+        "a pod whose deletion was asked for already is not deleted again (a finalizer holds it a while)",
+        [],
+        [],
+        [dataclasses.replace(_pod(attempt=0), finished=OLD)],
+        [],
+    ),
     ("a young workload of a job not seen yet waits", [], [_wl(created=YOUNG)], [_pod(created=YOUNG)], []),
     ("an object without a creation time is never judged by age", [], [_wl(created=None)], [_pod(created=None)], []),
     (

@@ -149,6 +149,8 @@ def pod_view(body: Mapping[str, Any]) -> PodView | None:
         started=_maybe_time(status.get("startTime")),
         finished=finished or _deletion_asked(meta),
         uid=str(meta["uid"]) if meta.get("uid") else None,
+        held=bool(ours) and v.FINALIZER_LEDGER in (meta.get("finalizers") or ()),
+        pool=str(labels.get(v.LABEL_POOL))[:63] if ours and labels.get(v.LABEL_POOL) else None,
     )
 
 

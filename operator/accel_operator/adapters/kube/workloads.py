@@ -393,7 +393,11 @@ def build(w: WorkloadSpec) -> tuple[dict[str, Any], dict[str, Any] | None]:
             "parallelism": w.nodes,
             "backoffLimit": 0,
             "podFailurePolicy": _pod_failure_policy(),
-            "template": {"metadata": {"labels": labels(w), "annotations": dict(notes)}, "spec": _pod(w)},
+            # The Job controller copies the template's finalizers onto every pod it makes.
+            "template": {
+                "metadata": {"labels": labels(w), "annotations": dict(notes), "finalizers": [v.FINALIZER_LEDGER]},
+                "spec": _pod(w),
+            },
         },
     }
     if w.nodes <= 1:
@@ -450,6 +454,11 @@ class WorkloadClient(Protocol):
 
     def delete_pod(self, namespace: str, name: str) -> None:
         """Delete one pod of ours whose batch Job is gone (the sweep); gone already is fine."""
+        ...
+
+    def release_pod(self, namespace: str, name: str) -> None:
+        """Remove ``vocabulary.FINALIZER_LEDGER`` from one pod of ours (the ledger holds its times);
+        gone already, or without it, is fine."""
         ...
 
 
@@ -542,6 +551,18 @@ class KubeWorkloadClient:
         except urllib3.exceptions.HTTPError as exc:
             raise _translate(exc, f"deleting Pod {namespace}/{name}") from exc
 
+    def release_pod(self, namespace: str, name: str) -> None:
+        # A strategic merge patch: only this finalizer goes, whatever others the pod carries
+        # (the Job controller's own), with no read first and no conflict on a concurrent change.
+        body = {"metadata": {"$deleteFromPrimitiveList/finalizers": [v.FINALIZER_LEDGER]}}
+        try:
+            self._core.patch_namespaced_pod(name, namespace, body, _preload_content=False).drain_conn()
+        except ApiException as exc:
+            if exc.status != 404:
+                raise _translate(exc, f"releasing Pod {namespace}/{name}") from exc
+        except urllib3.exceptions.HTTPError as exc:
+            raise _translate(exc, f"releasing Pod {namespace}/{name}") from exc
+
 
 @dataclass
 class FakeWorkloadClient:
@@ -581,6 +602,10 @@ class FakeWorkloadClient:
 
     def delete_pod(self, namespace: str, name: str) -> None:
         self.calls.append(("delete_pod", namespace, name))
+        self._maybe_fail()
+
+    def release_pod(self, namespace: str, name: str) -> None:
+        self.calls.append(("release_pod", namespace, name))
         self._maybe_fail()
 
     def reset(self) -> None:

@@ -97,6 +97,9 @@ class PodView:
     finished: dt.datetime | None = None
     # metadata.uid: how a node report names a pod whose agent lists no pods (reports.DeviceReport).
     uid: str | None = None
+    # It carries vocabulary.FINALIZER_LEDGER: its object stays until the accountant releases it.
+    held: bool = False
+    pool: str | None = None  # our pods' accel.dev/pool label (the pool's name, hashed past 63 characters)
 
     @property
     def ended(self) -> bool:

@@ -155,8 +155,8 @@ def sweep(
         )
     names = set(existing)
     for p in pods:
-        if p.job is None or p.attempt is None or p.ended:
-            continue
+        if p.job is None or p.attempt is None or p.ended or p.finished is not None:
+            continue  # ended, or its deletion asked for already (a finalizer may hold it a while)
         if (p.namespace, act.workload_name(p.job[1], p.attempt)) in names:
             continue  # its batch Job takes it when that goes (or it is the job's to run)
         job = jobs.get(p.job)
