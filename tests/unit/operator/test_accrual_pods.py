@@ -244,4 +244,4 @@ def test_an_earlier_attempt_no_record_kept_is_charged_from_its_pods() -> None:
     assert _seconds(cost) == pytest.approx(4 * 7)
     assert accrual.releasable(cost, [late], T0 + 21 * S, job_gone=False) == [late]
     # Its pool unknown (gone): nothing is made up.
-    assert accrual.accrue(job, None, PRICE, 0.0, T0 + 21 * S, pods=[late], pool_of={}.get).attempts == []
+    assert accrual.accrue(job, None, PRICE, 0.0, T0 + 21 * S, pods=[late], pool_of=lambda _label: None).attempts == []
