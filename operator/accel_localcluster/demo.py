@@ -395,6 +395,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n$ kubectl accel why {demo_spot.JOB} -n {DEMO_NS}")
     accel = [sys.executable, "-m", "accel_operator.cli.main"]
     subprocess.run([*accel, "why", demo_spot.JOB, "-n", DEMO_NS], env=env, check=False)
+    # What the running jobs' devices do now, from the node reports (utilization, memory, the idle
+    # money and why the devices are not busy).
+    print("\n$ kubectl accel top -A")
+    subprocess.run([*accel, "top", "-A"], env=env, check=False)
     _cost_report(cluster.state, env)
     print("\nThe cluster is still running: `accel-cluster status`, `accel-cluster down`.")
     return 0
@@ -409,6 +413,11 @@ def _cost_report(state: Path, env: dict[str, str]) -> None:
     html = state / "cost-report.html"
     subprocess.run([*accelctl, "-A", "--by", "team", "-o", "html", "--out", str(html)], env=env, check=False)
     print(f"The HTML report (charts, no network needed): {html}")
+    focus = state / "cost-focus.csv"
+    with focus.open("w") as sink:
+        subprocess.run([*accelctl, "-A", "--since", "30d", "-o", "focus"], env=env, check=False, stdout=sink)
+    rows = max(0, len(focus.read_text().splitlines()) - 1) if focus.exists() else 0
+    print(f"The FinOps FOCUS 1.1 export for finance tools: {focus} ({rows} charge rows)")
 
 
 if __name__ == "__main__":
