@@ -12,8 +12,19 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
-from accel_api.enums import Attention, Framework, MlpKind, Optimizer, Precision, Recompute, Sharding, WorkloadMode
-from accel_api.job import AcceleratorJobSpec, Architecture
+from accel_api.enums import (
+    Attention,
+    Framework,
+    LossKernel,
+    MlpKind,
+    Optimizer,
+    OptimizerOffload,
+    Precision,
+    Recompute,
+    Sharding,
+    WorkloadMode,
+)
+from accel_api.job import AcceleratorJobSpec, Architecture, Workload
 
 # HF GPT-2's defaults (resid/embd/attn pdrop): GPT-2-family models train with dropout 0.1, which
 # saves a one-byte mask per element; Llama-family models have none.
@@ -209,6 +220,14 @@ class JobProfile:
     sequence_parallel: bool = False
     # Hybrid sharding (HSDP): the sharding group's size; 0 shards over every data-parallel rank.
     hybrid_shard_degree: int = 0
+    # The knobs of docs/planner.md "Recipe knobs" (workload.compile, lossKernel, fusedKernels,
+    # optimizerInBackward, activationOffload, optimizerOffload).
+    compile: bool = False
+    loss_kernel: LossKernel = LossKernel.STANDARD
+    fused_kernels: bool = False
+    optimizer_in_backward: bool = False
+    activation_offload: bool = False
+    optimizer_offload: bool = False
 
     def __hash__(self) -> int:
         # Consistent with equality and cheaper than hashing every field (the models cache on it).
@@ -225,6 +244,13 @@ class JobProfile:
         if self.framework in (Framework.MEGATRON, Framework.MAXTEXT):
             return self.attention is not Attention.EAGER
         return self.framework is Framework.FSDP and self.attention is Attention.FLASH
+
+    @property
+    def fused_layers(self) -> bool:
+        """A layer saves what a fused stack's layer saves (blocks.fused) and its elementwise chains
+        read and write once: a fused stack, torch.compile (Inductor's fusion and min-cut
+        partitioner) or fused eager kernels (flash-attn's fused MLP, dropout-add-norm)."""
+        return self.fused or self.compile or self.fused_kernels
 
     @property
     def stage_layers(self) -> int:
@@ -370,6 +396,7 @@ def from_spec(spec: AcceleratorJobSpec) -> JobProfile:
             f"whatever the devices) and replicated across the groups; the parameter all-gathers stay in a "
             f"group, the gradients are all-reduced across groups"
         )
+    _knob_notes(w, shape, fused, notes)
     return JobProfile(
         shape=shape,
         mode=w.mode,
@@ -395,6 +422,12 @@ def from_spec(spec: AcceleratorJobSpec) -> JobProfile:
         gradient_accumulation=w.gradient_accumulation,
         sequence_parallel=sequence_parallel,
         hybrid_shard_degree=w.hybrid_shard_degree or 0,
+        compile=w.compile and not fused,
+        loss_kernel=w.loss_kernel,
+        fused_kernels=w.fused_kernels and not fused,
+        optimizer_in_backward=w.optimizer_in_backward,
+        activation_offload=w.activation_offload,
+        optimizer_offload=w.optimizer_offload is OptimizerOffload.CPU,
     )
 
 
@@ -422,3 +455,67 @@ def _sequence_parallel(asked: bool | None, framework: Framework, tp: int, notes:
             f"5as/(ht)) per layer (Korthikanti et al. 2022); set workload.sequenceParallel: true to split them"
         )
     return on
+
+
+# Published figures the knobs' notes cite (docs/planner.md, "Recipe knobs").
+# torch.compile on FSDP Llama training: +10 to +23 % MFU by model size (IBM and PyTorch, "Maximizing
+# training throughput using PyTorch FSDP and Torch.compile", PyTorch blog, 2024).
+COMPILE_PUBLISHED = "+10-23 % MFU on FSDP Llama 7B-70B (IBM and PyTorch blog, 2024)"
+
+
+def _knob_notes(w: Workload, shape: Shape, fused: bool, notes: list[str]) -> None:
+    """The recipe knobs' notes: what each changes in memory and speed, by how much, and the source.
+    Figures are for one data-parallel replica before sharding; the plan's components have the rest."""
+    training = w.mode is WorkloadMode.TRAINING
+    tokens = w.micro_batch * w.seq_len // w.context_parallel
+    gb = 1e9
+    if w.compile or w.fused_kernels:
+        what = "torch.compile" if w.compile else "fused eager kernels (flash-attn's fused MLP, dropout-add-norm)"
+        if fused:
+            notes.append(
+                f"{what}: already a fused stack ({w.framework.value}, attention {w.attention.value}): no change"
+            )
+        else:
+            notes.append(
+                f"{what}: a layer saves what a fused stack saves (its norms' and activation functions' "
+                f"intermediates are recomputed inside the fused kernels), and each layer's elementwise chains "
+                f"read and write once ({'; published: ' + COMPILE_PUBLISHED if w.compile else 'bandwidth model'})"
+            )
+    if not training:
+        return
+    if w.loss_kernel is not LossKernel.STANDARD:
+        standard = 3 * 4.0 * tokens * shape.vocab / w.tensor_parallel / gb
+        if w.loss_kernel is LossKernel.CHUNKED:
+            notes.append(
+                f"chunked cross-entropy: about {standard:.2f} GB of fp32 logits and their gradient "
+                f"([{tokens} tokens × {shape.vocab}] × 3) become one chunk of about tokens × hidden logits at a "
+                f"time (Liger Kernel, Hsu et al. 2024); speed as the fused loss (no fp32 copies)"
+            )
+        else:
+            notes.append(
+                f"fused cross-entropy: about {standard:.2f} GB of fp32 logits and their gradient "
+                f"([{tokens} tokens × {shape.vocab}] × 3) are never in memory (Cut Cross-Entropy, Wijmans et al. "
+                f"2024: Gemma 2 2B's loss from 24 GB to 1 MB); its backward recomputes the logits: the LM "
+                f"head's products once more"
+            )
+    if w.optimizer_in_backward:
+        notes.append(
+            "optimizer step in backward: each gradient is applied and freed as it is made, so of the "
+            f"gradient buffer (about {shape.params * 4.0 / gb:.1f} GB in fp32 whole) only one layer's is alive "
+            "(PyTorch tutorial 'How to save memory by fusing the optimizer step into the backward pass'); "
+            "speed unchanged (the same optimizer work, interleaved)"
+        )
+    if w.activation_offload:
+        notes.append(
+            "activation offload: saved activations are copied to host memory in forward and back in "
+            "backward on a side stream; about two layers' stay on the device; the copies run at "
+            "PCIe speed and slow the step where compute does not hide them (torchtune's "
+            "OffloadActivations; a bandwidth model, not measured here)"
+        )
+    if w.optimizer_offload is OptimizerOffload.CPU:
+        notes.append(
+            f"optimizer offload (ZeRO-Offload, Ren et al. 2021): optimizer states and fp32 master weights "
+            f"(about {shape.params * 12.0 / gb:.1f} GB with AdamW, before sharding) in host memory; the step "
+            f"runs on the CPU (CPU Adam) and 16-bit gradients go down and weights come up over PCIe "
+            f"(a bandwidth model, not measured here)"
+        )
