@@ -11,6 +11,7 @@ publishes one, the published figure beside the planned one:
   with CCE; the planned "logits" component is shown for both.
 - torch.compile on FSDP Llama training: +10 to +23 % MFU by model size (IBM and PyTorch,
   "Maximizing training throughput using PyTorch FSDP and Torch.compile", 2024).
+- Encoder-decoder models (``model.architecture.encoderLayers``): T5's parameter counts.
 
 ``bench/plan_accuracy.py --knobs`` and ``bench/plan_published.py --knobs`` print this section.
 
@@ -48,6 +49,40 @@ GEMMA2_2B = {
     "vocab": 256000,
     "tiedEmbeddings": True,
 }
+
+
+# T5 checkpoints (config.json) and their Hugging Face parameter counts.
+T5: tuple[tuple[str, dict[str, Any], int], ...] = (
+    (
+        "t5-base",
+        {
+            "layers": 12,
+            "encoderLayers": 12,
+            "hidden": 768,
+            "heads": 12,
+            "intermediate": 3072,
+            "vocab": 32128,
+            "mlp": "gelu",
+            "norm": "rmsnorm",
+            "tiedEmbeddings": True,
+        },
+        222_903_552,
+    ),
+    (
+        "t5-v1_1-xl",
+        {
+            "layers": 24,
+            "encoderLayers": 24,
+            "hidden": 2048,
+            "heads": 32,
+            "intermediate": 5120,
+            "vocab": 32128,
+            "mlp": "swiglu",
+            "norm": "rmsnorm",
+        },
+        2_849_757_184,
+    ),
+)
 
 
 @dataclass(frozen=True)
@@ -178,6 +213,15 @@ def report() -> list[str]:
     lines.append(
         f"  torch.compile, FSDP Llama 7B-70B: published +10-23 % MFU; planned {gain * 100:+.1f}% MFU on {fsdp.name}"
     )
+    for name, arch, published in T5:
+        spec = AcceleratorJobSpec.model_validate(
+            {"team": "bench", "image": "bench", "model": {"architecture": arch}, "workload": {"tokens": 10**9}}
+        )
+        planned = profile.from_spec(spec).shape.params
+        lines.append(
+            f"  encoder-decoder {name}: published {published:,} parameters; planned {planned:,} "
+            f"({planned / published - 1:+.4%}: the relative position bias and the encoder's final norm)"
+        )
     return lines
 
 

@@ -63,7 +63,8 @@ class EnvVar(ApiModel):
 
 
 class Architecture(ApiModel):
-    """A decoder-only transformer, enough to count parameters, FLOPs and activations.
+    """A transformer (decoder-only, or encoder-decoder with encoderLayers), enough to count
+    parameters, FLOPs and activations.
 
     Bounds (well above any published model, low enough that every estimate stays finite):
     layers ≤ 1000, hidden ≤ 131072, heads/kvHeads ≤ 1024, intermediate ≤ 2^20, vocab and
@@ -96,6 +97,11 @@ class Architecture(ApiModel):
     )
     active_experts: Annotated[int, Field(ge=1, le=bounds.EXPERTS)] | None = Field(
         default=None, description="Experts each token is routed to (top-k); defaults to 2 when experts is given."
+    )
+    encoder_layers: Annotated[int, Field(ge=1, le=bounds.LAYERS)] | None = Field(
+        default=None,
+        description="Encoder-decoder models (T5): the encoder's layers; layers then counts the decoder's, "
+        "each with a cross-attention block over the encoder's output. Omit for decoder-only models.",
     )
 
     cel_rules: ClassVar[tuple[CelRule, ...]] = (

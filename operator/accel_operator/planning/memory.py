@@ -192,7 +192,7 @@ class _Params:
 
 def _params(w: JobProfile, tp: int) -> _Params:
     s = w.shape
-    layer = s.layer_matmul_params / tp + s.layer_bias_params / tp + 2 * s.norm_params
+    layer = s.layer_matmul_params / tp + s.layer_bias_params / tp + 2 * s.norm_params + s.cross_norm_params
     # A pipeline stage holds its layers; both ends (embedding, head) are counted on it (at most
     # a stage's worth too many: the stacks' model in _stack_peak splits them).
     total = w.stage_layers * layer + (s.embedding_params + s.head_params) / tp + s.norm_params
@@ -211,15 +211,26 @@ def layer_saved(w: JobProfile, tp: int, *, cache: PlanCache | None = None) -> fl
     blk = blocks.block(s, num, w.attention, w.dropout, cache=cache)
     sp = tp if w.sequence_parallel else 1
     per_score = 0.0 if w.selective else blk.saved_per_score * w.seq_len / tp
+    if s.cross_layers:
+        # Encoder-decoder: each decoder layer's cross-attention saves its norm's input and output
+        # (the q product's input), q and its output, the k and v of the encoder's tokens (as many
+        # as the decoder's: both at seqLen), the fp32 logsumexp and, unfused, its scores; spread
+        # over all layers as the layer count is.
+        a = num.compute
+        cross_shared = (max(num.residual, a) + a) * s.hidden
+        cross_split = a * (2 * s.q_dim + 2 * s.kv_dim) + 4.0 * s.heads
+        cross = s.cross_layers / s.layers * (cross_shared / sp + cross_split / tp + per_score)
+    else:
+        cross = 0.0
     if not w.fused_layers:
-        return blk.saved_shared / sp + blk.saved_split / tp + per_score
+        return blk.saved_shared / sp + blk.saved_split / tp + per_score + cross
     fb = blocks.fused(s, num, cache=cache)
     # Selective recompute rebuilds the attention's output statistics (fp32 logsumexp).
     split = (fb.saved_split - (4.0 * s.heads if w.selective else 0.0)) / tp
     if w.fused:
-        return fb.saved_shared / sp + split
+        return fb.saved_shared / sp + split + cross
     shared = fb.saved_shared * max(num.residual, num.compute) / num.compute + (2.0 * s.hidden if w.dropout > 0 else 0.0)
-    return shared / sp + split + (per_score if w.attention is Attention.EAGER else 0.0)
+    return shared / sp + split + (per_score if w.attention is Attention.EAGER else 0.0) + cross
 
 
 def _knobs(

@@ -49,6 +49,10 @@ class Shape:
     head_size: int = 0  # 0: hidden / heads
     experts: int = 1  # mixture of experts: MLPs per layer
     active_experts: int = 1  # MLPs each token passes through
+    # Encoder-decoder (T5): of ``layers``, this many are decoder layers with a cross-attention block
+    # (0: decoder-only). The model is planned as ``layers`` layers of the average layer: the
+    # cross-attention's products, saved activations and score work spread over all of them.
+    cross_layers: int = 0
 
     def __hash__(self) -> int:
         # Consistent with equality and cheaper than hashing every field (the models cache on it).
@@ -90,8 +94,22 @@ class Shape:
         return self.layers * self.active_layer_matmul_params + self.vocab * self.hidden
 
     @property
+    def cross_matmul_params(self) -> int:
+        """One layer's share of the decoder's cross-attention products (q, k, v, o per decoder layer)."""
+        return -(-self.cross_layers * self.attention_matmul_params // self.layers) if self.cross_layers else 0
+
+    @property
     def layer_matmul_params(self) -> int:
-        return self.attention_matmul_params + self.mlp_matmul_params
+        return self.attention_matmul_params + self.mlp_matmul_params + self.cross_matmul_params
+
+    @property
+    def attention_work(self) -> float:
+        """Score work per layer relative to a causal self-attention: an encoder layer attends to the
+        whole sequence (2), a decoder layer causally (1) and across to the whole input (2)."""
+        if not self.cross_layers:
+            return 1.0
+        encoder = self.layers - self.cross_layers
+        return (2.0 * encoder + 3.0 * self.cross_layers) / self.layers
 
     @property
     def norm_params(self) -> int:
@@ -106,8 +124,13 @@ class Shape:
         return self.hidden + 2 * self.kv_dim + self.hidden + mlp
 
     @property
+    def cross_norm_params(self) -> int:
+        """One layer's share of the decoder's cross-attention norms."""
+        return -(-self.cross_layers * self.norm_params // self.layers) if self.cross_layers else 0
+
+    @property
     def layer_params(self) -> int:
-        return self.layer_matmul_params + self.layer_bias_params + 2 * self.norm_params
+        return self.layer_matmul_params + self.layer_bias_params + 2 * self.norm_params + self.cross_norm_params
 
     @property
     def embedding_params(self) -> int:
@@ -137,6 +160,8 @@ class Shape:
         if self.experts > 1:
             layer.append((self.experts, h, 1))
         out = [(r, c, n * self.layers) for r, c, n in layer] + [(self.vocab, h, 1)]
+        if self.cross_layers:
+            out += [(q, h, self.cross_layers), (kv, h, 2 * self.cross_layers), (h, q, self.cross_layers)]
         if self.positions:
             out.append((self.positions, h, 1))
         if not self.tied:
@@ -149,7 +174,7 @@ class Shape:
 
     @property
     def vector_params(self) -> int:
-        return self.layers * (self.layer_bias_params + 2 * self.norm_params) + self.norm_params
+        return self.layers * (self.layer_bias_params + 2 * self.norm_params + self.cross_norm_params) + self.norm_params
 
 
 @dataclass(frozen=True, slots=True)
@@ -313,7 +338,7 @@ class JobProfile:
 def shape_from_architecture(arch: Architecture) -> Shape:
     gelu = arch.mlp is MlpKind.GELU
     return Shape(
-        layers=arch.layers,
+        layers=arch.layers + (arch.encoder_layers or 0),
         hidden=arch.hidden,
         heads=arch.heads,
         kv_heads=arch.kv_heads_or_default,
@@ -328,6 +353,7 @@ def shape_from_architecture(arch: Architecture) -> Shape:
         head_size=arch.head_dim or 0,
         experts=arch.experts_or_default,
         active_experts=arch.active_experts_or_default,
+        cross_layers=arch.layers if arch.encoder_layers else 0,
     )
 
 
@@ -371,6 +397,15 @@ def from_spec(spec: AcceleratorJobSpec) -> JobProfile:
             f"(Llama-shaped: {shape.layers} layers, hidden {shape.hidden}); give model.architecture for exact figures"
         )
     w = spec.workload
+    if shape.cross_layers:
+        enc = shape.layers - shape.cross_layers
+        notes.append(
+            f"encoder-decoder: {enc} encoder layers (bidirectional attention) and {shape.cross_layers} decoder "
+            f"layers, each with a cross-attention block over the encoder's output (its q, k, v, o products, "
+            f"{shape.attention_matmul_params * shape.cross_layers / 1e6:.0f}M parameters in all, and its saved "
+            f"q, k, v and output); inputs and targets are both planned at seqLen {w.seq_len} (an upper bound "
+            f"where targets are shorter, as T5's 512-token inputs and 114-token span-corruption targets)"
+        )
     if w.pipeline_parallel > 1 and shape.layers % w.pipeline_parallel:
         fullest = -(-shape.layers // w.pipeline_parallel)
         notes.append(

@@ -293,6 +293,10 @@ def _device_step(w: JobProfile, accel: Accelerator, tp: int, *, cache: PlanCache
 
     fp8 = w.fp8 and accel.fp8_tensor_cores  # without FP8 tensor cores: 16-bit products
     g_fwd, g_bwd = _layer_gemms(blk.gemms, m, tp, 1 if fp8 else a, accel)
+    if s.cross_layers:
+        # Encoder-decoder: the cross-attention's products, spread over the layers (Shape.cross_layers).
+        spread = s.layer_matmul_params / (s.layer_matmul_params - s.cross_matmul_params)
+        g_fwd, g_bwd = g_fwd * spread, g_bwd * spread
     head_fwd, head_bwd = _layer_gemms((Gemm(s.vocab, s.hidden, True),), m, tp, a, accel)
 
     # Attention: the fused kernel over the causal half of the scores; eager attention runs QK^T
@@ -302,12 +306,15 @@ def _device_step(w: JobProfile, accel: Accelerator, tp: int, *, cache: PlanCache
         attn_fwd, attn_bwd = _layer_gemms(
             (Gemm(w.seq_len, s.head_dim, True), Gemm(s.head_dim, w.seq_len, True)), rows, 1, a, accel
         )
+        if s.cross_layers:  # a decoder layer's cross-attention scores too
+            spread_scores = 1 + s.cross_layers / s.layers
+            attn_fwd, attn_bwd = attn_fwd * spread_scores, attn_bwd * spread_scores
     else:
         score_flops = 2 * 2 * m * w.seq_len * (s.heads / tp) * s.head_dim
         efficiency = _attention_efficiency(s.head_dim, w.seq_len, accel)
         if w.fused:
             efficiency *= FUSED_ATTENTION_EFFICIENCY
-        attn_fwd = 0.5 * score_flops / (accel.flops(a) * efficiency)
+        attn_fwd = 0.5 * s.attention_work * score_flops / (accel.flops(a) * efficiency)
         attn_bwd = ATTENTION_BACKWARD * attn_fwd
 
     per_score = w.seq_len / tp
@@ -356,7 +363,9 @@ def _device_step(w: JobProfile, accel: Accelerator, tp: int, *, cache: PlanCache
     passes = 1 + BACKWARD_KERNELS + (1 if w.checkpointing else 0)
     kernels = layers * layer_kernels * passes + 3 * hd.loss_kernels + optimizer_kernels
     attn_width = s.q_dim
-    flops_per_token = 6.0 * s.active_matmul_params + 6.0 * s.layers * w.seq_len * attn_width * (1 if eager else 0.5)
+    flops_per_token = 6.0 * s.active_matmul_params + 6.0 * s.layers * w.seq_len * attn_width * (
+        1 if eager else 0.5 * s.attention_work
+    )
     if w.checkpointing:
         flops_per_token += 2.0 * s.layers * s.active_layer_matmul_params + 2.0 * s.layers * w.seq_len * attn_width * 0.5
     elif w.selective:

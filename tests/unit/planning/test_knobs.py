@@ -142,3 +142,56 @@ def test_the_knobs_are_off_by_default() -> None:
     w = job().arch(LLAMA_8B).workload().profile()
     assert not (w.compile or w.fused_kernels or w.optimizer_in_backward or w.activation_offload or w.optimizer_offload)
     assert w.loss_kernel.value == "standard"
+
+
+# T5 (google-t5/t5-base, google/t5-v1_1-xl config.json): encoder and decoder of 12 / 24 layers,
+# no biases, RMS norms; t5-base a ReLU MLP (two matrices) with tied embeddings, v1.1 a gated GELU.
+T5_BASE: dict[str, Any] = {
+    "layers": 12,
+    "encoderLayers": 12,
+    "hidden": 768,
+    "heads": 12,
+    "intermediate": 3072,
+    "vocab": 32128,
+    "mlp": "gelu",
+    "norm": "rmsnorm",
+    "tiedEmbeddings": True,
+}
+T5_V11_XL: dict[str, Any] = {
+    "layers": 24,
+    "encoderLayers": 24,
+    "hidden": 2048,
+    "heads": 32,
+    "intermediate": 5120,
+    "vocab": 32128,
+    "mlp": "swiglu",
+    "norm": "rmsnorm",
+}
+
+
+@pytest.mark.parametrize(
+    ("arch", "published"),
+    [
+        # Hugging Face's parameter counts of the checkpoints; the planner leaves out the relative
+        # position bias (32 buckets × heads) and the encoder's final norm: 1,536 parameters.
+        (T5_BASE, 222_903_552),
+        (T5_V11_XL, 2_849_757_184),
+    ],
+)
+def test_an_encoder_decoder_counts_its_cross_attention(arch: dict[str, Any], published: int) -> None:
+    w = job().arch(arch).workload().profile()
+    assert w.shape.params == pytest.approx(published, rel=1e-4)
+    assert w.shape.cross_layers == arch["layers"]
+    assert any("encoder-decoder" in n and "cross-attention" in n for n in w.notes)
+
+
+def test_cross_attention_adds_activations_work_and_flops() -> None:
+    enc_dec = {**T5_V11_XL}
+    # The same 48 layers without cross-attention: a decoder-only stack of the same width.
+    decoder_only = {k: v for k, v in T5_V11_XL.items() if k != "encoderLayers"} | {"layers": 48}
+    base: dict[str, Any] = {"precision": "bf16", "microBatch": 8, "seqLen": 512}
+    _, m0, s0 = plan(decoder_only, **base)
+    _, m1, s1 = plan(enc_dec, **base)
+    assert parts(m1)["activations"] > parts(m0)["activations"] * 1.1
+    assert s1.flops_per_token > s0.flops_per_token
+    assert s1.step_seconds > s0.step_seconds
