@@ -278,6 +278,31 @@ class JobProfile:
         return self.fused or self.compile or self.fused_kernels
 
     @property
+    def knobs(self) -> bool:
+        """Whether a recipe knob is on (workload.compile, lossKernel, ...)."""
+        return (
+            self.compile
+            or self.fused_kernels
+            or self.loss_kernel is not LossKernel.STANDARD
+            or self.optimizer_in_backward
+            or self.activation_offload
+            or self.optimizer_offload
+        )
+
+    @property
+    def without_knobs(self) -> JobProfile:
+        """This job with every recipe knob off (the plan's note compares the two)."""
+        return dataclasses.replace(
+            self,
+            compile=False,
+            fused_kernels=False,
+            loss_kernel=LossKernel.STANDARD,
+            optimizer_in_backward=False,
+            activation_offload=False,
+            optimizer_offload=False,
+        )
+
+    @property
     def stage_layers(self) -> int:
         """Layers on the fullest pipeline stage: ceil(layers / pipelineParallel). An uneven split
         (Megatron's ``--decoder-first-pipeline-num-layers``, torchtitan's split points) is
@@ -432,6 +457,7 @@ def from_spec(spec: AcceleratorJobSpec) -> JobProfile:
             f"group, the gradients are all-reduced across groups"
         )
     _knob_notes(w, shape, fused, notes)
+    training = w.mode is WorkloadMode.TRAINING
     return JobProfile(
         shape=shape,
         mode=w.mode,
@@ -457,12 +483,13 @@ def from_spec(spec: AcceleratorJobSpec) -> JobProfile:
         gradient_accumulation=w.gradient_accumulation,
         sequence_parallel=sequence_parallel,
         hybrid_shard_degree=w.hybrid_shard_degree or 0,
-        compile=w.compile and not fused,
-        loss_kernel=w.loss_kernel,
-        fused_kernels=w.fused_kernels and not fused,
-        optimizer_in_backward=w.optimizer_in_backward,
-        activation_offload=w.activation_offload,
-        optimizer_offload=w.optimizer_offload is OptimizerOffload.CPU,
+        # The recipe knobs are training's (_knob_notes says so for an inference job).
+        compile=training and w.compile and not fused,
+        loss_kernel=w.loss_kernel if training else LossKernel.STANDARD,
+        fused_kernels=training and w.fused_kernels and not fused,
+        optimizer_in_backward=training and w.optimizer_in_backward,
+        activation_offload=training and w.activation_offload,
+        optimizer_offload=training and w.optimizer_offload is OptimizerOffload.CPU,
     )
 
 
@@ -501,9 +528,24 @@ COMPILE_PUBLISHED = "+10-23 % MFU on FSDP Llama 7B-70B (IBM and PyTorch blog, 20
 def _knob_notes(w: Workload, shape: Shape, fused: bool, notes: list[str]) -> None:
     """The recipe knobs' notes: what each changes in memory and speed, by how much, and the source.
     Figures are for one data-parallel replica before sharding; the plan's components have the rest."""
-    training = w.mode is WorkloadMode.TRAINING
     tokens = w.micro_batch * w.seq_len // w.context_parallel
     gb = 1e9
+    if w.mode is not WorkloadMode.TRAINING:
+        knobs = [
+            name
+            for name, on in (
+                ("compile", w.compile),
+                ("lossKernel", w.loss_kernel is not LossKernel.STANDARD),
+                ("fusedKernels", w.fused_kernels),
+                ("optimizerInBackward", w.optimizer_in_backward),
+                ("activationOffload", w.activation_offload),
+                ("optimizerOffload", w.optimizer_offload is not OptimizerOffload.NONE),
+            )
+            if on
+        ]
+        if knobs:
+            notes.append(f"{', '.join(knobs)}: training knobs, not planned for inference")
+        return
     if w.compile or w.fused_kernels:
         what = "torch.compile" if w.compile else "fused eager kernels (flash-attn's fused MLP, dropout-add-norm)"
         if fused:
@@ -514,10 +556,8 @@ def _knob_notes(w: Workload, shape: Shape, fused: bool, notes: list[str]) -> Non
             notes.append(
                 f"{what}: a layer saves what a fused stack saves (its norms' and activation functions' "
                 f"intermediates are recomputed inside the fused kernels), and each layer's elementwise chains "
-                f"read and write once ({'; published: ' + COMPILE_PUBLISHED if w.compile else 'bandwidth model'})"
+                f"read and write once ({'published: ' + COMPILE_PUBLISHED if w.compile else 'a bandwidth model'})"
             )
-    if not training:
-        return
     if w.loss_kernel is not LossKernel.STANDARD:
         standard = 3 * 4.0 * tokens * shape.vocab / w.tensor_parallel / gb
         if w.loss_kernel is LossKernel.CHUNKED:

@@ -8,9 +8,10 @@ from typing import Any
 
 import pytest
 
-from accel_operator.planning import memory, throughput
+from accel_api import catalog
+from accel_operator.planning import memory, selection, throughput
 from accel_operator.planning.layout import Layout
-from tests.support.builders import LLAMA_8B, accel, job
+from tests.support.builders import LLAMA_8B, accel, job, pool
 
 H100 = accel("h100-80gb")
 # Gemma 2 2B (its config.json), the model of Cut Cross-Entropy's headline figure.
@@ -195,3 +196,23 @@ def test_cross_attention_adds_activations_work_and_flops() -> None:
     assert parts(m1)["activations"] > parts(m0)["activations"] * 1.1
     assert s1.flops_per_token > s0.flops_per_token
     assert s1.step_seconds > s0.step_seconds
+
+
+def test_the_knobs_are_not_planned_for_inference_and_the_notes_say_so() -> None:
+    plain = job().arch(LLAMA_8B).inference().profile()
+    w = job().arch(LLAMA_8B).inference().workload(compile=True, lossKernel="fused", activationOffload=True).profile()
+    assert not (w.compile or w.activation_offload) and w.loss_kernel.value == "standard"
+    assert w.step_key == plain.step_key  # planned exactly as without them
+    assert "compile, lossKernel, activationOffload: training knobs, not planned for inference" in w.notes
+
+
+def test_the_plan_says_what_the_knobs_changed_on_the_chosen_placement() -> None:
+    fields: dict[str, Any] = {"precision": "bf16", "optimizer": "adamw-8bit", "microBatch": 1, "seqLen": 4096}
+    pools = [pool("h100", "h100-80gb", max_nodes=1)]
+    spec = job().arch(LLAMA_8B).workload(optimizerInBackward=True, recompute="full", **fields).spec()
+    p = selection.plan(spec, pools, catalog.default())
+    assert p.winner is not None
+    [note] = [n for n in p.profile.notes if n.startswith("the recipe knobs on")]
+    assert "GB per device" in note and "tokens/s (+0.0%)" in note, note
+    plain = selection.plan(job().arch(LLAMA_8B).workload(recompute="full", **fields).spec(), pools, catalog.default())
+    assert not any(n.startswith("the recipe knobs") for n in plain.profile.notes)
