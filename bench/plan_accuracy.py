@@ -6,7 +6,8 @@ describes the same run, and compares the planner's figures for one device of the
 with the measurement: peak allocated bytes, NVML footprint, out-of-memory, training tokens/s
 and inference prefill time. Prints a table, then the median and worst absolute errors.
 
-Run: ``PYTHONPATH=operator python bench/plan_accuracy.py [FILE.jsonl ...]``; ``--multi-gpu`` compares the
+Run: ``PYTHONPATH=operator python bench/plan_accuracy.py [FILE.jsonl ...]``; ``--knobs`` prints the recipe
+knobs' section (bench/plan_knobs.py); ``--multi-gpu`` compares the
 DDP/FSDP runs on several GPUs instead (tests/data/calibration/multi-gpu/*.jsonl, not its repeats, and the shared
 ``h200x2-ddp-fsdp.jsonl``), planning each row on its devices with its sharding; ``--pipeline`` the 2-stage
 pipeline runs on 2 H100 (tests/data/calibration/pipeline/*.jsonl), with each stage's peak beside the device's.
@@ -226,6 +227,14 @@ def summary(values: Sequence[float | None]) -> tuple[float, float] | None:
 
 
 def main(argv: Sequence[str]) -> int:
+    if "--knobs" in argv:
+        # No calibration row turns the recipe knobs: their planned effect on reference jobs, with
+        # the published figures that exist (bench/plan_knobs.py).
+        sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+        from bench import plan_knobs
+
+        print("\n".join(plan_knobs.report()))
+        return 0
     multi = "--multi-gpu" in argv
     pipeline = "--pipeline" in argv
     argv = [a for a in argv if a not in ("--multi-gpu", "--pipeline")]

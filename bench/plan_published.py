@@ -14,7 +14,8 @@ The A100 tables were run with a 1600 Gbit/s node-to-node network (RoCE, 200 GB/s
 25 GB/s per GPU), not the catalog's p4d figure: the bench plans those rows on a catalog entry with
 that network bandwidth, as a user's ``--catalog`` override would.
 
-Run: ``PYTHONPATH=operator python bench/plan_published.py``
+Run: ``PYTHONPATH=operator python bench/plan_published.py`` (``--knobs``: the recipe knobs' section,
+bench/plan_knobs.py)
 """
 
 from __future__ import annotations
@@ -144,6 +145,14 @@ def summary(results: Sequence[Comparison]) -> tuple[float, float]:
 
 
 def main(argv: Sequence[str]) -> int:
+    if "--knobs" in argv:
+        # No published run turns the recipe knobs: their planned effect on reference jobs, with
+        # the published figures that exist (bench/plan_knobs.py).
+        sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+        from bench import plan_knobs
+
+        print("\n".join(plan_knobs.report()))
+        return 0
     results = compare(read_rows(Path(argv[0]) if argv else DATA))
     print(f"{'configuration':48} {'published':>9} {'MFU':>6} {'predicted':>9} {'error':>7}  fits  peak GB")
     for c in results:

@@ -57,6 +57,25 @@ class Recompute(StrEnum):
     FULL = "full"
 
 
+class LossKernel(StrEnum):
+    """How the loss is computed over the vocabulary: ``standard`` materialises the [tokens × vocab]
+    logits (and fp32 copies and their gradient); ``chunked`` computes them a chunk of tokens at a
+    time (Liger Kernel's fused linear cross-entropy); ``fused`` never writes them to memory (Cut
+    Cross-Entropy, Wijmans et al. 2024)."""
+
+    STANDARD = "standard"
+    CHUNKED = "chunked"
+    FUSED = "fused"
+
+
+class OptimizerOffload(StrEnum):
+    """Where the optimizer states and fp32 master weights live: ``cpu`` is ZeRO-Offload (Ren et al.
+    2021): host memory, with the optimizer step run by the CPU."""
+
+    NONE = "none"
+    CPU = "cpu"
+
+
 class MlpKind(StrEnum):
     SWIGLU = "swiglu"
     GELU = "gelu"

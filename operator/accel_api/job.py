@@ -20,9 +20,11 @@ from accel_api.enums import (
     FailureKind,
     Framework,
     JobPhase,
+    LossKernel,
     MlpKind,
     Objective,
     Optimizer,
+    OptimizerOffload,
     Precision,
     Recompute,
     Sharding,
@@ -61,7 +63,8 @@ class EnvVar(ApiModel):
 
 
 class Architecture(ApiModel):
-    """A decoder-only transformer, enough to count parameters, FLOPs and activations.
+    """A transformer (decoder-only, or encoder-decoder with encoderLayers), enough to count
+    parameters, FLOPs and activations.
 
     Bounds (well above any published model, low enough that every estimate stays finite):
     layers ≤ 1000, hidden ≤ 131072, heads/kvHeads ≤ 1024, intermediate ≤ 2^20, vocab and
@@ -94,6 +97,11 @@ class Architecture(ApiModel):
     )
     active_experts: Annotated[int, Field(ge=1, le=bounds.EXPERTS)] | None = Field(
         default=None, description="Experts each token is routed to (top-k); defaults to 2 when experts is given."
+    )
+    encoder_layers: Annotated[int, Field(ge=1, le=bounds.LAYERS)] | None = Field(
+        default=None,
+        description="Encoder-decoder models (T5): the encoder's layers; layers then counts the decoder's, "
+        "each with a cross-attention block over the encoder's output. Omit for decoder-only models.",
     )
 
     cel_rules: ClassVar[tuple[CelRule, ...]] = (
@@ -221,6 +229,41 @@ class Workload(ApiModel):
         "recipes set --sequence-parallel with it), off for hf, fsdp and deepspeed; maxtext always shards "
         "activations over its tensor axis (false is refused there).",
     )
+    compile: bool = Field(
+        default=False,
+        description="torch.compile on the model (PyTorch stacks): Inductor fuses each layer's chains of "
+        "elementwise ops, so a layer saves what a fused stack saves and reads and writes its norms and "
+        "activations once. No effect on a fused stack (fsdp with flash attention, megatron, maxtext).",
+    )
+    loss_kernel: LossKernel = Field(
+        default=LossKernel.STANDARD,
+        description="standard (the [tokens × vocab] logits in memory with their fp32 copies and gradient), "
+        "chunked (a chunk of tokens at a time: Liger Kernel's fused linear cross-entropy) or fused (never "
+        "in memory: Cut Cross-Entropy).",
+    )
+    fused_kernels: bool = Field(
+        default=False,
+        description="Fused eager kernels (flash-attn's fused MLP and dropout + residual add + norm): "
+        "a layer saves what a fused stack saves, its elementwise chains read and write once.",
+    )
+    optimizer_in_backward: bool = Field(
+        default=False,
+        description="The optimizer step fused into backward (a post-accumulate-grad hook per parameter): "
+        "each gradient is applied and freed as it is made, so the full gradient buffer is never held. "
+        "Needs gradientAccumulation 1 and framework hf or fsdp.",
+    )
+    activation_offload: bool = Field(
+        default=False,
+        description="Saved activations copied to host memory in forward and back in backward, on a side "
+        "stream: about two layers' activations stay on the device; the copies over PCIe that compute "
+        "does not hide slow the step.",
+    )
+    optimizer_offload: OptimizerOffload = Field(
+        default=OptimizerOffload.NONE,
+        description="cpu: ZeRO-Offload (optimizer states and fp32 master weights in host memory, the "
+        "optimizer step on the CPU, 16-bit gradients down and weights up over PCIe each step). Needs "
+        "sharding (zero1, zero2, zero3 or fsdp); not maxtext.",
+    )
     pipeline_parallel: Annotated[int, Field(ge=1, le=bounds.PIPELINE_PARALLEL)] = Field(
         default=1, description="Pipeline stages (1F1B schedule); each holds layers/stages layers."
     )
@@ -282,6 +325,38 @@ class Workload(ApiModel):
             "sequenceParallel false does not apply; leave it unset",
             check=lambda w: w.sequence_parallel is not False or w.framework is not Framework.MAXTEXT,
             field_path=".sequenceParallel",
+        ),
+        CelRule(
+            name="optimizer-in-backward-without-accumulation",
+            cel="!has(self.optimizerInBackward) || !self.optimizerInBackward || !has(self.gradientAccumulation) "
+            "|| self.gradientAccumulation == 1",
+            message="optimizerInBackward steps each gradient as soon as it is made: gradientAccumulation must be 1",
+            check=lambda w: not w.optimizer_in_backward or w.gradient_accumulation == 1,
+            field_path=".optimizerInBackward",
+            got=lambda w: f"gradientAccumulation {w.gradient_accumulation}",
+        ),
+        CelRule(
+            name="optimizer-in-backward-frameworks",
+            cel="!has(self.optimizerInBackward) || !self.optimizerInBackward || !has(self.framework) "
+            "|| self.framework == 'hf' || self.framework == 'fsdp'",
+            message="optimizerInBackward is a PyTorch hook (hf or fsdp); deepspeed, megatron and maxtext "
+            "run their own optimizer step",
+            check=lambda w: not w.optimizer_in_backward or w.framework in (Framework.HF, Framework.FSDP),
+            field_path=".optimizerInBackward",
+            got=lambda w: f"framework {w.framework.value}",
+        ),
+        CelRule(
+            name="optimizer-offload-needs-sharding",
+            cel="!has(self.optimizerOffload) || self.optimizerOffload == 'none' || "
+            "(has(self.sharding) && self.sharding != 'none' && (!has(self.framework) || self.framework != 'maxtext'))",
+            message="optimizerOffload cpu (ZeRO-Offload) needs sharding zero1, zero2, zero3 or fsdp, and a "
+            "framework other than maxtext",
+            check=lambda w: (
+                w.optimizer_offload is OptimizerOffload.NONE
+                or (w.sharding is not Sharding.NONE and w.framework is not Framework.MAXTEXT)
+            ),
+            field_path=".optimizerOffload",
+            got=lambda w: f"sharding {w.sharding.value}, framework {w.framework.value}",
         ),
         CelRule(
             name="context-parallel-divides-seq-len",

@@ -120,6 +120,27 @@ CASES = [
         "sequenceParallel false does not apply",
     ),
     _case(
+        "optimizer-in-backward-without-accumulation",
+        _TRAINING,
+        {"spec.workload.optimizerInBackward": True, "spec.workload.gradientAccumulation": 4},
+        {"spec.workload.gradientAccumulation": 1},
+        "gradientAccumulation must be 1",
+    ),
+    _case(
+        "optimizer-in-backward-frameworks",
+        _TRAINING,
+        {"spec.workload.optimizerInBackward": True, "spec.workload.framework": "deepspeed"},
+        {"spec.workload.framework": "fsdp"},
+        "optimizerInBackward is a PyTorch hook",
+    ),
+    _case(
+        "optimizer-offload-needs-sharding",
+        _TRAINING,
+        {"spec.workload.optimizerOffload": "cpu"},
+        {"spec.workload.sharding": "zero2"},
+        "optimizerOffload cpu (ZeRO-Offload) needs sharding",
+    ),
+    _case(
         "inference-trains-nothing",
         _INFERENCE,
         {"spec.workload.gradientAccumulation": 4},

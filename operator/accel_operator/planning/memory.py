@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from accel_api.catalog import Accelerator
-from accel_api.enums import Framework, Optimizer, Recompute, Sharding
+from accel_api.enums import Attention, Framework, LossKernel, Optimizer, Recompute, Sharding
 from accel_operator.planning import blocks, stacks
 from accel_operator.planning.cache import PlanCache, memoised
 from accel_operator.planning.layout import Layout
@@ -192,11 +192,91 @@ class _Params:
 
 def _params(w: JobProfile, tp: int) -> _Params:
     s = w.shape
-    layer = s.layer_matmul_params / tp + s.layer_bias_params / tp + 2 * s.norm_params
+    layer = s.layer_matmul_params / tp + s.layer_bias_params / tp + 2 * s.norm_params + s.cross_norm_params
     # A pipeline stage holds its layers; both ends (embedding, head) are counted on it (at most
     # a stage's worth too many: the stacks' model in _stack_peak splits them).
     total = w.stage_layers * layer + (s.embedding_params + s.head_params) / tp + s.norm_params
     return _Params(total=total, matmul=s.matmul_params / tp, layer=layer)
+
+
+def layer_saved(w: JobProfile, tp: int, *, cache: PlanCache | None = None) -> float:
+    """Bytes a layer saves for backward per token on one device (no recomputation).
+
+    A fused stack, torch.compile or fused eager kernels (``JobProfile.fused_layers``) save what
+    ``blocks.fused`` counts: Inductor's min-cut partitioner and flash-attn's fused MLP and
+    dropout-add-norm keep a chain's inputs and recompute its intermediates. Outside a fused
+    stack the norms' inputs are in the residual dtype (fp32 under autocast), dropout adds its
+    one-byte masks, and eager attention still saves its scores."""
+    s, num = w.shape, w.numerics
+    blk = blocks.block(s, num, w.attention, w.dropout, cache=cache)
+    sp = tp if w.sequence_parallel else 1
+    per_score = 0.0 if w.selective else blk.saved_per_score * w.seq_len / tp
+    if s.cross_layers:
+        # Encoder-decoder: each decoder layer's cross-attention saves its norm's input and output
+        # (the q product's input), q and its output, the k and v of the encoder's tokens (as many
+        # as the decoder's: both at seqLen), the fp32 logsumexp and, unfused, its scores; spread
+        # over all layers as the layer count is.
+        a = num.compute
+        cross_shared = (max(num.residual, a) + a) * s.hidden
+        cross_split = a * (2 * s.q_dim + 2 * s.kv_dim) + 4.0 * s.heads
+        cross = s.cross_layers / s.layers * (cross_shared / sp + cross_split / tp + per_score)
+    else:
+        cross = 0.0
+    if not w.fused_layers:
+        return blk.saved_shared / sp + blk.saved_split / tp + per_score + cross
+    fb = blocks.fused(s, num, cache=cache)
+    # Selective recompute rebuilds the attention's output statistics (fp32 logsumexp).
+    split = (fb.saved_split - (4.0 * s.heads if w.selective else 0.0)) / tp
+    if w.fused:
+        return fb.saved_shared / sp + split + cross
+    shared = fb.saved_shared * max(num.residual, num.compute) / num.compute + (2.0 * s.hidden if w.dropout > 0 else 0.0)
+    return shared / sp + split + (per_score if w.attention is Attention.EAGER else 0.0) + cross
+
+
+def _knobs(
+    w: JobProfile,
+    moments: list[tuple[str, dict[str, float]]],
+    *,
+    tp: int,
+    master: float,
+    layer_grad: float,
+    one_layer: float,
+    head_saved: float,
+) -> list[tuple[str, dict[str, float]]]:
+    """The recipe knobs applied to a step's moments (docs/planner.md, "Recipe knobs").
+
+    ``master``: the bytes of the weights that are the fp32 master (ZeRO-Offload moves them to the
+    host); ``layer_grad``: the gradient bytes of the largest unit (a layer or the LM head) that
+    the optimizer step in backward keeps; ``one_layer``: one layer's saved activations (an
+    offloaded step keeps two on the device), ``head_saved``: the final norm's and the LM head's."""
+    loss = w.loss_kernel is not LossKernel.STANDARD
+    if not (loss or w.optimizer_in_backward or w.activation_offload or w.optimizer_offload):
+        return moments
+    s, num = w.shape, w.numerics
+    chunk = (num.compute + 4.0) * w.device_tokens * s.hidden / tp  # Liger: chunk × vocab ≈ tokens × hidden
+    out: list[tuple[str, dict[str, float]]] = []
+    for name, before in moments:
+        parts = dict(before)
+        if "logits" in parts and loss:
+            parts["logits"] = 0.0 if w.loss_kernel is LossKernel.FUSED else min(parts["logits"], chunk)
+        if w.activation_offload and "activations" in parts:
+            parts["activations"] = min(parts["activations"], 2 * one_layer + head_saved)
+        if w.optimizer_in_backward and "gradients" in parts:
+            parts["gradients"] = min(parts["gradients"], layer_grad)
+        if w.optimizer_offload:
+            parts["optimizer states"] = 0.0
+            parts["weights"] = max(0.0, parts.get("weights", 0.0) - master)
+            if "gradients" in parts and num.param == 4:
+                # The fp32 gradient partition is on the host; 16-bit gradients stay until copied.
+                parts["gradients"] *= num.compute / num.param
+        out.append((name, parts))
+    return out
+
+
+def _persistent(moments: list[tuple[str, dict[str, float]]]) -> float:
+    """What is alive at every moment (weights, states, buckets): the last moment's (the step's)."""
+    parts = moments[-1][1]
+    return parts.get("weights", 0.0) + parts.get("optimizer states", 0.0) + parts.get("buckets", 0.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -271,7 +351,8 @@ def _training_peak(w: JobProfile, tp: int, dp: int, *, cache: PlanCache | None =
     moments: list[tuple[str, dict[str, float]]] = []
     stranded = 0.0
     for stage in _stages(w, tp):
-        stage_moments, persistent = _stage_moments(w, tp, dp, stage, cache=cache)
+        stage_moments = _stage_moments(w, tp, dp, stage, cache=cache)
+        persistent = _persistent(stage_moments)
         peak = max(sum(parts.values()) for _, parts in stage_moments)
         stranded = max(stranded, TRAINING_STRANDED * max(0.0, peak - persistent))
         moments += stage_moments
@@ -280,8 +361,8 @@ def _training_peak(w: JobProfile, tp: int, dp: int, *, cache: PlanCache | None =
 
 def _stage_moments(
     w: JobProfile, tp: int, dp: int, stage: _Stage, *, cache: PlanCache | None
-) -> tuple[list[tuple[str, dict[str, float]]], float]:
-    """The moments of one stage's step, and its persistent bytes (weights, states, buckets)."""
+) -> list[tuple[str, dict[str, float]]]:
+    """The moments of one stage's step, the recipe knobs applied (the last is the optimizer step)."""
     s, num = w.shape, w.numerics
     prm = _params(w, tp)
     blk = blocks.block(s, num, w.attention, w.dropout, cache=cache)
@@ -316,13 +397,11 @@ def _stage_moments(
     recast = (head_matmul + layer_matmul) * num.compute if copies_all else 0.0
     copies_bwd = recast if w.checkpointing else copies_fwd
 
-    # Selective recompute (Megatron's core attention): the s×s scores are rebuilt in backward.
-    per_score = 0.0 if w.selective else blk.saved_per_score * w.seq_len / tp
-    # Without sequence parallelism (sp 1) the norms', dropouts' and the products'
-    # inputs, and a checkpointed layer's input, stay whole on each tensor-parallel rank.
+    # Selective recompute (Megatron's core attention) rebuilds the s×s scores in backward; without
+    # sequence parallelism (sp 1) the norms', dropouts' and the products' inputs, and a
+    # checkpointed layer's input, stay whole on each tensor-parallel rank (layer_saved).
     sp = tp if w.sequence_parallel else 1
-    per_layer = blk.saved_shared / sp + blk.saved_split / tp + per_score
-    one_layer = per_layer * tokens
+    one_layer = layer_saved(w, tp, cache=cache) * tokens
     rotary = 2.0 * s.head_dim * num.residual * tokens if s.positions == 0 else 0.0  # cos, sin
     embed_mask = s.hidden * tokens if w.dropout > 0 and stage.embedding else 0.0
     # Pipeline parallel: the stage's layers, for each micro-batch in flight under 1F1B.
@@ -413,7 +492,21 @@ def _stage_moments(
             },
         ),
     ]
-    return moments, weights + states + buckets
+    master = 0.0
+    if num.param == 4 and num.compute < 4 and w.framework is not Framework.DEEPSPEED:
+        # The fp32 master: ZeRO-1/2 keep a 16-bit working copy whole beside its shard.
+        master = (
+            stage.params * num.param / dp if sharded_mixed_precision(w) else weights * (1 - num.compute / num.param)
+        )
+    return _knobs(
+        w,
+        moments,
+        tp=tp,
+        master=master,
+        layer_grad=max(head_matmul, prm.layer) * num.param / shard_g,
+        one_layer=one_layer,
+        head_saved=final,
+    )
 
 
 @memoised(128)
@@ -453,14 +546,8 @@ def _fsdp_peak(w: JobProfile, tp: int, dp: int, *, cache: PlanCache | None = Non
     layers_gathered = w.stage_layers if keep_gathered else min(2, s.layers)
     gathered = (root + layers_gathered * layer) * gather
 
-    per_score = 0.0 if w.selective else blk.saved_per_score * w.seq_len / tp
     sp = tp if w.sequence_parallel else 1
-    per_layer = blk.saved_shared / sp + blk.saved_split / tp + per_score
-    if w.fused:
-        fb = blocks.fused(s, num, cache=cache)
-        # Selective recompute rebuilds the attention's output statistics (fp32 logsumexp).
-        per_layer = fb.saved_shared / sp + (fb.saved_split - (4.0 * s.heads if w.selective else 0.0)) / tp
-    one_layer = per_layer * tokens
+    one_layer = layer_saved(w, tp, cache=cache) * tokens
     rotary = 2.0 * s.head_dim * num.residual * tokens if s.positions == 0 else 0.0
     stage = w.stage_layers * w.in_flight
     if w.checkpointing:
@@ -508,8 +595,17 @@ def _fsdp_peak(w: JobProfile, tp: int, dp: int, *, cache: PlanCache | None = Non
         ),
         ("optimizer step", base | {"gradients": grads, "optimizer scratch": _optimizer_temp_bytes(w, tp) / dp}),
     ]
+    moments = _knobs(
+        w,
+        moments,
+        tp=tp,
+        master=weights * (1 - num.compute / num.param) if num.param == 4 else 0.0,
+        layer_grad=max(s.vocab * s.hidden / tp, layer) * reduce / dp,
+        one_layer=one_layer,
+        head_saved=final,
+    )
     peak = max(sum(parts.values()) for _, parts in moments)
-    stranded = TRAINING_STRANDED * max(0.0, peak - weights - states)
+    stranded = TRAINING_STRANDED * max(0.0, peak - _persistent(moments))
     return _peak(moments, stranded)
 
 
@@ -586,6 +682,18 @@ def _stack_peak(w: JobProfile, tp: int, dp: int, *, cache: PlanCache | None = No
         )
         moments.append(("optimizer step" + suffix, base | transient_grads))
         persistent = max(persistent, weights + states + (grads if megatron else 0.0))
+    # Megatron's --optimizer-cpu-offload keeps the fp32 master in its (offloaded) optimizer states.
+    moments = _knobs(
+        w,
+        moments,
+        tp=tp,
+        master=0.0,
+        layer_grad=0.0,
+        one_layer=act.layer * tokens,
+        head_saved=act.head * tokens,
+    )
+    if w.optimizer_offload:
+        persistent = _persistent(moments) + (0.0 if not megatron else max(p.get("gradients", 0.0) for _, p in moments))
     peak = max(sum(parts.values()) for _, parts in moments)
     # XLA assigns buffers at compile time: nothing is stranded. Megatron runs on PyTorch's
     # caching allocator.

@@ -12,8 +12,19 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
-from accel_api.enums import Attention, Framework, MlpKind, Optimizer, Precision, Recompute, Sharding, WorkloadMode
-from accel_api.job import AcceleratorJobSpec, Architecture
+from accel_api.enums import (
+    Attention,
+    Framework,
+    LossKernel,
+    MlpKind,
+    Optimizer,
+    OptimizerOffload,
+    Precision,
+    Recompute,
+    Sharding,
+    WorkloadMode,
+)
+from accel_api.job import AcceleratorJobSpec, Architecture, Workload
 
 # HF GPT-2's defaults (resid/embd/attn pdrop): GPT-2-family models train with dropout 0.1, which
 # saves a one-byte mask per element; Llama-family models have none.
@@ -38,6 +49,10 @@ class Shape:
     head_size: int = 0  # 0: hidden / heads
     experts: int = 1  # mixture of experts: MLPs per layer
     active_experts: int = 1  # MLPs each token passes through
+    # Encoder-decoder (T5): of ``layers``, this many are decoder layers with a cross-attention block
+    # (0: decoder-only). The model is planned as ``layers`` layers of the average layer: the
+    # cross-attention's products, saved activations and score work spread over all of them.
+    cross_layers: int = 0
 
     def __hash__(self) -> int:
         # Consistent with equality and cheaper than hashing every field (the models cache on it).
@@ -79,8 +94,22 @@ class Shape:
         return self.layers * self.active_layer_matmul_params + self.vocab * self.hidden
 
     @property
+    def cross_matmul_params(self) -> int:
+        """One layer's share of the decoder's cross-attention products (q, k, v, o per decoder layer)."""
+        return -(-self.cross_layers * self.attention_matmul_params // self.layers) if self.cross_layers else 0
+
+    @property
     def layer_matmul_params(self) -> int:
-        return self.attention_matmul_params + self.mlp_matmul_params
+        return self.attention_matmul_params + self.mlp_matmul_params + self.cross_matmul_params
+
+    @property
+    def attention_work(self) -> float:
+        """Score work per layer relative to a causal self-attention: an encoder layer attends to the
+        whole sequence (2), a decoder layer causally (1) and across to the whole input (2)."""
+        if not self.cross_layers:
+            return 1.0
+        encoder = self.layers - self.cross_layers
+        return (2.0 * encoder + 3.0 * self.cross_layers) / self.layers
 
     @property
     def norm_params(self) -> int:
@@ -95,8 +124,13 @@ class Shape:
         return self.hidden + 2 * self.kv_dim + self.hidden + mlp
 
     @property
+    def cross_norm_params(self) -> int:
+        """One layer's share of the decoder's cross-attention norms."""
+        return -(-self.cross_layers * self.norm_params // self.layers) if self.cross_layers else 0
+
+    @property
     def layer_params(self) -> int:
-        return self.layer_matmul_params + self.layer_bias_params + 2 * self.norm_params
+        return self.layer_matmul_params + self.layer_bias_params + 2 * self.norm_params + self.cross_norm_params
 
     @property
     def embedding_params(self) -> int:
@@ -126,6 +160,8 @@ class Shape:
         if self.experts > 1:
             layer.append((self.experts, h, 1))
         out = [(r, c, n * self.layers) for r, c, n in layer] + [(self.vocab, h, 1)]
+        if self.cross_layers:
+            out += [(q, h, self.cross_layers), (kv, h, 2 * self.cross_layers), (h, q, self.cross_layers)]
         if self.positions:
             out.append((self.positions, h, 1))
         if not self.tied:
@@ -138,7 +174,7 @@ class Shape:
 
     @property
     def vector_params(self) -> int:
-        return self.layers * (self.layer_bias_params + 2 * self.norm_params) + self.norm_params
+        return self.layers * (self.layer_bias_params + 2 * self.norm_params + self.cross_norm_params) + self.norm_params
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,6 +245,14 @@ class JobProfile:
     sequence_parallel: bool = False
     # Hybrid sharding (HSDP): the sharding group's size; 0 shards over every data-parallel rank.
     hybrid_shard_degree: int = 0
+    # The knobs of docs/planner.md "Recipe knobs" (workload.compile, lossKernel, fusedKernels,
+    # optimizerInBackward, activationOffload, optimizerOffload).
+    compile: bool = False
+    loss_kernel: LossKernel = LossKernel.STANDARD
+    fused_kernels: bool = False
+    optimizer_in_backward: bool = False
+    activation_offload: bool = False
+    optimizer_offload: bool = False
 
     def __hash__(self) -> int:
         # Consistent with equality and cheaper than hashing every field (the models cache on it).
@@ -225,6 +269,38 @@ class JobProfile:
         if self.framework in (Framework.MEGATRON, Framework.MAXTEXT):
             return self.attention is not Attention.EAGER
         return self.framework is Framework.FSDP and self.attention is Attention.FLASH
+
+    @property
+    def fused_layers(self) -> bool:
+        """A layer saves what a fused stack's layer saves (blocks.fused) and its elementwise chains
+        read and write once: a fused stack, torch.compile (Inductor's fusion and min-cut
+        partitioner) or fused eager kernels (flash-attn's fused MLP, dropout-add-norm)."""
+        return self.fused or self.compile or self.fused_kernels
+
+    @property
+    def knobs(self) -> bool:
+        """Whether a recipe knob is on (workload.compile, lossKernel, ...)."""
+        return (
+            self.compile
+            or self.fused_kernels
+            or self.loss_kernel is not LossKernel.STANDARD
+            or self.optimizer_in_backward
+            or self.activation_offload
+            or self.optimizer_offload
+        )
+
+    @property
+    def without_knobs(self) -> JobProfile:
+        """This job with every recipe knob off (the plan's note compares the two)."""
+        return dataclasses.replace(
+            self,
+            compile=False,
+            fused_kernels=False,
+            loss_kernel=LossKernel.STANDARD,
+            optimizer_in_backward=False,
+            activation_offload=False,
+            optimizer_offload=False,
+        )
 
     @property
     def stage_layers(self) -> int:
@@ -287,7 +363,7 @@ class JobProfile:
 def shape_from_architecture(arch: Architecture) -> Shape:
     gelu = arch.mlp is MlpKind.GELU
     return Shape(
-        layers=arch.layers,
+        layers=arch.layers + (arch.encoder_layers or 0),
         hidden=arch.hidden,
         heads=arch.heads,
         kv_heads=arch.kv_heads_or_default,
@@ -302,6 +378,7 @@ def shape_from_architecture(arch: Architecture) -> Shape:
         head_size=arch.head_dim or 0,
         experts=arch.experts_or_default,
         active_experts=arch.active_experts_or_default,
+        cross_layers=arch.layers if arch.encoder_layers else 0,
     )
 
 
@@ -345,6 +422,15 @@ def from_spec(spec: AcceleratorJobSpec) -> JobProfile:
             f"(Llama-shaped: {shape.layers} layers, hidden {shape.hidden}); give model.architecture for exact figures"
         )
     w = spec.workload
+    if shape.cross_layers:
+        enc = shape.layers - shape.cross_layers
+        notes.append(
+            f"encoder-decoder: {enc} encoder layers (bidirectional attention) and {shape.cross_layers} decoder "
+            f"layers, each with a cross-attention block over the encoder's output (its q, k, v, o products, "
+            f"{shape.attention_matmul_params * shape.cross_layers / 1e6:.0f}M parameters in all, and its saved "
+            f"q, k, v and output); inputs and targets are both planned at seqLen {w.seq_len} (an upper bound "
+            f"where targets are shorter, as T5's 512-token inputs and 114-token span-corruption targets)"
+        )
     if w.pipeline_parallel > 1 and shape.layers % w.pipeline_parallel:
         fullest = -(-shape.layers // w.pipeline_parallel)
         notes.append(
@@ -370,6 +456,8 @@ def from_spec(spec: AcceleratorJobSpec) -> JobProfile:
             f"whatever the devices) and replicated across the groups; the parameter all-gathers stay in a "
             f"group, the gradients are all-reduced across groups"
         )
+    _knob_notes(w, shape, fused, notes)
+    training = w.mode is WorkloadMode.TRAINING
     return JobProfile(
         shape=shape,
         mode=w.mode,
@@ -395,6 +483,13 @@ def from_spec(spec: AcceleratorJobSpec) -> JobProfile:
         gradient_accumulation=w.gradient_accumulation,
         sequence_parallel=sequence_parallel,
         hybrid_shard_degree=w.hybrid_shard_degree or 0,
+        # The recipe knobs are training's (_knob_notes says so for an inference job).
+        compile=training and w.compile and not fused,
+        loss_kernel=w.loss_kernel if training else LossKernel.STANDARD,
+        fused_kernels=training and w.fused_kernels and not fused,
+        optimizer_in_backward=training and w.optimizer_in_backward,
+        activation_offload=training and w.activation_offload,
+        optimizer_offload=training and w.optimizer_offload is OptimizerOffload.CPU,
     )
 
 
@@ -422,3 +517,80 @@ def _sequence_parallel(asked: bool | None, framework: Framework, tp: int, notes:
             f"5as/(ht)) per layer (Korthikanti et al. 2022); set workload.sequenceParallel: true to split them"
         )
     return on
+
+
+# Published figures the knobs' notes cite (docs/planner.md, "Recipe knobs").
+# torch.compile on FSDP Llama training: +10 to +23 % MFU by model size (IBM and PyTorch, "Maximizing
+# training throughput using PyTorch FSDP and Torch.compile", PyTorch blog, 2024).
+COMPILE_PUBLISHED = "+10-23 % MFU on FSDP Llama 7B-70B (IBM and PyTorch blog, 2024)"
+
+
+def _knob_notes(w: Workload, shape: Shape, fused: bool, notes: list[str]) -> None:
+    """The recipe knobs' notes: what each changes in memory and speed, by how much, and the source.
+    Figures are for one data-parallel replica before sharding; the plan's components have the rest."""
+    tokens = w.micro_batch * w.seq_len // w.context_parallel
+    gb = 1e9
+    if w.mode is not WorkloadMode.TRAINING:
+        knobs = [
+            name
+            for name, on in (
+                ("compile", w.compile),
+                ("lossKernel", w.loss_kernel is not LossKernel.STANDARD),
+                ("fusedKernels", w.fused_kernels),
+                ("optimizerInBackward", w.optimizer_in_backward),
+                ("activationOffload", w.activation_offload),
+                ("optimizerOffload", w.optimizer_offload is not OptimizerOffload.NONE),
+            )
+            if on
+        ]
+        if knobs:
+            notes.append(f"{', '.join(knobs)}: training knobs, not planned for inference")
+        return
+    if w.compile or w.fused_kernels:
+        what = "torch.compile" if w.compile else "fused eager kernels (flash-attn's fused MLP, dropout-add-norm)"
+        if fused:
+            notes.append(
+                f"{what}: already a fused stack ({w.framework.value}, attention {w.attention.value}): no change"
+            )
+        else:
+            notes.append(
+                f"{what}: a layer saves what a fused stack saves (its norms' and activation functions' "
+                f"intermediates are recomputed inside the fused kernels), and each layer's elementwise chains "
+                f"read and write once ({'published: ' + COMPILE_PUBLISHED if w.compile else 'a bandwidth model'})"
+            )
+    if w.loss_kernel is not LossKernel.STANDARD:
+        standard = 3 * 4.0 * tokens * shape.vocab / w.tensor_parallel / gb
+        if w.loss_kernel is LossKernel.CHUNKED:
+            notes.append(
+                f"chunked cross-entropy: about {standard:.2f} GB of fp32 logits and their gradient "
+                f"([{tokens} tokens × {shape.vocab}] × 3) become one chunk of about tokens × hidden logits at a "
+                f"time (Liger Kernel, Hsu et al. 2024); speed as the fused loss (no fp32 copies)"
+            )
+        else:
+            notes.append(
+                f"fused cross-entropy: about {standard:.2f} GB of fp32 logits and their gradient "
+                f"([{tokens} tokens × {shape.vocab}] × 3) are never in memory (Cut Cross-Entropy, Wijmans et al. "
+                f"2024: Gemma 2 2B's loss from 24 GB to 1 MB); its backward recomputes the logits: the LM "
+                f"head's products once more"
+            )
+    if w.optimizer_in_backward:
+        notes.append(
+            "optimizer step in backward: each gradient is applied and freed as it is made, so of the "
+            f"gradient buffer (about {shape.params * 4.0 / gb:.1f} GB in fp32 whole) only one layer's is alive "
+            "(PyTorch tutorial 'How to save memory by fusing the optimizer step into the backward pass'); "
+            "speed unchanged (the same optimizer work, interleaved)"
+        )
+    if w.activation_offload:
+        notes.append(
+            "activation offload: saved activations are copied to host memory in forward and back in "
+            "backward on a side stream; about two layers' stay on the device; the copies run at "
+            "PCIe speed and slow the step where compute does not hide them (torchtune's "
+            "OffloadActivations; a bandwidth model, not measured here)"
+        )
+    if w.optimizer_offload is OptimizerOffload.CPU:
+        notes.append(
+            f"optimizer offload (ZeRO-Offload, Ren et al. 2021): optimizer states and fp32 master weights "
+            f"(about {shape.params * 12.0 / gb:.1f} GB with AdamW, before sharding) in host memory; the step "
+            f"runs on the CPU (CPU Adam) and 16-bit gradients go down and weights come up over PCIe "
+            f"(a bandwidth model, not measured here)"
+        )

@@ -410,7 +410,26 @@ def _decide(
     ranked += [_new(Candidate, (*fields, i, win)) for i, (_, fields) in enumerate(feasible[1:], 2)]
     ranked += rest
     reason = explain.decision(job, ranked, len(feasible))
-    return Plan(spec=job.spec, profile=job.profile, name=name, candidates=tuple(ranked), winner=win, reason=reason)
+    w = job.profile
+    if win is not None and w.knobs and win.source.accel is not None:
+        w = dataclasses.replace(w, notes=(*w.notes, _knob_effect(w, win, win.source.accel)))
+    return Plan(spec=job.spec, profile=w, name=name, candidates=tuple(ranked), winner=win, reason=reason)
+
+
+def _knob_effect(w: JobProfile, win: Candidate, accel: Accelerator) -> str:
+    """What the recipe knobs changed on the chosen placement: its peak and tokens/s planned with
+    them against without them (only for a job that turns one: two estimates per plan)."""
+    plain = w.without_knobs
+    layout = Layout.of(w, win.devices, win.nodes)
+    m0, s0 = memory.estimate(plain, accel, layout), throughput.estimate(plain, accel, layout)
+    m1, s1 = win.memory, win.speed
+    assert m1 is not None and s1 is not None
+    gb = 1e9
+    return (
+        f"the recipe knobs on {win.label}: peak {m0.peak_allocated_bytes / gb:.1f} → "
+        f"{m1.peak_allocated_bytes / gb:.1f} GB per device, {s0.tokens_per_second:,.0f} → "
+        f"{s1.tokens_per_second:,.0f} tokens/s ({s1.tokens_per_second / s0.tokens_per_second - 1:+.1%})"
+    )
 
 
 def _model_key(model: object) -> tuple[object, ...]:

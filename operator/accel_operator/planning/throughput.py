@@ -36,7 +36,16 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from accel_api.catalog import Accelerator
-from accel_api.enums import AcceleratorKind, Attention, Framework, Optimizer, Precision, Sharding, WorkloadMode
+from accel_api.enums import (
+    AcceleratorKind,
+    Attention,
+    Framework,
+    LossKernel,
+    Optimizer,
+    Precision,
+    Sharding,
+    WorkloadMode,
+)
 from accel_operator.planning import blocks, memory
 from accel_operator.planning.blocks import Gemm
 from accel_operator.planning.cache import PlanCache, memoised
@@ -98,6 +107,22 @@ FUSED_ATTENTION_EFFICIENCY = 0.55
 # (LayerNorm, bias + GeLU/SwiGLU, bias + dropout + residual add, rotary): each chain reads its
 # inputs and writes its outputs once, the same saving as XLA's fusion on TPU (TPU_FUSION).
 MEGATRON_FUSION = TPU_FUSION
+# torch.compile and fused eager kernels (workload.compile, fusedKernels) outside a fused stack:
+# each layer's elementwise chains read and write once, as Megatron's fusions (MEGATRON_FUSION);
+# Inductor also launches about this fraction of the eager kernels (a fused chain is one kernel).
+# Not measured here: on a Llama 8B reference job the two give +12 % tokens/s (bench/plan_published.py
+# --knobs), inside the published +10-23 % MFU of torch.compile on FSDP Llama 7B-70B (IBM and PyTorch,
+# "Maximizing training throughput using PyTorch FSDP and Torch.compile", 2024).
+COMPILED_KERNELS = 0.5
+# Host <-> device copies (activation and optimizer offload): PCIe Gen4 x16 moves 32 GB/s per
+# direction, about 25 GB/s in practice; Gen5 cards are planned at the same (host-side limits).
+PCIE_BYTES_PER_SECOND = 25e9
+# ZeRO-Offload's CPU Adam (Ren et al. 2021, section 5.1: AVX SIMD, loop unrolling, OpenMP threads)
+# is bound by host memory bandwidth: it reads the fp32 master, both moments and the gradient and
+# writes the master, the moments and the 16-bit weights (30 bytes per parameter) at about this
+# per GPU (a two-socket host's ~300 GB/s shared by 8 GPUs, half of it reached; not measured here).
+CPU_ADAM_BYTES_PER_PARAM = 30.0
+HOST_BYTES_PER_SECOND_PER_DEVICE = 20e9
 # Host ops per decode step outside the layers (sampling, logits processors, stopping criteria,
 # the cache's concatenations).
 GENERATE_OPS_PER_STEP = 40
@@ -241,6 +266,7 @@ class _DeviceStep:
     tp_comm: float  # tensor-parallel all-reduces of activations, per step
     cp_comm: float  # context parallel: exposed ring-attention K/V exchange, per micro-batch
     p2p_bytes: float  # pipeline parallel: activation bytes a stage sends per micro-batch
+    offload: float = 0.0  # activation offload: host copies compute does not hide, per micro-batch
 
 
 @memoised(128)
@@ -252,17 +278,25 @@ def _device_step(w: JobProfile, accel: Accelerator, tp: int, *, cache: PlanCache
     m = float(w.device_tokens)
     layers = w.stage_layers  # pipeline parallel: the fullest stage's layers
     blk = blocks.block(s, num, w.attention, w.dropout, cache=cache)
-    hd = blocks.head(s, num, w.fused, cache=cache)
+    # A chunked or fused loss (workload.lossKernel) reads the 16-bit logits once, as a fused stack's.
+    hd = blocks.head(s, num, w.fused or w.loss_kernel is not LossKernel.STANDARD, cache=cache)
     bw = _bandwidth(accel)
     ew = _elementwise_scale(accel)
     if w.framework is Framework.MAXTEXT:
         ew = TPU_FUSION  # XLA fuses elementwise chains on GPU as on TPU
     elif w.framework is Framework.MEGATRON:
         ew = MEGATRON_FUSION
+    elif w.compile or w.fused_kernels:
+        ew *= MEGATRON_FUSION
+    layer_kernels = blk.fwd_kernels * (COMPILED_KERNELS if w.compile else 1.0)
     eager = w.attention is Attention.EAGER
 
     fp8 = w.fp8 and accel.fp8_tensor_cores  # without FP8 tensor cores: 16-bit products
     g_fwd, g_bwd = _layer_gemms(blk.gemms, m, tp, 1 if fp8 else a, accel)
+    if s.cross_layers:
+        # Encoder-decoder: the cross-attention's products, spread over the layers (Shape.cross_layers).
+        spread = s.layer_matmul_params / (s.layer_matmul_params - s.cross_matmul_params)
+        g_fwd, g_bwd = g_fwd * spread, g_bwd * spread
     head_fwd, head_bwd = _layer_gemms((Gemm(s.vocab, s.hidden, True),), m, tp, a, accel)
 
     # Attention: the fused kernel over the causal half of the scores; eager attention runs QK^T
@@ -272,12 +306,15 @@ def _device_step(w: JobProfile, accel: Accelerator, tp: int, *, cache: PlanCache
         attn_fwd, attn_bwd = _layer_gemms(
             (Gemm(w.seq_len, s.head_dim, True), Gemm(s.head_dim, w.seq_len, True)), rows, 1, a, accel
         )
+        if s.cross_layers:  # a decoder layer's cross-attention scores too
+            spread_scores = 1 + s.cross_layers / s.layers
+            attn_fwd, attn_bwd = attn_fwd * spread_scores, attn_bwd * spread_scores
     else:
         score_flops = 2 * 2 * m * w.seq_len * (s.heads / tp) * s.head_dim
         efficiency = _attention_efficiency(s.head_dim, w.seq_len, accel)
         if w.fused:
             efficiency *= FUSED_ATTENTION_EFFICIENCY
-        attn_fwd = 0.5 * score_flops / (accel.flops(a) * efficiency)
+        attn_fwd = 0.5 * s.attention_work * score_flops / (accel.flops(a) * efficiency)
         attn_bwd = ATTENTION_BACKWARD * attn_fwd
 
     per_score = w.seq_len / tp
@@ -293,8 +330,8 @@ def _device_step(w: JobProfile, accel: Accelerator, tp: int, *, cache: PlanCache
         cast = sum(g.k for g in blk.gemms) * (a + 1)
         ew_fwd_bytes += cast * m
         ew_bwd_bytes += sum(g.n for g in blk.gemms) * (a + 1) * m
-    ew_fwd = ew * ew_fwd_bytes / bw + blk.fwd_kernels * accel.kernel_seconds
-    ew_bwd = ew * ew_bwd_bytes / bw + BACKWARD_KERNELS * blk.fwd_kernels * accel.kernel_seconds
+    ew_fwd = ew * ew_fwd_bytes / bw + layer_kernels * accel.kernel_seconds
+    ew_bwd = ew * ew_bwd_bytes / bw + BACKWARD_KERNELS * layer_kernels * accel.kernel_seconds
 
     layer_fwd = g_fwd + attn_fwd + ew_fwd
     layer_bwd = g_bwd + attn_bwd + ew_bwd
@@ -324,9 +361,11 @@ def _device_step(w: JobProfile, accel: Accelerator, tp: int, *, cache: PlanCache
         optimizer_fixed += 3 * 4.0 * params_dev / bw  # GradScaler: unscale and check the gradients
 
     passes = 1 + BACKWARD_KERNELS + (1 if w.checkpointing else 0)
-    kernels = layers * blk.fwd_kernels * passes + 3 * hd.loss_kernels + optimizer_kernels
+    kernels = layers * layer_kernels * passes + 3 * hd.loss_kernels + optimizer_kernels
     attn_width = s.q_dim
-    flops_per_token = 6.0 * s.active_matmul_params + 6.0 * s.layers * w.seq_len * attn_width * (1 if eager else 0.5)
+    flops_per_token = 6.0 * s.active_matmul_params + 6.0 * s.layers * w.seq_len * attn_width * (
+        1 if eager else 0.5 * s.attention_work
+    )
     if w.checkpointing:
         flops_per_token += 2.0 * s.layers * s.active_layer_matmul_params + 2.0 * s.layers * w.seq_len * attn_width * 0.5
     elif w.selective:
@@ -365,9 +404,24 @@ def _device_step(w: JobProfile, accel: Accelerator, tp: int, *, cache: PlanCache
     # gradient backward ([tokens × hidden] in the compute dtype; Megatron's scatter-gather
     # optimisation sends 1/tp of it per tensor-parallel rank).
     p2p_bytes = m * s.hidden * a / tp if w.pipeline_parallel > 1 else 0.0
+    forward = layers * layer_fwd + head_fwd
+    backward = layers * layer_bwd + head_bwd + layers * recompute
+    if w.loss_kernel is LossKernel.FUSED:
+        backward += head_fwd  # Cut Cross-Entropy recomputes the logits' product in backward
+    offload = 0.0
+    if w.activation_offload:
+        # Each saved activation goes to the host in forward and comes back in backward, on a side
+        # stream: what the pass's compute does not hide is exposed.
+        if w.checkpointing:
+            saved = blk.checkpoint_input / (tp if w.sequence_parallel else 1)
+        else:
+            saved = memory.layer_saved(w, tp, cache=cache)
+        copy = layers * saved * m / PCIE_BYTES_PER_SECOND
+        offload = max(0.0, copy - forward) + max(0.0, copy - backward)
     return _DeviceStep(
-        forward=layers * layer_fwd + head_fwd,
-        backward=layers * layer_bwd + head_bwd + layers * recompute,
+        forward=forward,
+        backward=backward,
+        offload=offload,
         other=other,
         optimizer_per_shard=per_param * params_dev / bw,
         optimizer_fixed=optimizer_fixed,
@@ -467,8 +521,16 @@ def _training(w: JobProfile, accel: Accelerator, layout: Layout, *, cache: PlanC
     if pp > 1:
         link = accel.inter_node_bytes_per_second if layout.nodes > 1 else accel.intra_node_bytes_per_second
         p2p = slots * 2 * (COLLECTIVE_LATENCY + dev.p2p_bytes / link)
-    micro = forward + backward + dev.other + dev.tp_comm + dev.cp_comm
+    micro = forward + backward + dev.other + dev.tp_comm + dev.cp_comm + dev.offload
     bubble = (pp - 1) * micro
+    offload = ga * dev.offload
+    if w.optimizer_offload:
+        # ZeRO-Offload: the step runs on the CPU over this device's shard, after its 16-bit
+        # gradients came down and before its 16-bit weights go up (Ren et al. 2021, section 4).
+        shard_params = dev.params / shard
+        optimizer = shard_params * (
+            CPU_ADAM_BYTES_PER_PARAM / HOST_BYTES_PER_SECOND_PER_DEVICE + 2 * w.numerics.compute / PCIE_BYTES_PER_SECOND
+        )
     if slots > 1:
         forward, backward, other = ga * forward, ga * backward, ga * dev.other
         tp_comm, cp_comm = ga * dev.tp_comm, ga * dev.cp_comm
@@ -477,7 +539,7 @@ def _training(w: JobProfile, accel: Accelerator, layout: Layout, *, cache: PlanC
         host *= ga
     else:
         other, tp_comm, cp_comm = dev.other, dev.tp_comm, dev.cp_comm
-    device = forward + backward + other + optimizer + dp_exposed + tp_comm + cp_comm + bubble + p2p
+    device = forward + backward + other + optimizer + dp_exposed + tp_comm + cp_comm + bubble + p2p + offload
     step = _overlap(device, host)
     global_tokens = w.step_tokens * dp * ga
     steps = _steps(w, layout)
@@ -492,6 +554,7 @@ def _training(w: JobProfile, accel: Accelerator, layout: Layout, *, cache: PlanC
         ("context-parallel communication (exposed)", cp_comm),
         ("pipeline bubble", bubble),
         ("pipeline send/receive", p2p),
+        ("activation offload copies (exposed)", offload),
         ("host dispatch (not hidden)", step - device),
     )
     return ThroughputEstimate(
