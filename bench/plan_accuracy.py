@@ -10,7 +10,9 @@ Run: ``PYTHONPATH=operator python bench/plan_accuracy.py [FILE.jsonl ...]``; ``-
 knobs' section (bench/plan_knobs.py); ``--multi-gpu`` compares the
 DDP/FSDP runs on several GPUs instead (tests/data/calibration/multi-gpu/*.jsonl, not its repeats, and the shared
 ``h200x2-ddp-fsdp.jsonl``), planning each row on its devices with its sharding; ``--pipeline`` the 2-stage
-pipeline runs on 2 H100 (tests/data/calibration/pipeline/*.jsonl), with each stage's peak beside the device's.
+pipeline runs on 2 H100 (tests/data/calibration/pipeline/*.jsonl), with each stage's peak beside the device's;
+``--lora`` the LoRA/QLoRA runs on one H100 (tests/data/calibration/lora/*.jsonl, bench/gpu/measure_lora.py), planned
+with their ``workload.adapter``.
 """
 
 from __future__ import annotations
@@ -58,6 +60,12 @@ SHARED_MULTI = SHARED.parent / "h200x2-ddp-fsdp.jsonl"
 
 
 PIPELINE = EXTRA / "pipeline"
+LORA = EXTRA / "lora"
+
+
+def lora_files() -> list[Path]:
+    """The measured LoRA/QLoRA runs (PEFT on a bf16 or bitsandbytes base, one GPU)."""
+    return sorted(LORA.glob("*.jsonl"))
 
 
 def pipeline_files() -> list[Path]:
@@ -110,6 +118,17 @@ def _max_positions(row: dict[str, Any]) -> int:
     return max(1, int(rest) // int(h))
 
 
+def adapter_of(row: dict[str, Any]) -> dict[str, Any]:
+    """``workload.adapter`` of a LoRA/QLoRA row (bench/gpu/measure_lora.py): its base ``nf4-nodq``
+    is nf4 without double quantisation."""
+    base = row["base"]
+    out: dict[str, Any] = {"method": row["method"], "rank": row["rank"], "targetModules": row["targets"]}
+    out["baseWeights"] = "nf4" if base == "nf4-nodq" else base
+    if base.startswith("nf4"):
+        out["doubleQuant"] = base == "nf4"
+    return out
+
+
 def spec_for(row: dict[str, Any], *, as_hf: bool = False) -> AcceleratorJobSpec:
     """The AcceleratorJobSpec of the run a calibration row measured (``as_hf``: a sharded row as
     framework hf)."""
@@ -128,7 +147,7 @@ def spec_for(row: dict[str, Any], *, as_hf: bool = False) -> AcceleratorJobSpec:
         arch["maxPositions"] = _max_positions(row)
     wl: dict[str, Any] = {"precision": _PRECISION[row["precision"]], "attention": row.get("attn", "sdpa")}
     wl |= (_SHARDING_HF if as_hf else _SHARDING).get(row.get("sharding", "none"), {})
-    if row["mode"] == "train":
+    if row["mode"] in ("train", "lora"):
         wl |= {
             "mode": "training",
             "optimizer": row.get("optimizer", "adamw"),
@@ -141,6 +160,8 @@ def spec_for(row: dict[str, Any], *, as_hf: bool = False) -> AcceleratorJobSpec:
             wl["recompute"] = row["recompute"]
         if row.get("pipeline_parallel", 1) > 1:
             wl |= {"pipelineParallel": row["pipeline_parallel"], "gradientAccumulation": row["grad_accum"]}
+        if row["mode"] == "lora":
+            wl["adapter"] = adapter_of(row)
     else:
         wl |= {
             "mode": "inference",
@@ -174,7 +195,7 @@ class Comparison:
         return self.mem.footprint_bytes / float(self.row["nvml_used_after"]) - 1
 
     def speed_error(self) -> float | None:
-        if self.oom or self.row["mode"] != "train" or "tokens_per_s" not in self.row:
+        if self.oom or self.row["mode"] not in ("train", "lora") or "tokens_per_s" not in self.row:
             return None
         return self.speed.tokens_per_second / float(self.row["tokens_per_s"]) - 1  # the whole job
 
@@ -206,7 +227,7 @@ def _label(row: dict[str, Any]) -> str:
     parts = [row["arch"], row["mode"], row["precision"]]
     if "devices" in row:
         parts.insert(1, f"{row['devices']}×{row.get('sharding', 'none')}")
-    if row["mode"] == "train":
+    if row["mode"] in ("train", "lora"):
         parts += [row.get("optimizer", "adamw"), f"b{row['micro_batch']}×{row['seq']}"]
         if row.get("grad_ckpt"):
             parts.append("ckpt")
@@ -216,6 +237,8 @@ def _label(row: dict[str, Any]) -> str:
         parts.append(f"b{row['batch']} p{row['prompt_len']}+{row['new_tokens']}")
     if row.get("pipeline_parallel", 1) > 1:
         parts.append(f"pp{row['pipeline_parallel']} {row['schedule']} m{row['grad_accum']}")
+    if row["mode"] == "lora":
+        parts[1:3] = [f"{row['method']} {row['base']} r{row['rank']} {row['targets']}"]
     if row.get("attn", "sdpa") != "sdpa":
         parts.append(row["attn"])
     return " ".join(parts)
@@ -237,9 +260,12 @@ def main(argv: Sequence[str]) -> int:
         return 0
     multi = "--multi-gpu" in argv
     pipeline = "--pipeline" in argv
-    argv = [a for a in argv if a not in ("--multi-gpu", "--pipeline")]
+    lora = "--lora" in argv
+    argv = [a for a in argv if a not in ("--multi-gpu", "--pipeline", "--lora")]
     if pipeline and not argv:
         rows = read_rows(pipeline_files())
+    elif lora and not argv:
+        rows = read_rows(lora_files())
     else:
         rows = read_rows(multi_gpu_files() if multi and not argv else calibration_files(argv))
     if not rows:
@@ -256,7 +282,7 @@ def main(argv: Sequence[str]) -> int:
         oom = f"{'yes' if c.oom else 'no'}/{'no' if c.mem.fits else 'yes'}"
         peak_meas = f"{r['peak_alloc'] / gb:.2f}" if "peak_alloc" in r else "-"
         nvml_meas = f"{r['nvml_used_after'] / gb:.2f}" if "nvml_used_after" in r else "-"
-        if r["mode"] == "train":
+        if r["mode"] in ("train", "lora"):
             speed_meas = f"{r['tokens_per_s']:.0f}" if "tokens_per_s" in r else "-"
             speed_pred, speed_err = f"{c.speed.tokens_per_second:.0f}", _pct(c.speed_error())
         else:
@@ -304,6 +330,9 @@ def main(argv: Sequence[str]) -> int:
                 f"{'peak, FSDP rows as hf':24} median |error| {s[0] * 100:5.1f}%   worst {s[1] * 100:5.1f}%   "
                 f"({len(as_hf)} rows; most under {under * 100:+.1f}%)"
             )
+    if lora:
+        under = min((e for c in results if (e := c.peak_error()) is not None), default=0.0)
+        print(f"{'LoRA/QLoRA peak':24} most under {under * 100:+.1f}% (floor: never more than 5 % under)")
     ooms = [c for c in results if c.oom]
     caught = sum(not c.mem.fits for c in ooms)
     false_oom = sum(1 for c in results if not c.oom and not c.mem.fits)

@@ -185,4 +185,6 @@ CONTEXT_PARALLEL: Final = 1024  # ring attention over 1024 devices already split
 GRADIENT_ACCUMULATION: Final = 65_536  # micro-batches per optimizer step
 HEAD_DIM: Final = 4096  # published models use 64-256
 EXPERTS: Final = 4096  # published mixtures of experts use 8-384
+LORA_RANK: Final = 1024  # LoRA and QLoRA recipes use 4-256; past 1024 the adapter is a full fine-tune
+LORA_ALPHA: Final = 65_536.0  # the scaling alpha/rank; recipes use alpha = rank or 2 × rank
 LINK_BYTES_PER_SECOND_MAX: Final = 1e13  # 10 TB/s per device, above any NVLink or network today

@@ -76,6 +76,32 @@ class OptimizerOffload(StrEnum):
     CPU = "cpu"
 
 
+class AdapterMethod(StrEnum):
+    """Parameter-efficient fine-tuning: ``lora`` (Hu et al. 2021) trains low-rank adapters beside a
+    frozen 16-bit base; ``qlora`` (Dettmers et al. 2023) the same beside a quantised base."""
+
+    LORA = "lora"
+    QLORA = "qlora"
+
+
+class AdapterTargets(StrEnum):
+    """The base's linear layers that get an adapter: ``attention`` (query, key, value, output
+    projections), ``mlp`` (the MLP's), ``all-linear`` (both; never the LM head)."""
+
+    ATTENTION = "attention"
+    MLP = "mlp"
+    ALL_LINEAR = "all-linear"
+
+
+class BaseWeights(StrEnum):
+    """How an adapter's frozen base is stored: ``bf16``, ``int8`` (bitsandbytes LLM.int8) or
+    ``nf4`` (QLoRA's 4-bit NormalFloat)."""
+
+    BF16 = "bf16"
+    INT8 = "int8"
+    NF4 = "nf4"
+
+
 class MlpKind(StrEnum):
     SWIGLU = "swiglu"
     GELU = "gelu"

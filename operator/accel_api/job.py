@@ -14,7 +14,10 @@ from accel_api import bounds, durations, errors, patterns, vocabulary
 from accel_api.base import ApiModel, CelRule, Conditions, Resource
 from accel_api.enums import (
     AcceleratorKind,
+    AdapterMethod,
+    AdapterTargets,
     Attention,
+    BaseWeights,
     BudgetPeriod,
     CapacityType,
     FailureKind,
@@ -185,6 +188,74 @@ class ModelSpec(ApiModel):
     )
 
 
+class Adapter(ApiModel):
+    """LoRA or QLoRA fine-tuning: low-rank adapters trained beside a frozen base model. The base
+    gets no gradients or optimizer state; the adapters (rank × (d_in + d_out) per adapted linear)
+    train in fp32 with the workload's optimizer. Gradient checkpointing is the workload's."""
+
+    method: AdapterMethod = Field(
+        description="lora (Hu et al. 2021): a bf16 base; qlora (Dettmers et al. 2023): a quantised base."
+    )
+    rank: Annotated[int, Field(ge=1, le=bounds.LORA_RANK)] = Field(
+        default=16, description="The adapters' rank r (1 to 1024)."
+    )
+    alpha: Annotated[float, Field(gt=0, le=bounds.LORA_ALPHA)] | None = Field(
+        default=None,
+        description="The scaling alpha (the update is scaled by alpha / rank); unset: 2 × rank. "
+        "Not used by the planner.",
+    )
+    target_modules: AdapterTargets = Field(
+        default=AdapterTargets.ALL_LINEAR,
+        description="attention (q, k, v, o projections), mlp (the MLP's linears) or all-linear "
+        "(both; never the LM head).",
+    )
+    base_weights: BaseWeights | None = Field(
+        default=None,
+        description="The frozen base's linear layers: bf16, int8 (bitsandbytes LLM.int8) or nf4 (4-bit NormalFloat); "
+        "unset: bf16 for lora, nf4 for qlora. Embeddings, norms and the LM head stay bf16.",
+    )
+    double_quant: bool | None = Field(
+        default=None,
+        description="nf4 only: quantise the per-64-weight absmax scales to 8 bits (QLoRA's double quantisation, "
+        "0.127 instead of 0.5 bits per weight); unset: true.",
+    )
+
+    cel_rules: ClassVar[tuple[CelRule, ...]] = (
+        CelRule(
+            name="lora-has-a-bf16-base",
+            cel="self.method != 'lora' || !has(self.baseWeights) || self.baseWeights == 'bf16'",
+            message="method lora trains beside a bf16 base; a quantised base (int8, nf4) is method qlora",
+            check=lambda a: a.method is not AdapterMethod.LORA or a.base_weights in (None, BaseWeights.BF16),
+            field_path=".baseWeights",
+        ),
+        CelRule(
+            name="qlora-has-a-quantised-base",
+            cel="self.method != 'qlora' || !has(self.baseWeights) || self.baseWeights != 'bf16'",
+            message="method qlora quantises the base: baseWeights int8 or nf4 (a bf16 base is method lora)",
+            check=lambda a: a.method is not AdapterMethod.QLORA or a.base_weights is not BaseWeights.BF16,
+            field_path=".baseWeights",
+        ),
+        CelRule(
+            name="double-quant-is-nf4",
+            cel="!has(self.doubleQuant) || "
+            "(has(self.baseWeights) ? self.baseWeights == 'nf4' : self.method == 'qlora')",
+            message="doubleQuant applies to an nf4 base only; leave it unset",
+            check=lambda a: a.double_quant is None or a.base_weights_or_default is BaseWeights.NF4,
+            field_path=".doubleQuant",
+        ),
+    )
+
+    @property
+    def base_weights_or_default(self) -> BaseWeights:
+        if self.base_weights is not None:
+            return self.base_weights
+        return BaseWeights.BF16 if self.method is AdapterMethod.LORA else BaseWeights.NF4
+
+    @property
+    def double_quant_or_default(self) -> bool:
+        return self.base_weights_or_default is BaseWeights.NF4 and self.double_quant is not False
+
+
 class Workload(ApiModel):
     """What the job does with the model. Bounds: microBatch and batch ≤ 65536, seqLen, promptLen
     and newTokens ≤ 2^22, tensorParallel ≤ 64 (one node), pipelineParallel ≤ 1000,
@@ -288,6 +359,11 @@ class Workload(ApiModel):
     new_tokens: Annotated[int, Field(ge=1, le=bounds.POSITIONS)] = Field(
         default=128, description="Generated tokens per sequence (inference)."
     )
+    adapter: Adapter | None = Field(
+        default=None,
+        description="LoRA/QLoRA fine-tuning (training with framework hf, fsdp or deepspeed, precision amp-bf16 "
+        "or bf16): adapters beside a frozen, possibly quantised base. Unset: a full fine-tune.",
+    )
 
     # Inference: the training-only knobs must keep their neutral values (microBatch, seqLen and the
     # optimizer have non-neutral defaults and are simply not read). Training: batch, promptLen and
@@ -357,6 +433,23 @@ class Workload(ApiModel):
             ),
             field_path=".optimizerOffload",
             got=lambda w: f"sharding {w.sharding.value}, framework {w.framework.value}",
+        ),
+        CelRule(
+            name="adapter-is-fine-tuning",
+            cel="!has(self.adapter) || ((!has(self.mode) || self.mode == 'training') && "
+            "(!has(self.framework) || self.framework in ['hf', 'fsdp', 'deepspeed']) && "
+            "(!has(self.precision) || self.precision in ['amp-bf16', 'bf16']))",
+            message="adapter is for training with framework hf, fsdp or deepspeed and precision amp-bf16 or bf16",
+            check=lambda w: (
+                w.adapter is None
+                or (
+                    w.mode is WorkloadMode.TRAINING
+                    and w.framework in (Framework.HF, Framework.FSDP, Framework.DEEPSPEED)
+                    and w.precision in (Precision.AMP_BF16, Precision.BF16)
+                )
+            ),
+            field_path=".adapter",
+            got=lambda w: f"mode {w.mode.value}, framework {w.framework.value}, precision {w.precision.value}",
         ),
         CelRule(
             name="context-parallel-divides-seq-len",

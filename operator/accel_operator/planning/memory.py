@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from accel_api.catalog import Accelerator
-from accel_api.enums import Attention, Framework, LossKernel, Optimizer, Recompute, Sharding
-from accel_operator.planning import blocks, stacks
+from accel_api.enums import Attention, BaseWeights, Framework, LossKernel, Optimizer, Precision, Recompute, Sharding
+from accel_operator.planning import adapter, blocks, stacks
 from accel_operator.planning.cache import PlanCache, memoised
 from accel_operator.planning.layout import Layout
 from accel_operator.planning.profile import JobProfile, Shape
@@ -50,6 +50,11 @@ ADAM8_MIN = 4096
 # PyTorch DDP copies gradients into communication buckets (gradient_as_bucket_view=False);
 # ZeRO-2 keeps reduce buckets of about this many bytes.
 ZERO_BUCKET_BYTES = 2 * 25 * 2**20
+# LoRA/QLoRA with gradient checkpointing: the step's transients are the logits and one recomputed
+# layer's tensors at a time around a small persistent base, and the allocator strands far more of
+# them (reserved − allocated over the transient bytes: 0.24-0.54 on the 15 checkpointed rows of
+# tests/data/calibration/lora; 0.04-0.08 without checkpointing, as TRAINING_STRANDED has it).
+ADAPTER_CHECKPOINT_STRANDED = 0.45
 
 
 class MemoryEstimate(NamedTuple):
@@ -701,6 +706,86 @@ def _stack_peak(w: JobProfile, tp: int, dp: int, *, cache: PlanCache | None = No
     return _peak(moments, stranded)
 
 
+@memoised(128)
+def _adapter_peak(w: JobProfile, tp: int, dp: int, *, cache: PlanCache | None = None) -> _Peak:
+    """LoRA/QLoRA (``workload.adapter``; the terms and sources in ``planning.adapter``): the
+    frozen base in its storage format with no gradients or optimizer state, the fp32 adapters
+    with their gradients and states, the activations of a frozen base (no inputs kept for weight
+    gradients) plus the adapter branches', and a quantised layer's bf16 copy while it runs.
+    ZeRO-3/FSDP shard the base and the adapters' states over ``dp``; ZeRO-1/2 the states."""
+    ad = w.adapter
+    assert ad is not None
+    s, num = w.shape, w.numerics
+    blk = blocks.block(s, num, w.attention, w.dropout, cache=cache)
+    hd = blocks.head(s, num, cache=cache)
+    tokens = w.device_tokens
+    layers = w.stage_layers
+    linear = layers * s.layer_matmul_params
+    rest = s.params - s.layers * s.layer_matmul_params
+    shard_base = dp if w.sharding in (Sharding.ZERO3, Sharding.FSDP) else 1
+    shard_states = dp if w.sharding is not Sharding.NONE else 1
+    base = (linear * ad.base_bytes_per_weight + rest * num.param) / tp / shard_base
+    n = adapter.trainable_params(s, ad) / tp
+    state_bytes = 4.0 if w.optimizer is Optimizer.SGD else 8.0  # momentum, or Adam's two moments
+    weights = base + 4.0 * n  # the adapters in fp32
+    copies = 2.0 * n if w.precision is Precision.AMP_BF16 else 0.0  # autocast's bf16 casts of them
+    states = state_bytes * n / shard_states
+    grads = 4.0 * n / (dp if w.sharding in (Sharding.ZERO2, Sharding.ZERO3, Sharding.FSDP) else 1)
+    buckets = 4.0 * n if w.sharding is Sharding.NONE and dp > 1 else 0.0  # DDP's bucket copy
+
+    sp = tp if w.sequence_parallel else 1
+    per_layer = (
+        blk.saved_shared / sp
+        + blk.saved_split / tp
+        + (0.0 if w.selective else blk.saved_per_score * w.seq_len / tp)
+        - adapter.frozen_savings_per_token(s, num.compute, num.residual) / tp
+        + adapter.branch_saved_per_token(s, ad) / tp
+    )
+    one_layer = per_layer * tokens
+    rotary = 2.0 * s.head_dim * num.residual * tokens if s.positions == 0 else 0.0
+    if w.checkpointing:
+        tape = blk.checkpoint_input / sp * tokens * layers
+        tape_bwd_layer = tape + one_layer
+    else:
+        tape = one_layer * layers
+        tape_bwd_layer = tape
+    # LLM.int8 keeps every frozen linear's fp16 input outside autograd's saved tensors.
+    kept = adapter.int8_inputs_per_token(s) / tp * tokens * layers if ad.base is BaseWeights.INT8 else 0.0
+    tape += rotary + kept
+    tape_bwd_layer += rotary + kept
+    final = hd.saved * tokens
+    logit = 4.0 * tokens * s.vocab / tp
+    dequantised = s.largest_matrix / tp * num.compute if ad.quantised else 0.0
+    persistent = {"weights": weights, "optimizer states": states, "buckets": buckets}
+    moments: list[tuple[str, dict[str, float]]] = [
+        (
+            "loss forward",
+            persistent | {"weight copies": copies, "activations": tape + final, "logits": logit * hd.logits_fwd_units},
+        ),
+        (
+            "loss backward",
+            persistent | {"weight copies": copies, "activations": tape + final, "logits": logit * hd.logits_bwd_units},
+        ),
+        (
+            "layer backward",
+            persistent
+            | {
+                "weight copies": copies + dequantised,
+                "activations": tape_bwd_layer,
+                "gradients": grads,
+                "backward scratch": (blk.backward_transient_split + blk.backward_transient_per_score * w.seq_len)
+                * tokens
+                / tp,
+            },
+        ),
+        ("optimizer step", persistent | {"gradients": grads, "optimizer scratch": 0.0}),
+    ]
+    peak = max(sum(parts.values()) for _, parts in moments)
+    fraction = ADAPTER_CHECKPOINT_STRANDED if w.checkpointing else TRAINING_STRANDED
+    # LLM.int8's kept inputs are allocated once per layer and freed in order: they strand nothing.
+    return _peak(moments, fraction * max(0.0, peak - sum(persistent.values()) - kept))
+
+
 def full_remat(w: JobProfile) -> JobProfile:
     """``w`` with every layer recomputed in backward (MaxText's ``remat_policy: full``)."""
     return dataclasses.replace(w, recompute=Recompute.FULL, checkpointing=True)
@@ -756,6 +841,8 @@ def _training(w: JobProfile, accel: Accelerator, layout: Layout, *, cache: PlanC
     # Context-parallel ranks hold the same weights: sharding spans data × context ranks, or the
     # hybrid sharding group (HSDP), across which the shards are replicated.
     shards = w.shard_degree(layout.data_parallel)
+    if w.adapter is not None:
+        return _result(_adapter_peak(w, layout.tensor_parallel, shards, cache=cache), accel)
     # Without sharding, the data-parallel degree matters only as "more than one" (DDP buckets).
     dp = shards if w.sharding is not Sharding.NONE else min(2, shards)
     if w.framework is Framework.FSDP or (

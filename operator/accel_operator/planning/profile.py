@@ -25,6 +25,7 @@ from accel_api.enums import (
     WorkloadMode,
 )
 from accel_api.job import AcceleratorJobSpec, Architecture, Workload
+from accel_operator.planning.adapter import AdapterProfile, trainable_params
 
 # HF GPT-2's defaults (resid/embd/attn pdrop): GPT-2-family models train with dropout 0.1, which
 # saves a one-byte mask per element; Llama-family models have none.
@@ -253,6 +254,8 @@ class JobProfile:
     optimizer_in_backward: bool = False
     activation_offload: bool = False
     optimizer_offload: bool = False
+    # LoRA/QLoRA (workload.adapter): adapters trained beside a frozen base; None: a full fine-tune.
+    adapter: AdapterProfile | None = None
 
     def __hash__(self) -> int:
         # Consistent with equality and cheaper than hashing every field (the models cache on it).
@@ -458,11 +461,19 @@ def from_spec(spec: AcceleratorJobSpec) -> JobProfile:
         )
     _knob_notes(w, shape, fused, notes)
     training = w.mode is WorkloadMode.TRAINING
+    adapter = AdapterProfile.of(w.adapter) if w.adapter is not None else None
+    num = numerics(w.precision, w.framework, w.sharding)
+    if adapter is not None:
+        # The frozen base runs in bf16 (its quantised linears dequantised to bf16 for the
+        # products): a bf16 residual stream and activations, no fp32 master; the adapters' fp32
+        # weights and states are counted apart (planning.adapter).
+        num = Numerics(param=2, compute=2, residual=2, autocast=False)
+        notes.append(_adapter_note(shape, adapter))
     return JobProfile(
         shape=shape,
         mode=w.mode,
         precision=w.precision,
-        numerics=numerics(w.precision, w.framework, w.sharding),
+        numerics=num,
         optimizer=w.optimizer,
         micro_batch=w.micro_batch,
         seq_len=w.seq_len,
@@ -490,6 +501,22 @@ def from_spec(spec: AcceleratorJobSpec) -> JobProfile:
         optimizer_in_backward=training and w.optimizer_in_backward,
         activation_offload=training and w.activation_offload,
         optimizer_offload=training and w.optimizer_offload is OptimizerOffload.CPU,
+        adapter=adapter,
+    )
+
+
+def _adapter_note(shape: Shape, a: AdapterProfile) -> str:
+    """What the adapter changes, for the plan's notes."""
+    n = trainable_params(shape, a)
+    base = f"{a.base_bytes_per_weight:.3g} bytes per weight of its linear layers" + (
+        ", dequantised to bf16 one layer at a time for the products" if a.quantised else ""
+    )
+    return (
+        f"{a.label}: {n:,} trainable parameters ({n / shape.params:.2%} of {shape.params:,}), fp32 with "
+        f"their gradients and optimizer states (16 bytes each with AdamW); the frozen base holds no gradients "
+        f"or optimizer state ({base}; embeddings, norms and LM head bf16); backward computes no weight "
+        f"gradients for it (about 2/3 of a full fine-tune's FLOPs); each adapter keeps its dropout's input "
+        f"(3 bytes per input feature per token)"
     )
 
 

@@ -19,7 +19,16 @@ from typing import NamedTuple, TypeVar
 
 from accel_api import bounds
 from accel_api.catalog import Accelerator, Catalog
-from accel_api.enums import AcceleratorKind, CapacityType, Framework, Objective, Precision, Provider, SpotPolicy
+from accel_api.enums import (
+    AcceleratorKind,
+    AdapterMethod,
+    CapacityType,
+    Framework,
+    Objective,
+    Precision,
+    Provider,
+    SpotPolicy,
+)
 from accel_api.job import AcceleratorJobSpec
 from accel_api.pool import AcceleratorPoolSpec
 from accel_operator.planning import candidates as cand
@@ -117,6 +126,10 @@ def _pool_problems(spec: AcceleratorJobSpec, offer: PoolOffer, accel: Accelerato
     precision = spec.workload.precision
     if spec.workload.framework is Framework.MEGATRON and accel.kind is AcceleratorKind.TPU:
         out.append(f"framework megatron runs on GPUs (CUDA); {accel.id} is a TPU (use maxtext)")
+    adapter = spec.workload.adapter
+    if adapter is not None and adapter.method is AdapterMethod.QLORA and accel.kind is AcceleratorKind.TPU:
+        base = adapter.base_weights_or_default.value
+        out.append(f"a qlora {base} base runs on bitsandbytes' CUDA kernels; {accel.id} is a TPU (use method lora)")
     if precision is Precision.FP8 and not accel.fp8_tensor_cores:
         out.append(f"precision fp8 needs FP8 tensor cores; {accel.id} has none (use amp-bf16)")
     if precision in (Precision.AMP_BF16, Precision.BF16, Precision.FP8) and not accel.bf16:

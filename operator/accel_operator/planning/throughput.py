@@ -39,6 +39,7 @@ from accel_api.catalog import Accelerator
 from accel_api.enums import (
     AcceleratorKind,
     Attention,
+    BaseWeights,
     Framework,
     LossKernel,
     Optimizer,
@@ -46,7 +47,7 @@ from accel_api.enums import (
     Sharding,
     WorkloadMode,
 )
-from accel_operator.planning import blocks, memory
+from accel_operator.planning import adapter, blocks, memory
 from accel_operator.planning.blocks import Gemm
 from accel_operator.planning.cache import PlanCache, memoised
 from accel_operator.planning.layout import Layout
@@ -67,6 +68,31 @@ ATTENTION_HEAD_DIMS = (32, 64, 96, 128, 160, 192, 224, 256)
 BACKWARD_KERNELS = 2.4
 # XLA fuses chains of elementwise ops on TPU, so intermediates stay on chip.
 TPU_FUSION = 0.5
+# LoRA branches (PEFT 0.21), bytes moved per token: (forward, backward) per input feature of an
+# adapted linear, and per output feature. On a bf16 base PEFT casts the branch's input to the
+# adapters' fp32 and dropout runs in fp32 (cast, dropout with its mask, autocast's cast back, A's
+# read); bitsandbytes' layers under autocast skip that cast. The output side: B's output, the
+# scaling and the add into the base output. Counted from the ops (23 and 32 on a bf16 base, where
+# the 33 rows measured on one H100 by bench/gpu/measure_lora.py ask for 20 and 27: some of the
+# casts' reads hit the L2 cache).
+LORA_INPUT_BYTES_BF16 = (20.0, 27.0)
+LORA_INPUT_BYTES_QUANTISED = (7.0, 15.0)
+LORA_OUTPUT_BYTES = (12.0, 8.0)
+LORA_KERNELS_BF16 = 7  # per adapted linear, forward: input cast, dropout, cast back, two products, scale, add
+LORA_KERNELS_QUANTISED = 5  # no input casts
+# A quantised base's layer is dequantised to bf16 for each product (forward, input gradient):
+# read its packed weights, write bf16.
+DEQUANT_BYTES_NF4 = 2.5
+DEQUANT_BYTES_INT8 = 3.0
+# bitsandbytes' LLM.int8 products (row-wise int8 quantisation of the input, outlier columns in
+# fp16, int32 accumulation, dequantisation) against a bf16 product of the same shape: measured
+# 2.9× on one H100 (3B, all-linear, 8192 tokens per step; bitsandbytes 0.50.2).
+INT8_PRODUCT_SLOWDOWN = 2.9
+# bitsandbytes' NF4 layers at micro-batch 1 (one sequence per step): a fixed cost per layer and
+# micro-batch, of a cause not identified, measured on one H100 at 1 × 2048 tokens against 2 × 2048
+# (8B: 0.43 s against 0.45 s for twice the tokens; 1B, 3B and 8B rows of
+# tests/data/calibration/lora/h100-lora-small.jsonl). Not seen with a bf16 base.
+NF4_SINGLE_SEQUENCE_LAYER_SECONDS = 0.005
 # Pipeline fill and tile epilogue of a matrix product, in units of reduction depth (profiled
 # H100 products with depth 768–11008 are within 11 % of this model).
 GEMM_TILE_OVERHEAD_K = 128
@@ -185,8 +211,11 @@ def _elementwise_scale(accel: Accelerator) -> float:
     return TPU_FUSION if accel.kind is AcceleratorKind.TPU else 1.0
 
 
-def _layer_gemms(gemms: tuple[Gemm, ...], m: float, tp: int, a: int, accel: Accelerator) -> tuple[float, float]:
-    """Seconds of one layer's products: (forward, backward: the input- and weight-gradient products)."""
+def _layer_gemms(
+    gemms: tuple[Gemm, ...], m: float, tp: int, a: int, accel: Accelerator, *, frozen: bool = False
+) -> tuple[float, float]:
+    """Seconds of one layer's products: (forward, backward: the input- and weight-gradient products;
+    ``frozen`` weights, an adapter's base, get no weight-gradient product)."""
     fwd = bwd = 0.0
     seen: dict[tuple[float, float], tuple[float, float]] = {}  # q/o, k/v, gate/up share shapes
     for g in gemms:
@@ -194,7 +223,7 @@ def _layer_gemms(gemms: tuple[Gemm, ...], m: float, tp: int, a: int, accel: Acce
         k = g.k if g.split_n else g.k / tp
         found = seen.get((n, k))
         if found is None:
-            dgrad_wgrad = _gemm_seconds(m, k, n, a, accel) + _gemm_seconds(k, n, m, a, accel)
+            dgrad_wgrad = _gemm_seconds(m, k, n, a, accel) + (0.0 if frozen else _gemm_seconds(k, n, m, a, accel))
             found = seen[(n, k)] = (_gemm_seconds(m, n, k, a, accel), dgrad_wgrad)
         fwd += found[0]
         bwd += found[1]
@@ -267,6 +296,7 @@ class _DeviceStep:
     cp_comm: float  # context parallel: exposed ring-attention K/V exchange, per micro-batch
     p2p_bytes: float  # pipeline parallel: activation bytes a stage sends per micro-batch
     offload: float = 0.0  # activation offload: host copies compute does not hide, per micro-batch
+    stall: float = 0.0  # per micro-batch, neither overlapped nor overlapping (NF4 at micro-batch 1)
 
 
 @memoised(128)
@@ -292,7 +322,10 @@ def _device_step(w: JobProfile, accel: Accelerator, tp: int, *, cache: PlanCache
     eager = w.attention is Attention.EAGER
 
     fp8 = w.fp8 and accel.fp8_tensor_cores  # without FP8 tensor cores: 16-bit products
-    g_fwd, g_bwd = _layer_gemms(blk.gemms, m, tp, 1 if fp8 else a, accel)
+    ad = w.adapter
+    g_fwd, g_bwd = _layer_gemms(blk.gemms, m, tp, 1 if fp8 else a, accel, frozen=ad is not None)
+    if ad is not None and ad.base is BaseWeights.INT8:
+        g_fwd, g_bwd = INT8_PRODUCT_SLOWDOWN * g_fwd, INT8_PRODUCT_SLOWDOWN * g_bwd
     if s.cross_layers:
         # Encoder-decoder: the cross-attention's products, spread over the layers (Shape.cross_layers).
         spread = s.layer_matmul_params / (s.layer_matmul_params - s.cross_matmul_params)
@@ -330,6 +363,21 @@ def _device_step(w: JobProfile, accel: Accelerator, tp: int, *, cache: PlanCache
         cast = sum(g.k for g in blk.gemms) * (a + 1)
         ew_fwd_bytes += cast * m
         ew_bwd_bytes += sum(g.n for g in blk.gemms) * (a + 1) * m
+    if ad is not None:
+        # The adapter branches' memory-bound ops (their products are r wide), and a quantised
+        # layer's dequantisation per product.
+        branches = adapter.adapted(s, ad.targets)
+        into = LORA_INPUT_BYTES_QUANTISED if ad.quantised else LORA_INPUT_BYTES_BF16
+        d_in = sum(i for i, _ in branches) / tp
+        d_out = sum(o for _, o in branches) / tp
+        ew_fwd_bytes += (into[0] * d_in + LORA_OUTPUT_BYTES[0] * d_out) * m
+        ew_bwd_bytes += (into[1] * d_in + LORA_OUTPUT_BYTES[1] * d_out) * m
+        if ad.quantised:
+            per_weight = DEQUANT_BYTES_NF4 if ad.base is BaseWeights.NF4 else DEQUANT_BYTES_INT8
+            dequant = per_weight * s.layer_matmul_params / tp
+            ew_fwd_bytes += dequant
+            ew_bwd_bytes += dequant
+        layer_kernels += len(branches) * (LORA_KERNELS_QUANTISED if ad.quantised else LORA_KERNELS_BF16)
     ew_fwd = ew * ew_fwd_bytes / bw + layer_kernels * accel.kernel_seconds
     ew_bwd = ew * ew_bwd_bytes / bw + BACKWARD_KERNELS * layer_kernels * accel.kernel_seconds
 
@@ -351,10 +399,18 @@ def _device_step(w: JobProfile, accel: Accelerator, tp: int, *, cache: PlanCache
     embedding = 2 * 4.0 * s.embedding_params / tp + 8.0 * m * s.hidden
     loss_bytes = hd.loss_bytes_per_logit * m * s.vocab / tp
     other = ew * (casts + embedding + loss_bytes) / bw + (hd.loss_kernels + 10) * accel.kernel_seconds
+    # Added to the step after host and device overlap: it shows whichever of them bounds the step.
+    stall = NF4_SINGLE_SEQUENCE_LAYER_SECONDS * layers if ad is not None and ad.base is BaseWeights.NF4 else 0.0
+    stall *= w.micro_batch == 1
 
     params_dev = (s.params - (s.layers - layers) * s.layer_params) / tp
     per_param, kernels_per_tensor = _optimizer_bytes_per_param(w)
     tensors = layers * (len(blk.gemms) + 2) + 3
+    if ad is not None:
+        # Only the fp32 adapters are stepped: A and B of each adapted linear.
+        params_dev = adapter.trainable_params(s, ad) / tp
+        per_param = 7.0 * 4 if w.optimizer is Optimizer.ADAMW else 8.0 * 4
+        tensors = layers * 2 * len(adapter.adapted(s, ad.targets))
     optimizer_kernels = kernels_per_tensor * tensors + 10
     optimizer_fixed = optimizer_kernels * accel.kernel_seconds
     if w.precision is Precision.AMP_FP16:
@@ -366,6 +422,11 @@ def _device_step(w: JobProfile, accel: Accelerator, tp: int, *, cache: PlanCache
     flops_per_token = 6.0 * s.active_matmul_params + 6.0 * s.layers * w.seq_len * attn_width * (
         1 if eager else 0.5 * s.attention_work
     )
+    if ad is not None:
+        # A frozen base: forward and input gradient only (4 FLOPs per weight, not 6), plus the
+        # adapters' forward, input and weight gradients.
+        flops_per_token -= 2.0 * s.layers * s.active_layer_matmul_params
+        flops_per_token += 6.0 * adapter.trainable_params(s, ad) / s.experts
     if w.checkpointing:
         flops_per_token += 2.0 * s.layers * s.active_layer_matmul_params + 2.0 * s.layers * w.seq_len * attn_width * 0.5
     elif w.selective:
@@ -431,6 +492,7 @@ def _device_step(w: JobProfile, accel: Accelerator, tp: int, *, cache: PlanCache
         tp_comm=tp_comm,
         cp_comm=cp_comm,
         p2p_bytes=p2p_bytes,
+        stall=stall,
     )
 
 
@@ -457,7 +519,9 @@ def _training(w: JobProfile, accel: Accelerator, layout: Layout, *, cache: PlanC
     # Data parallel: gradients (in the parameters' dtype) all-reduced, or reduce-scattered and
     # the updated shards all-gathered (ZeRO-1/2: the same volume); ZeRO-3/FSDP also all-gather
     # the compute-dtype weights for forward and backward.
-    dp_comm = _allreduce_seconds(dev.params * w.numerics.param, dp_cp, layout, accel)
+    # An adapter's job reduces only the adapters' fp32 gradients (dev.params are the adapters).
+    grad_bytes = 4.0 if w.adapter is not None else w.numerics.param
+    dp_comm = _allreduce_seconds(dev.params * grad_bytes, dp_cp, layout, accel)
     hideable = OVERLAP * backward
     if dp_cp > 1 and w.sharding in (Sharding.ZERO3, Sharding.FSDP):
         # 2 all-gathers, over every rank or, hybrid sharded, within the group (its nodes only);
@@ -540,7 +604,7 @@ def _training(w: JobProfile, accel: Accelerator, layout: Layout, *, cache: PlanC
     else:
         other, tp_comm, cp_comm = dev.other, dev.tp_comm, dev.cp_comm
     device = forward + backward + other + optimizer + dp_exposed + tp_comm + cp_comm + bubble + p2p + offload
-    step = _overlap(device, host)
+    step = _overlap(device, host) + dev.stall * ga
     global_tokens = w.step_tokens * dp * ga
     steps = _steps(w, layout)
     tokens_per_second = global_tokens / step

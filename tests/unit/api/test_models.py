@@ -81,6 +81,18 @@ def test_defaults() -> None:
         ),
         ({"workload": {"tokens": 10, "sharding": "fsdp", "hybridShardDegree": 0}}, "hybridShardDegree: must be >= 1"),
         (
+            {"workload": {"tokens": 10, "precision": "fp8", "adapter": {"method": "qlora"}}},
+            "spec.workload: adapter is for training with framework hf, fsdp or deepspeed and precision amp-bf16 "
+            "or bf16 (got mode training, framework hf, precision fp8)",
+        ),
+        ({"workload": {"tokens": 10, "adapter": {"method": "lora", "rank": 0}}}, "adapter.rank: must be >= 1"),
+        ({"workload": {"tokens": 10, "adapter": {"method": "lora", "rank": 4096}}}, "adapter.rank: must be <= 1024"),
+        ({"workload": {"tokens": 10, "adapter": {"method": "dora"}}}, "adapter.method: must be one of"),
+        (
+            {"workload": {"tokens": 10, "adapter": {"method": "lora", "targetModules": "lm_head"}}},
+            "adapter.targetModules: must be one of",
+        ),
+        (
             {"workload": {"tokens": 10, "framework": "maxtext", "sequenceParallel": False}},
             "spec.workload: maxtext shards every activation over its tensor axis",
         ),

@@ -17,6 +17,7 @@ from types import ModuleType
 import pytest
 
 from accel_api import catalog
+from accel_operator.planning import adapter
 
 ROOT = Path(__file__).resolve().parents[3]
 DATA = ROOT / "tests" / "data" / "calibration"
@@ -182,3 +183,57 @@ def test_pipeline_tokens_per_second() -> None:
 
 def test_pipeline_runs_are_predicted_to_fit() -> None:
     assert [c.row["config"] for c in PIPELINE if not c.mem.fits] == []
+
+
+# LoRA/QLoRA on one H100 (bench/gpu/measure_lora.py: PEFT on a bf16 or bitsandbytes base), planned
+# with each row's workload.adapter. The floors for these rows: peak memory within 10 % and
+# never more than 5 % under, tokens/s within 25 %.
+LORA = BENCH.compare(BENCH.read_rows(BENCH.lora_files()))
+
+
+def test_lora_rows() -> None:
+    assert len(LORA) >= 30
+    bases = {c.row["base"] for c in LORA}
+    assert {"bf16", "nf4", "nf4-nodq", "int8"} <= bases
+    assert {c.row["targets"] for c in LORA} == {"attention", "mlp", "all-linear"}
+    assert {c.row["grad_ckpt"] for c in LORA} == {True, False}
+    assert {c.row["arch"] for c in LORA} >= {"llama-1.1b", "llama-3.4b", "llama-8.0b"}
+    assert all(c.row["accelerator"] == "h100-80gb" for c in LORA)
+
+
+@pytest.mark.parametrize("result", LORA, ids=lambda c: c.row["config"])
+def test_lora_peak_memory_within_10_percent_and_never_5_under(result: object) -> None:
+    error = result.peak_error()  # type: ignore[attr-defined]
+    assert error is not None
+    assert -0.05 <= error <= 0.10
+
+
+@pytest.mark.parametrize("result", LORA, ids=lambda c: c.row["config"])
+def test_lora_tokens_per_second_within_25_percent(result: object) -> None:
+    error = result.speed_error()  # type: ignore[attr-defined]
+    assert error is not None
+    assert abs(error) <= 0.25
+
+
+def test_lora_medians() -> None:
+    peak = [abs(e) for c in LORA if (e := c.peak_error()) is not None]
+    speed = [abs(e) for c in LORA if (e := c.speed_error()) is not None]
+    assert statistics.median(peak) <= 0.05
+    assert statistics.median(speed) <= 0.10
+
+
+def test_lora_nvml_footprint_is_never_more_than_5_percent_under() -> None:
+    errors = [e for c in LORA if (e := c.footprint_error()) is not None]
+    assert min(errors) >= -0.05
+    assert max(errors) <= 0.15
+
+
+def test_lora_runs_are_predicted_to_fit() -> None:
+    assert [c.row["config"] for c in LORA if not c.mem.fits] == []
+
+
+def test_lora_trainable_parameters_are_peft_s() -> None:
+    for c in LORA:
+        w = BENCH.profile.from_spec(BENCH.spec_for(c.row))
+        assert w.adapter is not None
+        assert adapter.trainable_params(w.shape, w.adapter) == c.row["trainable"], c.row["config"]
