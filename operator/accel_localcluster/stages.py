@@ -25,9 +25,11 @@ _UPSTREAM = (
     "pod/fast/pod-ready.yaml",
 )
 
-# A pod being deleted: first a terminal phase (its containers' states are left as they were: no
-# exit code matches the batch Job's exit-code rule, as KWOK's removal of the pod matched none),
-# then the deletion, which the API server completes once its finalizers are gone.
+# A pod being deleted: first its containers killed, as the kubelet kills them (terminated, exit
+# code 137, finishedAt now: the time the pod's run ended, which a later shorter-grace delete,
+# e.g. the pod garbage collector's once the node is gone, does not move), and a terminal phase;
+# then the deletion, which the API server completes once its finalizers are gone. Its conditions
+# are left as they are (a DisruptionTarget the eviction set decides the batch Job's rule).
 _DELETE = """apiVersion: kwok.x-k8s.io/v1alpha1
 kind: Stage
 metadata:
@@ -45,6 +47,21 @@ spec:
       values: ['Pending', 'Running']
   next:
     statusTemplate: |
+      {{ $now := Now }}
+      containerStatuses:
+      {{ range .spec.containers }}
+      - image: {{ .image | Quote }}
+        name: {{ .name | Quote }}
+        ready: false
+        restartCount: 0
+        started: false
+        state:
+          terminated:
+            exitCode: 137
+            finishedAt: {{ $now | Quote }}
+            reason: Error
+            startedAt: {{ $now | Quote }}
+      {{ end }}
       phase: Failed
 ---
 apiVersion: kwok.x-k8s.io/v1alpha1
