@@ -534,34 +534,34 @@ class KubeWorkloadClient:
             ("Service", self._core.delete_namespaced_service),
         )
         for kind, delete in deletes:
-            try:
-                delete(name, namespace, propagation_policy="Background")
-            except ApiException as exc:
-                if exc.status != 404:
-                    raise _translate(exc, f"deleting {kind} {namespace}/{name}") from exc
-            except urllib3.exceptions.HTTPError as exc:
-                raise _translate(exc, f"deleting {kind} {namespace}/{name}") from exc
+            _gone_is_fine(
+                f"deleting {kind} {namespace}/{name}", delete, name, namespace, propagation_policy="Background"
+            )
 
     def delete_pod(self, namespace: str, name: str) -> None:
-        try:
-            self._core.delete_namespaced_pod(name, namespace)
-        except ApiException as exc:
-            if exc.status != 404:
-                raise _translate(exc, f"deleting Pod {namespace}/{name}") from exc
-        except urllib3.exceptions.HTTPError as exc:
-            raise _translate(exc, f"deleting Pod {namespace}/{name}") from exc
+        _gone_is_fine(f"deleting Pod {namespace}/{name}", self._core.delete_namespaced_pod, name, namespace)
 
     def release_pod(self, namespace: str, name: str) -> None:
         # A strategic merge patch: only this finalizer goes, whatever others the pod carries
         # (the Job controller's own), with no read first and no conflict on a concurrent change.
         body = {"metadata": {"$deleteFromPrimitiveList/finalizers": [v.FINALIZER_LEDGER]}}
-        try:
-            self._core.patch_namespaced_pod(name, namespace, body, _preload_content=False).drain_conn()
-        except ApiException as exc:
-            if exc.status != 404:
-                raise _translate(exc, f"releasing Pod {namespace}/{name}") from exc
-        except urllib3.exceptions.HTTPError as exc:
-            raise _translate(exc, f"releasing Pod {namespace}/{name}") from exc
+        patch = self._core.patch_namespaced_pod
+        resp = _gone_is_fine(f"releasing Pod {namespace}/{name}", patch, name, namespace, body, _preload_content=False)
+        if resp is not None:
+            resp.drain_conn()
+
+
+def _gone_is_fine(what: str, call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``call``'s answer; None when its object is gone already (404); other errors in the port's
+    vocabulary (``_translate``)."""
+    try:
+        return call(*args, **kwargs)
+    except ApiException as exc:
+        if exc.status != 404:
+            raise _translate(exc, what) from exc
+    except urllib3.exceptions.HTTPError as exc:
+        raise _translate(exc, what) from exc
+    return None
 
 
 @dataclass
