@@ -554,13 +554,9 @@ def _fsdp_peak(w: JobProfile, tp: int, dp: int, *, cache: PlanCache | None = Non
     sp = tp if w.sequence_parallel else 1
     one_layer = layer_saved(w, tp, cache=cache) * tokens
     rotary = 2.0 * s.head_dim * num.residual * tokens if s.positions == 0 else 0.0
-    stage = w.stage_layers * w.in_flight
-    if w.checkpointing:
-        tape = blk.checkpoint_input / sp * tokens * stage
-        tape_bwd_layer = tape + one_layer
-    else:
-        tape = one_layer * stage
-        tape_bwd_layer = tape
+    tape, tape_bwd_layer = _tape(
+        w.checkpointing, blk.checkpoint_input / sp * tokens, one_layer, w.stage_layers * w.in_flight
+    )
     tape += rotary
     tape_bwd_layer += rotary
     final = hd.saved * tokens
@@ -743,12 +739,7 @@ def _adapter_peak(w: JobProfile, tp: int, dp: int, *, cache: PlanCache | None = 
     )
     one_layer = per_layer * tokens
     rotary = 2.0 * s.head_dim * num.residual * tokens if s.positions == 0 else 0.0
-    if w.checkpointing:
-        tape = blk.checkpoint_input / sp * tokens * layers
-        tape_bwd_layer = tape + one_layer
-    else:
-        tape = one_layer * layers
-        tape_bwd_layer = tape
+    tape, tape_bwd_layer = _tape(w.checkpointing, blk.checkpoint_input / sp * tokens, one_layer, layers)
     # LLM.int8 keeps every frozen linear's fp16 input outside autograd's saved tensors.
     kept = adapter.int8_inputs_per_token(s) / tp * tokens * layers if ad.base is BaseWeights.INT8 else 0.0
     tape += rotary + kept
@@ -900,3 +891,14 @@ def estimate(
     if job.training:
         return _training(job, accelerator, layout, cache=cache)
     return _inference(job, accelerator, layout, cache=cache)
+
+
+def _tape(checkpointing: bool, layer_input: float, one_layer: float, layers: float) -> tuple[float, float]:
+    """The saved activations over ``layers`` layers, and at the backward of one layer: with full
+    checkpointing each layer keeps its input (``layer_input``) and the layer under backward its
+    whole tape again (``one_layer``); without, every layer keeps its whole tape."""
+    if checkpointing:
+        tape = layer_input * layers
+        return tape, tape + one_layer
+    tape = one_layer * layers
+    return tape, tape
