@@ -2,9 +2,10 @@
 strategy: the real engine on a virtual clock over a simulated cluster (docs/simulate.md).
 
 ``accelctl simulate --trace TRACE.jsonl --pools POOLS.yaml [--seed N] [--strategy engine]
-[--strategy on-demand] -o table|json`` replays the trace once per strategy, same seed, and prints
-the figures side by side. ``accelctl simulate generate --jobs N --days D --seed S -o FILE``
-writes a synthetic trace. Exit 0 done; 2 invalid input (each problem names the line and field).
+[--strategy on-demand] [--strategy ordered-flavors] -o table|json`` replays the trace once per
+strategy, same seed, and prints the figures side by side.
+``accelctl simulate generate --jobs N --days D --seed S -o FILE`` writes a synthetic trace.
+Exit 0 done; 2 invalid input (each problem names the line and field).
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from accel_operator.simulate import figures, generate, replay, trace
 NAME = "simulate"
 HELP = (
     "Replay a trace of jobs (JSON lines) through the real engine on a virtual clock, per strategy "
-    "(engine, on-demand): cost, spot savings, preemption losses, delays, deadlines, utilization."
+    "(engine, on-demand, ordered-flavors): cost, spot savings, preemption losses, delays, deadlines, "
+    "utilization, jobs failed for memory."
 )
 MAX_TRACE_BYTES = 64 * 2**20  # a trace larger than this is refused unread
 
@@ -41,7 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--strategy",
         action="append",
         choices=sorted(replay.STRATEGIES),
-        help="repeat for side by side (default: engine and on-demand)",
+        help="repeat for side by side (default: engine, on-demand and ordered-flavors)",
     )
     parser.add_argument("-o", "--output", choices=("table", "json"), default="table")
 
@@ -83,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
     except trace.TraceError as exc:
         raise UsageError("\n".join(exc.problems[:21])) from None
     rows = []
-    for name in args.strategy or ["engine", "on-demand"]:
+    for name in args.strategy or ["engine", "on-demand", "ordered-flavors"]:
         result = replay.replay(pools, arrivals, seed=args.seed, strategy=replay.STRATEGIES[name])
         rows.append(figures.figures(result))
     if args.output == "json":

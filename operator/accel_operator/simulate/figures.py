@@ -33,7 +33,7 @@ def figures(result: Result) -> dict[str, Any]:
     teams: dict[str, float] = {}
     waits: list[float] = []
     jcts: list[float] = []
-    deadlines = met = succeeded = failed = preemptions = 0
+    deadlines = met = succeeded = failed = preemptions = memory = 0
     for key, rec in result.records.items():
         st = result.statuses[key]
         cost = st.cost
@@ -55,6 +55,8 @@ def figures(result: Result) -> dict[str, Any]:
             jcts.append(rec.end - rec.arrival.submit)
         elif st.phase is JobPhase.FAILED:
             failed += 1
+        elif rec.memory_failed:
+            memory += 1
         if rec.arrival.spec.deadline:
             deadlines += 1
             limit = parse_seconds(rec.arrival.spec.deadline)
@@ -68,7 +70,8 @@ def figures(result: Result) -> dict[str, Any]:
         "jobs": jobs,
         "succeeded": succeeded,
         "failed": failed,
-        "unfinished": jobs - succeeded - failed,
+        "failed_for_memory": memory,
+        "unfinished": jobs - succeeded - failed - memory,
         "cost_usd": _r(spent),
         "cost_by_team_usd": {t: _r(v) for t, v in sorted(teams.items())},
         "on_demand_equivalent_usd": _r(on_demand),
@@ -100,7 +103,10 @@ def _hours(x: Any) -> str:
 def table(rows: list[dict[str, Any]]) -> str:
     """The strategies side by side, one column each."""
     lines: list[tuple[str, list[str]]] = [
-        ("jobs (ok / failed / unfinished)", [f"{r['succeeded']} / {r['failed']} / {r['unfinished']}" for r in rows]),
+        (
+            "jobs ok / failed / memory / unfinished",
+            [f"{r['succeeded']} / {r['failed']} / {r['failed_for_memory']} / {r['unfinished']}" for r in rows],
+        ),
         ("cost", [_money(r["cost_usd"]) for r in rows]),
         ("spot savings", [_money(r["spot_savings_usd"]) for r in rows]),
         ("preemptions", [str(r["preemptions"]) for r in rows]),

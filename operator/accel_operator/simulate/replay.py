@@ -61,14 +61,20 @@ PASSES_PER_EVENT = 4  # passes at one instant while each pass still writes somet
 
 @dataclasses.dataclass(frozen=True)
 class Strategy:
-    """How the trace is run: ``engine`` (this engine, the jobs as submitted) or ``on-demand``
-    (the same engine, every job's spot policy ``never``)."""
+    """How the trace is run: ``engine`` (this engine, the jobs as submitted), ``on-demand`` (the
+    same engine, every job's spot policy ``never``) or ``ordered-flavors`` (a Kueue-style
+    baseline in front of the engine, see :meth:`Replay._admit_ordered`)."""
 
     name: str
     spot: bool = True
+    ordered: bool = False
 
 
-STRATEGIES = {"engine": Strategy("engine"), "on-demand": Strategy("on-demand", spot=False)}
+STRATEGIES = {
+    "engine": Strategy("engine"),
+    "on-demand": Strategy("on-demand", spot=False),
+    "ordered-flavors": Strategy("ordered-flavors", ordered=True),
+}
 
 
 class _Writer(FakeJobWriter):
@@ -112,6 +118,8 @@ class JobRecord:
     attempt_devices: int = 0
     attempt_duration: float = 0.0  # the plan's estimate for the whole job on this attempt's pool
     attempt_restart: float = 0.0
+    flavor: str | None = None  # ordered-flavors: the pool its quota was taken from
+    memory_failed: bool = False  # ordered-flavors: the pool chosen cannot hold the job in memory
 
 
 @dataclasses.dataclass
@@ -176,15 +184,84 @@ class Replay:
         self.events: list[tuple[float, int, str, JobKey, int, str]] = []
         self.unbound: list[tuple[str, str]] = []  # workloads whose gang waits for devices
         self.live: set[JobKey] = set()  # jobs with an attempt running (an event due)
+        # ordered-flavors: the flavors in order (spot pools first, then on-demand, each in the
+        # file's order), the devices of each pool's quota in use, the jobs not admitted yet.
+        kinds = {s.capacity_type for s in self.pool_spec.values()}
+        self.flavors = [
+            n
+            for want in (CapacityType.SPOT, CapacityType.ON_DEMAND)
+            if want in kinds
+            for n, s in self.pool_spec.items()
+            if s.capacity_type is want
+        ]
+        self.quota_used: dict[str, int] = dict.fromkeys(self.pool_spec, 0)
+        self.backlog: list[Arrival] = []
         self.seq = 0
         self.passes = 0
 
     # --- the trace ----------------------------------------------------------------------------
 
     def _arrive(self, a: Arrival) -> None:
+        if self.strategy.ordered:
+            self.backlog.append(a)
+            return
         spec: AcceleratorJobSpec = a.spec
         if not self.strategy.spot and spec.spot.policy is not SpotPolicy.NEVER:
             spec = spec.model_copy(update={"spot": spec.spot.model_copy(update={"policy": SpotPolicy.NEVER})})
+        self._submit(a, spec)
+
+    def _admit_ordered(self) -> bool:
+        """The Kueue-style baseline: jobs in arrival order (best-effort FIFO: one that does not fit
+        lets the next try), each sized as submitted (``maxDevices``, else ``minDevices``: no memory
+        or throughput model), admitted to the first flavor in order (spot first) whose quota (the
+        pool's devices) has room (spot flavors skipped for a job whose spot policy is
+        ``never``), then handed to the engine pinned there (its pool, its size, spot
+        ``require`` on a spot flavor, else ``never``). A job the pinned pool cannot hold in memory
+        is counted failed for memory. A preempted job retries on its flavor (Kueue would requeue it
+        and may pick another flavor: not modelled). True when it admitted any."""
+        admitted = False
+        left = []
+        for a in self.backlog:
+            p = a.spec.placement
+            devices = p.max_devices or p.min_devices
+            kinds = set(p.accelerator_kinds)
+            chosen = None
+            for name in self.flavors:
+                spec = self.pool_spec[name]
+                if spec.capacity_type is CapacityType.SPOT and a.spec.spot.policy is SpotPolicy.NEVER:
+                    continue  # a job kept off spot (in Kueue: a node selector that excludes the spot flavor)
+                acc = self.sched.catalog.get(spec.accelerator)
+                if kinds and (acc is None or acc.kind not in kinds):
+                    continue
+                if p.accelerator_types and spec.accelerator not in p.accelerator_types:
+                    continue
+                if spec.max_nodes * spec.devices_per_node - self.quota_used[name] >= devices:
+                    chosen = name
+                    break
+            if chosen is None:
+                left.append(a)
+                continue
+            spot = self.pool_spec[chosen].capacity_type is CapacityType.SPOT
+            placement = p.model_copy(update={"pools": [chosen], "min_devices": devices, "max_devices": devices})
+            policy = SpotPolicy.REQUIRE if spot else SpotPolicy.NEVER
+            pinned = a.spec.model_copy(
+                update={"placement": placement, "spot": a.spec.spot.model_copy(update={"policy": policy})}
+            )
+            self._submit(a, pinned)
+            self.records[(a.team, a.name)].flavor = chosen
+            self.quota_used[chosen] += devices
+            admitted = True
+        self.backlog = left
+        return admitted
+
+    def _release(self, key: JobKey) -> None:
+        rec = self.records[key]
+        if rec.flavor is not None:
+            p = rec.arrival.spec.placement
+            self.quota_used[rec.flavor] -= p.max_devices or p.min_devices
+            rec.flavor = None
+
+    def _submit(self, a: Arrival, spec: AcceleratorJobSpec) -> None:
         key = (a.team, a.name)
         self.teams.setdefault(a.team, [a.team])
         self.jobs[key] = [
@@ -210,6 +287,10 @@ class Replay:
             rec = self.records[key]
             if status.phase in (JobPhase.SUCCEEDED, JobPhase.FAILED) and rec.end is None:
                 rec.end = self.t
+                self._release(key)
+            elif self.strategy.ordered and status.phase is JobPhase.UNSCHEDULABLE and rec.end is None:
+                rec.end, rec.memory_failed = self.t, True  # pinned where it does not fit: it never runs
+                self._release(key)
         self.writer.written.clear()
         self.writer.events.clear()
         for wkey in self.workloads.created:
@@ -377,7 +458,7 @@ class Replay:
         """Whether a job that arrived is neither ended nor running an attempt (queued, retrying,
         its gang unbound): the engine's timers need passes then; a running one needs none until
         its attempt ends."""
-        return len(self.live) < sum(1 for rec in self.records.values() if rec.end is None)
+        return bool(self.backlog) or len(self.live) < sum(1 for rec in self.records.values() if rec.end is None)
 
     async def run(self) -> Result:
         self.sched.kopf_listed()
@@ -412,6 +493,8 @@ class Replay:
                 event = True
             self._bind_waiting()
             for _ in range(PASSES_PER_EVENT):
+                if self.strategy.ordered and self._admit_ordered():
+                    event = True
                 await self._pass()
                 if not self._settle():
                     break

@@ -110,7 +110,29 @@ def test_the_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     capsys.readouterr()
     assert main.main(["simulate", "--trace", str(path), "--pools", str(pools), "-o", "json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert [r["strategy"] for r in doc["strategies"]] == ["engine", "on-demand"]
+    assert [r["strategy"] for r in doc["strategies"]] == ["engine", "on-demand", "ordered-flavors"]
     path.write_text(_line(submit=-1))
     assert main.main(["simulate", "--trace", str(path), "--pools", str(pools)]) == 2
     assert "submit" in capsys.readouterr().err
+
+
+def test_ordered_flavors_takes_spot_first_and_knows_no_memory() -> None:
+    # A 70B model on one device: the baseline sizes it as submitted and pins it to the first spot
+    # flavor with room, where it cannot fit in memory; the small job runs on spot.
+    lines = "\n".join(
+        [
+            _line(model="llama-3-70b", tokens=10**6, devices=1),
+            _line(submit=10, devices=1, checkpointMinutes=30),
+            _line(submit=20, devices=1, spot="never"),
+        ]
+    )
+    arrivals = trace.read_trace(lines)
+    result = replay.replay(trace.read_pools(POOLS), arrivals, seed=2, strategy=replay.STRATEGIES["ordered-flavors"])
+    out = figures.figures(result)
+    assert out["failed_for_memory"] == 1 and out["succeeded"] == 2
+    plans = {k[1]: s.plan for k, s in result.statuses.items()}
+    assert plans["job-000002"] is not None and plans["job-000002"].pool == "h100-spot-a"
+    assert plans["job-000003"] is not None and plans["job-000003"].pool == "h100-on-demand"  # kept off spot
+    assert out == figures.figures(
+        replay.replay(trace.read_pools(POOLS), arrivals, seed=2, strategy=replay.STRATEGIES["ordered-flavors"])
+    )
