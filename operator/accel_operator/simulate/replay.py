@@ -509,7 +509,11 @@ class Replay:
         self._settle()
         await self.accountant.step(self.clock.now())
         self._settle()
-        statuses = {key: entries[0].status for key, entries in self.jobs.items()}
+        for a in self.backlog:  # ordered-flavors: never admitted (no flavor's quota holds it)
+            self.records[(a.team, a.name)] = JobRecord(a)
+        statuses = {
+            key: self.jobs[key][0].status if key in self.jobs else AcceleratorJobStatus() for key in self.records
+        }
         ends = [r.end for r in self.records.values() if r.end is not None]
         return Result(
             strategy=self.strategy.name,

@@ -136,3 +136,10 @@ def test_ordered_flavors_takes_spot_first_and_knows_no_memory() -> None:
     assert out == figures.figures(
         replay.replay(trace.read_pools(POOLS), arrivals, seed=2, strategy=replay.STRATEGIES["ordered-flavors"])
     )
+
+
+def test_a_job_no_flavor_can_hold_is_counted_unfinished() -> None:
+    # 128 devices: more than any pool of the example fleet (96 at most), so no flavor's quota holds it.
+    lines = "\n".join([_line(model="llama-3-8b", devices=128), _line(submit=5, devices=1)])
+    out = _run(lines, "ordered-flavors")
+    assert out["jobs"] == 2 and out["succeeded"] == 1 and out["unfinished"] == 1
