@@ -30,9 +30,9 @@ class Subcommand(Protocol):
 
 
 def _subcommands() -> list[Subcommand]:
-    from accel_operator.cli import completion, cost, crds, jobs, plan, top, validate
+    from accel_operator.cli import completion, cost, crds, jobs, plan, simulate, top, validate
 
-    return [validate, crds, plan, jobs.Why, top.Top, cost, jobs.Resume, jobs.Stop, completion]
+    return [validate, crds, plan, jobs.Why, top.Top, cost, simulate, jobs.Resume, jobs.Stop, completion]
 
 
 def version() -> str:

@@ -1,0 +1,531 @@
+"""The engine on a virtual clock, over a simulated cluster: one replay of a trace under a strategy.
+
+The engine is the operator's own (``Scheduler.step``: observe, decide, plan, the writes) with the
+API server replaced by the adapters' fakes (``FakeJobWriter``, ``FakeWorkloadClient``,
+``FakeCostWriter``) and kopf's indexes by plain dictionaries, as ``bench/sim_scale.py`` runs it;
+cost is the real accountant's ledger (``Accountant.step``, prices from the pools' specs). The rest
+of the cluster is simulated here, event by event (nothing sleeps; the clock jumps to the next
+event):
+
+* every pool holds ``maxNodes`` nodes from the start (idle capacity is not charged: the ledger
+  charges pods, not nodes; autoscaling delays are not modelled);
+* each batch Job the engine creates has its pods bound first fit to nodes of the planned pool
+  (kube-scheduler's part; a gang that does not fit waits until devices free up);
+* an attempt runs for the planner's estimated duration (``status.plan.durationSeconds``) times the
+  share of the work still to do, plus the pool's ``restartSeconds`` when it resumes;
+* on a spot pool, each node of an attempt is preempted as a Poisson process of the pool's
+  ``preemptionRatePerHour`` (seeded): the attempt's pods fail as disrupted, the engine decides the
+  retry (or the fallback to on-demand), and the work since the last checkpoint
+  (``checkpoint.intervalMinutes``; without a checkpoint, all of the attempt's work) is lost.
+
+Everything drawn comes from one ``random.Random(seed)``, consumed in a fixed order: the same
+trace, pools and seed give the same figures.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import datetime as dt
+import heapq
+import math
+import random
+from collections.abc import Sequence
+from typing import Any
+
+from accel_api import catalog
+from accel_api.enums import CapacityType, JobPhase, SpotPolicy
+from accel_api.job import AcceleratorJobSpec, AcceleratorJobStatus
+from accel_api.pool import AcceleratorPool
+from accel_operator.adapters.aws.checkpoints import FakeCheckpointStore
+from accel_operator.adapters.kube.costs import FakeCostWriter
+from accel_operator.adapters.kube.jobs import FakeJobWriter, JobRef
+from accel_operator.adapters.kube.workloads import FakeWorkloadClient
+from accel_operator.adapters.pricebook import PriceBook
+from accel_operator.engine.accountant import Accountant
+from accel_operator.engine.clock import ManualClock
+from accel_operator.engine.scheduler import Indices, Scheduler
+from accel_operator.metrics import OperatorMetrics
+from accel_operator.reconcile.common.checkpoints import Checkpoint
+from accel_operator.reconcile.common.decision import DISRUPTION_RULE
+from accel_operator.reconcile.common.snapshot import JobKey, JobView, NodeView, PodView, PoolView, WorkloadView
+from accel_operator.settings import OperatorSettings
+from accel_operator.simulate.trace import Arrival
+
+T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)  # the trace's second 0 (fixed: figures do not move with today)
+COST_EVERY = 3600.0  # virtual seconds between the accountant's steps (and one at the end)
+IDLE_STEP = 300.0  # while jobs wait, the engine passes at least this often (its timers, retries)
+STUCK_AFTER = 6 * 3600.0  # after the last event, jobs that waited this long with nothing changing are left
+PASSES_PER_EVENT = 4  # passes at one instant while each pass still writes something
+
+
+@dataclasses.dataclass(frozen=True)
+class Strategy:
+    """How the trace is run: ``engine`` (this engine, the jobs as submitted), ``on-demand`` (the
+    same engine, every job's spot policy ``never``) or ``ordered-flavors`` (a Kueue-style
+    baseline in front of the engine, see :meth:`Replay._admit_ordered`)."""
+
+    name: str
+    spot: bool = True
+    ordered: bool = False
+
+
+STRATEGIES = {
+    "engine": Strategy("engine"),
+    "on-demand": Strategy("on-demand", spot=False),
+    "ordered-flavors": Strategy("ordered-flavors", ordered=True),
+}
+
+
+class _Writer(FakeJobWriter):
+    """The fake, noting which jobs were written since the simulated watch last looked."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.written: set[tuple[str, str]] = set()
+
+    def patch_status(self, ref: JobRef, status: dict[str, Any]) -> str:
+        out = super().patch_status(ref, status)
+        self.written.add((ref.namespace, ref.name))
+        return out
+
+
+class _Workloads(FakeWorkloadClient):
+    """The fake, noting the batch Jobs created since the simulated watch last looked."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.created: list[tuple[str, str]] = []
+
+    def create(self, job: dict[str, Any], service: dict[str, Any] | None) -> bool:
+        made = super().create(job, service)
+        if made:
+            self.created.append((job["metadata"]["namespace"], job["metadata"]["name"]))
+        return made
+
+
+@dataclasses.dataclass
+class JobRecord:
+    """What the simulator saw of one job (the ledger is in its status, the engine's)."""
+
+    arrival: Arrival
+    first_start: float | None = None  # virtual seconds
+    end: float | None = None
+    done: float = 0.0  # share of the work checkpointed (0..1)
+    preemptions: int = 0
+    lost_device_seconds: float = 0.0  # work lost to preemption (since the last checkpoint)
+    attempt_start: float = 0.0
+    attempt_devices: int = 0
+    attempt_duration: float = 0.0  # the plan's estimate for the whole job on this attempt's pool
+    attempt_restart: float = 0.0
+    flavor: str | None = None  # ordered-flavors: the pool its quota was taken from
+    memory_failed: bool = False  # ordered-flavors: the pool chosen cannot hold the job in memory
+
+
+@dataclasses.dataclass
+class Result:
+    """One replay's outcome: each job's record and final status, the fleet."""
+
+    strategy: str
+    seed: int
+    records: dict[JobKey, JobRecord]
+    statuses: dict[JobKey, AcceleratorJobStatus]
+    devices: int  # every pool's maxNodes × devicesPerNode
+    span_seconds: float  # from the trace's start to the last job's end
+    passes: int
+
+
+class Replay:
+    def __init__(self, pools: Sequence[AcceleratorPool], arrivals: Sequence[Arrival], *, seed: int, strategy: Strategy):
+        self.arrivals = list(arrivals)
+        self.strategy = strategy
+        self.seed = seed
+        self.rng = random.Random(seed)
+        self.clock = ManualClock(T0)
+        self.t = 0.0
+        self.pools: dict[str, Any] = {}
+        self.nodes: dict[str, Any] = {}
+        self.pods: dict[Any, list[PodView]] = {}
+        self.workloads_idx: dict[Any, Any] = {}
+        self.jobs: dict[Any, Any] = {}
+        self.teams: dict[str, list[str | None]] = {}
+        settings = OperatorSettings(cost_rollup="", cost_interval_seconds=COST_EVERY)
+        self.writer = _Writer()
+        self.workloads = _Workloads()
+        self.checkpoints = FakeCheckpointStore()  # answers the checkpoints this simulator "wrote"
+        self.sched = Scheduler(
+            settings=settings,
+            catalog=catalog.default(),
+            writer=self.writer,
+            workloads=self.workloads,
+            metrics=OperatorMetrics(),
+            clock=self.clock,
+            checkpoints=self.checkpoints,
+        )
+        self.sched.indices = Indices(self.pools, self.nodes, self.pods, self.workloads_idx, self.jobs, {}, self.teams)
+        self.accountant = Accountant(
+            scheduler=self.sched, writer=self.writer, costs=FakeCostWriter(), prices=PriceBook()
+        )
+        self.pool_spec = {p.metadata.name: p.spec for p in pools if p.metadata.name}  # read_pools: all named
+        self.members: dict[str, list[str]] = {}
+        self.free: dict[str, int] = {}
+        for name, spec in self.pool_spec.items():
+            self.pools[name] = [(PoolView(name, spec), ())]
+            self.members[name] = []
+            for i in range(spec.max_nodes):
+                node = f"{name}-{i}"
+                labels = {**spec.node_selector, "accel.dev/pool": name}  # the pool's selector matches its nodes
+                self.nodes[node] = [NodeView(node, labels, spec.devices_per_node, uid=f"uid-{node}")]
+                self.members[name].append(node)
+                self.free[node] = spec.devices_per_node
+        self.devices = sum(s.max_nodes * s.devices_per_node for s in self.pool_spec.values())
+        self.records: dict[JobKey, JobRecord] = {}
+        # (at, seq, kind, job, attempt, node): "end" or "preempt" of one attempt
+        self.events: list[tuple[float, int, str, JobKey, int, str]] = []
+        self.unbound: list[tuple[str, str]] = []  # workloads whose gang waits for devices
+        self.live: set[JobKey] = set()  # jobs with an attempt running (an event due)
+        # ordered-flavors: the flavors in order (spot pools first, then on-demand, each in the
+        # file's order), the devices of each pool's quota in use, the jobs not admitted yet.
+        kinds = {s.capacity_type for s in self.pool_spec.values()}
+        self.flavors = [
+            n
+            for want in (CapacityType.SPOT, CapacityType.ON_DEMAND)
+            if want in kinds
+            for n, s in self.pool_spec.items()
+            if s.capacity_type is want
+        ]
+        self.quota_used: dict[str, int] = dict.fromkeys(self.pool_spec, 0)
+        self.backlog: list[Arrival] = []
+        self.seq = 0
+        self.passes = 0
+
+    # --- the trace ----------------------------------------------------------------------------
+
+    def _arrive(self, a: Arrival) -> None:
+        if self.strategy.ordered:
+            self.backlog.append(a)
+            return
+        spec: AcceleratorJobSpec = a.spec
+        if not self.strategy.spot and spec.spot.policy is not SpotPolicy.NEVER:
+            spec = spec.model_copy(update={"spot": spec.spot.model_copy(update={"policy": SpotPolicy.NEVER})})
+        self._submit(a, spec)
+
+    def _admit_ordered(self) -> bool:
+        """The Kueue-style baseline: jobs in arrival order (best-effort FIFO: one that does not fit
+        lets the next try), each sized as submitted (``maxDevices``, else ``minDevices``: no memory
+        or throughput model), admitted to the first flavor in order (spot first) whose quota (the
+        pool's devices) has room (spot flavors skipped for a job whose spot policy is
+        ``never``), then handed to the engine pinned there (its pool, its size, spot
+        ``require`` on a spot flavor, else ``never``). A job the pinned pool cannot hold in memory
+        is counted failed for memory. A preempted job retries on its flavor (Kueue would requeue it
+        and may pick another flavor: not modelled). True when it admitted any."""
+        admitted = False
+        left = []
+        for a in self.backlog:
+            p = a.spec.placement
+            devices = p.max_devices or p.min_devices
+            kinds = set(p.accelerator_kinds)
+            chosen = None
+            for name in self.flavors:
+                spec = self.pool_spec[name]
+                if spec.capacity_type is CapacityType.SPOT and a.spec.spot.policy is SpotPolicy.NEVER:
+                    continue  # a job kept off spot (in Kueue: a node selector that excludes the spot flavor)
+                acc = self.sched.catalog.get(spec.accelerator)
+                if kinds and (acc is None or acc.kind not in kinds):
+                    continue
+                if p.accelerator_types and spec.accelerator not in p.accelerator_types:
+                    continue
+                if spec.max_nodes * spec.devices_per_node - self.quota_used[name] >= devices:
+                    chosen = name
+                    break
+            if chosen is None:
+                left.append(a)
+                continue
+            spot = self.pool_spec[chosen].capacity_type is CapacityType.SPOT
+            placement = p.model_copy(update={"pools": [chosen], "min_devices": devices, "max_devices": devices})
+            policy = SpotPolicy.REQUIRE if spot else SpotPolicy.NEVER
+            pinned = a.spec.model_copy(
+                update={"placement": placement, "spot": a.spec.spot.model_copy(update={"policy": policy})}
+            )
+            self._submit(a, pinned)
+            self.records[(a.team, a.name)].flavor = chosen
+            self.quota_used[chosen] += devices
+            admitted = True
+        self.backlog = left
+        return admitted
+
+    def _release(self, key: JobKey) -> None:
+        rec = self.records[key]
+        if rec.flavor is not None:
+            p = rec.arrival.spec.placement
+            self.quota_used[rec.flavor] -= p.max_devices or p.min_devices
+            rec.flavor = None
+
+    def _submit(self, a: Arrival, spec: AcceleratorJobSpec) -> None:
+        key = (a.team, a.name)
+        self.teams.setdefault(a.team, [a.team])
+        self.jobs[key] = [
+            JobView(a.team, a.name, f"uid-{a.name}", self.clock.now(), 1, spec, (), AcceleratorJobStatus())
+        ]
+        self.records[key] = JobRecord(a)
+        self.sched.mark(key)
+
+    # --- the watch: the engine's writes shown back --------------------------------------------
+
+    def _settle(self) -> bool:
+        """Show the writes since the last look; True when there were any."""
+        changed = bool(self.writer.written or self.workloads.created)
+        for key in sorted(self.writer.written):
+            entries = self.jobs.get(key)
+            if not entries:
+                continue
+            status = AcceleratorJobStatus.model_validate(self.writer.statuses[key])
+            self.jobs[key] = [
+                dataclasses.replace(entries[0], status=status, resource_version=str(self.writer.revision))
+            ]
+            self.sched.mark(key)
+            rec = self.records[key]
+            if status.phase in (JobPhase.SUCCEEDED, JobPhase.FAILED) and rec.end is None:
+                rec.end = self.t
+                self._release(key)
+            elif self.strategy.ordered and status.phase is JobPhase.UNSCHEDULABLE and rec.end is None:
+                rec.end, rec.memory_failed = self.t, True  # pinned where it does not fit: it never runs
+                self._release(key)
+        self.writer.written.clear()
+        self.writer.events.clear()
+        for wkey in self.workloads.created:
+            self.workloads.jobs.pop(wkey, None)  # the simulated API server keeps no bodies
+            job_key = (wkey[0], wkey[1].rsplit("-a", 1)[0])
+            attempt = int(wkey[1].rsplit("-a", 1)[1])
+            job = self.jobs[job_key][0]
+            plan = job.status.plan
+            if plan is None or not plan.pool or not plan.devices:
+                continue
+            nodes_n = plan.nodes or 1
+            self.workloads_idx[wkey] = [
+                WorkloadView(
+                    wkey[0], wkey[1], job_key, attempt, active=nodes_n, owner_uid=job.uid, created=self.clock.now()
+                )
+            ]
+            self.sched.workload_changed(wkey, job_key)
+            self.unbound.append(wkey)
+        self.workloads.created.clear()
+        self.workloads.calls.clear()
+        self._bind_waiting()
+        return changed
+
+    def _bind_waiting(self) -> None:
+        still = []
+        for wkey in self.unbound:
+            if not self._start(wkey):
+                still.append(wkey)
+        self.unbound = still
+
+    def _start(self, wkey: tuple[str, str]) -> bool:
+        """Bind the gang of ``wkey`` first fit and start its run; False when it does not fit."""
+        job_key = (wkey[0], wkey[1].rsplit("-a", 1)[0])
+        attempt = int(wkey[1].rsplit("-a", 1)[1])
+        wl = self.workloads_idx.get(wkey)
+        job = self.jobs[job_key][0]
+        if not wl or not wl[0].running or job.status.attempt != attempt or job.status.plan is None:
+            return True  # superseded: nothing to bind
+        plan = job.status.plan
+        assert plan.pool is not None and plan.devices is not None
+        nodes_n = plan.nodes or 1
+        per_node = plan.devices // nodes_n
+        chosen: list[str] = []
+        for node in self.members.get(plan.pool, ()):
+            if self.free[node] >= per_node:
+                chosen.append(node)
+                if len(chosen) == nodes_n:
+                    break
+        if len(chosen) < nodes_n:
+            return False
+        now = self.clock.now()
+        for i, node in enumerate(chosen):
+            self.free[node] -= per_node
+            pod = PodView(
+                wkey[0],
+                f"{wkey[1]}-{i}",
+                node,
+                "Running",
+                per_node,
+                job_key,
+                attempt,
+                created=now,
+                started=now,
+                uid=f"uid-{wkey[1]}-{i}",
+            )
+            self.pods.setdefault(job_key, []).append(pod)
+            self.pods.setdefault(node, []).append(pod)
+            self.sched.pods_changed(None, pod)
+        self.workloads_idx[wkey] = [dataclasses.replace(wl[0], ready=nodes_n, start_time=now)]
+        self.sched.workload_changed(wkey, job_key)
+        rec = self.records[job_key]
+        if rec.first_start is None:
+            rec.first_start = self.t
+        spec = self.pool_spec[plan.pool]
+        rec.attempt_start = self.t
+        rec.attempt_devices = plan.devices
+        rec.attempt_duration = max(plan.duration_seconds or 60.0, 1.0)
+        rec.attempt_restart = spec.restart_seconds if attempt > 1 else 0.0
+        run = rec.attempt_restart + (1.0 - rec.done) * rec.attempt_duration
+        self.seq += 1
+        rate = (spec.preemption_rate_per_hour or 0.0) if spec.capacity_type is CapacityType.SPOT else 0.0
+        hit = self.rng.expovariate(rate * nodes_n / 3600.0) if rate > 0 else math.inf
+        self.live.add(job_key)
+        if hit < run:
+            heapq.heappush(self.events, (self.t + hit, self.seq, "preempt", job_key, attempt, self.rng.choice(chosen)))
+        else:
+            heapq.heappush(self.events, (self.t + run, self.seq, "end", job_key, attempt, ""))
+        return True
+
+    def _finish(self, kind: str, key: JobKey, attempt: int) -> None:
+        """An attempt's pods end: all succeed ("end"), or all fail as disrupted ("preempt")."""
+        now = self.clock.now()
+        pods = self.pods.get(key, [])
+        ended: dict[int, PodView] = {}
+        for i, pod in enumerate(pods):
+            if pod.attempt != attempt or pod.ended or not pod.node:
+                continue
+            if kind == "end":
+                new = dataclasses.replace(pod, phase="Succeeded", exit_code=0, finished=now)
+            else:
+                new = dataclasses.replace(
+                    pod, phase="Failed", exit_code=137, disrupted=True, reason="Terminated", finished=now
+                )
+            node_pods = self.pods[pod.node]
+            node_pods[node_pods.index(pod)] = new
+            self.free[pod.node] += pod.devices
+            ended[i] = new
+        if not ended:
+            return
+        olds = [pods[i] for i in ended]
+        self.pods[key] = [ended.get(i, p) for i, p in enumerate(pods)]
+        for old in olds:
+            self.sched.pods_changed(old, self.pods[key][pods.index(old)])
+        wkey = (key[0], f"{key[1]}-a{attempt}")
+        wl = self.workloads_idx.get(wkey)
+        rec = self.records[key]
+        if wl:
+            if kind == "end":
+                upd: dict[str, Any] = {
+                    "active": 0,
+                    "ready": 0,
+                    "succeeded": len(ended),
+                    "complete": True,
+                    "end_time": now,
+                }
+            else:
+                upd = {
+                    "active": 0,
+                    "ready": 0,
+                    "failed": len(ended),
+                    "failed_condition": True,
+                    "failure_reason": "PodFailurePolicy",
+                    "failure_message": f"Pod {olds[0].name} has condition DisruptionTarget matching FailJob "
+                    f"{DISRUPTION_RULE}",
+                    "end_time": now,
+                }
+            self.workloads_idx[wkey] = [dataclasses.replace(wl[0], **upd)]
+            self.sched.workload_changed(wkey, key)
+        if kind == "preempt":
+            worked = max(0.0, self.t - rec.attempt_start - rec.attempt_restart)
+            job = self.jobs[key][0]
+            ckpt = job.spec.checkpoint if job.spec is not None else None
+            saved = math.floor(worked / (ckpt.interval_minutes * 60.0)) * ckpt.interval_minutes * 60.0 if ckpt else 0.0
+            rec.done = min(1.0, rec.done + saved / rec.attempt_duration)
+            rec.preemptions += 1
+            if ckpt is not None and rec.done > 0:
+                step = round(rec.done * 1_000_000)  # the checkpoint's step: the share of the work done
+                self.checkpoints.latest[ckpt.uri] = Checkpoint(uri=f"{ckpt.uri}/step-{step}", step=step, time=now)
+            rec.lost_device_seconds += (self.t - rec.attempt_start - saved) * rec.attempt_devices
+
+    # --- the loop -----------------------------------------------------------------------------
+
+    async def _pass(self) -> None:
+        await self.sched.step()
+        while self.sched.applier.in_flight:
+            await asyncio.gather(*list(self.sched.applier.in_flight))
+        self.passes += 1
+
+    def _advance(self, to: float) -> None:
+        if to > self.t:
+            self.clock.advance(to - self.t)
+            self.t = to
+
+    def _waiting(self) -> bool:
+        """Whether a job that arrived is neither ended nor running an attempt (queued, retrying,
+        its gang unbound): the engine's timers need passes then; a running one needs none until
+        its attempt ends."""
+        return bool(self.backlog) or len(self.live) < sum(1 for rec in self.records.values() if rec.end is None)
+
+    async def run(self) -> Result:
+        self.sched.kopf_listed()
+        await self._pass()
+        i, n = 0, len(self.arrivals)
+        next_cost = COST_EVERY
+        quiet_since = 0.0
+        while True:
+            nexts = []
+            if i < n:
+                nexts.append(self.arrivals[i].submit)
+            if self.events:
+                nexts.append(self.events[0][0])
+            waiting = self._waiting()
+            if waiting:
+                nexts.append(self.t + IDLE_STEP)
+            if not nexts or (i >= n and not self.events and self.t - quiet_since > STUCK_AFTER):
+                break
+            at = min(nexts)
+            if waiting and next_cost < at:
+                at = next_cost
+            self._advance(at)
+            event = False
+            while i < n and self.arrivals[i].submit <= self.t:
+                self._arrive(self.arrivals[i])
+                i += 1
+                event = True
+            while self.events and self.events[0][0] <= self.t:
+                _at, _seq, kind, key, attempt, _node = heapq.heappop(self.events)
+                self.live.discard(key)
+                self._finish(kind, key, attempt)
+                event = True
+            self._bind_waiting()
+            for _ in range(PASSES_PER_EVENT):
+                if self.strategy.ordered and self._admit_ordered():
+                    event = True
+                await self._pass()
+                if not self._settle():
+                    break
+                event = True
+            if event:
+                quiet_since = self.t
+            if self.t >= next_cost:
+                await self.accountant.step(self.clock.now())
+                self._settle()
+                next_cost = (math.floor(self.t / COST_EVERY) + 1) * COST_EVERY
+        await self._pass()
+        self._settle()
+        await self.accountant.step(self.clock.now())
+        self._settle()
+        for a in self.backlog:  # ordered-flavors: never admitted (no flavor's quota holds it)
+            self.records[(a.team, a.name)] = JobRecord(a)
+        statuses = {
+            key: self.jobs[key][0].status if key in self.jobs else AcceleratorJobStatus() for key in self.records
+        }
+        ends = [r.end for r in self.records.values() if r.end is not None]
+        return Result(
+            strategy=self.strategy.name,
+            seed=self.seed,
+            records=self.records,
+            statuses=statuses,
+            devices=self.devices,
+            span_seconds=max(ends, default=self.t),
+            passes=self.passes,
+        )
+
+
+def replay(pools: Sequence[AcceleratorPool], arrivals: Sequence[Arrival], *, seed: int, strategy: Strategy) -> Result:
+    """Run one replay to its end (every job ended, or left waiting with nothing left to happen)."""
+    return asyncio.run(Replay(pools, arrivals, seed=seed, strategy=strategy).run())

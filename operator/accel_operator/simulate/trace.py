@@ -1,0 +1,228 @@
+"""The simulator's inputs: the trace (JSON lines, one job per line) and the pools file.
+
+A line is ``{"submit": SECONDS, "team": TEAM, "name": NAME?, "spec": {...}}`` (a full
+AcceleratorJob spec, validated as the API server would) or the compact form
+``{"submit": ..., "team": ..., "model": PRESET, "workload": "training"|"inference",
+"tokens": N, "devices": N?, "deadlineHours": H?, "spot": "never"|"prefer"|"require",
+"checkpointMinutes": M?}``. Every line is bounded (its length, the number of lines, every number)
+and an error names the line and the field; a bad line is never echoed whole.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from accel_api import InvalidResource, bounds, load_documents, parse_resource
+from accel_api.job import AcceleratorJobSpec
+from accel_api.pool import AcceleratorPool
+
+MAX_LINES = 200_000  # a trace of more jobs is refused (the issue's largest replay is 100,000)
+MAX_LINE_CHARS = 64_000  # one full spec fits with room; a longer line is refused unread
+MAX_SUBMIT_SECONDS = 366 * 86_400.0  # a year of trace
+MAX_POOLS = 200
+
+# Model presets of the compact form: the architectures of the examples (examples/01, examples/02)
+# and one larger (Llama-3-70B's published shape), so a trace needs no architecture per line.
+PRESETS: dict[str, dict[str, Any]] = {
+    "tinyllama-1.1b": {
+        "layers": 22,
+        "hidden": 2048,
+        "heads": 32,
+        "kvHeads": 4,
+        "intermediate": 5632,
+        "vocab": 32000,
+        "mlp": "swiglu",
+    },
+    "llama-3-8b": {
+        "layers": 32,
+        "hidden": 4096,
+        "heads": 32,
+        "kvHeads": 8,
+        "intermediate": 14336,
+        "vocab": 128256,
+        "mlp": "swiglu",
+    },
+    "llama-3-70b": {
+        "layers": 80,
+        "hidden": 8192,
+        "heads": 64,
+        "kvHeads": 8,
+        "intermediate": 28672,
+        "vocab": 128256,
+        "mlp": "swiglu",
+    },
+}
+
+Team = Annotated[str, Field(min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")]
+Name = Annotated[str, Field(min_length=1, max_length=52, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")]
+
+
+class TraceLine(BaseModel):
+    """One line of the trace, before it becomes a spec."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+
+    submit: Annotated[float, Field(ge=0, le=MAX_SUBMIT_SECONDS)]
+    team: Team
+    name: Name | None = None
+    spec: dict[str, Any] | None = None
+    model: Literal["tinyllama-1.1b", "llama-3-8b", "llama-3-70b"] | None = None
+    workload: Literal["training", "inference"] = "training"
+    tokens: Annotated[int, Field(ge=1, le=10**13)] | None = None
+    devices: Annotated[int, Field(ge=1, le=bounds.DEVICES)] | None = None
+    deadline_hours: Annotated[float, Field(gt=0, le=365 * 24)] | None = Field(default=None, alias="deadlineHours")
+    spot: Literal["never", "prefer", "require"] = "prefer"
+    checkpoint_minutes: Annotated[float, Field(ge=1, le=1440)] | None = Field(default=None, alias="checkpointMinutes")
+
+    @model_validator(mode="after")
+    def _one_form(self) -> TraceLine:
+        compact = self.model is not None or self.tokens is not None
+        if self.spec is not None and compact:
+            raise ValueError(
+                "give either spec (a full AcceleratorJob spec) or the compact form (model, tokens), not both"
+            )
+        if self.spec is None and (self.model is None or self.tokens is None):
+            raise ValueError("the compact form needs model (one of " + ", ".join(PRESETS) + ") and tokens")
+        return self
+
+
+@dataclass(frozen=True)
+class Arrival:
+    """One job of the trace: when it arrives (seconds after the trace's start), its team and spec."""
+
+    index: int
+    submit: float
+    team: str
+    name: str
+    spec: AcceleratorJobSpec
+
+
+class TraceError(ValueError):
+    """A trace the simulator refuses: each problem names the line and the field."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("; ".join(problems[:5]))
+        self.problems = problems
+
+
+def compact_spec(line: TraceLine) -> dict[str, Any]:
+    """The AcceleratorJob spec of a compact line (examples/01's shape, the preset's architecture)."""
+    assert line.model is not None and line.tokens is not None
+    training = line.workload == "training"
+    workload: dict[str, Any] = {"mode": line.workload, "precision": "amp-bf16", "seqLen": 2048, "tokens": line.tokens}
+    if training:
+        workload.update(optimizer="adamw", microBatch=4)
+        if line.model != "tinyllama-1.1b":
+            workload.update(sharding="zero3", gradientCheckpointing=True, microBatch=2)
+    placement: dict[str, Any] = {"acceleratorKinds": ["gpu"]}
+    if line.devices is not None:
+        placement.update(minDevices=line.devices, maxDevices=line.devices)
+    spec: dict[str, Any] = {
+        "team": line.team,
+        "image": "ghcr.io/example/trainer:1.4",
+        "command": ["python", "-m", "trainer"],
+        "model": {"name": line.model, "architecture": PRESETS[line.model]},
+        "workload": workload,
+        "placement": placement,
+        "objective": "cost",
+        "spot": {"policy": line.spot, "maxPreemptions": 20},
+    }
+    if line.deadline_hours is not None:
+        spec["deadline"] = f"{max(1, round(line.deadline_hours * 60))}m"
+    if line.checkpoint_minutes is not None:
+        spec["checkpoint"] = {"uri": f"s3://ckpt/{line.team}/sim", "intervalMinutes": line.checkpoint_minutes}
+    return spec
+
+
+def _where(loc: tuple[int | str, ...]) -> str:
+    return ".".join(str(p) for p in loc) or "(line)"
+
+
+def read_trace(text: str, *, source: str = "trace") -> list[Arrival]:
+    """Every job of a JSON-lines trace, sorted by submit time (ties in file order); raises
+    :class:`TraceError` naming each bad line and field (at most 20, then a count)."""
+    lines = text.splitlines()
+    if len(lines) > MAX_LINES:
+        raise TraceError([f"{source}: {len(lines)} lines; at most {MAX_LINES} jobs per trace"])
+    out: list[Arrival] = []
+    problems: list[str] = []
+    for n, raw in enumerate(lines, start=1):
+        if len(problems) >= 20:
+            problems.append(f"{source}: more problems after line {n - 1} not shown")
+            break
+        if not raw.strip() or raw.lstrip().startswith("#"):
+            continue
+        if len(raw) > MAX_LINE_CHARS:
+            problems.append(f"{source}:{n}: the line is {len(raw)} characters; at most {MAX_LINE_CHARS}")
+            continue
+        try:
+            doc = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            problems.append(f"{source}:{n}: not JSON ({exc.msg} at column {exc.colno})")
+            continue
+        try:
+            line = TraceLine.model_validate(doc)
+        except ValidationError as exc:
+            problems.extend(f"{source}:{n}: {_where(e['loc'])}: {e['msg'][:200]}" for e in exc.errors()[:5])
+            continue
+        body = line.spec if line.spec is not None else compact_spec(line)
+        name = line.name or f"job-{len(out) + 1:06d}"
+        body = {**body, "team": line.team}
+        if line.spec is None and line.checkpoint_minutes is not None:
+            body["checkpoint"] = {**body["checkpoint"], "uri": f"s3://ckpt/{line.team}/{name}"}  # one per job
+        try:
+            job = parse_resource(
+                {
+                    "apiVersion": "accel.dev/v1alpha1",
+                    "kind": "AcceleratorJob",
+                    "metadata": {"name": name, "namespace": line.team},
+                    "spec": body,
+                },
+                source=None,
+                strict=True,
+            )
+        except InvalidResource as exc:
+            problems.extend(f"{source}:{n}: {p[:240]}" for p in exc.problems[:5])
+            continue
+        spec = getattr(job, "spec", None)
+        assert isinstance(spec, AcceleratorJobSpec)
+        out.append(Arrival(len(out), line.submit, line.team, name, spec))
+    if problems:
+        raise TraceError(problems)
+    if not out:
+        raise TraceError([f"{source}: the trace holds no job"])
+    names = [a.name for a in out]
+    if len(set(names)) != len(names):
+        raise TraceError([f"{source}: job names must be unique (name is optional: leave it out)"])
+    return sorted(out, key=lambda a: (a.submit, a.index))
+
+
+def read_pools(text: str, *, source: str = "pools") -> list[AcceleratorPool]:
+    """The AcceleratorPools of a YAML or JSON file (multi-document), validated strictly."""
+    docs = load_documents(text, source=source)
+    pools: list[AcceleratorPool] = []
+    problems: list[str] = []
+    for i, doc in enumerate(docs):
+        try:
+            res = parse_resource(doc, source=None, strict=True)
+        except InvalidResource as exc:
+            problems.extend(f"{source}: document {i + 1}: {p}" for p in exc.problems)
+            continue
+        if not isinstance(res, AcceleratorPool):
+            problems.append(f"{source}: document {i + 1}: kind must be AcceleratorPool")
+            continue
+        pools.append(res)
+    if problems:
+        raise TraceError(problems)
+    if not pools:
+        raise TraceError([f"{source}: no AcceleratorPool in the file"])
+    names = [p.metadata.name for p in pools]
+    if any(not n for n in names) or len(set(names)) != len(names):
+        raise TraceError([f"{source}: every pool needs a metadata.name, each name once"])
+    if len(pools) > MAX_POOLS:
+        raise TraceError([f"{source}: {len(pools)} pools; at most {MAX_POOLS}"])
+    return pools
