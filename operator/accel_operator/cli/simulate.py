@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 from accel_operator.cli.errors import UsageError
+from accel_operator.cli.progress import Progress
 from accel_operator.simulate import figures, generate, replay, trace
 
 NAME = "simulate"
@@ -85,9 +86,16 @@ def run(args: argparse.Namespace) -> int:
     except trace.TraceError as exc:
         raise UsageError("\n".join(exc.problems[:21])) from None
     rows = []
-    for name in args.strategy or ["engine", "on-demand", "ordered-flavors"]:
-        result = replay.replay(pools, arrivals, seed=args.seed, strategy=replay.STRATEGIES[name])
-        rows.append(figures.figures(result))
+    names = args.strategy or ["engine", "on-demand", "ordered-flavors"]
+    with Progress("simulate") as bar:  # on stderr: -o json stays the document
+        for k, name in enumerate(names, 1):
+            bar.step(f"{name} ({k} of {len(names)}): jobs arrived", total=len(arrivals))
+
+            def arrived(count: int) -> None:
+                bar.advance(count - bar.done)
+
+            result = replay.replay(pools, arrivals, seed=args.seed, strategy=replay.STRATEGIES[name], progress=arrived)
+            rows.append(figures.figures(result))
     if args.output == "json":
         print(json.dumps({"trace": args.trace, "seed": args.seed, "strategies": rows}, indent=2))
     else:

@@ -30,7 +30,7 @@ import datetime as dt
 import heapq
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from accel_api import catalog
@@ -136,7 +136,16 @@ class Result:
 
 
 class Replay:
-    def __init__(self, pools: Sequence[AcceleratorPool], arrivals: Sequence[Arrival], *, seed: int, strategy: Strategy):
+    def __init__(
+        self,
+        pools: Sequence[AcceleratorPool],
+        arrivals: Sequence[Arrival],
+        *,
+        seed: int,
+        strategy: Strategy,
+        progress: Callable[[int], None] | None = None,
+    ):
+        self.progress = progress  # told how many jobs have arrived, as the replay goes
         self.arrivals = list(arrivals)
         self.strategy = strategy
         self.seed = seed
@@ -486,6 +495,8 @@ class Replay:
                 self._arrive(self.arrivals[i])
                 i += 1
                 event = True
+            if event and self.progress is not None:
+                self.progress(i)
             while self.events and self.events[0][0] <= self.t:
                 _at, _seq, kind, key, attempt, _node = heapq.heappop(self.events)
                 self.live.discard(key)
@@ -526,6 +537,14 @@ class Replay:
         )
 
 
-def replay(pools: Sequence[AcceleratorPool], arrivals: Sequence[Arrival], *, seed: int, strategy: Strategy) -> Result:
-    """Run one replay to its end (every job ended, or left waiting with nothing left to happen)."""
-    return asyncio.run(Replay(pools, arrivals, seed=seed, strategy=strategy).run())
+def replay(
+    pools: Sequence[AcceleratorPool],
+    arrivals: Sequence[Arrival],
+    *,
+    seed: int,
+    strategy: Strategy,
+    progress: Callable[[int], None] | None = None,
+) -> Result:
+    """Run one replay to its end (every job ended, or left waiting with nothing left to happen);
+    ``progress`` is told how many jobs have arrived as it goes."""
+    return asyncio.run(Replay(pools, arrivals, seed=seed, strategy=strategy, progress=progress).run())

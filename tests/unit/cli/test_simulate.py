@@ -143,3 +143,10 @@ def test_a_job_no_flavor_can_hold_is_counted_unfinished() -> None:
     lines = "\n".join([_line(model="llama-3-8b", devices=128), _line(submit=5, devices=1)])
     out = _run(lines, "ordered-flavors")
     assert out["jobs"] == 2 and out["succeeded"] == 1 and out["unfinished"] == 1
+
+
+def test_the_replay_reports_its_progress(twenty: str) -> None:
+    arrivals = trace.read_trace(twenty)
+    seen: list[int] = []
+    replay.replay(trace.read_pools(POOLS), arrivals, seed=7, strategy=replay.STRATEGIES["engine"], progress=seen.append)
+    assert seen and seen == sorted(seen) and seen[-1] == len(arrivals)
