@@ -49,6 +49,21 @@ cache=${ACCEL_IMAGE_CACHE:-$root/.cache/images}
 source_url=${ACCEL_IMAGE_SOURCE:-https://github.com/accel-dev/accel-operator}
 
 log() { printf '== %s\n' "$*" >&2; }
+# ticking LABEL CMD...: run CMD; on a terminal, a line redrawn every second with the time it has
+# taken (the long steps, mmdebstrap and the wheels' download, say nothing for minutes); elsewhere
+# CMD alone, its log line said before it.
+ticking() {
+  local label=$1 start=$SECONDS ticker rc=0
+  shift
+  if [[ ! -t 2 ]]; then "$@"; return; fi
+  ( while sleep 1; do printf '\r   %s: %ds ' "$label" $((SECONDS - start)) >&2; done ) &
+  ticker=$!
+  "$@" || rc=$?
+  kill "$ticker" 2>/dev/null || true
+  wait "$ticker" 2>/dev/null || true
+  printf '\r   %s: %s in %ds\n' "$label" "$([[ $rc == 0 ]] && echo done || echo failed)" $((SECONDS - start)) >&2
+  return "$rc"
+}
 scratch=()
 cleanup() { local d; for d in "${scratch[@]}"; do rm -rf "$d"; done; }
 trap cleanup EXIT
@@ -88,7 +103,7 @@ build_base() {
     log "base: mmdebstrap $suite with ${base_packages[*]} (cached as $(basename "$tar"))"
     local opts=() o
     for o in "${dpkg_opts[@]}"; do opts+=(--dpkgopt="$o"); done
-    nice -n 10 mmdebstrap --quiet --variant=essential --format=tar --include="$(IFS=,; echo "${base_packages[*]}")" \
+    ticking "base: mmdebstrap" nice -n 10 mmdebstrap --quiet --variant=essential --format=tar --include="$(IFS=,; echo "${base_packages[*]}")" \
       "${opts[@]}" --customize-hook="$hook_purge" --customize-hook="$hook_user" --customize-hook="$hook_clean" \
       "$suite" "$tar.part" "deb $mirror $suite main" "deb $mirror $suite-updates main" \
       "deb $security $suite-security main"
@@ -240,7 +255,7 @@ build() {
       esac
     done
     rm -rf "$deps_dir.part"
-    nice -n 10 "$bpy" -m pip download -q --disable-pip-version-check -c constraints.txt --only-binary=:all: \
+    ticking "wheels: download" nice -n 10 "$bpy" -m pip download -q --disable-pip-version-check -c constraints.txt --only-binary=:all: \
       --implementation cp --python-version "$pyver" --abi "$abi" --abi abi3 --abi none \
       --platform "manylinux_2_36_$arch" --platform "manylinux_2_34_$arch" --platform "manylinux_2_28_$arch" \
       --platform "manylinux_2_17_$arch" --platform "manylinux2014_$arch" --platform "manylinux1_$arch" --platform any \

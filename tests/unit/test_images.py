@@ -244,3 +244,25 @@ def test_the_checker_fails_a_wrong_image(tmp_path: Path, change: Any, expected: 
     _write_archive(tmp_path / "a.oci.tar", config=config, rootfs=rootfs, annotations=annotations, tag="v1")
     found = problems(read_image(tmp_path / "a.oci.tar"), name="accel-operator", tag="v1")
     assert any(p.startswith(expected) for p in found), found
+
+
+def test_the_image_builds_long_steps_show_their_progress_on_a_terminal_only(tmp_path: Path) -> None:
+    """``ticking`` (hack/images.sh): on a terminal a line redrawn with the seconds taken, then done
+    or failed; elsewhere (CI logs) the command alone; its exit status either way."""
+    import shutil
+    import subprocess
+
+    script = (ROOT / "hack" / "images.sh").read_text()
+    found = re.search(r"^ticking\(\) \{\n.*?^\}\n", script, re.S | re.M)
+    assert found, "hack/images.sh defines ticking()"
+    test = tmp_path / "t.sh"
+    test.write_text(
+        "set -euo pipefail\n" + found.group(0) + 'ticking "step" sleep 1.5\nticking "bad" false || echo "rc=$?"\n'
+    )
+    plain = subprocess.run(["bash", str(test)], capture_output=True, text=True, check=True)
+    assert plain.stdout == "rc=1\n" and plain.stderr == ""
+    if shutil.which("script") is None:
+        pytest.skip("no `script` to give the step a terminal")
+    tty = subprocess.run(["script", "-qec", f"bash {test}", "/dev/null"], capture_output=True, text=True, check=True)
+    assert "step: 1s" in tty.stdout and "step: done in" in tty.stdout
+    assert "bad: failed in" in tty.stdout and "rc=1" in tty.stdout
