@@ -126,9 +126,9 @@ def test_multi_gpu_tokens_per_second() -> None:
 
 # FSDP2 with bf16 mixed precision (fp32 master shards) on 2 H100, 1.1B-7B, full shard and grad-op
 # (bench/gpu/measure_distributed.py --set mp --devices 2). Peak memory: measured at -0.1 to +3.4 %.
-# Tokens/s: median +8.1 %, all optimistic; the worst, +25.7 %, is 7B grad-op at micro
-# batch 1 with the allocator's reserve at 73 of 80 GB (the same run on an H200 was +2.6 %), hence
-# the bound just above the 25 %.
+# Tokens/s: all optimistic before the planner charged overlapped NVLink collectives for their SM
+# and HBM share (FSDP_CONTENTION): median 8.1 %, worst +25.7 % (7B grad-op at micro batch 1, the
+# allocator's reserve at 73 of 80 GB); now median 5.5 %, worst +20.2 %.
 H100_MP = [c for c in MULTI if c.row["_source"].startswith("h100x2-fsdp2-mp")]
 
 
@@ -144,7 +144,7 @@ def test_h100_mixed_precision_fsdp_rows() -> None:
     speed = [e for c in H100_MP if (e := c.speed_error()) is not None]
     assert len(speed) == 6
     assert statistics.median(abs(e) for e in speed) <= 0.10
-    assert max(abs(e) for e in speed) <= 0.26
+    assert max(abs(e) for e in speed) <= 0.25
 
 
 # --- selective recompute (Megatron's core attention, checkpointed in HF Llama's eager attention):
