@@ -37,6 +37,9 @@ configurations that are left.
 Needs ``torch`` and ``transformers`` on the GPU machine only; ``--list`` needs neither.
 ``tests/data/calibration/h200-ddp-fsdp.jsonl`` was made with ``--devices 2``, ``--devices 4`` and
 ``--devices 1`` in turn on one 4 × H200 host (about 2.5 minutes for all three).
+``--set mp`` measures the mixed-precision FSDP2 sweep instead (MP_PAIR on two GPUs, MP_QUAD on four
+or eight: 1.1B–13B); ``tests/data/calibration/multi-gpu/h100x2-fsdp2-mp.jsonl`` is its ``--devices 2``
+run on 2 × H100 80GB (under a minute).
 """
 
 from __future__ import annotations
@@ -152,7 +155,31 @@ SINGLE: tuple[Config, ...] = (
     _c("gpt2-124m", "none", 16, 1024),
 )
 
-CONFIGS: tuple[Config, ...] = MULTI + SINGLE
+# FSDP2 with bf16 mixed precision (fp32 master shards), full shard against grad-op, 1.1B–13B: the
+# calibration of the sharded-memory and FSDP-throughput rows (``--set mp``). Four GPUs (and eight)
+# run MP_QUAD; two run MP_PAIR (13B and the largest 7B batch cannot fit two 80 GB cards).
+MP_PAIR: tuple[Config, ...] = (
+    _c("llama-1.1b", "fsdp_full", 4, 2048),
+    _c("llama-1.1b", "fsdp_grad_op", 4, 2048),
+    _c("llama-3b", "fsdp_full", 2, 2048),
+    _c("llama-3b", "fsdp_grad_op", 4, 2048, ckpt=True),
+    _c("llama-7b", "fsdp_full", 2, 2048, ckpt=True),
+    _c("llama-7b", "fsdp_grad_op", 1, 2048, ckpt=True),
+)
+MP_QUAD: tuple[Config, ...] = (
+    *MP_PAIR,
+    _c("llama-1.1b", "fsdp_full", 8, 2048, ckpt=True),
+    _c("llama-3b", "fsdp_full", 4, 2048, ckpt=True),
+    _c("llama-7b", "fsdp_full", 4, 2048, ckpt=True),
+    _c("llama-13b", "fsdp_full", 1, 2048, ckpt=True),
+    _c("llama-13b", "fsdp_full", 2, 4096, ckpt=True),
+)
+
+CONFIGS: tuple[Config, ...] = (
+    *MULTI,
+    *SINGLE,
+    *(c for c in MP_QUAD if c.name not in {m.name for m in MULTI}),
+)
 
 # The first run on four GPUs (4 × H200) measured this subset of MULTI; later runs measure all of MULTI.
 QUAD_FIRST_RUN = (
@@ -410,11 +437,14 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--only", help="comma-separated configuration names (see --list)")
     parser.add_argument("--list", action="store_true", help="print the configurations and exit")
     parser.add_argument("--devices", type=int, default=2, help="processes (GPUs) per launch; 1 runs SINGLE")
+    parser.add_argument("--set", choices=("multi", "mp"), default="multi", help="mp: the mixed-precision FSDP2 sweep")
     parser.add_argument("--launch-timeout", type=int, default=540, help="seconds before a launch is killed")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)  # set by the launcher
     parser.add_argument("--status-dir", type=Path, help="where the ranks leave their progress (default: a temp folder)")
     args = parser.parse_args(argv)
     configs = list(SINGLE if args.devices == 1 else MULTI)
+    if args.set == "mp":
+        configs = list(MP_PAIR if args.devices <= 2 else MP_QUAD)  # two cards hold less (no 13B)
     if args.only:
         configs, unknown = common.chosen(CONFIGS, args.only)
         if unknown:
