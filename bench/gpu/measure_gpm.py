@@ -7,7 +7,7 @@ Needs torch and nvidia-ml-py (pynvml), and pydantic for the agent's models. It i
 backend without ``accel_agent/__init__`` (which starts the whole agent: Prometheus, the
 Kubernetes client), so nothing else is needed. Run from the repository root:
 
-    OUT=/tmp/out python bench/gpu/measure_gpm.py [--seconds 40] [--quick]
+    OUT=gpm-out python bench/gpu/measure_gpm.py [--seconds 40] [--quick]
 
 The phases, one after the other, in one process on device 0:
 
