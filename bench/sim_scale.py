@@ -53,13 +53,12 @@ from typing import Any
 from accel_api.job import AcceleratorJobSpec, AcceleratorJobStatus
 from accel_api.pool import AcceleratorPoolSpec
 from accel_operator.adapters.kube.costs import FakeCostWriter
-from accel_operator.adapters.kube.jobs import FakeJobWriter, JobRef
-from accel_operator.adapters.kube.workloads import FakeWorkloadClient
 from accel_operator.adapters.pricebook import PriceBook
 from accel_operator.engine.accountant import Accountant
 from accel_operator.engine.clock import ManualClock
 from accel_operator.reconcile.common.snapshot import JobKey, JobView, NodeView, PodView, PoolView, WorkloadView
 from accel_operator.settings import OperatorSettings
+from accel_operator.simulate.replay import RecordingJobWriter, RecordingWorkloads
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: tests.support
 from tests.support.jobs import example
@@ -72,34 +71,6 @@ TICK_SECONDS = 30.0  # virtual seconds between passes
 COST_EVERY = 10  # ticks between accountant steps
 PROBES = 20  # single new jobs decided into the full queue at the end
 _EXAMPLES: dict[str, dict[str, Any]] = {}  # parsed example documents by accelerator kind
-
-
-class RecordingJobWriter(FakeJobWriter):
-    """The unit tests' fake, which also notes which jobs were written since the watch last looked
-    (so the simulated watch reads only those, as a real one delivers only changes)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.written: set[tuple[str, str]] = set()
-
-    def patch_status(self, ref: JobRef, status: dict[str, Any]) -> str:
-        out = super().patch_status(ref, status)
-        self.written.add((ref.namespace, ref.name))
-        return out
-
-
-class RecordingWorkloads(FakeWorkloadClient):
-    """The unit tests' fake, noting the batch Jobs created since the watch last looked."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.created: list[tuple[str, str]] = []
-
-    def create(self, job: dict[str, Any], service: dict[str, Any] | None) -> bool:
-        made = super().create(job, service)
-        if made:
-            self.created.append((job["metadata"]["namespace"], job["metadata"]["name"]))
-        return made
 
 
 @dataclasses.dataclass

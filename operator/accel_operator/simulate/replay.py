@@ -77,8 +77,9 @@ STRATEGIES = {
 }
 
 
-class _Writer(FakeJobWriter):
-    """The fake, noting which jobs were written since the simulated watch last looked."""
+class RecordingJobWriter(FakeJobWriter):
+    """The fake, noting which jobs were written since the simulated watch last looked (also
+    bench/sim_scale.py's)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -90,7 +91,7 @@ class _Writer(FakeJobWriter):
         return out
 
 
-class _Workloads(FakeWorkloadClient):
+class RecordingWorkloads(FakeWorkloadClient):
     """The fake, noting the batch Jobs created since the simulated watch last looked."""
 
     def __init__(self) -> None:
@@ -159,8 +160,8 @@ class Replay:
         self.jobs: dict[Any, Any] = {}
         self.teams: dict[str, list[str | None]] = {}
         settings = OperatorSettings(cost_rollup="", cost_interval_seconds=COST_EVERY)
-        self.writer = _Writer()
-        self.workloads = _Workloads()
+        self.writer = RecordingJobWriter()
+        self.workloads = RecordingWorkloads()
         self.checkpoints = FakeCheckpointStore()  # answers the checkpoints this simulator "wrote"
         self.sched = Scheduler(
             settings=settings,
