@@ -57,6 +57,11 @@ def catalog_id(gpu_name: str) -> str | None:
     return next((cid for key, cid in CATALOG_IDS if key in gpu_name), None)
 
 
+def shape_fields(c: Any) -> dict[str, int]:
+    """The model shape of a measurement's config, as every row records it."""
+    return {k: int(getattr(c, k)) for k in ("hidden", "layers", "heads", "kv_heads", "inter", "vocab")}
+
+
 def arch_label(kind: str, n_params: int) -> str:
     """``llama-1.1b``, ``gpt2-124m``: the model family and its size."""
     size = n_params / 1e9

@@ -231,12 +231,7 @@ def _row(c: Config, ranks: list[dict[str, Any]], env: dict[str, Any]) -> dict[st
     row: dict[str, Any] = {
         "mode": "train",
         "kind": "llama",
-        "hidden": c.hidden,
-        "layers": c.layers,
-        "heads": c.heads,
-        "kv_heads": c.kv_heads,
-        "inter": c.inter,
-        "vocab": c.vocab,
+        **common.shape_fields(c),
         "precision": c.precision,
         "optimizer": "adamw",
         "sharding": "none",
