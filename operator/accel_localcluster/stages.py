@@ -25,98 +25,25 @@ _UPSTREAM = (
     "pod/fast/pod-ready.yaml",
 )
 
-# A pod being deleted: first its containers killed, as the kubelet kills them (terminated, exit
-# code 137, finishedAt now: the time the pod's run ended, which a later shorter-grace delete,
-# e.g. the pod garbage collector's once the node is gone, does not move), and a terminal phase;
-# then the deletion, which the API server completes once its finalizers are gone. Its conditions
-# are left as they are (a DisruptionTarget the eviction set decides the batch Job's rule).
-_DELETE = """apiVersion: kwok.x-k8s.io/v1alpha1
-kind: Stage
-metadata:
-  name: accel-pod-terminate
-spec:
-  resourceRef:
-    apiGroup: v1
-    kind: Pod
-  selector:
-    matchExpressions:
-    - key: '.metadata.deletionTimestamp'
-      operator: 'Exists'
-    - key: '.status.phase'
-      operator: 'In'
-      values: ['Pending', 'Running']
-  next:
-    statusTemplate: |
-      {{ $now := Now }}
-      containerStatuses:
-      {{ range .spec.containers }}
-      - image: {{ .image | Quote }}
-        name: {{ .name | Quote }}
-        ready: false
-        restartCount: 0
-        started: false
-        state:
-          terminated:
-            exitCode: 137
-            finishedAt: {{ $now | Quote }}
-            reason: Error
-            startedAt: {{ $now | Quote }}
-      {{ end }}
-      phase: Failed
----
-apiVersion: kwok.x-k8s.io/v1alpha1
-kind: Stage
-metadata:
-  name: accel-pod-delete
-spec:
-  resourceRef:
-    apiGroup: v1
-    kind: Pod
-  selector:
-    matchExpressions:
-    - key: '.metadata.deletionTimestamp'
-      operator: 'Exists'
-    - key: '.status.phase'
-      operator: 'In'
-      values: ['Succeeded', 'Failed']
-  next:
-    delete: true
-"""
 
-_EXIT = """apiVersion: kwok.x-k8s.io/v1alpha1
-kind: Stage
-metadata:
-  name: accel-pod-{name}
-spec:
-  resourceRef:
-    apiGroup: v1
-    kind: Pod
-  selector:
-    matchExpressions:
-    - key: '.metadata.deletionTimestamp'
-      operator: 'DoesNotExist'
-    - key: '.status.phase'
-      operator: 'In'
-      values: ['Running']
-    - key: '.metadata.annotations["{annotation}"]'
-      operator: '{operator}'
-      values: ['0']
-    - key: '.metadata.annotations["{annotation}"]'
-      operator: 'Exists'
-  next:
-    statusTemplate: |
-      {{{{ $now := Now }}}}
-      {{{{ $code := index .metadata.annotations "{annotation}" }}}}
-      conditions:
-      - lastTransitionTime: {{{{ $now | Quote }}}}
-        status: "False"
-        type: Ready
-        reason: PodCompleted
-      - lastTransitionTime: {{{{ $now | Quote }}}}
-        status: "False"
-        type: ContainersReady
-        reason: PodCompleted
-      containerStatuses:
+# Every stage of ours acts on pods; a stage is its name, the expressions its selector matches and
+# what comes next (a status template, or the deletion).
+def _stage(name: str, match: list[tuple[str, str, list[str] | None]], next_: str) -> str:
+    exprs = "".join(
+        f"    - key: '{key}'\n      operator: '{op}'\n" + (f"      values: {values!r}\n" if values is not None else "")
+        for key, op, values in match
+    )
+    return (
+        "apiVersion: kwok.x-k8s.io/v1alpha1\nkind: Stage\nmetadata:\n"
+        f"  name: accel-pod-{name}\n"
+        "spec:\n  resourceRef:\n    apiGroup: v1\n    kind: Pod\n  selector:\n    matchExpressions:\n"
+        f"{exprs}  next:\n{next_}"
+    )
+
+
+# Each container terminated now with ``code`` (a Go template expression) for ``reason``.
+def _terminated(code: str, reason: str) -> str:
+    return f"""      containerStatuses:
       {{{{ range .spec.containers }}}}
       - image: {{{{ .image | Quote }}}}
         name: {{{{ .name | Quote }}}}
@@ -125,13 +52,52 @@ spec:
         started: false
         state:
           terminated:
-            exitCode: {{{{ $code }}}}
+            exitCode: {code}
             finishedAt: {{{{ $now | Quote }}}}
             reason: {reason}
             startedAt: {{{{ $now | Quote }}}}
       {{{{ end }}}}
-      phase: {phase}
 """
+
+
+_DELETING = (".metadata.deletionTimestamp", "Exists", None)
+
+# A pod being deleted: first its containers killed, as the kubelet kills them (terminated, exit
+# code 137, finishedAt now: the time the pod's run ended, which a later shorter-grace delete,
+# e.g. the pod garbage collector's once the node is gone, does not move), and a terminal phase;
+# then the deletion, which the API server completes once its finalizers are gone. Its conditions
+# are left as they are (a DisruptionTarget the eviction set decides the batch Job's rule).
+_TERMINATE = _stage(
+    "terminate",
+    [_DELETING, (".status.phase", "In", ["Pending", "Running"])],
+    "    statusTemplate: |\n      {{ $now := Now }}\n" + _terminated("137", "Error") + "      phase: Failed\n",
+)
+_DELETE = _stage("delete", [_DELETING, (".status.phase", "In", ["Succeeded", "Failed"])], "    delete: true\n")
+
+
+# A running pod the test annotated with an exit code ends with it: Succeeded for 0, else Failed.
+def _exit(name: str, operator: str, reason: str, phase: str) -> str:
+    code = f'.metadata.annotations["{EXIT_CODE_ANNOTATION}"]'
+    completed = "".join(
+        f"""      - lastTransitionTime: {{{{ $now | Quote }}}}
+        status: "False"
+        type: {kind}
+        reason: PodCompleted
+"""
+        for kind in ("Ready", "ContainersReady")
+    )
+    template = (
+        "    statusTemplate: |\n      {{ $now := Now }}\n"
+        f'      {{{{ $code := index .metadata.annotations "{EXIT_CODE_ANNOTATION}" }}}}\n'
+        f"      conditions:\n{completed}" + _terminated("{{ $code }}", reason) + f"      phase: {phase}\n"
+    )
+    match = [
+        (".metadata.deletionTimestamp", "DoesNotExist", None),
+        (".status.phase", "In", ["Running"]),
+        (code, operator, ["0"]),
+        (code, "Exists", None),
+    ]
+    return _stage(name, match, template)
 
 
 def _kwok_module() -> Path:
@@ -142,15 +108,7 @@ def _kwok_module() -> Path:
 def render() -> str:
     base = _kwok_module()
     docs = [(base / rel).read_text().strip() for rel in _UPSTREAM]
-    docs.append(_DELETE.strip())
-    docs.append(
-        _EXIT.format(
-            name="succeed", annotation=EXIT_CODE_ANNOTATION, operator="In", reason="Completed", phase="Succeeded"
-        ).strip()
-    )
-    docs.append(
-        _EXIT.format(
-            name="fail", annotation=EXIT_CODE_ANNOTATION, operator="NotIn", reason="Error", phase="Failed"
-        ).strip()
-    )
+    docs += [_TERMINATE.strip(), _DELETE.strip()]
+    docs.append(_exit("succeed", "In", "Completed", "Succeeded").strip())
+    docs.append(_exit("fail", "NotIn", "Error", "Failed").strip())
     return "\n---\n".join(docs) + "\n"
