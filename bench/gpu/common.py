@@ -180,6 +180,7 @@ def static_after_init(torch: Any) -> int:
     gc.collect()
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
+    torch.cuda.reset_accumulated_memory_stats()  # alloc_retries counts this configuration's
     return int(torch.cuda.memory_allocated())
 
 
@@ -188,7 +189,15 @@ def peaks(torch: Any) -> dict[str, int]:
     return {
         "peak_alloc": int(torch.cuda.max_memory_allocated()),
         "peak_reserved": int(torch.cuda.max_memory_reserved()),
+        **alloc_retries(torch),
     }
+
+
+def alloc_retries(torch: Any) -> dict[str, int]:
+    """``alloc_retries``: how often the caching allocator, a cudaMalloc having failed, freed its
+    cached blocks and tried again (``num_alloc_retries``) since the accumulated stats were reset:
+    the cost of running near a full card."""
+    return {"alloc_retries": int(torch.cuda.memory_stats().get("num_alloc_retries", 0))}
 
 
 def release(torch: Any) -> None:

@@ -39,7 +39,9 @@ Needs ``torch`` and ``transformers`` on the GPU machine only; ``--list`` needs n
 ``--devices 1`` in turn on one 4 × H200 host (about 2.5 minutes for all three).
 ``--set mp`` measures the mixed-precision FSDP2 sweep instead (MP_PAIR on two GPUs, MP_QUAD on four
 or eight: 1.1B–13B); ``tests/data/calibration/multi-gpu/h100x2-fsdp2-mp.jsonl`` is its ``--devices 2``
-run on 2 × H100 80GB (under a minute).
+run on 2 × H100 80GB (under a minute), ``h100x4-fsdp2-mp.jsonl`` its ``--devices 4`` run on 4 × H100
+80GB (about 80 s). ``alloc_retries`` = the maximum over the ranks of the caching allocator's
+``num_alloc_retries`` over the steps (frees and retries after a failed cudaMalloc).
 """
 
 from __future__ import annotations
@@ -335,6 +337,7 @@ def _row(c: Config, ranks: list[dict[str, Any]], devices: int, env: dict[str, An
             "peak_alloc": max(peaks),
             "peak_reserved": max(r["peak_reserved"] for r in ranks),
             "peak_alloc_min_rank": min(peaks),
+            "alloc_retries": max(r.get("alloc_retries", 0) for r in ranks),
             "step_s": step_s,
             "tokens_per_s": c.micro_batch * c.seq * devices / step_s,
             "tokens_per_s_per_device": c.micro_batch * c.seq / step_s,

@@ -13,7 +13,8 @@ methodology of the shared calibration set (../shared/calibration/README.md besid
 - ``peak_alloc`` = ``torch.cuda.max_memory_allocated()`` over the four steps, after
   ``reset_peak_memory_stats()`` once the model and optimizer exist (so it includes the weights);
   ``static_after_init`` = ``memory_allocated()`` at that moment; ``peak_reserved`` =
-  ``max_memory_reserved()``; ``nvml_used_after`` = device memory used (NVML, else
+  ``max_memory_reserved()``; ``alloc_retries`` = the allocator's ``num_alloc_retries`` over the
+  steps; ``nvml_used_after`` = device memory used (NVML, else
   ``cudaMemGetInfo``) right after the steps; ``step_s`` = median wall time of steps 2–4;
   ``tokens_per_s`` = micro_batch × seq / step_s; ``oom: true`` when a step raised
   ``torch.cuda.OutOfMemoryError``;
@@ -167,6 +168,20 @@ CONFIGS: tuple[Config, ...] = (
     _gpt2("gpt2-124m-b32", 768, 12, 12, seq=1024, micro_batch=32),
     _gpt2("gpt2-355m-bf16", 1024, 24, 16, precision="bf16", seq=1024, micro_batch=8),
     _llama("llama-1.1b-oom", 2048, 22, 32, 4, 5632, seq=2048, micro_batch=16, note="expected to run out of memory"),
+    # GPT-3 2.7B's shape (Brown et al. 2020, Table 2.1: 32 layers, d_model 2560, 32 heads, 2048
+    # context) in eager attention on one card: the memory and speed of eager single-GPU training at
+    # the size of published eager runs (HF GPT-2 code, its default dropout 0.1), against SDPA.
+    _gpt2("gpt3-2.7b-eager-b1", 2560, 32, 32, attn="eager", seq=2048, micro_batch=1),
+    _gpt2("gpt3-2.7b-eager-b2", 2560, 32, 32, attn="eager", seq=2048, micro_batch=2),
+    _gpt2("gpt3-2.7b-eager-b4", 2560, 32, 32, attn="eager", seq=2048, micro_batch=4),
+    _gpt2("gpt3-2.7b-sdpa-b2", 2560, 32, 32, seq=2048, micro_batch=2),
+    _gpt2("gpt3-2.7b-eager-b2-ckpt", 2560, 32, 32, attn="eager", seq=2048, micro_batch=2, grad_ckpt=True),
+    # Near a full card: the planner admits these on the peak allocated plus the context (80.2 and
+    # 81.8 GB allocated planned), not on the roomy footprint (85.3, 87.1 GB); and a shorter one.
+    _gpt2("gpt3-2.7b-eager-b1-s1920", 2560, 32, 32, attn="eager", seq=1920, micro_batch=1),
+    _gpt2("gpt3-2.7b-eager-b2-s1280", 2560, 32, 32, attn="eager", seq=1280, micro_batch=2),
+    _gpt2("gpt3-2.7b-eager-b1-s1536", 2560, 32, 32, attn="eager", seq=1536, micro_batch=1),
+    _gpt2("gpt3-2.7b-eager-b4-s512", 2560, 32, 32, attn="eager", seq=512, micro_batch=4),
     _llama(
         "llama-3b-generate",
         3200,
@@ -290,6 +305,7 @@ def _train_model(c: Config, torch: Any, transformers: Any, profile: bool = False
     ids = torch.randint(0, c.vocab, (c.micro_batch, c.seq), device="cuda")
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
+    torch.cuda.reset_accumulated_memory_stats()
     row["static_after_init"] = int(torch.cuda.memory_allocated())
 
     def step() -> None:
@@ -305,6 +321,7 @@ def _train_model(c: Config, torch: Any, transformers: Any, profile: bool = False
     row |= {
         "peak_alloc": int(torch.cuda.max_memory_allocated()),
         "peak_reserved": int(torch.cuda.max_memory_reserved()),
+        **common.alloc_retries(torch),
         "nvml_used_after": used,
         "used_source": source,
         "step_s": step_s,

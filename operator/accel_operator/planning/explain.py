@@ -70,7 +70,7 @@ def failed_checks(c: Candidate) -> list[str]:
     mem = c.memory
     if f & cand.MEMORY and mem is not None:
         out.append(
-            f"needs {mem.footprint_bytes / GB:.1f} GB per device > {mem.usable_bytes / GB:.1f} GB usable "
+            f"needs {mem.required_bytes / GB:.1f} GB per device > {mem.usable_bytes / GB:.1f} GB usable "
             f"({mem.device_bytes / GB:.1f} GB {c.accelerator}; peak at {mem.peak_at})"
         )
     ce = c.cost

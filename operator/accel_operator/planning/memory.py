@@ -36,7 +36,8 @@ from accel_operator.planning.layout import Layout
 from accel_operator.planning.profile import JobProfile, Shape
 
 GB = 1e9
-# Headroom kept free on the device: the planner refuses footprints above (1 - SAFETY) × memory.
+# Headroom kept free on the device: the planner refuses a placement whose requirement (below)
+# is above (1 - SAFETY) × memory.
 SAFETY = 0.02
 # PyTorch's caching allocator rounds blocks up and splits cached segments; of the memory that
 # is allocated and freed again every training step it strands about this fraction (measured on
@@ -69,10 +70,19 @@ class MemoryEstimate(NamedTuple):
     peak_at: str  # the moment of the peak, e.g. "loss backward", "optimizer step", "prefill"
     components: tuple[tuple[str, float], ...]  # what is alive at the peak (bytes)
     moments: tuple[tuple[str, float], ...] = ()  # bytes alive at each moment considered (no workspace)
+    # What the device must hold for the step to run: the footprint less what the caching
+    # allocator gives back when an allocation fails (see _result); 0: the footprint.
+    required: int = 0
 
     @property
     def usable_bytes(self) -> int:
         return int(self.device_bytes * (1 - SAFETY))
+
+    @property
+    def required_bytes(self) -> int:
+        """What fitting is judged on: peak allocated + runtime context, plus the allocator's
+        reserve where it cannot give it back (inference's second cache generation)."""
+        return self.required or self.footprint_bytes
 
     @property
     def reason(self) -> str:
@@ -83,7 +93,7 @@ class MemoryEstimate(NamedTuple):
                 f"(peak at {self.peak_at})"
             )
         return (
-            f"needs {self.footprint_bytes / GB:.1f} GB per device > {self.usable_bytes / GB:.1f} GB usable "
+            f"needs {self.required_bytes / GB:.1f} GB per device > {self.usable_bytes / GB:.1f} GB usable "
             f"(peak at {self.peak_at})"
         )
 
@@ -301,20 +311,35 @@ def _peak(moments: list[tuple[str, dict[str, float]]], stranded: float) -> _Peak
     return _Peak(at, tuple((k, v) for k, v in parts.items() if v > 0), int(sum(parts.values())), int(stranded), totals)
 
 
-def _result(peak: _Peak, accel: Accelerator) -> MemoryEstimate:
+def _result(peak: _Peak, accel: Accelerator, *, reclaimable: bool = True) -> MemoryEstimate:
+    """The estimate of ``peak`` on ``accel``. ``reclaimable``: the stranded bytes are free cached
+    blocks that the allocator releases when an allocation fails, so they count in the footprint
+    NVML shows on a roomy card but not in what the step needs.
+
+    PyTorch's caching allocator, when cudaMalloc fails, frees its cached unused blocks and
+    retries before it raises an out-of-memory error (``CUDACachingAllocator.cpp``:
+    ``release_cached_blocks`` then the retry; docs "CUDA semantics", memory management). A
+    training step's stranded reserve (TRAINING_STRANDED) is such blocks, so near a full card
+    the step runs where its roomy footprint would not fit: measured on one H100 80GB
+    (tests/data/calibration/h100-eager-gpt3-2.7b.jsonl), the eager GPT-3 2.7B step at 1×2048
+    reached 83.08 GB allocated of the 84.21 GB left beside the 1.31 GB context before an
+    allocation of its attention scores failed, where the 8 % reserve would have been 3 GB. The
+    SAFETY headroom (1.7 GB on an H100) covers the blocks that stay split."""
     # The framework's workspace is alive at every moment; it never moves the peak.
     allocated = peak.allocated + accel.workspace_bytes
     reserved = allocated + peak.stranded
     footprint = reserved + accel.context_bytes
+    required = allocated + accel.context_bytes if reclaimable else footprint
     return MemoryEstimate(
         peak_allocated_bytes=allocated,
         reserved_bytes=reserved,
         footprint_bytes=footprint,
         device_bytes=accel.memory_bytes,
-        fits=footprint <= accel.memory_bytes * (1 - SAFETY),
+        fits=required <= accel.memory_bytes * (1 - SAFETY),
         peak_at=peak.at,
         components=(*peak.components, ("workspace", float(accel.workspace_bytes))),
         moments=peak.moments,
+        required=required,
     )
 
 
@@ -487,6 +512,33 @@ def _stage_moments(
                 "buckets": buckets,
             },
         ),
+    ]
+    if stage.embedding and w.checkpointing:
+        # The first layer's backward (on the first stage) under checkpointing: every gradient is
+        # alive, as at the optimizer step, beside that layer's recomputed activations and its
+        # backward scratch; the step's peak where the gradients are large against one layer:
+        # measured on one H100, eager GPT-3 2.7B at 2×2048 with checkpointing peaked at 47.06 GB,
+        # 4.6 GB above its optimizer step (42.5 GB planned without this moment, 9.7 % under).
+        # Without checkpointing the layer-backward moment (every activation alive) is larger
+        # wherever activations matter.
+        moments.append(
+            (
+                "end of backward" + suffix,
+                base
+                | {
+                    # Autograd has freed the other layers' saved bf16 weight copies by now.
+                    "weight copies": layer_matmul * num.compute * bool(copies_all) + gathered_bwd,
+                    "activations": one_layer + rotary + embed_mask,
+                    # The layer's weight gradients are among ``grads`` (made a matrix at a time).
+                    "gradients": max(ddp_grads, grads),
+                    "backward scratch": (blk.backward_transient_split + blk.backward_transient_per_score * w.seq_len)
+                    * tokens
+                    / tp,
+                    "buckets": buckets,
+                },
+            )
+        )
+    moments.append(
         (
             "optimizer step" + suffix,
             base
@@ -495,8 +547,8 @@ def _stage_moments(
                 "optimizer scratch": _optimizer_temp_bytes(w, tp),
                 "buckets": buckets,
             },
-        ),
-    ]
+        )
+    )
     master = 0.0
     if num.param == 4 and num.compute < 4 and w.framework is not Framework.DEEPSPEED:
         # The fp32 master: ZeRO-1/2 keep a 16-bit working copy whole beside its shard.
@@ -651,6 +703,9 @@ def _stack_peak(w: JobProfile, tp: int, dp: int, *, cache: PlanCache | None = No
     # double-buffered.
     ring = 2 * 2 * s.kv_dim / tp * num.compute * tokens if w.context_parallel > 1 else 0.0
     megatron = w.framework is Framework.MEGATRON
+    # Megatron with sharded gradients: a layer's whole gradient exists in its backward until
+    # reduce-scattered (XLA fuses the reduce-scatter into the backward program).
+    layer_grad = prm.layer * st.grads_sharded if megatron and shard > 1 else 0.0
     moments: list[tuple[str, dict[str, float]]] = []
     persistent = 0.0
     for label, n, in_flight, has_head in stages:
@@ -676,7 +731,7 @@ def _stack_peak(w: JobProfile, tp: int, dp: int, *, cache: PlanCache | None = No
                 | {
                     "gathered weights": gathered,
                     "activations": tape + recomputed,
-                    "backward scratch": act.backward_transient * tokens,
+                    "backward scratch": act.backward_transient * tokens + layer_grad,
                     "ring": ring,
                 },
             )
@@ -818,6 +873,7 @@ def _maxtext(w: JobProfile, accel: Accelerator, layout: Layout, *, cache: PlanCa
         peak_allocated_bytes=allocated,
         reserved_bytes=allocated,
         footprint_bytes=allocated + accel.context_bytes,
+        required=allocated + accel.context_bytes,
         fits=True,
         peak_at=f"{est.peak_at}; XLA recomputes {f:.0%} of what the remat policy saves to fit",
         components=tuple(parts.items()),
@@ -880,7 +936,7 @@ def _inference(w: JobProfile, accel: Accelerator, layout: Layout, *, cache: Plan
     # holds a second generation of the cache; it is carved from the prefill's freed transients
     # where they are larger.
     stranded = max(kv_final, prefill_act)
-    return _result(_peak(moments, stranded), accel)
+    return _result(_peak(moments, stranded), accel, reclaimable=False)
 
 
 def estimate(

@@ -166,15 +166,21 @@ def states(w: JobProfile, optimizer_bytes_per_param: float) -> States:
             optimizer=optimizer_bytes_per_param * p / 4,
             optimizer_sharded=sharded,
         )
-    # Megatron: 16-bit weights, an fp32 gradient buffer, fp32 master weights + moments.
+    # Megatron: 16-bit weights, an fp32 gradient buffer, fp32 master weights + moments. ZeRO-1
+    # is the distributed optimizer (the gradient buffer whole, reduce-scattered in place:
+    # docs/source/distrib_optimizer.md, 6 + 12/d bytes per parameter); ZeRO-2 shards the
+    # gradients too (Megatron-FSDP's ``--data-parallel-sharding-strategy optim_grads``; Llama 3's
+    # FSDP "shards the optimizer states and gradients" but keeps the weights after forward,
+    # Llama Team 2024, "The Llama 3 Herd of Models", section 3.3.2).
     master = 4.0 if num.param == 4 else 0.0
     grad = 4.0 if num.param == 4 else float(num.param)
     weight = float(num.compute) if num.param == 4 else float(num.param)
+    grads_split = full or w.sharding is Sharding.ZERO2
     return States(
         weights=0.0 if full else weight,
         weights_sharded=weight if full else 0.0,
-        grads=0.0 if full else grad,
-        grads_sharded=grad if full else 0.0,
+        grads=0.0 if grads_split else grad,
+        grads_sharded=grad if grads_split else 0.0,
         optimizer=master + optimizer_bytes_per_param * (num.param / 4 if num.param != 4 else 1.0),
         optimizer_sharded=sharded,
     )
