@@ -180,6 +180,11 @@ def accrue(
         if entry.pods_end is not None:  # its last pod's end (a gang's may outlive its batch Job's failure)
             end = parse_time(entry.pods_end)
         lost = _reported_lost(job, entry.attempt)
+        if preempted and lost is None and entry.attempt == st.attempt - 1 and _resume_pending(job):
+            # The resume decision (its S3 checkpoint lookup) is what fixes the work this
+            # preemption lost: closed now, the ledger would count the whole attempt as lost, and a
+            # close is never redone. Nothing accrues to an earlier attempt meanwhile.
+            continue
         cost = _close(cost, entry.attempt, end, preempted, _checkpoint(job), reported=lost)
     plan = st.plan
     span = attempt_held.pod_span(pods, st.attempt)
@@ -344,6 +349,17 @@ def _reported_lost(job: JobView, attempt: int) -> float | None:
     complete checkpoint, the spot-resume work's ``lastFailure.lostDeviceSeconds``), if any."""
     failure = next((f for f in attempt_held.failures(job.status) if f.attempt == attempt), None)
     return failure.lost_device_seconds if failure is not None else None
+
+
+def _resume_pending(job: JobView) -> bool:
+    """Whether the current attempt's resume point is still to be looked up in S3 (as
+    ``reconcile.job.resume.needs_resume``): that lookup finds the checkpoint the previous attempt's
+    lost work runs from, which the status does not hold before (other checkpoints are in
+    ``status.lastCheckpoint`` already)."""
+    st = job.status
+    ckpt = job.spec.checkpoint if job.spec is not None else None
+    pending = st.attempt > 0 and (st.resume is None or st.resume.attempt != st.attempt)
+    return pending and ckpt is not None and ckpt.scheme == "s3"
 
 
 def _checkpoint(job: JobView) -> dt.datetime | None:

@@ -81,7 +81,9 @@ def run(args: argparse.Namespace) -> int:
     if not args.trace or not args.pools:
         raise UsageError("simulate needs --trace FILE and --pools FILE (or: accelctl simulate generate ...)")
     try:
-        arrivals = trace.read_trace(_read(args.trace, "--trace", MAX_TRACE_BYTES), source=args.trace)
+        arrivals, disruptions = trace.read_trace_events(
+            _read(args.trace, "--trace", MAX_TRACE_BYTES), source=args.trace
+        )
         pools = trace.read_pools(_read(args.pools, "--pools", 4 * 2**20), source=args.pools)
     except trace.TraceError as exc:
         raise UsageError("\n".join(exc.problems[:21])) from None
@@ -94,7 +96,14 @@ def run(args: argparse.Namespace) -> int:
             def arrived(count: int) -> None:
                 bar.advance(count - bar.done)
 
-            result = replay.replay(pools, arrivals, seed=args.seed, strategy=replay.STRATEGIES[name], progress=arrived)
+            result = replay.replay(
+                pools,
+                arrivals,
+                seed=args.seed,
+                strategy=replay.STRATEGIES[name],
+                progress=arrived,
+                disruptions=disruptions,
+            )
             rows.append(figures.figures(result))
     if args.output == "json":
         print(json.dumps({"trace": args.trace, "seed": args.seed, "strategies": rows}, indent=2))

@@ -16,7 +16,10 @@ event):
 * on a spot pool, each node of an attempt is preempted as a Poisson process of the pool's
   ``preemptionRatePerHour`` (seeded): the attempt's pods fail as disrupted, the engine decides the
   retry (or the fallback to on-demand), and the work since the last checkpoint
-  (``checkpoint.intervalMinutes``; without a checkpoint, all of the attempt's work) is lost.
+  (``checkpoint.intervalMinutes``; without a checkpoint, all of the attempt's work) is lost;
+* a disruption line of the trace (``trace.Disruption``) fails one attempt's pods the same way, a
+  set time after they started (with pools whose rate is 0, the replay is then what a real cluster
+  does: ``tests/support/simplayer.py`` plays the trace there, tests/cluster compares them).
 
 Everything drawn comes from one ``random.Random(seed)``, consumed in a fixed order: the same
 trace, pools and seed give the same figures.
@@ -50,13 +53,25 @@ from accel_operator.reconcile.common.checkpoints import Checkpoint
 from accel_operator.reconcile.common.decision import DISRUPTION_RULE
 from accel_operator.reconcile.common.snapshot import JobKey, JobView, NodeView, PodView, PoolView, WorkloadView
 from accel_operator.settings import OperatorSettings
-from accel_operator.simulate.trace import Arrival
+from accel_operator.simulate.trace import Arrival, Disruption
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)  # the trace's second 0 (fixed: figures do not move with today)
 COST_EVERY = 3600.0  # virtual seconds between the accountant's steps (and one at the end)
 IDLE_STEP = 300.0  # while jobs wait, the engine passes at least this often (its timers, retries)
 STUCK_AFTER = 6 * 3600.0  # after the last event, jobs that waited this long with nothing changing are left
 PASSES_PER_EVENT = 4  # passes at one instant while each pass still writes something
+
+
+def run_seconds(duration: float, done: float, restart: float) -> float:
+    """How long an attempt runs: its restart overhead, then the share of the work left."""
+    return restart + (1.0 - done) * duration
+
+
+def saved_seconds(worked: float, interval_minutes: float | None) -> float:
+    """The work an attempt has checkpointed after ``worked`` seconds (a save every interval)."""
+    if not interval_minutes:
+        return 0.0
+    return math.floor(worked / (interval_minutes * 60.0)) * interval_minutes * 60.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -145,7 +160,10 @@ class Replay:
         seed: int,
         strategy: Strategy,
         progress: Callable[[int], None] | None = None,
+        disruptions: Sequence[Disruption] = (),
     ):
+        # the trace's disruptions: (job name, attempt) -> seconds after its pods started
+        self.disrupt = {(d.job, d.attempt): d.after for d in disruptions}
         self.progress = progress  # told how many jobs have arrived, as the replay goes
         self.arrivals = list(arrivals)
         self.strategy = strategy
@@ -378,11 +396,12 @@ class Replay:
         rec.attempt_start = self.t
         rec.attempt_devices = plan.devices
         rec.attempt_duration = max(plan.duration_seconds or 60.0, 1.0)
-        rec.attempt_restart = spec.restart_seconds if attempt > 1 else 0.0
-        run = rec.attempt_restart + (1.0 - rec.done) * rec.attempt_duration
+        rec.attempt_restart = spec.restart_seconds if attempt > 0 else 0.0  # attempt 0 is the first
+        run = run_seconds(rec.attempt_duration, rec.done, rec.attempt_restart)
         self.seq += 1
         rate = (spec.preemption_rate_per_hour or 0.0) if spec.capacity_type is CapacityType.SPOT else 0.0
         hit = self.rng.expovariate(rate * nodes_n / 3600.0) if rate > 0 else math.inf
+        hit = min(hit, self.disrupt.get((job_key[1], attempt), math.inf))
         self.live.add(job_key)
         if hit < run:
             heapq.heappush(self.events, (self.t + hit, self.seq, "preempt", job_key, attempt, self.rng.choice(chosen)))
@@ -443,12 +462,13 @@ class Replay:
             worked = max(0.0, self.t - rec.attempt_start - rec.attempt_restart)
             job = self.jobs[key][0]
             ckpt = job.spec.checkpoint if job.spec is not None else None
-            saved = math.floor(worked / (ckpt.interval_minutes * 60.0)) * ckpt.interval_minutes * 60.0 if ckpt else 0.0
+            saved = saved_seconds(worked, ckpt.interval_minutes if ckpt else None)
             rec.done = min(1.0, rec.done + saved / rec.attempt_duration)
             rec.preemptions += 1
             if ckpt is not None and rec.done > 0:
                 step = round(rec.done * 1_000_000)  # the checkpoint's step: the share of the work done
-                self.checkpoints.latest[ckpt.uri] = Checkpoint(uri=f"{ckpt.uri}/step-{step}", step=step, time=now)
+                at = now - dt.timedelta(seconds=worked - saved)  # when it was saved, not now
+                self.checkpoints.latest[ckpt.uri] = Checkpoint(uri=f"{ckpt.uri}/step-{step}", step=step, time=at)
             rec.lost_device_seconds += (self.t - rec.attempt_start - saved) * rec.attempt_devices
 
     # --- the loop -----------------------------------------------------------------------------
@@ -545,7 +565,9 @@ def replay(
     seed: int,
     strategy: Strategy,
     progress: Callable[[int], None] | None = None,
+    disruptions: Sequence[Disruption] = (),
 ) -> Result:
     """Run one replay to its end (every job ended, or left waiting with nothing left to happen);
-    ``progress`` is told how many jobs have arrived as it goes."""
-    return asyncio.run(Replay(pools, arrivals, seed=seed, strategy=strategy, progress=progress).run())
+    ``progress`` is told how many jobs have arrived as it goes; ``disruptions`` are the trace's."""
+    replayer = Replay(pools, arrivals, seed=seed, strategy=strategy, progress=progress, disruptions=disruptions)
+    return asyncio.run(replayer.run())

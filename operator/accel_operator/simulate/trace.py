@@ -4,8 +4,12 @@ A line is ``{"submit": SECONDS, "team": TEAM, "name": NAME?, "spec": {...}}`` (a
 AcceleratorJob spec, validated as the API server would) or the compact form
 ``{"submit": ..., "team": ..., "model": PRESET, "workload": "training"|"inference",
 "tokens": N, "devices": N?, "deadlineHours": H?, "spot": "never"|"prefer"|"require",
-"checkpointMinutes": M?}``. Every line is bounded (its length, the number of lines, every number)
-and an error names the line and the field; a bad line is never echoed whole.
+"checkpointMinutes": M?}``. A line ``{"disrupt": SECONDS, "job": NAME, "attempt": N?}`` is no job
+but a spot disruption: SECONDS after the pods of that job's attempt N (default 0, the first)
+started, the node(s) running them are reclaimed (the same instant on a virtual clock and on a real
+cluster, whatever the delays before the pods started). Every line is bounded (its length, the
+number of lines, every number) and an error names the line and the field; a bad line is never
+echoed whole.
 """
 
 from __future__ import annotations
@@ -90,6 +94,26 @@ class TraceLine(BaseModel):
         return self
 
 
+class DisruptLine(BaseModel):
+    """A disruption of the trace: the spot node(s) of ``job``'s ``attempt`` reclaimed ``disrupt``
+    seconds after its pods started (nothing happens if that attempt never runs that long)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    disrupt: Annotated[float, Field(gt=0, le=MAX_SUBMIT_SECONDS)]
+    job: Name
+    attempt: Annotated[int, Field(ge=0, le=bounds.PREEMPTIONS + bounds.RETRIES_MAX)] = 0
+
+
+@dataclass(frozen=True)
+class Disruption:
+    """The node(s) running ``job``'s ``attempt`` reclaimed ``after`` seconds after its pods started."""
+
+    after: float
+    job: str
+    attempt: int
+
+
 @dataclass(frozen=True)
 class Arrival:
     """One job of the trace: when it arrives (seconds after the trace's start), its team and spec."""
@@ -145,10 +169,17 @@ def _where(loc: tuple[int | str, ...]) -> str:
 def read_trace(text: str, *, source: str = "trace") -> list[Arrival]:
     """Every job of a JSON-lines trace, sorted by submit time (ties in file order); raises
     :class:`TraceError` naming each bad line and field (at most 20, then a count)."""
+    return read_trace_events(text, source=source)[0]
+
+
+def read_trace_events(text: str, *, source: str = "trace") -> tuple[list[Arrival], list[Disruption]]:
+    """The jobs of a trace (as :func:`read_trace`) and its disruption lines, each naming a job of
+    the trace (at most one per job and attempt)."""
     lines = text.splitlines()
     if len(lines) > MAX_LINES:
         raise TraceError([f"{source}: {len(lines)} lines; at most {MAX_LINES} jobs per trace"])
     out: list[Arrival] = []
+    disruptions: list[tuple[int, Disruption]] = []  # with their line numbers
     problems: list[str] = []
     for n, raw in enumerate(lines, start=1):
         if len(problems) >= 20:
@@ -163,6 +194,14 @@ def read_trace(text: str, *, source: str = "trace") -> list[Arrival]:
             doc = json.loads(raw)
         except json.JSONDecodeError as exc:
             problems.append(f"{source}:{n}: not JSON ({exc.msg} at column {exc.colno})")
+            continue
+        if isinstance(doc, dict) and "disrupt" in doc:
+            try:
+                d = DisruptLine.model_validate(doc)
+            except ValidationError as exc:
+                problems.extend(f"{source}:{n}: {_where(e['loc'])}: {e['msg'][:200]}" for e in exc.errors()[:5])
+                continue
+            disruptions.append((n, Disruption(d.disrupt, d.job, d.attempt)))
             continue
         try:
             line = TraceLine.model_validate(doc)
@@ -198,7 +237,16 @@ def read_trace(text: str, *, source: str = "trace") -> list[Arrival]:
     names = [a.name for a in out]
     if len(set(names)) != len(names):
         raise TraceError([f"{source}: job names must be unique (name is optional: leave it out)"])
-    return sorted(out, key=lambda a: (a.submit, a.index))
+    known, seen = set(names), set()
+    for n, cut in disruptions:
+        if cut.job not in known:
+            problems.append(f"{source}:{n}: job: no job of the trace is named {cut.job!r}")
+        elif (cut.job, cut.attempt) in seen:
+            problems.append(f"{source}:{n}: job: a second disruption of {cut.job!r} attempt {cut.attempt}")
+        seen.add((cut.job, cut.attempt))
+    if problems:
+        raise TraceError(problems[:20])
+    return sorted(out, key=lambda a: (a.submit, a.index)), [cut for _, cut in disruptions]
 
 
 def read_pools(text: str, *, source: str = "pools") -> list[AcceleratorPool]:

@@ -245,3 +245,42 @@ def test_an_earlier_attempt_no_record_kept_is_charged_from_its_pods() -> None:
     assert accrual.releasable(cost, [late], T0 + 21 * S, job_gone=False) == [late]
     # Its pool unknown (gone): nothing is made up.
     assert accrual.accrue(job, None, PRICE, 0.0, T0 + 21 * S, pods=[late], pool_of=lambda _label: None).attempts == []
+
+
+def _preempted(**status: Any) -> Any:
+    """Attempt 0 (2 devices, pods +1..+60 s, S3 checkpoints) preempted at +60 s; attempt 1 admitted."""
+    failure = {
+        "kind": "Preemption",
+        "attempt": 0,
+        "reason": "PodFailurePolicy",
+        "time": _ts(T0 + 61 * S),
+        "held": {
+            "pool": "spot",
+            "devices": 2,
+            "capacityType": "spot",
+            "startTime": _ts(T0),
+            "endTime": _ts(T0 + 60 * S),
+        },
+    }
+    failure.update(status.pop("failure", {}))
+    st = {"phase": "Admitted", "attempt": 1, "workload": "a-a1", "admittedTime": _ts(T0 + 62 * S)}
+    st |= {"plan": {"pool": "spot", "devices": 2, "nodes": 1, "capacityType": "spot"}, "lastFailure": failure}
+    checkpoint = {"uri": "s3://b/run", "intervalMinutes": 1}
+    return World().pool("spot").job("a", "spot", devices=2, status=st | status, checkpoint=checkpoint)
+
+
+def test_a_preempted_attempt_closes_with_the_lost_work_its_resume_decided_not_before() -> None:
+    # An S3 checkpoint is found by the resume's lookup, after the retry is admitted: until that
+    # decision is recorded, closing attempt 0 would count all of its 59 s as lost, for good.
+    pods = [_pod(0, attempt=0, phase="Failed", started=T0 + S, finished=T0 + 60 * S, held=True)]
+    early = accrual.accrue(_preempted(), None, PRICE, 0.0, T0 + 62 * S, failed_price=PRICE, pods=pods)
+    (first,) = [a for a in early.attempts if a.attempt == 0]
+    assert first.end is None and _seconds(early) == pytest.approx(2 * 59)
+    resumed = _preempted(
+        failure={"lostDeviceSeconds": 30.0},
+        resume={"attempt": 1, "resumeFrom": "s3://b/run/step-3", "source": "s3"},
+    )
+    cost = accrual.accrue(resumed, early, PRICE, 0.0, T0 + 64 * S, failed_price=PRICE, pods=pods)
+    (first,) = [a for a in cost.attempts if a.attempt == 0]
+    assert first.end == _ts(T0 + 60 * S) and first.lost_device_seconds == pytest.approx(30.0)
+    assert ledger.totals(cost).lost_device_seconds == pytest.approx(30.0)
