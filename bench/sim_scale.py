@@ -26,6 +26,9 @@ wall time several-fold. Printed, and written as JSON with ``--out``: pass CPU p5
 state and for the burst pass (with how many it admitted), the pass that decides one new job
 arriving into the full queue, admitted jobs per CPU second of the engine, the accountant's step,
 and peak RSS. ``--profile`` prints the top functions of the run by own time (largest size).
+``--tracemalloc`` adds the bytes live at the end by who allocated them (``traced_mb``): the engine
+(code under ``operator/``) apart from the simulated cluster (this script, ``tests/support``, the
+fakes' classes); its tracing costs several times the CPU, so its CPU figures are not comparable.
 
 Run: python bench/sim_scale.py [--sizes 500x5000,2000x20000,10000x100000 | --quick] [--out FILE]
 """
@@ -38,6 +41,7 @@ import copy
 import cProfile
 import dataclasses
 import heapq
+import inspect
 import io
 import json
 import math
@@ -46,13 +50,17 @@ import random
 import resource
 import sys
 import time
+import tracemalloc
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from accel_api.job import AcceleratorJobSpec, AcceleratorJobStatus
 from accel_api.pool import AcceleratorPoolSpec
+from accel_operator.adapters.kube import views
 from accel_operator.adapters.kube.costs import FakeCostWriter
+from accel_operator.adapters.kube.jobs import FakeJobWriter
+from accel_operator.adapters.kube.workloads import FakeWorkloadClient
 from accel_operator.adapters.pricebook import PriceBook
 from accel_operator.engine.accountant import Accountant
 from accel_operator.engine.clock import ManualClock
@@ -231,7 +239,7 @@ class Sim:
             if not entries:
                 continue
             job: JobView = entries[0]
-            status = AcceleratorJobStatus.model_validate(self.writer.statuses[key])
+            status = views.job_status(self.writer.statuses[key])  # as the jobs watch parses it
             w.jobs[key] = [dataclasses.replace(job, status=status, resource_version=str(self.writer.revision))]
             sched.mark(key)
             before = self.seen.get(key, (None, -1))
@@ -361,6 +369,43 @@ def _rss_mb() -> float:
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
 
 
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _fake_regions() -> list[tuple[str, int, int]]:
+    """(file, first line, last line) of the fakes' classes: what they allocate is the cluster's."""
+    out = []
+    for cls in (FakeJobWriter, FakeWorkloadClient, FakeCostWriter, RecordingJobWriter, RecordingWorkloads):
+        for klass in cls.__mro__:
+            if klass is object or not klass.__module__.startswith("accel_"):
+                continue
+            lines, first = inspect.getsourcelines(klass)
+            out.append((str(Path(inspect.getfile(klass)).resolve()), first, first + len(lines) - 1))
+    return out
+
+
+def _traced(snapshot: tracemalloc.Snapshot) -> dict[str, float]:
+    """Bytes live at the end (MB) by who allocated them: the innermost frame in this repository
+    decides (a library's allocation is its caller's): the engine (``operator/``), the simulated
+    cluster (this script, ``tests/``, the fakes' classes), or other (imports, libraries alone)."""
+    fakes = _fake_regions()
+    cluster_roots = (str(ROOT / "bench"), str(ROOT / "tests"))
+    engine_root = str(ROOT / "operator")
+    sums = {"engine": 0, "simulated_cluster": 0, "other": 0}
+    for stat in snapshot.statistics("traceback"):
+        who = "other"
+        for frame in reversed(stat.traceback):  # the most recent frame first
+            name = frame.filename
+            if name.startswith(cluster_roots) or any(f == name and a <= frame.lineno <= b for f, a, b in fakes):
+                who = "simulated_cluster"
+                break
+            if name.startswith(engine_root):
+                who = "engine"
+                break
+        sums[who] += stat.size
+    return {k: round(v / 1e6, 1) for k, v in sums.items()}
+
+
 def _phases(world: World) -> dict[str, int]:
     out: dict[str, int] = {}
     for entries in world.jobs.values():
@@ -371,9 +416,12 @@ def _phases(world: World) -> dict[str, int]:
 
 
 async def simulate(
-    nodes: int, jobs: int, *, pools: int | None = None, ticks: int = 120, seed: int = 1
+    nodes: int, jobs: int, *, pools: int | None = None, ticks: int = 120, seed: int = 1, trace: bool = False
 ) -> dict[str, Any]:
-    """One run at (``nodes``, ``jobs``); the figures as a dict (the JSON's row)."""
+    """One run at (``nodes``, ``jobs``); the figures as a dict (the JSON's row). ``trace``: with
+    the live bytes by owner (``traced_mb``, tracemalloc: slow)."""
+    if trace:
+        tracemalloc.start(32)
     pools = pools or max(4, min(100, nodes // 50))  # 10 pools at 500 nodes (as bench/scale.py), 100 at 10k
     sim = Sim(nodes=nodes, jobs=jobs, pools=pools, seed=seed)
     t_build = time.process_time()
@@ -430,6 +478,10 @@ async def simulate(
         sim.settle()
     engine_cpu = sum(pass_cpu) + sum(apply_cpu)
     phases = _phases(sim.world)
+    traced: dict[str, float] | None = None
+    if trace:
+        traced = _traced(tracemalloc.take_snapshot())
+        tracemalloc.stop()
     return {
         "nodes": nodes,
         "jobs": jobs,
@@ -456,6 +508,7 @@ async def simulate(
         "engine_cpu_s": round(engine_cpu, 2),
         "accountant_step": _ms(cost),
         "peak_rss_mb": _rss_mb(),
+        **({"traced_mb": traced} if traced is not None else {}),
         "phases": phases,
     }
 
@@ -508,6 +561,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, help="write the figures as JSON here (other sizes' rows in it are kept)")
     p.add_argument("--profile", action="store_true", help="cProfile the last size: top functions by own time")
     p.add_argument("--top", type=int, default=30)
+    p.add_argument("--tracemalloc", action="store_true", help="live bytes at the end: engine vs simulated cluster")
     args = p.parse_args(argv)
     sizes = [QUICK] if args.quick else _sizes(args.sizes)
     ticks = 40 if args.quick else args.ticks
@@ -516,7 +570,7 @@ def main(argv: list[str] | None = None) -> int:
         profiler = cProfile.Profile() if args.profile and i == len(sizes) - 1 else None
         if profiler:
             profiler.enable()
-        row = asyncio.run(simulate(n, m, ticks=ticks, seed=args.seed))
+        row = asyncio.run(simulate(n, m, ticks=ticks, seed=args.seed, trace=args.tracemalloc))
         if profiler:
             profiler.disable()
             out = io.StringIO()

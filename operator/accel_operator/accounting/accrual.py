@@ -148,7 +148,9 @@ def accrue(
     capacity type and price of a pod's ``accel.dev/pool`` label, for an earlier attempt whose
     pods ran though the status kept no record of it (``forgotten``)."""
     st = job.status
-    cost = ledger.merge(known, st.cost)
+    # The top-level figures are derived once, at the end (ledger.with_totals): the steps between
+    # leave them as they were (each derivation walks every interval; four a job a step, before).
+    cost = ledger.merge(known, st.cost, totals=False)
     if cost.forecast_usd is None and st.plan is not None and st.plan.cost_usd is not None:
         cost = cost.model_copy(update={"forecast_usd": st.plan.cost_usd})
     failure = st.last_failure
@@ -162,9 +164,9 @@ def accrue(
     spans = {a: attempt_held.pod_span(pods, a) for a in sorted({p.attempt for p in pods if p.attempt is not None})}
     for attempt, sp in spans.items():
         if sp.start is not None:
-            cost = ledger.mark_pods_start(cost, attempt, sp.start)
+            cost = ledger.mark_pods_start(cost, attempt, sp.start, totals=False)
         if sp.end is not None and attempt < st.attempt:
-            cost = ledger.mark_pods_end(cost, attempt, sp.end)
+            cost = ledger.mark_pods_end(cost, attempt, sp.end, totals=False)
     if pool_of is not None:
         cost = forgotten(cost, job, pods, spans, pool_of)
     recorded = {f.attempt: f for f in attempt_held.failures(st)}
@@ -211,11 +213,12 @@ def accrue(
                     idle_fraction=idle,
                     team=job.team or None,
                 ),
+                totals=False,
             )
     if span.start is not None:
-        cost = ledger.mark_pods_start(cost, st.attempt, span.start)
+        cost = ledger.mark_pods_start(cost, st.attempt, span.start, totals=False)
     if span.end is not None:
-        cost = ledger.mark_pods_end(cost, st.attempt, span.end)
+        cost = ledger.mark_pods_end(cost, st.attempt, span.end, totals=False)
     if st.phase in TERMINAL:
         end = span.end or completion_end(job, workload)
         preempted = failure is not None and failure.attempt == st.attempt and failure.kind is FailureKind.PREEMPTION

@@ -147,27 +147,29 @@ def _stops(entry: AttemptCost) -> list[dt.datetime]:  # (its pods' start bounds 
     return [parse_time_strict(t) for t in (entry.end, entry.pods_end) if t is not None]
 
 
-def mark_pods_end(cost: CostStatus, attempt: int, end: dt.datetime) -> CostStatus:
+def mark_pods_end(cost: CostStatus, attempt: int, end: dt.datetime, *, totals: bool = True) -> CostStatus:
     """``cost`` with ``attempt``'s pods' end kept (the first one seen stays; docs/cost.md, "When an
-    attempt is charged"), and nothing of it after that end."""
+    attempt is charged"), and nothing of it after that end. ``totals=False`` leaves the top-level
+    figures as they were (a caller that derives them once at the end: :func:`with_totals`)."""
     entry = _find(cost, attempt)
     if entry is None or entry.pods_end is not None:
         return cost
     ivs = [_Iv(i.start, min(i.end, end), i.price, i.idle) for i in _ivs(entry) if i.start < end]
     entry = entry.model_copy(update={"pods_end": stamp_exact(end), "intervals": _wire(ivs)})
-    return with_totals(_replace(cost, entry))
+    return _totalled(_replace(cost, entry), totals)
 
 
-def mark_pods_start(cost: CostStatus, attempt: int, start: dt.datetime) -> CostStatus:
+def mark_pods_start(cost: CostStatus, attempt: int, start: dt.datetime, *, totals: bool = True) -> CostStatus:
     """``cost`` with ``attempt``'s pods' start kept (the first one seen stays: a pod's startTime
     never changes), and nothing of it before that start: what stood in for it (its batch Job's
-    start, its admission: no pod of it was in view) is taken back."""
+    start, its admission: no pod of it was in view) is taken back. ``totals``: as
+    :func:`mark_pods_end`."""
     entry = _find(cost, attempt)
     if entry is None or entry.pods_start is not None:
         return cost
     ivs = [_Iv(max(i.start, start), i.end, i.price, i.idle) for i in _ivs(entry) if i.end > start]
     entry = entry.model_copy(update={"pods_start": stamp_exact(start), "intervals": _wire(ivs)})
-    return with_totals(_replace(cost, entry))
+    return _totalled(_replace(cost, entry), totals)
 
 
 def _find(cost: CostStatus, attempt: int) -> AttemptCost | None:
@@ -180,10 +182,10 @@ def _replace(cost: CostStatus, entry: AttemptCost) -> CostStatus:
     return _fold(cost.model_copy(update={"attempts": attempts}))
 
 
-def record(cost: CostStatus | None, obs: Observation) -> CostStatus:
+def record(cost: CostStatus | None, obs: Observation, *, totals: bool = True) -> CostStatus:
     """``cost`` with ``obs`` accrued: only the time no interval of that attempt covers yet, and
-    nothing after the attempt's end."""
-    return with_totals(_record(cost or CostStatus(), obs))
+    nothing after the attempt's end. ``totals``: as :func:`mark_pods_end`."""
+    return _totalled(_record(cost or CostStatus(), obs), totals)
 
 
 def _record(cost: CostStatus, obs: Observation) -> CostStatus:
@@ -243,10 +245,11 @@ def close(cost: CostStatus | None, ended: AttemptEnd) -> CostStatus:
     return with_totals(_replace(cost, entry))
 
 
-def merge(a: CostStatus | None, b: CostStatus | None) -> CostStatus:
-    """Both ledgers' knowledge in one (e.g. what this process wrote and what the watch shows)."""
-    if a is None or b is None or a == b:
-        return with_totals(a or b or CostStatus())
+def merge(a: CostStatus | None, b: CostStatus | None, *, totals: bool = True) -> CostStatus:
+    """Both ledgers' knowledge in one (e.g. what this process wrote and what the watch shows).
+    ``totals``: as :func:`mark_pods_end`."""
+    if a is None or b is None or a is b or a == b:
+        return _totalled(a or b or CostStatus(), totals)
     out = a
     for entry in b.attempts:
         for iv in _ivs(entry):
@@ -274,7 +277,7 @@ def merge(a: CostStatus | None, b: CostStatus | None) -> CostStatus:
             out = mark_rolled_up(out, [entry.attempt])
     if out.forecast_usd is None and b.forecast_usd is not None:
         out = out.model_copy(update={"forecast_usd": b.forecast_usd})
-    return with_totals(out)
+    return _totalled(out, totals)
 
 
 def mark_rolled_up(cost: CostStatus, attempts: Iterable[int]) -> CostStatus:
@@ -458,6 +461,10 @@ def days(cost: CostStatus | None) -> dict[dt.date, Figures]:
                     out[day] = out.get(day, Figures()) + piece
                 day += dt.timedelta(days=1)
     return out
+
+
+def _totalled(cost: CostStatus, totals: bool) -> CostStatus:
+    return with_totals(cost) if totals else cost
 
 
 def with_totals(cost: CostStatus) -> CostStatus:

@@ -109,9 +109,11 @@ RELEASES_PER_STEP = 200
 
 
 def _same(a: CostStatus | None, b: CostStatus) -> bool:
+    """Whether two ledgers are equal but for when they were computed (compared as models: no
+    dump of either, four comparisons a job a step)."""
     if a is None:
         return False
-    return a.model_dump(exclude={"updated"}) == b.model_dump(exclude={"updated"})
+    return a is b or a.model_copy(update={"updated": b.updated}) == b
 
 
 @dataclass

@@ -171,7 +171,7 @@ class Applier:
             return
         self.engine.metrics.decisions.labels(decision.phase.value).inc()
         if w.status is not None:
-            self.overlay[job.key] = _Pending(views.job_status(w.status))  # plan and conditions shared
+            self.overlay[job.key] = _Pending(views.job_status(w.status, plan_model=w.plan))  # plan, conditions shared
             self.engine.observed.touch_job(job.key)
         self.acting.add(job.key)
         # The write keeps the pools only: a pass's snapshots (one per admission, each with the

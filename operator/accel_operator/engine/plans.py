@@ -10,13 +10,12 @@ they are found by the job (never by the plan object's address, which a later pla
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
 
 from accel_api import catalog as catalog_mod
 from accel_operator.planning import policy, selection
 from accel_operator.planning.cache import PlanCache
-from accel_operator.planning.candidates import OWN_MAX_DEVICES, Plan, PoolOffer, ranked_per_pool
+from accel_operator.planning.candidates import OWN_MAX_DEVICES, Plan, PoolOffer, ranked_per_pool, spec_digest
 from accel_operator.reconcile.common.snapshot import Gang, JobView, Snapshot
 from accel_operator.reconcile.job import fallback
 from accel_operator.reconcile.job.decide import gang_of
@@ -77,7 +76,8 @@ class Plans:
             # spec and the pools (free capacity only adds notes), so jobs with the same effective
             # spec share one: thousands of jobs from one template, one plan.
             spec = fallback.effective_spec(job.spec, job.status)
-            same = (hashlib.blake2b(spec.model_dump_json().encode(), digest_size=16).digest(), self.pools_version)
+            digest = spec_digest(spec)
+            same = (digest, self.pools_version)
             entry = self.by_spec.get(same)
             if entry is None:
                 offers = [
@@ -93,7 +93,14 @@ class Plans:
                 restricted, offers = policy.restrict(spec, offers, pols)
                 capped = restricted.placement.max_devices != spec.placement.max_devices
                 source = policy.cap_source(pols) if capped else OWN_MAX_DEVICES
-                plan = selection.plan(restricted, offers, self.catalog, max_devices_from=source, cache=self.cache)
+                plan = selection.plan(
+                    restricted,
+                    offers,
+                    self.catalog,
+                    max_devices_from=source,
+                    cache=self.cache,
+                    spec_digest=digest if restricted is spec else b"",  # the plan's key, made once
+                )
                 entry = Entry(plan)
                 self.by_spec[same] = entry
             if len(self.by_job) > MAX_PLANS:

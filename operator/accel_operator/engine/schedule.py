@@ -19,6 +19,7 @@ from typing import Any
 
 from accel_api.durations import later
 from accel_api.enums import JobPhase
+from accel_api.job import PlanStatus
 from accel_operator.engine.plans import Plans
 from accel_operator.planning.candidates import Plan
 from accel_operator.reconcile.common.decision import ADMITTED, Decision, PlanWrite
@@ -85,6 +86,9 @@ class Write:
     decision: Decision
     patch: dict[str, Any] | None
     status: dict[str, Any] | None
+    # The model of ``status["plan"]`` (the plan the decision wrote, or the one the job held), so
+    # that the status it leaves is read back without parsing the plan again; None: parse it.
+    plan: PlanStatus | None = None
 
     @property
     def acts(self) -> bool:
@@ -97,14 +101,20 @@ def settle(job: JobView, decision: Decision, now: dt.datetime) -> Write:
     new: dict[str, Any] | None = None
     if not holds(job.status, decision, job.generation):  # the common case, without serialising
         current = job.status.model_dump(by_alias=True, mode="json", exclude_none=True)
-        new = settle_status(current, decision, job.generation, now=now)
+        new = settle_status(current, decision, job.generation, now=now, stored=True)  # no nulls: as dumped
     merged: dict[str, Any] | None = None
+    plan: PlanStatus | None = None
     if new is not None:
         merged = {**current, **{k: v for k, v in new.items() if v is not None}}
         for k, v in new.items():
             if v is None:
                 merged.pop(k, None)
-    return Write(job, decision, new, merged)
+        wrote = decision.status.plan
+        if "plan" not in new:
+            plan = job.status.plan  # current["plan"] is its dump
+        elif isinstance(wrote, PlanWrite) and new["plan"] is wrote.wire:
+            plan = wrote.model
+    return Write(job, decision, new, merged, plan)
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ job's ``status.plan``, ``accelctl plan -o json``) outside the planner, where the
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -107,10 +108,17 @@ class Candidate(NamedTuple):
         return len(self.source.problems) + self.failed.bit_count()
 
 
-@dataclass(frozen=True, slots=True)
+def spec_digest(spec: AcceleratorJobSpec) -> bytes:
+    """An exact, cheap-to-compare name of ``spec``'s value: a digest of its canonical JSON. Equal
+    specs have equal digests; specs that differ in any field (a team, a priority) do not."""
+    return hashlib.blake2b(spec.model_dump_json().encode(), digest_size=16).digest()
+
+
+@dataclass(frozen=True, slots=True, eq=False)
 class Plan:
     """Where a job should run: every candidate (ranked feasible ones first, then the rest), the
-    winner and the decision in one sentence. ``profile`` and ``spec`` are the job it is for."""
+    winner and the decision in one sentence. ``profile`` and ``spec`` are the job it is for;
+    ``digest`` is :func:`spec_digest` of ``spec`` (made here when not given)."""
 
     spec: AcceleratorJobSpec
     profile: JobProfile
@@ -118,16 +126,37 @@ class Plan:
     candidates: tuple[Candidate, ...]
     winner: Candidate | None
     reason: str
+    digest: bytes = b""
+
+    def __post_init__(self) -> None:
+        if not self.digest:
+            object.__setattr__(self, "digest", spec_digest(self.spec))
 
     @property
     def schedulable(self) -> bool:
         return self.winner is not None
 
+    # What is derived from a plan (its ranking, its status form) is kept in a PlanCache keyed on
+    # the plan's value, and plans are shared by thousands of jobs whose specs differ in a team or a
+    # priority but not in what the planner reads. Hash and equality read the spec through its
+    # digest first: plans of different specs never collide (a lookup never compares two specs
+    # model by model, the cost the fleet-size bench found), and equal plans still share entries.
     def __hash__(self) -> int:
-        # Equality is the dataclass's, field by field; the hash reads a few fields that tell
-        # plans apart cheaply (the spec, a model with lists, has no hash), so that what is
-        # derived from a plan can be kept in a PlanCache keyed on the plan's value.
-        return hash((self.name, self.reason, self.profile, len(self.candidates)))
+        return hash((self.digest, self.name, self.reason, len(self.candidates)))
+
+    def __eq__(self, other: object) -> bool:
+        if self is other:
+            return True
+        if not isinstance(other, Plan):
+            return NotImplemented
+        return (
+            self.digest == other.digest
+            and self.name == other.name
+            and self.reason == other.reason
+            and self.profile == other.profile
+            and self.winner == other.winner
+            and self.candidates == other.candidates
+        )
 
 
 def best_per_pool(candidates: tuple[Candidate, ...] | list[Candidate]) -> list[Candidate]:

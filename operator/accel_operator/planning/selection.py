@@ -414,6 +414,7 @@ def _decide(
     feasible: list[tuple[tuple[float, float, int, str], tuple[object, ...]]],
     rest: list[Candidate],
     name: str | None,
+    digest: bytes = b"",
 ) -> Plan:
     """Ranks the feasible candidates by the job's objective (the spot preference applied; ties by
     devices, then pool name): the winner first, the ranked losers, then the rest as enumerated."""
@@ -426,7 +427,7 @@ def _decide(
     w = job.profile
     if win is not None and w.knobs and win.source.accel is not None:
         w = dataclasses.replace(w, notes=(*w.notes, _knob_effect(w, win, win.source.accel)))
-    return Plan(spec=job.spec, profile=w, name=name, candidates=tuple(ranked), winner=win, reason=reason)
+    return Plan(spec=job.spec, profile=w, name=name, candidates=tuple(ranked), winner=win, reason=reason, digest=digest)
 
 
 def _knob_effect(w: JobProfile, win: Candidate, accel: Accelerator) -> str:
@@ -458,12 +459,14 @@ def plan(
     name: str | None = None,
     max_devices_from: str = cand.OWN_MAX_DEVICES,
     cache: PlanCache | None = None,
+    spec_digest: bytes = b"",
 ) -> Plan:
     """Where ``spec`` should run among ``pools``, with the alternatives and why they lost;
     ``max_devices_from`` names what set ``maxDevices`` (a policy's cap: ``policy.cap_source``).
     ``cache`` keeps what later plans of jobs of the same shape and of the same pools reuse (the
     step-level estimates, each pool's skeleton); None keeps them for this call alone (its pools
-    share the pieces of the memory and speed models), with the same result."""
+    share the pieces of the memory and speed models), with the same result. ``spec_digest`` is
+    :func:`candidates.spec_digest` of ``spec`` when the caller has it already (made here if not)."""
     if cache is None:
         cache = PlanCache()
     job = _terms(spec, profile.from_spec(spec), max_devices_from)
@@ -495,10 +498,16 @@ def plan(
             )
             sk = skeletons[key] = _skeleton(job, offer, catalog, counts, steps=steps, jc=jc, cache=cache)
         todo.append((offer, sk))
-    return _price(job, todo, jc, name)
+    return _price(job, todo, jc, name, spec_digest)
 
 
-def _price(job: JobTerms, skeletons: Sequence[tuple[PoolOffer, _Skeleton]], jc: _JobCache, name: str | None) -> Plan:
+def _price(
+    job: JobTerms,
+    skeletons: Sequence[tuple[PoolOffer, _Skeleton]],
+    jc: _JobCache,
+    name: str | None,
+    digest: bytes = b"",
+) -> Plan:
     speeds: list[throughput.ThroughputEstimate | None] = [None] * len(jc.speeds)
     priced: list[_Priced | None] = [None] * len(jc.costs)
     steps: dict[int, int] = {}  # optimizer steps (or generate() calls) per data-parallel degree
@@ -506,7 +515,7 @@ def _price(job: JobTerms, skeletons: Sequence[tuple[PoolOffer, _Skeleton]], jc: 
     rest: list[Candidate] = []
     for offer, sk in skeletons:
         _candidates(job, offer, sk, speeds=speeds, steps=steps, priced=priced, feasible=feasible, rest=rest)
-    return _decide(job, feasible, rest, name)
+    return _decide(job, feasible, rest, name, digest)
 
 
 def evaluate(

@@ -242,17 +242,19 @@ def _condition(raw: Any) -> Condition:
     return Condition.model_validate(raw)
 
 
-def job_status(wire: Mapping[str, Any]) -> AcceleratorJobStatus:
+def job_status(wire: Mapping[str, Any], *, plan_model: PlanStatus | None = None) -> AcceleratorJobStatus:
     """A job's status (wire form), its plan and conditions shared with the jobs that carry the
     same ones (the same validation as one ``model_validate`` of the whole: raises ValueError the
     same way). The scheduler's overlay of statuses it wrote uses it too: parsed whole, each held
-    its own plan and conditions (about 11 KB a job) until the watch showed the write."""
+    its own plan and conditions (about 11 KB a job) until the watch showed the write.
+    ``plan_model``: the model ``wire["plan"]`` was made from, when the caller has it (the plan a
+    decision wrote, shared by every job of that plan): taken as it is instead of parsed again."""
     raw = dict(wire)
     plan, conditions = raw.pop("plan", None), raw.pop("conditions", None)
     status = AcceleratorJobStatus.model_validate(raw)
     update: dict[str, Any] = {}
     if plan is not None:
-        update["plan"] = SHARED.get("plan", plan, _plan)
+        update["plan"] = plan_model if plan_model is not None else SHARED.get("plan", plan, _plan)
     if conditions is not None:
         if not isinstance(conditions, list):
             raise ValueError("status.conditions: not a list")

@@ -58,10 +58,16 @@ class PlanWrite:
 
     wire: Mapping[str, Any]
     duration_seconds: float | None  # the chosen candidate's expected run time, as in the wire form
+    # Made with the wire form, once per plan (None: worked out when asked): the wire form without
+    # its nulls (as the API server stores it: what a job's stored plan is compared with) and the
+    # plan as the status model (what a job's parsed status holds), so that a job decided again on
+    # the plan it already carries is found to hold it without serialising its status.
+    stored: Mapping[str, Any] | None = None
+    model: PlanStatus | None = None
 
     def value(self) -> PlanStatus:
         """The plan as the status model (parsed on demand: for readers off the scheduling path)."""
-        return PlanStatus.model_validate(self.wire)
+        return self.model if self.model is not None else PlanStatus.model_validate(self.wire)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -14,7 +14,7 @@ from accel_api.job import AcceleratorJobStatus, Alternative, PlanStatus
 from accel_operator.planning import explain
 from accel_operator.planning.cache import Kind, PlanCache
 from accel_operator.planning.candidates import Candidate, Plan, best_per_pool
-from accel_operator.reconcile.common.decision import Decision, PlanWrite
+from accel_operator.reconcile.common.decision import CLEAR, Decision, PlanWrite, StatusPatch
 
 # The operator writes at most this many alternatives (one per pool, the best ranked first; the
 # schema allows bounds.STATUS_ALTERNATIVES): every status write re-encodes the whole object, so
@@ -83,27 +83,41 @@ def _duration(win: Candidate | None) -> float | None:
 
 # Every job of one effective spec shares its plan (the scheduler caches plans): its wire form is
 # made once per plan and chosen candidate (named by pool, devices and rank: one of the plan's
-# candidates) and kept in the caller's PlanCache. Shared: callers must not change the dict.
+# candidates) and kept in the caller's PlanCache, with its stored form and its model beside it.
+# Shared: callers must not change the dicts.
 _WireKey = tuple[Plan, str | None, int, int | None]
-_WIRE: Kind[_WireKey, dict[str, Any]] = Kind("status.plan_wire", 4096)
+_WIRE: Kind[_WireKey, PlanWrite] = Kind("status.plan_wire", 4096)
 
 
-def plan_wire(plan: Plan, chosen: Candidate | None = None, *, cache: PlanCache | None = None) -> dict[str, Any]:
-    """:func:`plan_status` as JSON (camelCase); ``chosen`` is one of the plan's candidates. Kept in
-    ``cache`` per plan and chosen candidate (None: made afresh)."""
+def _made(plan: Plan, chosen: Candidate | None) -> PlanWrite:
+    model = plan_status(plan, chosen)
+    wire = model.model_dump(by_alias=True, mode="json")
+    return PlanWrite(wire=wire, duration_seconds=_duration(chosen or plan.winner), stored=_pruned(wire), model=model)
+
+
+def plan_write(plan: Plan, chosen: Candidate | None = None, *, cache: PlanCache | None = None) -> PlanWrite:
+    """``status.plan`` for a decision's patch: the shared wire form, its expected duration, its
+    stored form and its model. Kept in ``cache`` per plan and chosen candidate (``chosen`` is one
+    of the plan's candidates; None: made afresh)."""
     if cache is None:
-        return plan_status(plan, chosen).model_dump(by_alias=True, mode="json")
+        return _made(plan, chosen)
     memo = cache.memo(_WIRE)
     key = (plan, None, 0, None) if chosen is None else (plan, chosen.pool, chosen.devices, chosen.rank)
     hit = memo.get(key)
     if hit is None:
-        hit = memo.put(key, plan_status(plan, chosen).model_dump(by_alias=True, mode="json"))
+        hit = memo.put(key, _made(plan, chosen))
     return hit
 
 
-def plan_write(plan: Plan, chosen: Candidate | None = None, *, cache: PlanCache | None = None) -> PlanWrite:
-    """``status.plan`` for a decision's patch: the shared wire form and its expected duration."""
-    return PlanWrite(wire=plan_wire(plan, chosen, cache=cache), duration_seconds=_duration(chosen or plan.winner))
+def plan_wire(plan: Plan, chosen: Candidate | None = None, *, cache: PlanCache | None = None) -> dict[str, Any]:
+    """:func:`plan_status` as JSON (camelCase): :func:`plan_write`'s wire form."""
+    return dict(plan_write(plan, chosen, cache=cache).wire) if cache is None else _shared(plan, chosen, cache)
+
+
+def _shared(plan: Plan, chosen: Candidate | None, cache: PlanCache) -> dict[str, Any]:
+    wire = plan_write(plan, chosen, cache=cache).wire
+    assert isinstance(wire, dict)
+    return wire
 
 
 # --- a decision as a status write --------------------------------------------------------------
@@ -118,11 +132,31 @@ def _pruned(value: Any) -> Any:
     return value
 
 
+def _patch_held(status: AcceleratorJobStatus, patch: StatusPatch) -> bool:
+    """Whether ``status`` holds every field ``patch`` writes, when it writes only the plan (with
+    its model), the message and the workload (a waiting job's patch): compared as models."""
+    plan = patch.plan
+    if isinstance(plan, PlanWrite):
+        if plan.model is None or status.plan is None or not (status.plan is plan.model or status.plan == plan.model):
+            return False
+    elif plan is CLEAR and status.plan is not None:
+        return False
+    if patch.message is not None and status.message != patch.message:
+        return False
+    workload = patch.workload
+    if workload is not None and status.workload != (None if workload is CLEAR else workload):
+        return False
+    return patch == StatusPatch(plan=plan, message=patch.message, workload=workload)
+
+
 def holds(status: AcceleratorJobStatus, decision: Decision, generation: int | None) -> bool:
     """Whether ``status`` already is what ``decision`` asks for, read on the model itself: the
-    common case (a held job decided again on an event or the resync) without serialising the
-    status. False means "maybe not": :func:`settle_status` then compares the wire values."""
-    if not decision.status.empty or status.phase is not decision.phase or status.observed_generation != generation:
+    common case (a held job decided again on an event or the resync, a waiting job decided again
+    on the plan it carries) without serialising the status. False means "maybe not":
+    :func:`settle_status` then compares the wire values."""
+    if status.phase is not decision.phase or status.observed_generation != generation:
+        return False
+    if not decision.status.empty and not _patch_held(status, decision.status):
         return False
     have = status.conditions
     if len(have) != len(decision.conditions):
@@ -140,12 +174,13 @@ def holds(status: AcceleratorJobStatus, decision: Decision, generation: int | No
 
 
 def settle_status(
-    current: dict[str, Any], decision: Decision, generation: int | None, *, now: dt.datetime
+    current: dict[str, Any], decision: Decision, generation: int | None, *, now: dt.datetime, stored: bool = False
 ) -> dict[str, Any] | None:
     """The merge patch that gives a job the status ``decision`` asks for (only the fields that
     change), or None when the job already has it. Each condition keeps its ``lastTransitionTime``
     while its status holds, so a decision repeated by a timer or after a restart writes nothing;
-    a condition that changes takes ``now``."""
+    a condition that changes takes ``now``. ``stored``: ``current`` holds no null entries already
+    (a status model dumped without its Nones), so it is compared as it is, not pruned again."""
     before = {c.get("type"): c for c in current.get("conditions") or []}
     conditions = []
     changed_at = stamp(now)
@@ -169,18 +204,30 @@ def settle_status(
         "observedGeneration": generation,
         **decision.status.to_wire(),
     }
+    have = current.get("conditions") or []
     same_conditions = [
-        {k: v for k, v in c.items() if k != "lastTransitionTime"} for c in _pruned(current.get("conditions") or [])
+        {k: v for k, v in c.items() if k != "lastTransitionTime"} for c in (have if stored else _pruned(have))
     ] == [{k: v for k, v in c.items() if k != "lastTransitionTime"} for c in _pruned(conditions)]
     # A merge patch needs only what changes: a field the job already holds is not sent again
     # (the plan that a waiting job's status carries is not resent when it is admitted on it).
-    unchanged = all(_pruned(current.get(k)) == _pruned(v) for k, v in new.items() if k != "conditions")
-    if unchanged and same_conditions:
+    # Each side is pruned once (the plan's stored form was made with its wire form).
+    plan = decision.status.plan
+    changed = set()
+    for k, v in new.items():
+        if k == "conditions":
+            continue
+        was = current.get(k)
+        if not stored:
+            was = _pruned(was)
+        now_stored = plan.stored if k == "plan" and isinstance(plan, PlanWrite) and plan.stored is not None else None
+        if was != (now_stored if now_stored is not None else _pruned(v)):
+            changed.add(k)
+    if not changed and same_conditions:
         return None
     return {
         k: v
         for k, v in new.items()
-        if not (same_conditions if k == "conditions" else _stored(current, k) and _pruned(current[k]) == _pruned(v))
+        if not (same_conditions if k == "conditions" else _stored(current, k) and k not in changed)
     }
 
 

@@ -1,0 +1,75 @@
+"""Plans as cache keys: a plan is named by a digest of its spec, so that the memos keyed on plans
+(their ranking, their status form) and the scheduler's plans by spec never compare two specs
+model by model, while equal specs still share one plan and a changed spec never gets a stale one."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+
+from accel_api import catalog
+from accel_api.job import AcceleratorJobSpec
+from accel_operator.engine.plans import Plans
+from accel_operator.planning import candidates
+from accel_operator.reconcile.job.status import plan_write
+from tests.support.reconcile import World
+
+
+def _world() -> World:
+    return World().pool("p", nodes=2).pool("q", nodes=2)
+
+
+def test_jobs_of_equal_specs_share_one_plan() -> None:
+    w = _world()
+    plans = Plans(catalog=catalog.default())
+    a, b = w.job("a", "p", devices=8), w.job("b", "p", devices=8)
+    assert a.spec is not b.spec and a.spec == b.spec  # two parses of one template
+    snap = w.snapshot()
+    plan = plans.plan(a, snap)
+    assert plan is not None and plans.plan(b, snap) is plan
+    assert plan.digest == candidates.spec_digest(b.spec)  # type: ignore[arg-type]
+
+
+def test_a_changed_spec_gets_its_own_plan_and_status_form() -> None:
+    w = _world()
+    plans = Plans(catalog=catalog.default())
+    job = w.job("a", "p", devices=8)
+    snap = w.snapshot()
+    first = plans.plan(job, snap)
+    assert job.spec is not None and first is not None
+    # A change the planner's figures do not show (the priority): its own plan all the same.
+    reprioritised = dataclasses.replace(job, generation=2, spec=job.spec.model_copy(update={"priority": 5}))
+    second = plans.plan(reprioritised, snap)
+    assert second is not None and second is not first and second.spec.priority == 5
+    assert second != first and second.digest != first.digest
+    assert plan_write(second, cache=plans.cache) is not plan_write(first, cache=plans.cache)
+    # A change the figures show (another pool): a plan for the new spec, never the old one's.
+    moved = dataclasses.replace(job, generation=3, spec=job.spec.model_copy(update={"placement": _pinned(job, "q")}))
+    third = plans.plan(moved, snap)
+    assert third is not None and third.winner is not None and third.winner.pool == "q"
+    assert plan_write(third, cache=plans.cache).wire["pool"] == "q"
+    assert plans.plan(job, snap) is first  # the first generation's plan is still its own
+
+
+def _pinned(job: Any, pool: str) -> Any:
+    return job.spec.placement.model_copy(update={"pools": [pool]})
+
+
+def test_looking_plans_up_never_compares_two_specs(monkeypatch: pytest.MonkeyPatch) -> None:
+    w = _world()
+    plans = Plans(catalog=catalog.default())
+    jobs = [w.job(f"j{i}", "p", devices=8, priority=i) for i in range(40)]  # one figure set, 40 specs
+    snap = w.snapshot()
+    made = [plans.plan(j, snap) for j in jobs]
+
+    def refuse(self: AcceleratorJobSpec, other: object) -> bool:
+        raise AssertionError("a plan lookup compared two specs model by model")
+
+    monkeypatch.setattr(AcceleratorJobSpec, "__eq__", refuse)
+    for plan in [*made, *made]:
+        assert plan is not None
+        candidates.ranked_per_pool(plan, cache=plans.cache)
+        plan_write(plan, cache=plans.cache)
+    assert len({p.digest for p in made if p is not None}) == 40
