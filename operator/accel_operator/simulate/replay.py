@@ -30,13 +30,15 @@ import datetime as dt
 import heapq
 import math
 import random
+import re
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from accel_api import catalog
-from accel_api.enums import CapacityType, JobPhase, SpotPolicy
+from accel_api.enums import BudgetPeriod, CapacityType, JobPhase, SpotPolicy
 from accel_api.job import AcceleratorJobSpec, AcceleratorJobStatus
+from accel_api.policy import AcceleratorPolicy, AcceleratorPolicyStatus
 from accel_api.pool import AcceleratorPool
 from accel_operator.adapters.aws.checkpoints import FakeCheckpointStore
 from accel_operator.adapters.kube.costs import FakeCostWriter
@@ -51,6 +53,7 @@ from accel_operator.metrics import OperatorMetrics
 from accel_operator.reconcile.common.checkpoints import Checkpoint
 from accel_operator.reconcile.common.decision import DISRUPTION_RULE
 from accel_operator.reconcile.common.snapshot import JobKey, JobView, NodeView, PodView, PoolView, WorkloadView
+from accel_operator.reconcile.job import policy_gate
 from accel_operator.settings import OperatorSettings
 from accel_operator.simulate.trace import Arrival
 
@@ -58,6 +61,7 @@ T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)  # the trace's second 0 (fixed: figu
 COST_EVERY = 3600.0  # virtual seconds between the accountant's steps (and one at the end)
 IDLE_STEP = 300.0  # while jobs wait, the engine passes at least this often (its timers, retries)
 STUCK_AFTER = 6 * 3600.0  # after the last event, jobs that waited this long with nothing changing are left
+PERIOD_SECONDS = {BudgetPeriod.DAILY: 86_400.0, BudgetPeriod.WEEKLY: 7 * 86_400.0, BudgetPeriod.MONTHLY: 31 * 86_400.0}
 PASSES_PER_EVENT = 4  # passes at one instant while each pass still writes something
 
 
@@ -100,6 +104,9 @@ class Strategy:
     name: str
     spot: bool = True
     ordered: bool = False
+    # AcceleratorPolicies in force (``--policy``): the engine applies them as it does in the
+    # cluster (planning.policy through the reconciler's gate, the accountant's team spend).
+    policies: tuple[AcceleratorPolicy, ...] = ()
 
 
 STRATEGIES = {
@@ -107,6 +114,21 @@ STRATEGIES = {
     "on-demand": Strategy("on-demand", spot=False),
     "ordered-flavors": Strategy("ordered-flavors", ordered=True),
 }
+
+
+_RULE = re.compile(r"\(rule ([a-z0-9-]{1,63})\)")
+MAX_RULES = 8  # rule ids kept per refused job
+
+
+def _refusing_rules(status: AcceleratorJobStatus) -> tuple[str, ...]:
+    """The policy rules that refuse a job, as the reconciler's gate wrote them
+    (``PolicyCompliant=False``, reason ``PolicyViolation``: every rule but a queueing budget);
+    empty when it is not refused by a policy."""
+    for cond in status.conditions:
+        if cond.type == policy_gate.POLICY and cond.status == "False" and cond.reason == "PolicyViolation":
+            rules = tuple(dict.fromkeys(_RULE.findall(cond.message or "")))[:MAX_RULES]
+            return rules or ("policy",)
+    return ()
 
 
 class RecordingJobWriter(FakeJobWriter):
@@ -153,6 +175,8 @@ class JobRecord:
     attempt_restart: float = 0.0
     flavor: str | None = None  # ordered-flavors: the pool its quota was taken from
     memory_failed: bool = False  # ordered-flavors: the pool chosen cannot hold the job in memory
+    refused: tuple[str, ...] = ()  # the policy rules that refused it (as the webhook would)
+    pool: str | None = None  # the pool of its current (or last) attempt
 
 
 @dataclasses.dataclass
@@ -166,6 +190,15 @@ class Result:
     devices: int  # every pool's maxNodes × devicesPerNode
     span_seconds: float  # from the trace's start to the last job's end
     passes: int
+    # Device-seconds the pods held, per pool, and each pool's devices and price (USD per
+    # device-hour, as the accountant quotes it): what the idle figure is made of.
+    busy: dict[str, float] = dataclasses.field(default_factory=dict)
+    pool_devices: dict[str, int] = dataclasses.field(default_factory=dict)
+    pool_price: dict[str, float] = dataclasses.field(default_factory=dict)
+    # The highest spend each policy reported per (team, period, period start), with its limit.
+    spend: dict[tuple[str, str, str, str], tuple[float, float]] = dataclasses.field(default_factory=dict)
+    # (hours since the start, the ledger's total so far) at each of the accountant's steps.
+    cost_series: list[tuple[float, float]] = dataclasses.field(default_factory=list)
 
 
 class Replay:
@@ -205,12 +238,24 @@ class Replay:
             checkpoints=self.checkpoints,
         )
         self.sched.applier.pools = inline_pools()
-        self.sched.indices = Indices(self.pools, self.nodes, self.pods, self.workloads_idx, self.jobs, {}, self.teams)
-        self.accountant = Accountant(
-            scheduler=self.sched, writer=self.writer, costs=FakeCostWriter(), prices=PriceBook()
+        self.policy_idx: dict[str, list[AcceleratorPolicy]] = {
+            p.metadata.name or "": [p] for p in strategy.policies
+        }  # each namespace is labelled with its team (self.teams): the policies' team rules bind
+        self.sched.indices = Indices(
+            self.pools, self.nodes, self.pods, self.workloads_idx, self.jobs, self.policy_idx, self.teams
         )
+        self.sched.policies_changed()
+        self.costs = FakeCostWriter()
+        self.prices = PriceBook()
+        self.accountant = Accountant(scheduler=self.sched, writer=self.writer, costs=self.costs, prices=self.prices)
+        self.policy_shown: dict[str, dict[str, Any]] = {}
+        self.spend: dict[tuple[str, str, str, str], tuple[float, float]] = {}
+        self.spent_by_job: dict[JobKey, float] = {}
+        self.spent_total = 0.0
+        self.cost_series: list[tuple[float, float]] = []
         self.pool_spec = {p.metadata.name: p.spec for p in pools if p.metadata.name}  # read_pools: all named
         self.members: dict[str, list[str]] = {}
+        self._pool_of_node: dict[str, str] = {}
         self.free: dict[str, int] = {}
         for name, spec in self.pool_spec.items():
             self.pools[name] = [(PoolView(name, spec), ())]
@@ -220,8 +265,10 @@ class Replay:
                 labels = {**spec.node_selector, "accel.dev/pool": name}  # the pool's selector matches its nodes
                 self.nodes[node] = [NodeView(node, labels, spec.devices_per_node, uid=f"uid-{node}")]
                 self.members[name].append(node)
+                self._pool_of_node[node] = name
                 self.free[node] = spec.devices_per_node
         self.devices = sum(s.max_nodes * s.devices_per_node for s in self.pool_spec.values())
+        self.busy: dict[str, float] = dict.fromkeys(self.pool_spec, 0.0)
         self.records: dict[JobKey, JobRecord] = {}
         # (at, seq, kind, job, attempt, node): "end" or "preempt" of one attempt
         self.events: list[tuple[float, int, str, JobKey, int, str]] = []
@@ -330,6 +377,15 @@ class Replay:
             ]
             self.sched.mark(key)
             rec = self.records[key]
+            spent = status.cost.spent_usd if status.cost is not None else 0.0
+            self.spent_total += spent - self.spent_by_job.get(key, 0.0)
+            self.spent_by_job[key] = spent
+            if status.phase is JobPhase.UNSCHEDULABLE and rec.end is None and self.strategy.policies:
+                rules = _refusing_rules(status)
+                if rules:  # refused by a policy: the webhook would not have let it in
+                    rec.end, rec.refused = self.t, rules
+                    self.open -= 1
+                    continue
             if status.phase in (JobPhase.SUCCEEDED, JobPhase.FAILED) and rec.end is None:
                 rec.end = self.t
                 self.open -= 1
@@ -413,6 +469,7 @@ class Replay:
             rec.first_start = self.t
         spec = self.pool_spec[plan.pool]
         rec.attempt_start = self.t
+        rec.pool = plan.pool
         rec.attempt_devices = plan.devices
         rec.attempt_duration = max(plan.duration_seconds or 60.0, 1.0)
         rec.attempt_restart = spec.restart_seconds if attempt > 1 else 0.0
@@ -444,6 +501,9 @@ class Replay:
             node_pods = self.pods[pod.node]
             node_pods[node_pods.index(pod)] = new
             self.free[pod.node] += pod.devices
+            if pod.started is not None:
+                held = (now - pod.started).total_seconds() * pod.devices
+                self.busy[self._pool_of_node[pod.node]] += held
             ended[i] = new
         if not ended:
             return
@@ -521,6 +581,9 @@ class Replay:
         i, n = 0, len(self.arrivals)
         next_cost = COST_EVERY
         quiet_since = 0.0
+        # A job a budget holds waits for the budget's next period: the replay waits as long.
+        periods = [PERIOD_SECONDS[b.period] for p in self.strategy.policies for b in p.spec.budgets]
+        stuck_after = max([STUCK_AFTER, *(p + COST_EVERY for p in periods)])
         while True:
             nexts = []
             if i < n:
@@ -530,12 +593,14 @@ class Replay:
             waiting = self._waiting()
             if waiting and self._marked():
                 nexts.append(self.t + IDLE_STEP)  # the engine's timers: a retry, a job to decide again
-            elif waiting:
-                nexts.append(next_cost)  # nothing to decide: the clock jumps (the ledger still steps)
-            if not nexts or (i >= n and not self.events and self.t - quiet_since > STUCK_AFTER):
+            elif waiting or self.open:
+                # Nothing to decide: the clock jumps; the ledger still steps on the hour while
+                # jobs run or wait (the spend the budgets read, the cost over time).
+                nexts.append(next_cost)
+            if not nexts or (i >= n and not self.events and self.t - quiet_since > stuck_after):
                 break
             at = min(nexts)
-            if waiting and next_cost < at:
+            if (waiting or self.open) and next_cost < at:
                 at = next_cost
             self._advance(at)
             event = False
@@ -563,13 +628,11 @@ class Replay:
             if event:
                 quiet_since = self.t
             if self.t >= next_cost:
-                await self.accountant.step(self.clock.now())
-                self._settle()
+                await self._ledger()
                 next_cost = (math.floor(self.t / COST_EVERY) + 1) * COST_EVERY
         await self._pass()
         self._settle()
-        await self.accountant.step(self.clock.now())
-        self._settle()
+        await self._ledger()
         for a in self.backlog:  # ordered-flavors: never admitted (no flavor's quota holds it)
             self.records[(a.team, a.name)] = JobRecord(a)
         statuses = {
@@ -584,7 +647,44 @@ class Replay:
             devices=self.devices,
             span_seconds=max(ends, default=self.t),
             passes=self.passes,
+            busy=dict(self.busy),
+            pool_devices={n: s.max_nodes * s.devices_per_node for n, s in self.pool_spec.items()},
+            pool_price=self._pool_prices(),
+            spend=dict(self.spend),
+            cost_series=list(self.cost_series),
         )
+
+    def _pool_prices(self) -> dict[str, float]:
+        """Each pool's price per device-hour as the accountant quotes it (spot pools: spot)."""
+        out = {}
+        for name, spec in self.pool_spec.items():
+            accel = self.sched.catalog.get(spec.accelerator)
+            quote = self.prices.quote(spec, accel) if accel is not None else None
+            out[name] = quote.usd_per_device_hour if quote is not None else 0.0
+        return out
+
+    async def _ledger(self) -> None:
+        """One step of the accountant; its writes shown back (the jobs' ledgers, the policies'
+        spend, which the budgets read, as the policies' watch shows them to the operator)."""
+        await self.accountant.step(self.clock.now())
+        self._settle()
+        changed = False
+        for name, status in self.costs.policies.items():
+            if name not in self.policy_idx or self.policy_shown.get(name) == status:
+                continue
+            self.policy_shown[name] = dict(status)
+            parsed = AcceleratorPolicyStatus.model_validate(status)
+            pol = self.policy_idx[name][0]
+            self.policy_idx[name] = [pol.model_copy(update={"status": parsed})]
+            for s in parsed.spend:
+                start = s.period_start or ""
+                key = (name, s.team, s.period.value, start)
+                self.spend[key] = (max(self.spend.get(key, (0.0, 0.0))[0], s.spent_usd), s.limit_usd)
+            changed = True
+        if changed:  # handlers.policies: a status change re-decides the waiting jobs against the budgets
+            self.sched.policies_changed()
+            self.sched.capacity_changed()
+        self.cost_series.append((round(self.t / 3600.0, 3), round(self.spent_total, 2)))
 
 
 def replay(

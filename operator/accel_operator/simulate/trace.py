@@ -18,12 +18,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from accel_api import InvalidResource, bounds, load_documents, parse_resource
 from accel_api.job import AcceleratorJobSpec
+from accel_api.policy import AcceleratorPolicy
 from accel_api.pool import AcceleratorPool
 
 MAX_LINES = 200_000  # a trace of more jobs is refused (the issue's largest replay is 100,000)
 MAX_LINE_CHARS = 64_000  # one full spec fits with room; a longer line is refused unread
 MAX_SUBMIT_SECONDS = 366 * 86_400.0  # a year of trace
 MAX_POOLS = 200
+MAX_POLICIES = 20  # AcceleratorPolicies in one --policy file (they apply together)
 
 # Model presets of the compact form: the architectures of the examples (examples/01, examples/02)
 # and one larger (Llama-3-70B's published shape), so a trace needs no architecture per line.
@@ -226,3 +228,32 @@ def read_pools(text: str, *, source: str = "pools") -> list[AcceleratorPool]:
     if len(pools) > MAX_POOLS:
         raise TraceError([f"{source}: {len(pools)} pools; at most {MAX_POOLS}"])
     return pools
+
+
+def read_policies(text: str, *, source: str = "policy") -> list[AcceleratorPolicy]:
+    """The AcceleratorPolicies of one ``--policy`` file (YAML or JSON, multi-document), validated
+    as the API server would; they apply together, as one strategy. Each error names the file, the
+    document and the field."""
+    docs = load_documents(text, source=source)
+    found: list[AcceleratorPolicy] = []
+    problems: list[str] = []
+    for i, doc in enumerate(docs):
+        try:
+            res = parse_resource(doc, source=None, strict=True)
+        except InvalidResource as exc:
+            problems.extend(f"{source}: document {i + 1}: {p}" for p in exc.problems)
+            continue
+        if not isinstance(res, AcceleratorPolicy):
+            problems.append(f"{source}: document {i + 1}: kind must be AcceleratorPolicy")
+            continue
+        found.append(res)
+    if problems:
+        raise TraceError(problems)
+    if not found:
+        raise TraceError([f"{source}: no AcceleratorPolicy in the file"])
+    if len(found) > MAX_POLICIES:
+        raise TraceError([f"{source}: {len(found)} policies; at most {MAX_POLICIES}"])
+    names = [p.metadata.name for p in found]
+    if any(not n for n in names) or len(set(names)) != len(names):
+        raise TraceError([f"{source}: metadata.name: every policy needs a name, each name once"])
+    return found
