@@ -56,6 +56,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="AcceleratorPolicies (YAML, multi-document) in force for one more engine strategy, named after "
         f"them; repeat for side by side (at most {MAX_POLICY_FILES})",
     )
+    parser.add_argument(
+        "--spot-prices",
+        metavar="FILE",
+        help="CSV time,pool,price: a pool's price (USD per device-hour; the spot price on a spot pool) from that "
+        "second of the trace on",
+    )
+    parser.add_argument(
+        "--interruptions",
+        metavar="FILE",
+        help="CSV time,pool,nodes: recorded interruptions (that many busy nodes of the pool at that second); a "
+        "pool named here has no Poisson preemptions",
+    )
+    parser.add_argument(
+        "--warning",
+        action="append",
+        metavar="POOL=SECONDS",
+        help="a pool's early-warning lead time before an interruption (a job with a checkpoint saves then)",
+    )
     parser.add_argument("-o", "--output", choices=("table", "json", "html"), default="table")
 
 
@@ -83,6 +101,20 @@ def _generate(args: argparse.Namespace) -> int:
         Path(args.out).write_text(text, encoding="utf-8")
         print(f"wrote {len(lines)} jobs over {args.days:g} days (seed {args.seed}) to {args.out}", file=sys.stderr)
     return 0
+
+
+def _recorded(args: argparse.Namespace, pools: set[str]) -> replay.Recorded:
+    """The recorded series and lead times the options name (nothing drawn is replaced without)."""
+    prices: tuple[trace.Point, ...] = ()
+    interruptions: tuple[trace.Point, ...] = ()
+    if args.spot_prices:
+        text = _read(args.spot_prices, "--spot-prices", 16 * 2**20)
+        prices = tuple(trace.read_series(text, "price", pools, source=args.spot_prices))
+    if args.interruptions:
+        text = _read(args.interruptions, "--interruptions", 16 * 2**20)
+        interruptions = tuple(trace.read_series(text, "nodes", pools, source=args.interruptions))
+    warning = trace.read_lead_times(args.warning or [], pools)
+    return replay.Recorded(prices, interruptions, warning)
 
 
 def _policy_strategies(paths: list[str], taken: set[str]) -> list[replay.Strategy]:
@@ -117,6 +149,7 @@ def run(args: argparse.Namespace) -> int:
         pools = trace.read_pools(_read(args.pools, "--pools", 4 * 2**20), source=args.pools)
         strategies = [replay.STRATEGIES[n] for n in args.strategy or ["engine", "on-demand", "ordered-flavors"]]
         strategies += _policy_strategies(args.policy or [], {s.name for s in strategies})
+        recorded = _recorded(args, {p.metadata.name or "" for p in pools})
     except trace.TraceError as exc:
         raise UsageError("\n".join(exc.problems[:21])) from None
     rows = []
@@ -127,7 +160,9 @@ def run(args: argparse.Namespace) -> int:
             def arrived(count: int) -> None:
                 bar.advance(count - bar.done)
 
-            result = replay.replay(pools, arrivals, seed=args.seed, strategy=strategy, progress=arrived)
+            result = replay.replay(
+                pools, arrivals, seed=args.seed, strategy=strategy, progress=arrived, recorded=recorded
+            )
             rows.append(figures.figures(result))
     if args.output == "html":
         print(simhtml.render(rows, trace=args.trace, seed=args.seed), end="")

@@ -55,7 +55,7 @@ from accel_operator.reconcile.common.decision import DISRUPTION_RULE
 from accel_operator.reconcile.common.snapshot import JobKey, JobView, NodeView, PodView, PoolView, WorkloadView
 from accel_operator.reconcile.job import policy_gate
 from accel_operator.settings import OperatorSettings
-from accel_operator.simulate.trace import Arrival
+from accel_operator.simulate.trace import Arrival, Point
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)  # the trace's second 0 (fixed: figures do not move with today)
 COST_EVERY = 3600.0  # virtual seconds between the accountant's steps (and one at the end)
@@ -129,6 +129,18 @@ def _refusing_rules(status: AcceleratorJobStatus) -> tuple[str, ...]:
             rules = tuple(dict.fromkeys(_RULE.findall(cond.message or "")))[:MAX_RULES]
             return rules or ("policy",)
     return ()
+
+
+@dataclasses.dataclass(frozen=True)
+class Recorded:
+    """What a replay takes from recordings instead of drawing it: spot (or on-demand) prices
+    over time, interruptions over time (a pool with any replaces its Poisson process), and each
+    pool's early-warning lead time (seconds before an interruption that a job with a checkpoint
+    saves, as a trainer does on the operator's checkpoint-now notice)."""
+
+    prices: tuple[Point, ...] = ()
+    interruptions: tuple[Point, ...] = ()
+    warning: dict[str, float] = dataclasses.field(default_factory=dict)
 
 
 class RecordingJobWriter(FakeJobWriter):
@@ -210,7 +222,10 @@ class Replay:
         seed: int,
         strategy: Strategy,
         progress: Callable[[int], None] | None = None,
+        recorded: Recorded | None = None,
     ):
+        self.recorded = recorded or Recorded()
+        self.recorded_pools = {p.pool for p in self.recorded.interruptions}  # no Poisson draws there
         self.progress = progress  # told how many jobs have arrived, as the replay goes
         self.arrivals = list(arrivals)
         self.strategy = strategy
@@ -273,7 +288,7 @@ class Replay:
         # (at, seq, kind, job, attempt, node): "end" or "preempt" of one attempt
         self.events: list[tuple[float, int, str, JobKey, int, str]] = []
         self.unbound: list[tuple[str, str]] = []  # workloads whose gang waits for devices
-        self.live: set[JobKey] = set()  # jobs with an attempt running (an event due)
+        self.live: dict[JobKey, int] = {}  # jobs with an attempt running (an event due): the attempt
         self.open = 0  # jobs submitted to the engine and not ended
         # ordered-flavors: the flavors in order (spot pools first, then on-demand, each in the
         # file's order), the devices of each pool's quota in use, the jobs not admitted yet.
@@ -475,9 +490,10 @@ class Replay:
         rec.attempt_restart = spec.restart_seconds if attempt > 1 else 0.0
         run = rec.attempt_restart + (1.0 - rec.done) * rec.attempt_duration
         self.seq += 1
-        rate = (spec.preemption_rate_per_hour or 0.0) if spec.capacity_type is CapacityType.SPOT else 0.0
+        spot = spec.capacity_type is CapacityType.SPOT and plan.pool not in self.recorded_pools
+        rate = (spec.preemption_rate_per_hour or 0.0) if spot else 0.0
         hit = self.rng.expovariate(rate * nodes_n / 3600.0) if rate > 0 else math.inf
-        self.live.add(job_key)
+        self.live[job_key] = attempt
         if hit < run:
             heapq.heappush(self.events, (self.t + hit, self.seq, "preempt", job_key, attempt, self.rng.choice(chosen)))
         else:
@@ -541,12 +557,39 @@ class Replay:
             job = self.jobs[key][0]
             ckpt = job.spec.checkpoint if job.spec is not None else None
             saved = math.floor(worked / (ckpt.interval_minutes * 60.0)) * ckpt.interval_minutes * 60.0 if ckpt else 0.0
+            lead = self.recorded.warning.get(rec.pool or "", 0.0)
+            if ckpt is not None and lead > 0:
+                saved = max(saved, worked - lead)  # saved at the warning: only the lead's work is lost
             rec.done = min(1.0, rec.done + saved / rec.attempt_duration)
             rec.preemptions += 1
             if ckpt is not None and rec.done > 0:
                 step = round(rec.done * 1_000_000)  # the checkpoint's step: the share of the work done
                 self.checkpoints.latest[ckpt.uri] = Checkpoint(uri=f"{ckpt.uri}/step-{step}", step=step, time=now)
             rec.lost_device_seconds += (self.t - rec.attempt_start - saved) * rec.attempt_devices
+
+    # --- recorded series ---------------------------------------------------------------------
+
+    def _interrupt(self, pool: str, count: int) -> None:
+        """``count`` of ``pool``'s nodes that hold running pods are interrupted (drawn from the
+        seeded generator): every attempt with a pod there fails as disrupted."""
+        busy = [n for n in self.members[pool] if any(not p.ended for p in self.pods.get(n, ()))]
+        for node in sorted(self.rng.sample(busy, min(count, len(busy)))):
+            for pod in list(self.pods.get(node, ())):
+                if pod.ended or pod.job is None or pod.attempt is None:
+                    continue
+                if self.live.get(pod.job) == pod.attempt:
+                    del self.live[pod.job]
+                self._finish("preempt", pod.job, pod.attempt)
+
+    def _price(self, pool: str, price: float) -> None:
+        """``pool``'s price (spot price on a spot pool) is ``price`` from now: the planner and the
+        accountant read it from the pool, as a pool whose price source updates it."""
+        spec = self.pool_spec[pool]
+        field = "spot_per_device_hour" if spec.capacity_type is CapacityType.SPOT else "on_demand_per_device_hour"
+        new = spec.model_copy(update={"price": spec.price.model_copy(update={field: price})})
+        self.pool_spec[pool] = new
+        self.pools[pool] = [(PoolView(pool, new), ())]
+        self.sched.pools_changed()
 
     # --- the loop -----------------------------------------------------------------------------
 
@@ -579,6 +622,8 @@ class Replay:
         self.sched.kopf_listed()
         await self._pass()
         i, n = 0, len(self.arrivals)
+        prices, interruptions = list(self.recorded.prices), list(self.recorded.interruptions)
+        pi = ii = 0
         next_cost = COST_EVERY
         quiet_since = 0.0
         # A job a budget holds waits for the budget's next period: the replay waits as long.
@@ -590,6 +635,10 @@ class Replay:
                 nexts.append(self.arrivals[i].submit)
             if self.events:
                 nexts.append(self.events[0][0])
+            if pi < len(prices):
+                nexts.append(prices[pi].at)
+            if ii < len(interruptions) and (self.live or i < n):
+                nexts.append(interruptions[ii].at)
             waiting = self._waiting()
             if waiting and self._marked():
                 nexts.append(self.t + IDLE_STEP)  # the engine's timers: a retry, a job to decide again
@@ -610,9 +659,18 @@ class Replay:
                 event = True
             if event and self.progress is not None:
                 self.progress(i)
+            while pi < len(prices) and prices[pi].at <= self.t:
+                self._price(prices[pi].pool, prices[pi].value)
+                pi += 1
+                event = True
+            while ii < len(interruptions) and interruptions[ii].at <= self.t:
+                self._interrupt(interruptions[ii].pool, int(interruptions[ii].value))
+                ii += 1
+                event = True
             while self.events and self.events[0][0] <= self.t:
                 _at, _seq, kind, key, attempt, _node = heapq.heappop(self.events)
-                self.live.discard(key)
+                if self.live.get(key) == attempt:
+                    del self.live[key]
                 self._finish(kind, key, attempt)
                 event = True
             self._bind_waiting()
@@ -694,7 +752,10 @@ def replay(
     seed: int,
     strategy: Strategy,
     progress: Callable[[int], None] | None = None,
+    recorded: Recorded | None = None,
 ) -> Result:
     """Run one replay to its end (every job ended, or left waiting with nothing left to happen);
     ``progress`` is told how many jobs have arrived as it goes."""
-    return asyncio.run(Replay(pools, arrivals, seed=seed, strategy=strategy, progress=progress).run())
+    return asyncio.run(
+        Replay(pools, arrivals, seed=seed, strategy=strategy, progress=progress, recorded=recorded).run()
+    )

@@ -331,3 +331,65 @@ def test_the_ledger_charges_every_device_second_the_pods_held() -> None:
     result = replay.replay(trace.read_pools(POOLS), trace.read_trace(t), seed=7, strategy=replay.STRATEGIES["engine"])
     charged = sum(s.cost.device_seconds for s in result.statuses.values() if s.cost)
     assert charged == pytest.approx(sum(result.busy.values()), rel=1e-6)
+
+
+SPOT_JOB = _line(model="llama-3-8b", tokens=10**10, devices=8, spot="require", checkpointMinutes=60)
+
+
+def _recorded(**kw: Any) -> dict[str, Any]:
+    result = replay.replay(
+        trace.read_pools(POOLS),
+        trace.read_trace(SPOT_JOB),
+        seed=1,
+        strategy=replay.STRATEGIES["engine"],
+        recorded=replay.Recorded(**kw),
+    )
+    return figures.figures(result)
+
+
+def test_a_recorded_interruption_series_replaces_the_poisson_draws() -> None:
+    pools = {"h100-spot-a", "h100-spot-b", "h100-on-demand", "l4-on-demand"}
+    once = trace.read_series("time,pool,nodes\n3000,h100-spot-a,1\n3000,h100-spot-b,1\n", "nodes", pools)
+    out = _recorded(interruptions=tuple(once))
+    assert out["preemptions"] == 1 and out["succeeded"] == 1  # exactly the recorded one, no draws
+    assert out["lost_device_hours"] == pytest.approx(8 * 3000 / 3600, rel=0.01)  # no checkpoint in 50 minutes
+    warned = _recorded(interruptions=tuple(once), warning={"h100-spot-a": 300.0, "h100-spot-b": 300.0})
+    assert warned["preemptions"] == 1
+    assert warned["lost_device_hours"] == pytest.approx(8 * 300 / 3600, rel=0.01)  # saved at the warning
+
+
+def test_a_spot_price_series_moves_the_ledger() -> None:
+    pools = {"h100-spot-a", "h100-spot-b", "h100-on-demand", "l4-on-demand"}
+    dear = trace.read_series("time,pool,price\n0,h100-spot-a,5.0\n0,h100-spot-b,4.4\n", "price", pools)
+    # An interruption long after the job: the spot pools have no Poisson draws, so the job runs
+    # through on either price and only the price differs.
+    calm = (trace.Point(10**7, "h100-spot-a", 1), trace.Point(10**7, "h100-spot-b", 1))
+    base = _recorded(interruptions=calm)
+    doubled = _recorded(prices=tuple(dear), interruptions=calm)
+    assert base["preemptions"] == 0 == doubled["preemptions"]
+    assert doubled["cost_usd"] == pytest.approx(2 * base["cost_usd"], rel=0.02)
+
+
+@pytest.mark.parametrize(
+    ("text", "column", "expected"),
+    [
+        ("at,pool,nodes\n", "nodes", "s.csv:1: the header must be time,pool,nodes"),
+        ("time,pool,nodes\nx,h100-spot-a,1\n", "nodes", "s.csv:2: time: not a number"),
+        ("time,pool,nodes\n5,nowhere,1\n", "nodes", "s.csv:2: pool: not a pool of the pools file"),
+        ("time,pool,nodes\n5,h100-spot-a,0\n", "nodes", "s.csv:2: nodes: must be 1 to"),
+        ("time,pool,price\n5,h100-spot-a,-1\n", "price", "s.csv:2: price: must be 0 to 1000"),
+        ("time,pool,price\n5,h100-spot-a\n", "price", "s.csv:2: 2 fields; want 3"),
+    ],
+)
+def test_bad_series_name_the_line_and_field(text: str, column: str, expected: str) -> None:
+    with pytest.raises(trace.TraceError) as err:
+        trace.read_series(text, column, {"h100-spot-a"}, source="s.csv")
+    assert any(expected in p for p in err.value.problems), err.value.problems
+
+
+def test_a_bad_warning_names_the_pool() -> None:
+    with pytest.raises(trace.TraceError, match="want POOL=SECONDS"):
+        trace.read_lead_times(["nowhere=30"], {"h100-spot-a"})
+    with pytest.raises(trace.TraceError, match="0 to 3600"):
+        trace.read_lead_times(["h100-spot-a=7200"], {"h100-spot-a"})
+    assert trace.read_lead_times(["h100-spot-a=120"], {"h100-spot-a"}) == {"h100-spot-a": 120.0}
