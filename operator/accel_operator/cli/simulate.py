@@ -2,8 +2,9 @@
 strategy: the real engine on a virtual clock over a simulated cluster (docs/simulate.md).
 
 ``accelctl simulate --trace TRACE.jsonl --pools POOLS.yaml [--seed N] [--strategy engine]
-[--strategy on-demand] [--strategy ordered-flavors] -o table|json`` replays the trace once per
-strategy, same seed, and prints the figures side by side.
+[--strategy on-demand] [--strategy ordered-flavors] [--policy POLICY.yaml ...] -o table|json|html``
+replays the trace once per strategy, same seed, and prints the figures side by side; each
+``--policy`` file (AcceleratorPolicies) is one more engine strategy, named after its policies.
 ``accelctl simulate generate --jobs N --days D --seed S -o FILE`` writes a synthetic trace.
 Exit 0 done; 2 invalid input (each problem names the line and field).
 """
@@ -15,6 +16,7 @@ import json
 import sys
 from pathlib import Path
 
+from accel_operator.cli import simhtml
 from accel_operator.cli.errors import UsageError
 from accel_operator.cli.progress import Progress
 from accel_operator.simulate import figures, generate, replay, trace
@@ -26,6 +28,7 @@ HELP = (
     "utilization, jobs failed for memory."
 )
 MAX_TRACE_BYTES = 64 * 2**20  # a trace larger than this is refused unread
+MAX_POLICY_FILES = 8
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -46,7 +49,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=sorted(replay.STRATEGIES),
         help="repeat for side by side (default: engine, on-demand and ordered-flavors)",
     )
-    parser.add_argument("-o", "--output", choices=("table", "json"), default="table")
+    parser.add_argument(
+        "--policy",
+        action="append",
+        metavar="FILE",
+        help="AcceleratorPolicies (YAML, multi-document) in force for one more engine strategy, named after "
+        f"them; repeat for side by side (at most {MAX_POLICY_FILES})",
+    )
+    parser.add_argument(
+        "--spot-prices",
+        metavar="FILE",
+        help="CSV time,pool,price: a pool's price (USD per device-hour; the spot price on a spot pool) from that "
+        "second of the trace on",
+    )
+    parser.add_argument(
+        "--interruptions",
+        metavar="FILE",
+        help="CSV time,pool,nodes: recorded interruptions (that many busy nodes of the pool at that second); a "
+        "pool named here has no Poisson preemptions",
+    )
+    parser.add_argument(
+        "--warning",
+        action="append",
+        metavar="POOL=SECONDS",
+        help="a pool's early-warning lead time before an interruption (a job with a checkpoint saves then)",
+    )
+    parser.add_argument("-o", "--output", choices=("table", "json", "html"), default="table")
 
 
 def _read(path: str, what: str, limit: int) -> str:
@@ -75,6 +103,42 @@ def _generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _recorded(args: argparse.Namespace, pools: set[str]) -> replay.Recorded:
+    """The recorded series and lead times the options name (nothing drawn is replaced without)."""
+    prices: tuple[trace.Point, ...] = ()
+    interruptions: tuple[trace.Point, ...] = ()
+    if args.spot_prices:
+        text = _read(args.spot_prices, "--spot-prices", 16 * 2**20)
+        prices = tuple(trace.read_series(text, "price", pools, source=args.spot_prices))
+    if args.interruptions:
+        text = _read(args.interruptions, "--interruptions", 16 * 2**20)
+        interruptions = tuple(trace.read_series(text, "nodes", pools, source=args.interruptions))
+    warning = trace.read_lead_times(args.warning or [], pools)
+    return replay.Recorded(prices, interruptions, warning)
+
+
+def _policy_strategies(paths: list[str], taken: set[str]) -> list[replay.Strategy]:
+    """One engine strategy per ``--policy`` file, named after its policies (``a+b`` for two)."""
+    if len(paths) > MAX_POLICY_FILES:
+        raise UsageError(f"--policy: {len(paths)} files; at most {MAX_POLICY_FILES}")
+    out = []
+    for path in paths:
+        found = trace.read_policies(_read(path, "--policy", 4 * 2**20), source=path)
+        name = "+".join(p.metadata.name or "" for p in found)
+        if len(name) > 80:
+            name = name[:79] + "…"
+        if name in taken:
+            raise trace.TraceError(
+                [
+                    f"{path}: metadata.name: strategy {name!r} is already run (another --policy file or a built-in "
+                    "strategy has that name); rename the policy"
+                ]
+            )
+        taken.add(name)
+        out.append(replay.Strategy(name, policies=tuple(found)))
+    return out
+
+
 def run(args: argparse.Namespace) -> int:
     if args.simulate_command == "generate":
         return _generate(args)
@@ -85,13 +149,15 @@ def run(args: argparse.Namespace) -> int:
             _read(args.trace, "--trace", MAX_TRACE_BYTES), source=args.trace
         )
         pools = trace.read_pools(_read(args.pools, "--pools", 4 * 2**20), source=args.pools)
+        strategies = [replay.STRATEGIES[n] for n in args.strategy or ["engine", "on-demand", "ordered-flavors"]]
+        strategies += _policy_strategies(args.policy or [], {s.name for s in strategies})
+        recorded = _recorded(args, {p.metadata.name or "" for p in pools})
     except trace.TraceError as exc:
         raise UsageError("\n".join(exc.problems[:21])) from None
     rows = []
-    names = args.strategy or ["engine", "on-demand", "ordered-flavors"]
     with Progress("simulate") as bar:  # on stderr: -o json stays the document
-        for k, name in enumerate(names, 1):
-            bar.step(f"{name} ({k} of {len(names)}): jobs arrived", total=len(arrivals))
+        for k, strategy in enumerate(strategies, 1):
+            bar.step(f"{strategy.name} ({k} of {len(strategies)}): jobs arrived", total=len(arrivals))
 
             def arrived(count: int) -> None:
                 bar.advance(count - bar.done)
@@ -100,12 +166,15 @@ def run(args: argparse.Namespace) -> int:
                 pools,
                 arrivals,
                 seed=args.seed,
-                strategy=replay.STRATEGIES[name],
+                strategy=strategy,
                 progress=arrived,
                 disruptions=disruptions,
+                recorded=recorded,
             )
             rows.append(figures.figures(result))
-    if args.output == "json":
+    if args.output == "html":
+        print(simhtml.render(rows, trace=args.trace, seed=args.seed), end="")
+    elif args.output == "json":
         print(json.dumps({"trace": args.trace, "seed": args.seed, "strategies": rows}, indent=2))
     else:
         print(figures.table(rows))

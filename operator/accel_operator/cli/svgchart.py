@@ -47,9 +47,10 @@ def bars(
     x_title: str = "",
     log: bool = False,
     money: bool = True,
+    empty: str = "no spending in this window",
 ) -> str:
     """An SVG bar chart: one band per category, the series stacked or side by side; ``log``: a
-    logarithmic value axis (bars of 0 are not drawn)."""
+    logarithmic value axis (bars of 0 are not drawn); ``empty``: what an empty chart says."""
     pw, ph = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
     legend, rows = _legend(series)
     extra = rows * LEGEND_ROW
@@ -66,9 +67,7 @@ def bars(
     ]
     top = max(tops, default=0.0)
     if n == 0 or top <= 0:
-        parts.append(
-            f'<text x="{LEFT + pw / 2}" y="{TOP + ph / 2}" text-anchor="middle">no spending in this window</text>'
-        )
+        parts.append(f'<text x="{LEFT + pw / 2}" y="{TOP + ph / 2}" text-anchor="middle">{html.escape(empty)}</text>')
         parts.append("</g></svg>")
         return "".join(parts)
     scale, ticks = _log_axis(series) if log else _linear_axis(top)

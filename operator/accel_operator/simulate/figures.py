@@ -27,13 +27,37 @@ def _r(x: float | None, digits: int = 2) -> float | None:
     return None if x is None else round(x, digits)
 
 
+def _idle(result: Result) -> tuple[float, float]:
+    """Devices paid for while idle: every pool holds its ``maxNodes`` nodes for the whole span
+    (the simulation's fleet, from the trace's start to the last job's end); the device-seconds
+    of that no pod held, priced at the pool's own price per device-hour (spot price on a spot
+    pool). Returns (device-seconds, USD)."""
+    seconds = usd = 0.0
+    for pool, devices in result.pool_devices.items():
+        idle = max(0.0, devices * result.span_seconds - result.busy.get(pool, 0.0))
+        seconds += idle
+        usd += idle / 3600.0 * result.pool_price.get(pool, 0.0)
+    return seconds, usd
+
+
+def _overruns(result: Result) -> dict[str, float]:
+    """USD each team spent beyond its budgets: per policy budget and period, the highest spend
+    the accountant reported for that period over its limit, summed (teams with a budget only;
+    0 where every period stayed within)."""
+    out: dict[str, float] = {}
+    for (_policy, team, _period, _start), (spent, limit) in result.spend.items():
+        out[team] = out.get(team, 0.0) + max(0.0, spent - limit)
+    return out
+
+
 def figures(result: Result) -> dict[str, Any]:
     """One strategy's figures (plain JSON values; USD, hours and seconds as named)."""
     spent = on_demand = ledger_lost = device_s = lost_s = lost_usd = 0.0
     teams: dict[str, float] = {}
     waits: list[float] = []
     jcts: list[float] = []
-    deadlines = met = succeeded = failed = preemptions = memory = 0
+    deadlines = met = succeeded = failed = preemptions = memory = refused = 0
+    rules: dict[str, int] = {}
     for key, rec in result.records.items():
         st = result.statuses[key]
         cost = st.cost
@@ -57,6 +81,10 @@ def figures(result: Result) -> dict[str, Any]:
             failed += 1
         elif rec.memory_failed:
             memory += 1
+        elif rec.refused:
+            refused += 1
+            for rule in rec.refused:
+                rules[rule] = rules.get(rule, 0) + 1
         if rec.arrival.spec.deadline:
             deadlines += 1
             limit = parse_seconds(rec.arrival.spec.deadline)
@@ -64,6 +92,8 @@ def figures(result: Result) -> dict[str, Any]:
                 met += 1
     jobs = len(result.records)
     span = result.span_seconds
+    idle_s, idle_usd = _idle(result)
+    overruns = _overruns(result)
     return {
         "strategy": result.strategy,
         "seed": result.seed,
@@ -71,7 +101,9 @@ def figures(result: Result) -> dict[str, Any]:
         "succeeded": succeeded,
         "failed": failed,
         "failed_for_memory": memory,
-        "unfinished": jobs - succeeded - failed - memory,
+        "refused_by_policy": refused,
+        "refused_rules": dict(sorted(rules.items())),
+        "unfinished": jobs - succeeded - failed - memory - refused,
         "cost_usd": _r(spent),
         "cost_by_team_usd": {t: _r(v) for t, v in sorted(teams.items())},
         "on_demand_equivalent_usd": _r(on_demand),
@@ -87,6 +119,10 @@ def figures(result: Result) -> dict[str, Any]:
         "deadlines": deadlines,
         "deadline_hit_rate": _r(met / deadlines, 4) if deadlines else None,
         "utilization": _r(device_s / (result.devices * span), 4) if span > 0 and result.devices else None,
+        "idle_device_hours": _r(idle_s / 3600.0),
+        "idle_usd": _r(idle_usd),
+        "budget_overrun_by_team_usd": {t: _r(v) for t, v in sorted(overruns.items())},
+        "cost_over_time_usd": [[h, c] for h, c in result.cost_series],
         "span_hours": _r(span / 3600.0),
         "engine_passes": result.passes,
     }
@@ -100,12 +136,16 @@ def _hours(x: Any) -> str:
     return "-" if x is None else f"{x / 3600:.2f}h"
 
 
-def table(rows: list[dict[str, Any]]) -> str:
-    """The strategies side by side, one column each."""
+def lines(rows: list[dict[str, Any]]) -> list[tuple[str, list[str]]]:
+    """The table's rows: a label and one cell per strategy (the table's and the HTML page's)."""
     lines: list[tuple[str, list[str]]] = [
         (
-            "jobs ok / failed / memory / unfinished",
-            [f"{r['succeeded']} / {r['failed']} / {r['failed_for_memory']} / {r['unfinished']}" for r in rows],
+            "jobs ok / failed / memory / refused / unfinished",
+            [
+                f"{r['succeeded']} / {r['failed']} / {r['failed_for_memory']} / {r['refused_by_policy']} / "
+                f"{r['unfinished']}"
+                for r in rows
+            ],
         ),
         ("cost", [_money(r["cost_usd"]) for r in rows]),
         ("spot savings", [_money(r["spot_savings_usd"]) for r in rows]),
@@ -123,13 +163,24 @@ def table(rows: list[dict[str, Any]]) -> str:
             ],
         ),
         ("utilization", ["-" if r["utilization"] is None else f"{r['utilization']:.1%}" for r in rows]),
+        ("idle (device-hours)", [f"{_money(r['idle_usd'])} ({r['idle_device_hours']:.0f})" for r in rows]),
     ]
     teams = sorted({t for r in rows for t in r["cost_by_team_usd"]})
     lines += [(f"  cost: {t}", [_money(r["cost_by_team_usd"].get(t)) for r in rows]) for t in teams]
+    over = sorted({t for r in rows for t in r["budget_overrun_by_team_usd"]})
+    lines += [(f"  over budget: {t}", [_money(r["budget_overrun_by_team_usd"].get(t)) for r in rows]) for t in over]
+    refusals = sorted({k for r in rows for k in r["refused_rules"]})
+    lines += [(f"  refused: {k}", [str(r["refused_rules"].get(k, 0)) for r in rows]) for k in refusals]
+    return lines
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    """The strategies side by side, one column each."""
+    lines_ = lines(rows)
     head = [("", [r["strategy"] for r in rows])]
-    width = max(len(label) for label, _ in head + lines)
-    cols = [max(len(c) for _, cells in head + lines for c in [cells[i]]) for i in range(len(rows))]
+    width = max(len(label) for label, _ in head + lines_)
+    cols = [max(len(c) for _, cells in head + lines_ for c in [cells[i]]) for i in range(len(rows))]
     out = []
-    for label, cells in head + lines:
+    for label, cells in head + lines_:
         out.append(f"{label:<{width}}  " + "  ".join(f"{c:>{cols[i]}}" for i, c in enumerate(cells)))
     return "\n".join(out)

@@ -33,18 +33,22 @@ import datetime as dt
 import heapq
 import math
 import random
+import re
 from collections.abc import Callable, Sequence
-from typing import Any
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, TypeVar
 
 from accel_api import catalog
-from accel_api.enums import CapacityType, JobPhase, SpotPolicy
+from accel_api.enums import BudgetPeriod, CapacityType, JobPhase, SpotPolicy
 from accel_api.job import AcceleratorJobSpec, AcceleratorJobStatus
+from accel_api.policy import AcceleratorPolicy, AcceleratorPolicyStatus
 from accel_api.pool import AcceleratorPool
 from accel_operator.adapters.aws.checkpoints import FakeCheckpointStore
 from accel_operator.adapters.kube.costs import FakeCostWriter
 from accel_operator.adapters.kube.jobs import FakeJobWriter, JobRef
 from accel_operator.adapters.kube.workloads import FakeWorkloadClient
 from accel_operator.adapters.pricebook import PriceBook
+from accel_operator.engine import calls
 from accel_operator.engine.accountant import Accountant
 from accel_operator.engine.clock import ManualClock
 from accel_operator.engine.scheduler import Indices, Scheduler
@@ -52,13 +56,15 @@ from accel_operator.metrics import OperatorMetrics
 from accel_operator.reconcile.common.checkpoints import Checkpoint
 from accel_operator.reconcile.common.decision import DISRUPTION_RULE
 from accel_operator.reconcile.common.snapshot import JobKey, JobView, NodeView, PodView, PoolView, WorkloadView
+from accel_operator.reconcile.job import policy_gate
 from accel_operator.settings import OperatorSettings
-from accel_operator.simulate.trace import Arrival, Disruption
+from accel_operator.simulate.trace import Arrival, Disruption, Point
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)  # the trace's second 0 (fixed: figures do not move with today)
 COST_EVERY = 3600.0  # virtual seconds between the accountant's steps (and one at the end)
 IDLE_STEP = 300.0  # while jobs wait, the engine passes at least this often (its timers, retries)
 STUCK_AFTER = 6 * 3600.0  # after the last event, jobs that waited this long with nothing changing are left
+PERIOD_SECONDS = {BudgetPeriod.DAILY: 86_400.0, BudgetPeriod.WEEKLY: 7 * 86_400.0, BudgetPeriod.MONTHLY: 31 * 86_400.0}
 PASSES_PER_EVENT = 4  # passes at one instant while each pass still writes something
 
 
@@ -74,6 +80,36 @@ def saved_seconds(worked: float, interval_minutes: float | None) -> float:
     return math.floor(worked / (interval_minutes * 60.0)) * interval_minutes * 60.0
 
 
+T = TypeVar("T")
+
+
+class Inline(ThreadPoolExecutor):
+    """An executor that runs each call at once in the caller's thread. The engine's writes go
+    to the adapters' fakes, which answer in microseconds: a real thread per write only added a
+    hand-off and a wait on the event loop's selector for each (half the replay's wall time on a
+    busy machine). Order is unchanged: the event loop awaits the finished future as it would
+    a thread's."""
+
+    def __init__(self) -> None:
+        super().__init__(max_workers=1, thread_name_prefix="accel-sim-unused")  # never starts a thread
+
+    def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
+        out: Future[T] = Future()
+        try:
+            out.set_result(fn(*args, **kwargs))
+        except BaseException as exc:  # noqa: BLE001 - handed to the awaiting task, as a thread's would be
+            out.set_exception(exc)
+        return out
+
+
+def inline_pools() -> calls.CallPools:
+    """The engine's call pools with every kind of call run inline (:class:`Inline`)."""
+    pools = calls.CallPools(1)
+    pools.shutdown()
+    pools.lease, pools.writes, pools.events = Inline(), Inline(), Inline()
+    return pools
+
+
 @dataclasses.dataclass(frozen=True)
 class Strategy:
     """How the trace is run: ``engine`` (this engine, the jobs as submitted), ``on-demand`` (the
@@ -83,6 +119,9 @@ class Strategy:
     name: str
     spot: bool = True
     ordered: bool = False
+    # AcceleratorPolicies in force (``--policy``): the engine applies them as it does in the
+    # cluster (planning.policy through the reconciler's gate, the accountant's team spend).
+    policies: tuple[AcceleratorPolicy, ...] = ()
 
 
 STRATEGIES = {
@@ -90,6 +129,33 @@ STRATEGIES = {
     "on-demand": Strategy("on-demand", spot=False),
     "ordered-flavors": Strategy("ordered-flavors", ordered=True),
 }
+
+
+_RULE = re.compile(r"\(rule ([a-z0-9-]{1,63})\)")
+MAX_RULES = 8  # rule ids kept per refused job
+
+
+def _refusing_rules(status: AcceleratorJobStatus) -> tuple[str, ...]:
+    """The policy rules that refuse a job, as the reconciler's gate wrote them
+    (``PolicyCompliant=False``, reason ``PolicyViolation``: every rule but a queueing budget);
+    empty when it is not refused by a policy."""
+    for cond in status.conditions:
+        if cond.type == policy_gate.POLICY and cond.status == "False" and cond.reason == "PolicyViolation":
+            rules = tuple(dict.fromkeys(_RULE.findall(cond.message or "")))[:MAX_RULES]
+            return rules or ("policy",)
+    return ()
+
+
+@dataclasses.dataclass(frozen=True)
+class Recorded:
+    """What a replay takes from recordings instead of drawing it: spot (or on-demand) prices
+    over time, interruptions over time (a pool with any replaces its Poisson process), and each
+    pool's early-warning lead time (seconds before an interruption that a job with a checkpoint
+    saves, as a trainer does on the operator's checkpoint-now notice)."""
+
+    prices: tuple[Point, ...] = ()
+    interruptions: tuple[Point, ...] = ()
+    warning: dict[str, float] = dataclasses.field(default_factory=dict)
 
 
 class RecordingJobWriter(FakeJobWriter):
@@ -136,6 +202,8 @@ class JobRecord:
     attempt_restart: float = 0.0
     flavor: str | None = None  # ordered-flavors: the pool its quota was taken from
     memory_failed: bool = False  # ordered-flavors: the pool chosen cannot hold the job in memory
+    refused: tuple[str, ...] = ()  # the policy rules that refused it (as the webhook would)
+    pool: str | None = None  # the pool of its current (or last) attempt
 
 
 @dataclasses.dataclass
@@ -149,6 +217,15 @@ class Result:
     devices: int  # every pool's maxNodes × devicesPerNode
     span_seconds: float  # from the trace's start to the last job's end
     passes: int
+    # Device-seconds the pods held, per pool, and each pool's devices and price (USD per
+    # device-hour, as the accountant quotes it): what the idle figure is made of.
+    busy: dict[str, float] = dataclasses.field(default_factory=dict)
+    pool_devices: dict[str, int] = dataclasses.field(default_factory=dict)
+    pool_price: dict[str, float] = dataclasses.field(default_factory=dict)
+    # The highest spend each policy reported per (team, period, period start), with its limit.
+    spend: dict[tuple[str, str, str, str], tuple[float, float]] = dataclasses.field(default_factory=dict)
+    # (hours since the start, the ledger's total so far) at each of the accountant's steps.
+    cost_series: list[tuple[float, float]] = dataclasses.field(default_factory=list)
 
 
 class Replay:
@@ -161,9 +238,12 @@ class Replay:
         strategy: Strategy,
         progress: Callable[[int], None] | None = None,
         disruptions: Sequence[Disruption] = (),
+        recorded: Recorded | None = None,
     ):
         # the trace's disruptions: (job name, attempt) -> seconds after its pods started
         self.disrupt = {(d.job, d.attempt): d.after for d in disruptions}
+        self.recorded = recorded or Recorded()
+        self.recorded_pools = {p.pool for p in self.recorded.interruptions}  # no Poisson draws there
         self.progress = progress  # told how many jobs have arrived, as the replay goes
         self.arrivals = list(arrivals)
         self.strategy = strategy
@@ -190,12 +270,25 @@ class Replay:
             clock=self.clock,
             checkpoints=self.checkpoints,
         )
-        self.sched.indices = Indices(self.pools, self.nodes, self.pods, self.workloads_idx, self.jobs, {}, self.teams)
-        self.accountant = Accountant(
-            scheduler=self.sched, writer=self.writer, costs=FakeCostWriter(), prices=PriceBook()
+        self.sched.applier.pools = inline_pools()
+        self.policy_idx: dict[str, list[AcceleratorPolicy]] = {
+            p.metadata.name or "": [p] for p in strategy.policies
+        }  # each namespace is labelled with its team (self.teams): the policies' team rules bind
+        self.sched.indices = Indices(
+            self.pools, self.nodes, self.pods, self.workloads_idx, self.jobs, self.policy_idx, self.teams
         )
+        self.sched.policies_changed()
+        self.costs = FakeCostWriter()
+        self.prices = PriceBook()
+        self.accountant = Accountant(scheduler=self.sched, writer=self.writer, costs=self.costs, prices=self.prices)
+        self.policy_shown: dict[str, dict[str, Any]] = {}
+        self.spend: dict[tuple[str, str, str, str], tuple[float, float]] = {}
+        self.spent_by_job: dict[JobKey, float] = {}
+        self.spent_total = 0.0
+        self.cost_series: list[tuple[float, float]] = []
         self.pool_spec = {p.metadata.name: p.spec for p in pools if p.metadata.name}  # read_pools: all named
         self.members: dict[str, list[str]] = {}
+        self._pool_of_node: dict[str, str] = {}
         self.free: dict[str, int] = {}
         for name, spec in self.pool_spec.items():
             self.pools[name] = [(PoolView(name, spec), ())]
@@ -205,13 +298,16 @@ class Replay:
                 labels = {**spec.node_selector, "accel.dev/pool": name}  # the pool's selector matches its nodes
                 self.nodes[node] = [NodeView(node, labels, spec.devices_per_node, uid=f"uid-{node}")]
                 self.members[name].append(node)
+                self._pool_of_node[node] = name
                 self.free[node] = spec.devices_per_node
         self.devices = sum(s.max_nodes * s.devices_per_node for s in self.pool_spec.values())
+        self.busy: dict[str, float] = dict.fromkeys(self.pool_spec, 0.0)
         self.records: dict[JobKey, JobRecord] = {}
         # (at, seq, kind, job, attempt, node): "end" or "preempt" of one attempt
         self.events: list[tuple[float, int, str, JobKey, int, str]] = []
         self.unbound: list[tuple[str, str]] = []  # workloads whose gang waits for devices
-        self.live: set[JobKey] = set()  # jobs with an attempt running (an event due)
+        self.live: dict[JobKey, int] = {}  # jobs with an attempt running (an event due): the attempt
+        self.open = 0  # jobs submitted to the engine and not ended
         # ordered-flavors: the flavors in order (spot pools first, then on-demand, each in the
         # file's order), the devices of each pool's quota in use, the jobs not admitted yet.
         kinds = {s.capacity_type for s in self.pool_spec.values()}
@@ -296,6 +392,7 @@ class Replay:
             JobView(a.team, a.name, f"uid-{a.name}", self.clock.now(), 1, spec, (), AcceleratorJobStatus())
         ]
         self.records[key] = JobRecord(a)
+        self.open += 1
         self.sched.mark(key)
 
     # --- the watch: the engine's writes shown back --------------------------------------------
@@ -313,11 +410,22 @@ class Replay:
             ]
             self.sched.mark(key)
             rec = self.records[key]
+            spent = status.cost.spent_usd if status.cost is not None else 0.0
+            self.spent_total += spent - self.spent_by_job.get(key, 0.0)
+            self.spent_by_job[key] = spent
+            if status.phase is JobPhase.UNSCHEDULABLE and rec.end is None and self.strategy.policies:
+                rules = _refusing_rules(status)
+                if rules:  # refused by a policy: the webhook would not have let it in
+                    rec.end, rec.refused = self.t, rules
+                    self.open -= 1
+                    continue
             if status.phase in (JobPhase.SUCCEEDED, JobPhase.FAILED) and rec.end is None:
                 rec.end = self.t
+                self.open -= 1
                 self._release(key)
             elif self.strategy.ordered and status.phase is JobPhase.UNSCHEDULABLE and rec.end is None:
                 rec.end, rec.memory_failed = self.t, True  # pinned where it does not fit: it never runs
+                self.open -= 1
                 self._release(key)
         self.writer.written.clear()
         self.writer.events.clear()
@@ -394,15 +502,17 @@ class Replay:
             rec.first_start = self.t
         spec = self.pool_spec[plan.pool]
         rec.attempt_start = self.t
+        rec.pool = plan.pool
         rec.attempt_devices = plan.devices
         rec.attempt_duration = max(plan.duration_seconds or 60.0, 1.0)
         rec.attempt_restart = spec.restart_seconds if attempt > 0 else 0.0  # attempt 0 is the first
         run = run_seconds(rec.attempt_duration, rec.done, rec.attempt_restart)
         self.seq += 1
-        rate = (spec.preemption_rate_per_hour or 0.0) if spec.capacity_type is CapacityType.SPOT else 0.0
+        spot = spec.capacity_type is CapacityType.SPOT and plan.pool not in self.recorded_pools
+        rate = (spec.preemption_rate_per_hour or 0.0) if spot else 0.0
         hit = self.rng.expovariate(rate * nodes_n / 3600.0) if rate > 0 else math.inf
         hit = min(hit, self.disrupt.get((job_key[1], attempt), math.inf))
-        self.live.add(job_key)
+        self.live[job_key] = attempt
         if hit < run:
             heapq.heappush(self.events, (self.t + hit, self.seq, "preempt", job_key, attempt, self.rng.choice(chosen)))
         else:
@@ -426,6 +536,9 @@ class Replay:
             node_pods = self.pods[pod.node]
             node_pods[node_pods.index(pod)] = new
             self.free[pod.node] += pod.devices
+            if pod.started is not None:
+                held = (now - pod.started).total_seconds() * pod.devices
+                self.busy[self._pool_of_node[pod.node]] += held
             ended[i] = new
         if not ended:
             return
@@ -463,6 +576,9 @@ class Replay:
             job = self.jobs[key][0]
             ckpt = job.spec.checkpoint if job.spec is not None else None
             saved = saved_seconds(worked, ckpt.interval_minutes if ckpt else None)
+            lead = self.recorded.warning.get(rec.pool or "", 0.0)
+            if ckpt is not None and lead > 0:
+                saved = max(saved, worked - lead)  # saved at the warning: only the lead's work is lost
             rec.done = min(1.0, rec.done + saved / rec.attempt_duration)
             rec.preemptions += 1
             if ckpt is not None and rec.done > 0:
@@ -470,6 +586,30 @@ class Replay:
                 at = now - dt.timedelta(seconds=worked - saved)  # when it was saved, not now
                 self.checkpoints.latest[ckpt.uri] = Checkpoint(uri=f"{ckpt.uri}/step-{step}", step=step, time=at)
             rec.lost_device_seconds += (self.t - rec.attempt_start - saved) * rec.attempt_devices
+
+    # --- recorded series ---------------------------------------------------------------------
+
+    def _interrupt(self, pool: str, count: int) -> None:
+        """``count`` of ``pool``'s nodes that hold running pods are interrupted (drawn from the
+        seeded generator): every attempt with a pod there fails as disrupted."""
+        busy = [n for n in self.members[pool] if any(not p.ended for p in self.pods.get(n, ()))]
+        for node in sorted(self.rng.sample(busy, min(count, len(busy)))):
+            for pod in list(self.pods.get(node, ())):
+                if pod.ended or pod.job is None or pod.attempt is None:
+                    continue
+                if self.live.get(pod.job) == pod.attempt:
+                    del self.live[pod.job]
+                self._finish("preempt", pod.job, pod.attempt)
+
+    def _price(self, pool: str, price: float) -> None:
+        """``pool``'s price (spot price on a spot pool) is ``price`` from now: the planner and the
+        accountant read it from the pool, as a pool whose price source updates it."""
+        spec = self.pool_spec[pool]
+        field = "spot_per_device_hour" if spec.capacity_type is CapacityType.SPOT else "on_demand_per_device_hour"
+        new = spec.model_copy(update={"price": spec.price.model_copy(update={field: price})})
+        self.pool_spec[pool] = new
+        self.pools[pool] = [(PoolView(pool, new), ())]
+        self.sched.pools_changed()
 
     # --- the loop -----------------------------------------------------------------------------
 
@@ -488,27 +628,48 @@ class Replay:
         """Whether a job that arrived is neither ended nor running an attempt (queued, retrying,
         its gang unbound): the engine's timers need passes then; a running one needs none until
         its attempt ends."""
-        return bool(self.backlog) or len(self.live) < sum(1 for rec in self.records.values() if rec.end is None)
+        return bool(self.backlog) or len(self.live) < self.open
+
+    def _marked(self) -> bool:
+        """Whether the engine has anything to decide (what makes the operator's loop run a pass:
+        ``engine.loop.run``): a pass with nothing marked decides no job, so none is run."""
+        m = self.sched.marks
+        return m.full_pass or m.capacity_pass or bool(m.dirty)
 
     async def run(self) -> Result:
+        # The accountant's work (asyncio.to_thread) inline too (see Inline).
+        asyncio.get_running_loop().set_default_executor(Inline())
         self.sched.kopf_listed()
         await self._pass()
         i, n = 0, len(self.arrivals)
+        prices, interruptions = list(self.recorded.prices), list(self.recorded.interruptions)
+        pi = ii = 0
         next_cost = COST_EVERY
         quiet_since = 0.0
+        # A job a budget holds waits for the budget's next period: the replay waits as long.
+        periods = [PERIOD_SECONDS[b.period] for p in self.strategy.policies for b in p.spec.budgets]
+        stuck_after = max([STUCK_AFTER, *(p + COST_EVERY for p in periods)])
         while True:
             nexts = []
             if i < n:
                 nexts.append(self.arrivals[i].submit)
             if self.events:
                 nexts.append(self.events[0][0])
+            if pi < len(prices):
+                nexts.append(prices[pi].at)
+            if ii < len(interruptions) and (self.live or i < n):
+                nexts.append(interruptions[ii].at)
             waiting = self._waiting()
-            if waiting:
-                nexts.append(self.t + IDLE_STEP)
-            if not nexts or (i >= n and not self.events and self.t - quiet_since > STUCK_AFTER):
+            if waiting and self._marked():
+                nexts.append(self.t + IDLE_STEP)  # the engine's timers: a retry, a job to decide again
+            elif waiting or self.open:
+                # Nothing to decide: the clock jumps; the ledger still steps on the hour while
+                # jobs run or wait (the spend the budgets read, the cost over time).
+                nexts.append(next_cost)
+            if not nexts or (i >= n and not self.events and self.t - quiet_since > stuck_after):
                 break
             at = min(nexts)
-            if waiting and next_cost < at:
+            if (waiting or self.open) and next_cost < at:
                 at = next_cost
             self._advance(at)
             event = False
@@ -518,15 +679,26 @@ class Replay:
                 event = True
             if event and self.progress is not None:
                 self.progress(i)
+            while pi < len(prices) and prices[pi].at <= self.t:
+                self._price(prices[pi].pool, prices[pi].value)
+                pi += 1
+                event = True
+            while ii < len(interruptions) and interruptions[ii].at <= self.t:
+                self._interrupt(interruptions[ii].pool, int(interruptions[ii].value))
+                ii += 1
+                event = True
             while self.events and self.events[0][0] <= self.t:
                 _at, _seq, kind, key, attempt, _node = heapq.heappop(self.events)
-                self.live.discard(key)
+                if self.live.get(key) == attempt:
+                    del self.live[key]
                 self._finish(kind, key, attempt)
                 event = True
             self._bind_waiting()
             for _ in range(PASSES_PER_EVENT):
                 if self.strategy.ordered and self._admit_ordered():
                     event = True
+                if not self._marked():
+                    break  # nothing to decide: the operator's loop would not pass either
                 await self._pass()
                 if not self._settle():
                     break
@@ -534,13 +706,11 @@ class Replay:
             if event:
                 quiet_since = self.t
             if self.t >= next_cost:
-                await self.accountant.step(self.clock.now())
-                self._settle()
+                await self._ledger()
                 next_cost = (math.floor(self.t / COST_EVERY) + 1) * COST_EVERY
         await self._pass()
         self._settle()
-        await self.accountant.step(self.clock.now())
-        self._settle()
+        await self._ledger()
         for a in self.backlog:  # ordered-flavors: never admitted (no flavor's quota holds it)
             self.records[(a.team, a.name)] = JobRecord(a)
         statuses = {
@@ -555,7 +725,44 @@ class Replay:
             devices=self.devices,
             span_seconds=max(ends, default=self.t),
             passes=self.passes,
+            busy=dict(self.busy),
+            pool_devices={n: s.max_nodes * s.devices_per_node for n, s in self.pool_spec.items()},
+            pool_price=self._pool_prices(),
+            spend=dict(self.spend),
+            cost_series=list(self.cost_series),
         )
+
+    def _pool_prices(self) -> dict[str, float]:
+        """Each pool's price per device-hour as the accountant quotes it (spot pools: spot)."""
+        out = {}
+        for name, spec in self.pool_spec.items():
+            accel = self.sched.catalog.get(spec.accelerator)
+            quote = self.prices.quote(spec, accel) if accel is not None else None
+            out[name] = quote.usd_per_device_hour if quote is not None else 0.0
+        return out
+
+    async def _ledger(self) -> None:
+        """One step of the accountant; its writes shown back (the jobs' ledgers, the policies'
+        spend, which the budgets read, as the policies' watch shows them to the operator)."""
+        await self.accountant.step(self.clock.now())
+        self._settle()
+        changed = False
+        for name, status in self.costs.policies.items():
+            if name not in self.policy_idx or self.policy_shown.get(name) == status:
+                continue
+            self.policy_shown[name] = dict(status)
+            parsed = AcceleratorPolicyStatus.model_validate(status)
+            pol = self.policy_idx[name][0]
+            self.policy_idx[name] = [pol.model_copy(update={"status": parsed})]
+            for s in parsed.spend:
+                start = s.period_start or ""
+                key = (name, s.team, s.period.value, start)
+                self.spend[key] = (max(self.spend.get(key, (0.0, 0.0))[0], s.spent_usd), s.limit_usd)
+            changed = True
+        if changed:  # handlers.policies: a status change re-decides the waiting jobs against the budgets
+            self.sched.policies_changed()
+            self.sched.capacity_changed()
+        self.cost_series.append((round(self.t / 3600.0, 3), round(self.spent_total, 2)))
 
 
 def replay(
@@ -566,8 +773,12 @@ def replay(
     strategy: Strategy,
     progress: Callable[[int], None] | None = None,
     disruptions: Sequence[Disruption] = (),
+    recorded: Recorded | None = None,
 ) -> Result:
     """Run one replay to its end (every job ended, or left waiting with nothing left to happen);
-    ``progress`` is told how many jobs have arrived as it goes; ``disruptions`` are the trace's."""
-    replayer = Replay(pools, arrivals, seed=seed, strategy=strategy, progress=progress, disruptions=disruptions)
+    ``progress`` is told how many jobs have arrived as it goes; ``disruptions`` are the trace's,
+    ``recorded`` the recorded price and interruption series."""
+    replayer = Replay(
+        pools, arrivals, seed=seed, strategy=strategy, progress=progress, disruptions=disruptions, recorded=recorded
+    )
     return asyncio.run(replayer.run())

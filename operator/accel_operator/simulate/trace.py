@@ -22,12 +22,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from accel_api import InvalidResource, bounds, load_documents, parse_resource
 from accel_api.job import AcceleratorJobSpec
+from accel_api.policy import AcceleratorPolicy
 from accel_api.pool import AcceleratorPool
 
 MAX_LINES = 200_000  # a trace of more jobs is refused (the issue's largest replay is 100,000)
 MAX_LINE_CHARS = 64_000  # one full spec fits with room; a longer line is refused unread
 MAX_SUBMIT_SECONDS = 366 * 86_400.0  # a year of trace
 MAX_POOLS = 200
+MAX_POLICIES = 20  # AcceleratorPolicies in one --policy file (they apply together)
 
 # Model presets of the compact form: the architectures of the examples (examples/01, examples/02)
 # and one larger (Llama-3-70B's published shape), so a trace needs no architecture per line.
@@ -274,3 +276,116 @@ def read_pools(text: str, *, source: str = "pools") -> list[AcceleratorPool]:
     if len(pools) > MAX_POOLS:
         raise TraceError([f"{source}: {len(pools)} pools; at most {MAX_POOLS}"])
     return pools
+
+
+def read_policies(text: str, *, source: str = "policy") -> list[AcceleratorPolicy]:
+    """The AcceleratorPolicies of one ``--policy`` file (YAML or JSON, multi-document), validated
+    as the API server would; they apply together, as one strategy. Each error names the file, the
+    document and the field."""
+    docs = load_documents(text, source=source)
+    found: list[AcceleratorPolicy] = []
+    problems: list[str] = []
+    for i, doc in enumerate(docs):
+        try:
+            res = parse_resource(doc, source=None, strict=True)
+        except InvalidResource as exc:
+            problems.extend(f"{source}: document {i + 1}: {p}" for p in exc.problems)
+            continue
+        if not isinstance(res, AcceleratorPolicy):
+            problems.append(f"{source}: document {i + 1}: kind must be AcceleratorPolicy")
+            continue
+        found.append(res)
+    if problems:
+        raise TraceError(problems)
+    if not found:
+        raise TraceError([f"{source}: no AcceleratorPolicy in the file"])
+    if len(found) > MAX_POLICIES:
+        raise TraceError([f"{source}: {len(found)} policies; at most {MAX_POLICIES}"])
+    names = [p.metadata.name for p in found]
+    if any(not n for n in names) or len(set(names)) != len(names):
+        raise TraceError([f"{source}: metadata.name: every policy needs a name, each name once"])
+    return found
+
+
+MAX_SERIES_LINES = 200_000  # points of a price or interruption series
+SERIES_LINE_CHARS = 400
+_POINT = {"price": (0.0, 1000.0), "nodes": (1, bounds.NODES)}
+
+
+@dataclass(frozen=True)
+class Point:
+    """One point of a recorded series: at ``at`` (seconds after the trace's start), ``pool``'s
+    spot price becomes ``value`` USD per device-hour, or ``value`` of its nodes are interrupted."""
+
+    at: float
+    pool: str
+    value: float
+
+
+def read_series(text: str, column: str, pools: set[str], *, source: str = "series") -> list[Point]:
+    """A recorded series as CSV with the header ``time,pool,price`` (spot prices) or
+    ``time,pool,nodes`` (interruptions), ``time`` in seconds after the trace's start; sorted by
+    time. Each error names the line and the field (at most 20); a bad line is never echoed."""
+    lines = text.splitlines()
+    if len(lines) > MAX_SERIES_LINES + 1:
+        raise TraceError([f"{source}: {len(lines)} lines; at most {MAX_SERIES_LINES} points"])
+    header = [h.strip() for h in lines[0].split(",")] if lines else []
+    if header != ["time", "pool", column]:
+        raise TraceError([f"{source}:1: the header must be time,pool,{column}"])
+    low, high = _POINT[column]
+    out: list[Point] = []
+    problems: list[str] = []
+    for n, raw in enumerate(lines[1:], start=2):
+        if len(problems) >= 20:
+            problems.append(f"{source}: more problems after line {n - 1} not shown")
+            break
+        if not raw.strip() or raw.lstrip().startswith("#"):
+            continue
+        if len(raw) > SERIES_LINE_CHARS:
+            problems.append(f"{source}:{n}: the line is {len(raw)} characters; at most {SERIES_LINE_CHARS}")
+            continue
+        cells = [c.strip() for c in raw.split(",")]
+        if len(cells) != 3:
+            problems.append(f"{source}:{n}: {len(cells)} fields; want 3 (time,pool,{column})")
+            continue
+        at, pool, value = cells
+        try:
+            t = float(at)
+        except ValueError:
+            problems.append(f"{source}:{n}: time: not a number")
+            continue
+        if not 0 <= t <= MAX_SUBMIT_SECONDS:
+            problems.append(f"{source}:{n}: time: must be 0 to {MAX_SUBMIT_SECONDS:g} seconds")
+            continue
+        if pool not in pools:
+            problems.append(f"{source}:{n}: pool: not a pool of the pools file ({pool[:63]!r})")
+            continue
+        try:
+            v = float(value) if column == "price" else int(value)
+        except ValueError:
+            problems.append(f"{source}:{n}: {column}: not a {'number' if column == 'price' else 'whole number'}")
+            continue
+        if not low <= v <= high:
+            problems.append(f"{source}:{n}: {column}: must be {low:g} to {high:g}")
+            continue
+        out.append(Point(t, pool, float(v)))
+    if problems:
+        raise TraceError(problems)
+    return sorted(out, key=lambda p: p.at)
+
+
+def read_lead_times(items: list[str], pools: set[str]) -> dict[str, float]:
+    """``POOL=SECONDS`` items (``--warning``): each pool's early-warning lead time."""
+    out: dict[str, float] = {}
+    for item in items:
+        pool, sep, value = item.partition("=")
+        if not sep or pool not in pools:
+            raise TraceError([f"--warning {item[:80]!r}: want POOL=SECONDS with a pool of the pools file"])
+        try:
+            seconds = float(value)
+        except ValueError:
+            raise TraceError([f"--warning {pool}: SECONDS must be a number of seconds"]) from None
+        if not 0 <= seconds <= 3600:
+            raise TraceError([f"--warning {pool}: SECONDS must be 0 to 3600"])
+        out[pool] = seconds
+    return out

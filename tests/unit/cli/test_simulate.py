@@ -4,12 +4,13 @@ deterministic from its seed, the strategies' order of cost, and the generator.""
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from accel_operator.cli import main
+from accel_operator.cli import main, simhtml
 from accel_operator.simulate import figures, generate, replay, trace
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -150,6 +151,248 @@ def test_the_replay_reports_its_progress(twenty: str) -> None:
     seen: list[int] = []
     replay.replay(trace.read_pools(POOLS), arrivals, seed=7, strategy=replay.STRATEGIES["engine"], progress=seen.append)
     assert seen and seen == sorted(seen) and seen[-1] == len(arrivals)
+
+
+ONE_NODE = """
+apiVersion: accel.dev/v1alpha1
+kind: AcceleratorPool
+metadata: {name: small}
+spec:
+  provider: aws
+  accelerator: h100-80gb
+  devicesPerNode: 8
+  maxNodes: 1
+  nodeSelector: {pool: small}
+"""
+
+
+def test_a_job_waiting_hours_for_devices_costs_no_pass_per_tick() -> None:
+    # Two 8-device jobs on one 8-device node: the second waits hours for the first. The engine has
+    # nothing to decide meanwhile (the operator's loop runs no pass then), so neither does the
+    # replay: it jumps to the first job's end instead of passing every 5 virtual minutes.
+    big = {"model": "llama-3-8b", "tokens": 2 * 10**9, "devices": 8, "spot": "never"}
+    lines = "\n".join([_line(**big), _line(submit=10, **big)])
+    result = replay.replay(
+        trace.read_pools(ONE_NODE), trace.read_trace(lines), seed=1, strategy=replay.STRATEGIES["engine"]
+    )
+    out = figures.figures(result)
+    assert out["succeeded"] == 2 and out["queue_delay_s"]["p95"] > 3 * 3600  # it did wait hours
+    assert result.passes < 30, result.passes
+
+
+def test_the_engines_writes_run_inline_without_threads(twenty: str) -> None:
+    before = {t.ident for t in threading.enumerate()}
+    _run(twenty, "engine")
+    started = [t.name for t in threading.enumerate() if t.ident not in before]
+    assert not started, started
+
+
+def test_idle_is_the_fleets_device_hours_no_pod_held() -> None:
+    lines = "\n".join([_line(model="llama-3-8b", tokens=2 * 10**9, devices=4, spot="never")])
+    result = replay.replay(
+        trace.read_pools(ONE_NODE), trace.read_trace(lines), seed=1, strategy=replay.STRATEGIES["engine"]
+    )
+    out = figures.figures(result)
+    held = 8 * result.span_seconds / 3600
+    assert out["idle_device_hours"] == pytest.approx(held - out["device_hours"], rel=0.01)
+    assert out["idle_device_hours"] == pytest.approx(held / 2, rel=0.01)  # 4 of the node's 8 devices
+    price = result.pool_price["small"]
+    assert price > 0 and out["idle_usd"] == pytest.approx(out["idle_device_hours"] * price, rel=0.01)
+
+
+def _policy(tmp_path: Path, name: str, spec: str) -> Path:
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(
+        f"apiVersion: accel.dev/v1alpha1\nkind: AcceleratorPolicy\nmetadata: {{name: {name}}}\nspec:\n{spec}"
+    )
+    return path
+
+
+def test_each_policy_file_is_an_engine_strategy_and_its_refusals_are_counted(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lines = "\n".join(
+        [
+            _line(devices=1, spot="never"),
+            _line(submit=60, devices=2, spot="never"),  # over the cap of one device
+            _line(submit=120, team="vision", devices=1),  # spot without a checkpoint
+        ]
+    )
+    path = tmp_path / "t.jsonl"
+    path.write_text(lines)
+    pools = tmp_path / "pools.yaml"
+    pools.write_text(POOLS)
+    small = _policy(tmp_path, "small-jobs", "  maxDevicesPerJob: 1\n")
+    loose = _policy(tmp_path, "loose", "  spot: {requireCheckpoint: false}\n")
+    argv = ["simulate", "--trace", str(path), "--pools", str(pools), "--strategy", "engine", "-o", "json"]
+    assert main.main([*argv, "--policy", str(small), "--policy", str(loose)]) == 0
+    rows = {r["strategy"]: r for r in json.loads(capsys.readouterr().out)["strategies"]}
+    assert list(rows) == ["engine", "small-jobs", "loose"]
+    assert rows["engine"]["succeeded"] == 3 and rows["engine"]["refused_by_policy"] == 0
+    assert rows["small-jobs"]["succeeded"] == 1 and rows["small-jobs"]["refused_by_policy"] == 2
+    assert rows["small-jobs"]["refused_rules"] == {"max-devices": 1, "spot-needs-checkpoint": 1}
+    assert rows["loose"]["succeeded"] == 3 and rows["loose"]["refused_by_policy"] == 0
+
+
+def test_a_budget_holds_new_jobs_and_its_overrun_is_counted_per_team(tmp_path: Path) -> None:
+    # research may spend $5 a day: its first job runs (and runs over: a running job is never
+    # stopped); the one after it waits for the next day's budget.
+    lines = "\n".join(
+        [
+            _line(devices=1, spot="never", tokens=10**9),
+            _line(submit=11_000, devices=1, spot="never", tokens=10**9),  # after 3 hours of the first
+            _line(submit=7300, team="vision", devices=1, spot="never"),
+        ]
+    )
+    (pol,) = trace.read_policies(
+        _policy(tmp_path, "budget", "  budgets:\n    - {team: research, period: daily, limitUsd: 5}\n").read_text()
+    )
+    strategy = replay.Strategy("budget", policies=(pol,))
+    result = replay.replay(trace.read_pools(POOLS), trace.read_trace(lines), seed=1, strategy=strategy)
+    out = figures.figures(result)
+    assert out["budget_overrun_by_team_usd"]["research"] > 0
+    assert "vision" not in out["budget_overrun_by_team_usd"]  # no budget, no overrun
+    plain = replay.replay(
+        trace.read_pools(POOLS), trace.read_trace(lines), seed=1, strategy=replay.STRATEGIES["engine"]
+    )
+    assert figures.figures(plain)["budget_overrun_by_team_usd"] == {}
+    second = ("research", "job-000002")
+    assert plain.records[second].first_start == pytest.approx(11_000, abs=60)
+    start = result.records[second].first_start
+    assert start is not None and start >= 86_400  # held for the next day's budget
+    assert out["cost_over_time_usd"] and out["cost_over_time_usd"][-1][1] == pytest.approx(out["cost_usd"], abs=0.05)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            "kind: AcceleratorPolicy\napiVersion: accel.dev/v1alpha1\nmetadata: {name: p}\n"
+            "spec: {maxDevicesPerJob: 0}\n",
+            "bad.yaml: document 1: spec.maxDevicesPerJob",
+        ),
+        (POOLS, "bad.yaml: document 1: kind must be AcceleratorPolicy"),
+        ("", "bad.yaml: no AcceleratorPolicy"),
+        (
+            "kind: AcceleratorPolicy\napiVersion: accel.dev/v1alpha1\nmetadata: {name: engine}\nspec: {}\n",
+            "bad.yaml: metadata.name: strategy 'engine' is already run",
+        ),
+    ],
+)
+def test_bad_policy_files_name_the_file_and_field(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, expected: str
+) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text)
+    pools = tmp_path / "pools.yaml"
+    pools.write_text(POOLS)
+    path = tmp_path / "t.jsonl"
+    path.write_text(_line())
+    assert main.main(["simulate", "--trace", str(path), "--pools", str(pools), "--policy", str(bad)]) == 2
+    assert expected in capsys.readouterr().err
+
+
+def test_the_html_page_is_self_contained_and_escapes_every_name(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "t.jsonl"
+    path.write_text("\n".join([_line(devices=1, deadlineHours=48), _line(submit=60, team="vision", devices=1)]))
+    pools = tmp_path / "pools.yaml"
+    pools.write_text(POOLS)
+    argv = ["simulate", "--trace", str(path), "--pools", str(pools), "--strategy", "engine", "--strategy", "on-demand"]
+    assert main.main([*argv, "-o", "html"]) == 0
+    page = capsys.readouterr().out
+    assert page.startswith("<!DOCTYPE html>") and "<script" not in page and "src=" not in page
+    assert "default-src 'none'" in page  # nothing outside the page is fetched
+    for chart in ("team-cost", "cost-lost", "deadlines", "queueing", "over-time"):
+        assert f'id="{chart}"' in page
+    assert page.count('data-series="engine"') >= 3 and page.count('data-series="on-demand"') >= 3
+    # Hostile names (a strategy, a team, the trace's path) never reach the page as markup.
+    rows = [
+        {
+            **figures.figures(
+                replay.replay(
+                    trace.read_pools(POOLS), trace.read_trace(_line()), seed=1, strategy=replay.STRATEGIES["engine"]
+                )
+            ),
+            "strategy": "<script>alert(1)</script>",
+        }
+    ]
+    rows[0]["cost_by_team_usd"] = {"<img src=x onerror=alert(1)>": 5.0}
+    page = simhtml.render(rows, trace="<b>t</b>", seed=1)
+    assert "<script>" not in page and "<img" not in page and "<b>t" not in page
+    assert "&lt;script&gt;" in page
+
+
+def test_the_ledger_charges_every_device_second_the_pods_held() -> None:
+    # The accountant steps on the hour while jobs run (as the operator's does, every interval):
+    # stepped only at events, it charged 2.3% fewer device-hours than the pods held on this trace.
+    t = generate.to_jsonl(generate.generate(60, 2.0, seed=3))
+    result = replay.replay(trace.read_pools(POOLS), trace.read_trace(t), seed=7, strategy=replay.STRATEGIES["engine"])
+    charged = sum(s.cost.device_seconds for s in result.statuses.values() if s.cost)
+    assert charged == pytest.approx(sum(result.busy.values()), rel=1e-6)
+
+
+SPOT_JOB = _line(model="llama-3-8b", tokens=10**10, devices=8, spot="require", checkpointMinutes=60)
+
+
+def _recorded(**kw: Any) -> dict[str, Any]:
+    result = replay.replay(
+        trace.read_pools(POOLS),
+        trace.read_trace(SPOT_JOB),
+        seed=1,
+        strategy=replay.STRATEGIES["engine"],
+        recorded=replay.Recorded(**kw),
+    )
+    return figures.figures(result)
+
+
+def test_a_recorded_interruption_series_replaces_the_poisson_draws() -> None:
+    pools = {"h100-spot-a", "h100-spot-b", "h100-on-demand", "l4-on-demand"}
+    once = trace.read_series("time,pool,nodes\n3000,h100-spot-a,1\n3000,h100-spot-b,1\n", "nodes", pools)
+    out = _recorded(interruptions=tuple(once))
+    assert out["preemptions"] == 1 and out["succeeded"] == 1  # exactly the recorded one, no draws
+    assert out["lost_device_hours"] == pytest.approx(8 * 3000 / 3600, rel=0.01)  # no checkpoint in 50 minutes
+    warned = _recorded(interruptions=tuple(once), warning={"h100-spot-a": 300.0, "h100-spot-b": 300.0})
+    assert warned["preemptions"] == 1
+    assert warned["lost_device_hours"] == pytest.approx(8 * 300 / 3600, rel=0.01)  # saved at the warning
+
+
+def test_a_spot_price_series_moves_the_ledger() -> None:
+    pools = {"h100-spot-a", "h100-spot-b", "h100-on-demand", "l4-on-demand"}
+    dear = trace.read_series("time,pool,price\n0,h100-spot-a,5.0\n0,h100-spot-b,4.4\n", "price", pools)
+    # An interruption long after the job: the spot pools have no Poisson draws, so the job runs
+    # through on either price and only the price differs.
+    calm = (trace.Point(10**7, "h100-spot-a", 1), trace.Point(10**7, "h100-spot-b", 1))
+    base = _recorded(interruptions=calm)
+    doubled = _recorded(prices=tuple(dear), interruptions=calm)
+    assert base["preemptions"] == 0 == doubled["preemptions"]
+    assert doubled["cost_usd"] == pytest.approx(2 * base["cost_usd"], rel=0.02)
+
+
+@pytest.mark.parametrize(
+    ("text", "column", "expected"),
+    [
+        ("at,pool,nodes\n", "nodes", "s.csv:1: the header must be time,pool,nodes"),
+        ("time,pool,nodes\nx,h100-spot-a,1\n", "nodes", "s.csv:2: time: not a number"),
+        ("time,pool,nodes\n5,nowhere,1\n", "nodes", "s.csv:2: pool: not a pool of the pools file"),
+        ("time,pool,nodes\n5,h100-spot-a,0\n", "nodes", "s.csv:2: nodes: must be 1 to"),
+        ("time,pool,price\n5,h100-spot-a,-1\n", "price", "s.csv:2: price: must be 0 to 1000"),
+        ("time,pool,price\n5,h100-spot-a\n", "price", "s.csv:2: 2 fields; want 3"),
+    ],
+)
+def test_bad_series_name_the_line_and_field(text: str, column: str, expected: str) -> None:
+    with pytest.raises(trace.TraceError) as err:
+        trace.read_series(text, column, {"h100-spot-a"}, source="s.csv")
+    assert any(expected in p for p in err.value.problems), err.value.problems
+
+
+def test_a_bad_warning_names_the_pool() -> None:
+    with pytest.raises(trace.TraceError, match="want POOL=SECONDS"):
+        trace.read_lead_times(["nowhere=30"], {"h100-spot-a"})
+    with pytest.raises(trace.TraceError, match="0 to 3600"):
+        trace.read_lead_times(["h100-spot-a=7200"], {"h100-spot-a"})
+    assert trace.read_lead_times(["h100-spot-a=120"], {"h100-spot-a"}) == {"h100-spot-a": 120.0}
 
 
 def _disrupting(*lines: dict[str, object]) -> str:
