@@ -30,6 +30,7 @@ from accel_operator.reconcile.common import node_capacity
 from accel_operator.reconcile.common.policy_inputs import PolicyInputs
 from accel_operator.reconcile.common.reports import ReportView
 from accel_operator.reconcile.common.snapshot import (
+    AT_REST,
     HOLDING,
     JobKey,
     JobView,
@@ -64,6 +65,10 @@ def reservation(job: JobView, pods: Iterable[PodView], now: dt.datetime) -> Rese
     return Reservation(job.key, st.plan.pool, nodes_n, st.plan.devices // nodes_n, min(bound, nodes_n), end)
 
 
+def _waits(job: JobView) -> bool:
+    return job.phase not in HOLDING and job.phase not in AT_REST
+
+
 def grew(old: PoolCapacity | None, new: PoolCapacity) -> bool:
     """Whether some gang shape (n nodes with k free devices each) fits ``new`` but not ``old``."""
     if old is None:
@@ -82,6 +87,9 @@ class Observed:
     used: dict[str, int] = field(default_factory=dict)  # node -> devices of its bound, running pods
     pods_by_job: dict[JobKey, tuple[PodView, ...]] = field(default_factory=dict)
     jobs: dict[JobKey, JobView] = field(default_factory=dict)
+    # The jobs that wait (neither holding devices nor at rest): what a pass after a pool grew
+    # looks through, without a scan of every job the cluster keeps (most of them at rest).
+    waiting: set[JobKey] = field(default_factory=set)
     workloads: dict[WorkloadKey, WorkloadView] = field(default_factory=dict)
     reservations: dict[JobKey, Reservation] = field(default_factory=dict)
     pool_reservations: dict[str, dict[JobKey, Reservation]] = field(default_factory=dict)
@@ -172,6 +180,7 @@ class Observed:
             raw = _first(store)
             if raw is not None:
                 self.jobs[key] = job_view(raw)
+        self.waiting = {key for key, job in self.jobs.items() if _waits(job)}
         self.workloads = {key: w for key, store in idx.workloads.items() if (w := _first(store)) is not None}
         self.reservations = {}
         self.pool_reservations = {p: {} for p in self.pools}
@@ -224,8 +233,13 @@ class Observed:
             raw = _first(idx.jobs.get(key))
             if raw is None:
                 self.jobs.pop(key, None)
+                self.waiting.discard(key)
             else:
-                self.jobs[key] = job_view(raw)
+                view = self.jobs[key] = job_view(raw)
+                if _waits(view):
+                    self.waiting.add(key)
+                else:
+                    self.waiting.discard(key)
         for key in jobs:
             old = self.reservations.pop(key, None)
             if old is not None:

@@ -169,11 +169,15 @@ def order(snap: Snapshot, keys: Iterable[JobKey]) -> list[JobView]:
     return holding + waiting
 
 
-def waiting_for(snap: Snapshot, plans: Plans, pools: set[str] | None) -> set[JobKey]:
-    """The waiting jobs that may fit in ``pools`` (None: any pool) now."""
+def waiting_for(
+    snap: Snapshot, plans: Plans, pools: set[str] | None, waiting: Iterable[JobKey] | None = None
+) -> set[JobKey]:
+    """The waiting jobs that may fit in ``pools`` (None: any pool) now; ``waiting``: the keys of
+    the snapshot's waiting jobs when the caller keeps them (else every job is looked at)."""
     out: set[JobKey] = set()
-    for key, job in snap.jobs.items():
-        if job.phase in HOLDING or job.phase in AT_REST:
+    for key in snap.jobs if waiting is None else waiting:
+        job = snap.jobs.get(key)
+        if job is None or job.phase in HOLDING or job.phase in AT_REST:
             continue
         entry = plans.entry(job) if pools is not None else None
         if entry is None or pools is None or any(pool in pools for pool, _gang in entry.shapes(plans.cache)):
@@ -181,11 +185,19 @@ def waiting_for(snap: Snapshot, plans: Plans, pools: set[str] | None) -> set[Job
     return out
 
 
-def still_waits(job: JobView, snap: Snapshot, refused: set[tuple[str, Gang]], plans: Plans) -> bool:
+def still_waits(
+    job: JobView, snap: Snapshot, refused: set[tuple[str, Gang]], plans: Plans, *, measure: bool = False
+) -> bool:
     """Whether deciding ``job`` again in this pass can only repeat that it waits: it waits
     already, and every placement its plan ranks is a shape that did not fit earlier in this
-    pass (capacity only shrinks during a pass), with its first-choice pool already blocked."""
-    if job.phase is not JobPhase.PENDING or not refused:
+    pass (capacity only shrinks during a pass), with its first-choice pool already blocked.
+
+    ``measure``: a shape not refused yet is measured against the pass's capacity now (and, when
+    it does not fit, refused for the rest of the pass), so a job woken only because a pool grew
+    is decided again only when one of its shapes fits what is free, or its first-choice pool has
+    no head yet (the first waiter in queue order blocks the pool: it must be decided to do so).
+    Off for a job an event named: its decision may change for reasons other than capacity."""
+    if job.phase is not JobPhase.PENDING or not (refused or measure):
         return False
     waiting = next((c for c in job.status.conditions if c.type == ADMITTED), None)
     if waiting is None or waiting.status != "False" or waiting.reason not in ("QueuedBehind", "WaitingForCapacity"):
@@ -194,7 +206,18 @@ def still_waits(job: JobView, snap: Snapshot, refused: set[tuple[str, Gang]], pl
     if entry is None or not entry.plan.schedulable:
         return False
     shapes = entry.shapes(plans.cache)
-    return bool(shapes) and shapes[0][0] in snap.blocked and all(s in refused for s in shapes)
+    if not shapes or shapes[0][0] not in snap.blocked:
+        return False
+    if not measure:
+        return all(s in refused for s in shapes)
+    for shape in shapes:
+        if shape in refused:
+            continue
+        cap = snap.capacity.get(shape[0])
+        if cap is not None and cap.fits(shape[1]):
+            return False
+        refused.add(shape)  # it does not fit now, so not later in this pass either
+    return True
 
 
 def schedule_pass(
@@ -228,7 +251,7 @@ def schedule_pass(
         if job.phase in AT_REST and job.key not in dirty:
             phases[job.phase.value] = phases.get(job.phase.value, 0) + 1
             continue
-        if not full and still_waits(job, snap, refused, plans):
+        if not full and still_waits(job, snap, refused, plans, measure=job.key not in dirty):
             continue
         # One job's failure is that job's alone: what it changed of the pass is rolled back, it
         # gets a DecisionFailed condition and event, and the jobs behind it are decided as usual.
