@@ -35,6 +35,8 @@ def _same(a: Snapshot, b: Snapshot) -> None:
     assert {k: set(v) for k, v in a.pods_by_job.items()} == {k: set(v) for k, v in b.pods_by_job.items()}
     assert dict(a.reservations) == dict(b.reservations)
     assert set(a.capacity) == set(b.capacity)
+    # The indexes a waiting gang's consolidation reads instead of every job and node.
+    assert (a.pool_nodes, a.holders, a.markers) == (b.pool_nodes, b.holders, b.markers)
     for name, cap in a.capacity.items():
         other = b.capacity[name]
         assert sorted(cap.node_free) == sorted(other.node_free), name
