@@ -6,11 +6,13 @@ and the engine's ManualClock."""
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from accel_api.enums import JobPhase
+from accel_api.job import AcceleratorJobStatus
 from accel_operator.engine.clock import ManualClock, SystemClock
 from accel_operator.engine.schedule import Pass
 from accel_operator.reconcile.common import actions as act
@@ -258,3 +260,29 @@ def test_the_system_clock_is_aware_and_monotonic() -> None:
     assert clock.now().tzinfo is not None
     first = clock.monotonic()
     assert clock.monotonic() >= first
+
+
+def test_a_waiting_jobs_own_status_coming_back_decides_it_again_only_if_it_can_change() -> None:
+    """Three jobs wait for a node with one free device. The watch then shows each the status
+    the engine wrote (an event on each): the head is decided again (it blocks the pool), the
+    others, whose shapes cannot fit, are not, unless the event said something the capacity
+    does not: a user's stop on one, a new generation of the spec on another."""
+    w = World().pool("p", nodes=1, free=[1])
+    for name in ("head", "big", "stop", "edited"):
+        w.job(name, "p", devices=8 if name != "head" else 4)
+    first = w.schedule_pass(T0)
+    assert [d.phase for _j, d in first.decisions] == [JobPhase.PENDING] * 4
+    for write in first.writes:
+        assert write.status is not None
+        status = AcceleratorJobStatus.model_validate(write.status)
+        view = replace(write.job, status=status, resource_version="2")
+        if view.name == "stop":
+            view = replace(view, stop_request="now")
+        if view.name == "edited":
+            view = replace(view, generation=2)
+        w.jobs[view.key] = [view]
+    again = w.schedule_pass(T0, full=False)
+    assert _decided(again) == ["head", "stop", "edited"]
+    assert _of(again, "stop").phase is JobPhase.STOPPED
+    # A full pass (the resync) decides every one of them.
+    assert _decided(w.schedule_pass(T0)) == ["head", "big", "stop", "edited"]
