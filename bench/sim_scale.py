@@ -448,6 +448,12 @@ async def simulate(
     burst_admitted = sim.admitted
     pass_cpu.append(burst)
     apply_cpu.append(burst_apply)
+    # Progress on stderr (the largest size runs for long on a shared machine: how far it got).
+    print(
+        f"[{nodes}x{jobs}] burst of {burst_n}: pass {burst * 1000:.0f} ms CPU, {burst_admitted} admitted",
+        file=sys.stderr,
+        flush=True,
+    )
     for tick in range(ticks + 5):
         sim.clock.advance(TICK_SECONDS)
         if tick < ticks:
@@ -467,6 +473,12 @@ async def simulate(
             t0 = time.process_time()
             await sim.accountant.step(sim.clock.now())
             cost.append(time.process_time() - t0)
+            print(
+                f"[{nodes}x{jobs}] tick {tick} of {ticks + 5}: pass {took * 1000:.0f} ms, accountant "
+                f"{cost[-1] * 1000:.0f} ms, {sim.admitted} admitted, {time.process_time():.0f} s CPU so far",
+                file=sys.stderr,
+                flush=True,
+            )
     # The queue is full: single new jobs, each decided by a pass of its own.
     probes: list[float] = []
     for _ in range(PROBES):

@@ -30,6 +30,7 @@ from accel_operator.reconcile.common import node_capacity
 from accel_operator.reconcile.common.policy_inputs import PolicyInputs
 from accel_operator.reconcile.common.reports import ReportView
 from accel_operator.reconcile.common.snapshot import (
+    AT_REST,
     HOLDING,
     JobKey,
     JobView,
@@ -42,6 +43,7 @@ from accel_operator.reconcile.common.snapshot import (
     WorkloadView,
     pool_capacity,
 )
+from accel_operator.reconcile.nodes import consolidate
 
 WorkloadKey = tuple[str, str]
 
@@ -64,6 +66,10 @@ def reservation(job: JobView, pods: Iterable[PodView], now: dt.datetime) -> Rese
     return Reservation(job.key, st.plan.pool, nodes_n, st.plan.devices // nodes_n, min(bound, nodes_n), end)
 
 
+def _waits(job: JobView) -> bool:
+    return job.phase not in HOLDING and job.phase not in AT_REST
+
+
 def grew(old: PoolCapacity | None, new: PoolCapacity) -> bool:
     """Whether some gang shape (n nodes with k free devices each) fits ``new`` but not ``old``."""
     if old is None:
@@ -82,10 +88,19 @@ class Observed:
     used: dict[str, int] = field(default_factory=dict)  # node -> devices of its bound, running pods
     pods_by_job: dict[JobKey, tuple[PodView, ...]] = field(default_factory=dict)
     jobs: dict[JobKey, JobView] = field(default_factory=dict)
+    # The jobs that wait (neither holding devices nor at rest): what a pass after a pool grew
+    # looks through, without a scan of every job the cluster keeps (most of them at rest).
+    waiting: set[JobKey] = field(default_factory=set)
     workloads: dict[WorkloadKey, WorkloadView] = field(default_factory=dict)
     reservations: dict[JobKey, Reservation] = field(default_factory=dict)
     pool_reservations: dict[str, dict[JobKey, Reservation]] = field(default_factory=dict)
     capacity: dict[str, PoolCapacity] = field(default_factory=dict)
+    # The indexes each snapshot carries (Snapshot.pool_nodes, .holders, .markers): frozen values,
+    # replaced where a refresh changes them, so a snapshot copies only the outer mapping.
+    pool_names: dict[str, frozenset[str]] = field(default_factory=dict)
+    holders: dict[str, frozenset[JobKey]] = field(default_factory=dict)
+    markers: dict[JobKey, frozenset[JobKey]] = field(default_factory=dict)
+    marked: dict[JobKey, JobKey] = field(default_factory=dict)  # job -> the gang its marker names
     # The node agents' reports (read whole each refresh: one small view per node): a node's free
     # devices and memory, its failing devices, whether it is condemned (reconcile/common/node_capacity.py).
     reports: dict[str, ReportView] = field(default_factory=dict)
@@ -158,6 +173,7 @@ class Observed:
         self.pool_nodes = {p: {} for p in self.pools}
         for node in self.nodes.values():
             self._place_node(node)
+        self.pool_names = {p: frozenset(m) for p, m in self.pool_nodes.items() if m}
         self.used = {}
         pods: dict[JobKey, list[PodView]] = {}
         for key, store in idx.pods.items():
@@ -172,6 +188,7 @@ class Observed:
             raw = _first(store)
             if raw is not None:
                 self.jobs[key] = job_view(raw)
+        self.waiting = {key for key, job in self.jobs.items() if _waits(job)}
         self.workloads = {key: w for key, store in idx.workloads.items() if (w := _first(store)) is not None}
         self.reservations = {}
         self.pool_reservations = {p: {} for p in self.pools}
@@ -180,6 +197,10 @@ class Observed:
             if r is not None:
                 self.reservations[key] = r
                 self.pool_reservations.setdefault(r.pool, {})[key] = r
+        self.holders = {p: frozenset(rs) for p, rs in self.pool_reservations.items() if rs}
+        self.marked, self.markers = {}, {}
+        for key, job in self.jobs.items():
+            self._mark(key, job)
         self.capacity = {name: self._capacity(name) for name in self.pools}
 
     def refresh(
@@ -194,14 +215,20 @@ class Observed:
         pools: set[str] = set()  # whose capacity must be computed again
         for name in self.stale_nodes:
             self.nodes.pop(name, None)
+            owners: set[str] = set()
             for pool, members in self.pool_nodes.items():
                 if members.pop(name, None) is not None:
-                    pools.add(pool)
+                    owners.add(pool)
             node = _first(idx.nodes.get(name))
             if node is not None:
                 node = self._judged([node], now, stale_after)[0]
                 self.nodes[name] = node
-                pools.update(self._place_node(node))
+                owners.update(self._place_node(node))
+            pools |= owners
+            for pool in owners:  # the pools it joined or left: their names again
+                members = self.pool_nodes.get(pool, {})
+                if (name in members) != (name in self.pool_names.get(pool, ())):
+                    self._index(self.pool_names, pool, frozenset(members))
         jobs = set(self.stale_jobs)
         for key in self.stale_pods:
             store = idx.pods.get(key)
@@ -224,8 +251,15 @@ class Observed:
             raw = _first(idx.jobs.get(key))
             if raw is None:
                 self.jobs.pop(key, None)
+                self.waiting.discard(key)
+                self._mark(key, None)
             else:
-                self.jobs[key] = job_view(raw)
+                view = self.jobs[key] = job_view(raw)
+                if _waits(view):
+                    self.waiting.add(key)
+                else:
+                    self.waiting.discard(key)
+                self._mark(key, view)
         for key in jobs:
             old = self.reservations.pop(key, None)
             if old is not None:
@@ -237,6 +271,10 @@ class Observed:
                 self.pool_reservations.setdefault(new.pool, {})[key] = new
             if old != new:
                 pools.update(r.pool for r in (old, new) if r is not None)
+            if (old.pool if old else None) != (new.pool if new else None):
+                for r in (old, new):
+                    if r is not None:
+                        self._index(self.holders, r.pool, frozenset(self.pool_reservations.get(r.pool, {})))
         for key in self.stale_workloads:
             w = _first(idx.workloads.get(key))
             if w is None:
@@ -283,7 +321,30 @@ class Observed:
             nodes=MappingProxyType(dict(self.nodes)),
             node_used=MappingProxyType(dict(self.used)),
             preempted_nodes=preempted_nodes,
+            pool_nodes=MappingProxyType(dict(self.pool_names)),
+            holders=MappingProxyType(dict(self.holders)),
+            markers=MappingProxyType(dict(self.markers)),
         )
+
+    @staticmethod
+    def _index(index: dict[Any, frozenset[Any]], key: Any, value: frozenset[Any]) -> None:
+        if value:
+            index[key] = value
+        else:
+            index.pop(key, None)
+
+    def _mark(self, key: JobKey, job: JobView | None) -> None:
+        """``job``'s consolidation marker into the index by gang (None: the job is gone)."""
+        gang = consolidate.marked_for(job) if job is not None else None
+        old = self.marked.get(key)
+        if old == gang:
+            return
+        if old is not None:
+            del self.marked[key]
+            self._index(self.markers, old, self.markers.get(old, frozenset()) - {key})
+        if gang is not None:
+            self.marked[key] = gang
+            self.markers[gang] = self.markers.get(gang, frozenset()) | {key}
 
     def _place_node(self, node: NodeView) -> list[str]:
         owners = [name for name, pool in self.pools.items() if pool.owns(node)]

@@ -6,8 +6,10 @@ decide, ``now``, the rules and the plan cache (:class:`~accel_operator.engine.pl
 it fills), and returns the writes in the order they are to be applied (:class:`Pass`). Jobs that
 hold devices come first, then waiting jobs in queue order (priority, then submission), so that
 admission is serialized and sees every earlier reservation. Within a pass, a job that already
-waits for shapes that did not fit earlier in the pass is not decided again; a job whose last
-decision is still being written (``busy``, or written earlier in this pass) is left to the next.
+waits, whose shapes do not fit what is free and whose pool already has its head is not decided
+again, unless an event about the job itself (beyond its own status coming back) woke it; a job
+whose last decision is still being written (``busy``, or written earlier in this pass) is left to
+the next.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from accel_operator.planning.candidates import Plan
 from accel_operator.reconcile.common.decision import ADMITTED, Decision, PlanWrite
 from accel_operator.reconcile.common.snapshot import AT_REST, HOLDING, Gang, JobKey, JobView, Snapshot
 from accel_operator.reconcile.job import fallback, resume
-from accel_operator.reconcile.job.decide import decide, failed
+from accel_operator.reconcile.job.decide import DECISION_FAILED, decide, failed
 from accel_operator.reconcile.job.status import holds, settle_status
 from accel_operator.reconcile.nodes import consolidate, health
 from accel_operator.settings import OperatorSettings
@@ -179,11 +181,15 @@ def order(snap: Snapshot, keys: Iterable[JobKey]) -> list[JobView]:
     return holding + waiting
 
 
-def waiting_for(snap: Snapshot, plans: Plans, pools: set[str] | None) -> set[JobKey]:
-    """The waiting jobs that may fit in ``pools`` (None: any pool) now."""
+def waiting_for(
+    snap: Snapshot, plans: Plans, pools: set[str] | None, waiting: Iterable[JobKey] | None = None
+) -> set[JobKey]:
+    """The waiting jobs that may fit in ``pools`` (None: any pool) now; ``waiting``: the keys of
+    the snapshot's waiting jobs when the caller keeps them (else every job is looked at)."""
     out: set[JobKey] = set()
-    for key, job in snap.jobs.items():
-        if job.phase in HOLDING or job.phase in AT_REST:
+    for key in snap.jobs if waiting is None else waiting:
+        job = snap.jobs.get(key)
+        if job is None or job.phase in HOLDING or job.phase in AT_REST:
             continue
         entry = plans.entry(job) if pools is not None else None
         if entry is None or pools is None or any(pool in pools for pool, _gang in entry.shapes(plans.cache)):
@@ -192,10 +198,13 @@ def waiting_for(snap: Snapshot, plans: Plans, pools: set[str] | None) -> set[Job
 
 
 def still_waits(job: JobView, snap: Snapshot, refused: set[tuple[str, Gang]], plans: Plans) -> bool:
-    """Whether deciding ``job`` again in this pass can only repeat that it waits: it waits
-    already, and every placement its plan ranks is a shape that did not fit earlier in this
-    pass (capacity only shrinks during a pass), with its first-choice pool already blocked."""
-    if job.phase is not JobPhase.PENDING or not refused:
+    """Whether deciding ``job`` again in this pass can only repeat that it waits on capacity: it
+    waits already, its first-choice pool already has its head (the first waiter in queue order
+    blocks the pool: it must be decided to do so), and no placement its plan ranks fits what is
+    free now. A shape that does not fit is refused for the rest of the pass (capacity only
+    shrinks during a pass), so the jobs behind with that shape cost a set lookup. Only for a job
+    whose decision is left to the capacity (:func:`settled`, or no event named it)."""
+    if job.phase is not JobPhase.PENDING:
         return False
     waiting = next((c for c in job.status.conditions if c.type == ADMITTED), None)
     if waiting is None or waiting.status != "False" or waiting.reason not in ("QueuedBehind", "WaitingForCapacity"):
@@ -204,7 +213,33 @@ def still_waits(job: JobView, snap: Snapshot, refused: set[tuple[str, Gang]], pl
     if entry is None or not entry.plan.schedulable:
         return False
     shapes = entry.shapes(plans.cache)
-    return bool(shapes) and shapes[0][0] in snap.blocked and all(s in refused for s in shapes)
+    if not shapes or shapes[0][0] not in snap.blocked:
+        return False
+    for shape in shapes:
+        if shape in refused:
+            continue
+        cap = snap.capacity.get(shape[0])
+        if cap is not None and cap.fits(shape[1]):
+            return False
+        refused.add(shape)  # it does not fit now, so not later in this pass either
+    return True
+
+
+def settled(job: JobView) -> bool:
+    """Whether an event on this waiting job leaves its decision to the capacity alone, as for a
+    job woken by a pool that grew: the watch showing the status the engine wrote (or the
+    accountant's), not a new spec, a stop, a deletion, a resume point to find or an earlier
+    decision that failed. A job's own status write comes back as an event: deciding every such
+    waiting job again would rewrite it (its message names what is free) and so on, each pass."""
+    st = job.status
+    return (
+        job.spec is not None
+        and not job.deleting
+        and job.generation == st.observed_generation
+        and not job.stop_requested
+        and not resume.needs_resume(job)
+        and not any(c.type == DECISION_FAILED for c in st.conditions)
+    )
 
 
 def schedule_pass(
@@ -238,7 +273,7 @@ def schedule_pass(
         if job.phase in AT_REST and job.key not in dirty:
             phases[job.phase.value] = phases.get(job.phase.value, 0) + 1
             continue
-        if not full and still_waits(job, snap, refused, plans):
+        if not full and (job.key not in dirty or settled(job)) and still_waits(job, snap, refused, plans):
             continue
         # One job's failure is that job's alone: what it changed of the pass is rolled back, it
         # gets a DecisionFailed condition and event, and the jobs behind it are decided as usual.

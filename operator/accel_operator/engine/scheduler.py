@@ -247,7 +247,8 @@ class Scheduler:
         if full:
             keys: set[JobKey] = set(snap.jobs)
         elif capacity or grown:
-            keys = dirty | schedule.waiting_for(snap, self.plans, None if capacity else grown)
+            pools = None if capacity else grown
+            keys = dirty | schedule.waiting_for(snap, self.plans, pools, self.observed.waiting)
         else:
             keys = dirty
         rules = schedule.rules_from(self.settings, snap)

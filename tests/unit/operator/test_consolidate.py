@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -505,3 +507,54 @@ def test_the_attempt_after_a_move_avoids_the_gangs_nodes(
         status={"phase": "Pending", "attempt": attempt, **_marker(attempt=marker_attempt, state=state)},
     )
     assert c.avoid_nodes(x) == avoid
+
+
+class _NoScan(Mapping[Any, Any]):
+    """A snapshot's jobs or nodes that may be looked up by key but not walked through: what a
+    waiting gang's consolidation may read at fleet size (its pool, its own moves), not everything."""
+
+    def __init__(self, inner: Mapping[Any, Any]) -> None:
+        self.inner = inner
+
+    def __getitem__(self, key: Any) -> Any:
+        return self.inner[key]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.inner
+
+    def __len__(self) -> int:
+        return len(self.inner)
+
+    def __iter__(self) -> Iterator[Any]:
+        raise AssertionError("a scan of every job or node of the cluster")
+
+
+@pytest.mark.parametrize("under_way", [False, True])
+def test_a_waiting_gangs_consolidation_reads_its_pool_and_its_moves_not_every_job(under_way: bool) -> None:
+    """The proposal (its pool's nodes and occupants), the hourly rate and the moves in flight
+    come from the snapshot's indexes; the same answers as a scan, at any number of jobs."""
+    w = _fragmented().policy("platform", consolidation=ALLOW)
+    w.pool("q", nodes=1)
+    w.job("old", "q", devices=1, status={"phase": "Succeeded", **_marker("ns/other", state="moved")})
+    if under_way:
+        x = w.jobs[("ns", "x")][0]
+        status = x.status.model_validate({**_running(4, **SAVED), **_marker()})
+        w.jobs[("ns", "x")] = [replace(x, status=status)]
+    gang = w.job("g", "p", devices=8)
+    snap = w.snapshot()
+    scanned = c.amend(decide(gang, snap, T0), gang, snap, T0, c.rules_from(snap.policy.policies))
+    blind = replace(snap, jobs=_NoScan(snap.jobs), nodes=_NoScan(snap.nodes))
+    d, orders = c.amend(decide(gang, blind, T0), gang, blind, T0, c.rules_from(snap.policy.policies))
+    assert (d, orders) == scanned
+    assert _cond(d).reason == "Consolidating"
+    if under_way:
+        assert orders == () and "waiting for the moves made for it: ns/x" in _cond(d).message
+    else:
+        assert [o.move.job for o in orders] == [("ns", "x")]
+        # The move started is counted at once by the index too (the rate, the moves in flight).
+        x = blind.jobs[("ns", "x")]
+        begun = c.start(x, orders[0], blind, T0, c.Rules(allowed=True))
+        assert begun is not None
+        started = c.with_started(blind, x, begun)
+        assert (c.moves_in_window(blind, T0), c.moves_in_window(started, T0)) == (1, 2)  # old's, then x's too
+        assert c.in_flight(started, gang.key, T0, 300.0) == ["ns/x (checkpoint asked at 2026-11-26T12:00:00Z)"]

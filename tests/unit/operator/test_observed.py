@@ -15,7 +15,15 @@ import pytest
 from accel_api.enums import JobPhase
 from accel_api.job import AcceleratorJobStatus
 from accel_operator.engine.cache import grew
-from accel_operator.reconcile.common.snapshot import JobView, NodeView, PodView, Snapshot, WorkloadView
+from accel_operator.reconcile.common.snapshot import (
+    AT_REST,
+    HOLDING,
+    JobView,
+    NodeView,
+    PodView,
+    Snapshot,
+    WorkloadView,
+)
 from accel_operator.reconcile.job.decide import decide
 from tests.support.reconcile import T0, World
 
@@ -27,6 +35,8 @@ def _same(a: Snapshot, b: Snapshot) -> None:
     assert {k: set(v) for k, v in a.pods_by_job.items()} == {k: set(v) for k, v in b.pods_by_job.items()}
     assert dict(a.reservations) == dict(b.reservations)
     assert set(a.capacity) == set(b.capacity)
+    # The indexes a waiting gang's consolidation reads instead of every job and node.
+    assert (a.pool_nodes, a.holders, a.markers) == (b.pool_nodes, b.holders, b.markers)
     for name, cap in a.capacity.items():
         other = b.capacity[name]
         assert sorted(cap.node_free) == sorted(other.node_free), name
@@ -152,6 +162,11 @@ def test_incremental_snapshot_equals_a_full_fold(seed: int) -> None:
         full.pools, full.nodes, full.pods, full.workloads, full.jobs = d.w.pools, d.w.nodes, d.w.pods, {}, {}
         full.scheduler.indices = d.sched.indices
         _same(incremental, full.scheduler.observe(T0))
+        # The waiting jobs a pass after a pool grew looks through, kept as the jobs change.
+        assert d.sched.observed.waiting == full.scheduler.observed.waiting
+        assert d.sched.observed.waiting == {
+            k for k, j in incremental.jobs.items() if j.phase not in HOLDING and j.phase not in AT_REST
+        }
 
 
 def test_a_pod_binding_where_its_job_reserved_grows_nothing() -> None:
@@ -264,3 +279,44 @@ def test_a_capacity_pass_skips_only_jobs_that_can_only_wait(monkeypatch: pytest.
 async def _run_pass(sched: Any) -> None:
     await sched.step()
     await asyncio.gather(*sched.applier.in_flight)
+
+
+def test_a_capacity_pass_decides_again_only_the_head_and_the_shapes_that_fit_now(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One free device; a one-device job runs there, and behind it wait a one-device job, a
+    4-device one, then an 8-device and a 2-device job (shapes that no pass refused yet). When the
+    first finishes, one device is free: the one-device job is decided (its shape fits) and is
+    admitted on that very pass, the 4-device one is decided (the first to wait, it blocks the
+    pool); the 8- and 2-device jobs, whose shapes cannot fit what is left, are not decided again."""
+    w = World().pool("p", nodes=1, per_node=8, free=[1])
+    sizes = {"j0": 1, "one": 1, "head": 4, "big": 8, "two": 2}
+    jobs = {name: w.job(name, "p", devices=n) for name, n in sizes.items()}
+    sched = w.scheduler
+    sched.marks.ready = True
+    asyncio.run(_run_pass(sched))
+
+    def show(key: Any, status: AcceleratorJobStatus) -> None:
+        j = w.jobs[key][0]
+        w.jobs[key] = [JobView(j.namespace, j.name, j.uid, j.created, 1, j.spec, (), status, False, "9")]
+        sched.mark(key)
+
+    for j in jobs.values():
+        show(j.key, sched.applier.overlay[j.key].status)
+    assert [w.jobs[j.key][0].phase for j in jobs.values()] == [JobPhase.ADMITTED] + [JobPhase.PENDING] * 4
+    asyncio.run(_run_pass(sched))
+    show(jobs["j0"].key, AcceleratorJobStatus.model_validate({"phase": "Succeeded"}))
+
+    seen: list[str] = []
+    real = decide
+
+    def spy(job: JobView, snap: Snapshot, now: dt.datetime, **kw: Any) -> Any:
+        seen.append(job.name)
+        return real(job, snap, now, **kw)
+
+    monkeypatch.setattr("accel_operator.engine.schedule.decide", spy)
+    asyncio.run(_run_pass(sched))
+    assert seen == ["j0", "one", "head"]
+    assert sched.applier.overlay[("ns", "one")].status.phase is JobPhase.ADMITTED
+    for name in ("head", "big", "two"):
+        assert w.jobs[("ns", name)][0].phase is JobPhase.PENDING, name

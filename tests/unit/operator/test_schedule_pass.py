@@ -6,15 +6,19 @@ and the engine's ManualClock."""
 from __future__ import annotations
 
 import datetime as dt
+import random
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from accel_api.enums import JobPhase
+from accel_api.job import AcceleratorJobStatus
 from accel_operator.engine.clock import ManualClock, SystemClock
 from accel_operator.engine.schedule import Pass
 from accel_operator.reconcile.common import actions as act
 from accel_operator.reconcile.common.decision import Decision
+from accel_operator.reconcile.common.snapshot import PodView
 from accel_operator.reconcile.nodes import consolidate
 from tests.support.reconcile import T0, World
 from tests.unit.operator.test_consolidate import ALLOW, CKPT, _fragmented
@@ -258,3 +262,70 @@ def test_the_system_clock_is_aware_and_monotonic() -> None:
     assert clock.now().tzinfo is not None
     first = clock.monotonic()
     assert clock.monotonic() >= first
+
+
+def test_a_waiting_jobs_own_status_coming_back_decides_it_again_only_if_it_can_change() -> None:
+    """Three jobs wait for a node with one free device. The watch then shows each the status
+    the engine wrote (an event on each): the head is decided again (it blocks the pool), the
+    others, whose shapes cannot fit, are not, unless the event said something the capacity
+    does not: a user's stop on one, a new generation of the spec on another."""
+    w = World().pool("p", nodes=1, free=[1])
+    for name in ("head", "big", "stop", "edited"):
+        w.job(name, "p", devices=8 if name != "head" else 4)
+    first = w.schedule_pass(T0)
+    assert [d.phase for _j, d in first.decisions] == [JobPhase.PENDING] * 4
+    for write in first.writes:
+        assert write.status is not None
+        status = AcceleratorJobStatus.model_validate(write.status)
+        view = replace(write.job, status=status, resource_version="2")
+        if view.name == "stop":
+            view = replace(view, stop_request="now")
+        if view.name == "edited":
+            view = replace(view, generation=2)
+        w.jobs[view.key] = [view]
+    again = w.schedule_pass(T0, full=False)
+    assert _decided(again) == ["head", "stop", "edited"]
+    assert _of(again, "stop").phase is JobPhase.STOPPED
+    # A full pass (the resync) decides every one of them.
+    assert _decided(w.schedule_pass(T0)) == ["head", "big", "stop", "edited"]
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_skipping_jobs_that_can_only_wait_admits_the_same_jobs_in_the_same_order(seed: int) -> None:
+    """Random queues over pools that free random capacity: a pass that skips the waiting jobs
+    whose shapes cannot fit (woken by the capacity, or by their own status coming back) admits
+    the same jobs, in the same order, on the same shapes, with the same heads blocking the
+    pools, as a pass that decides every one of them."""
+    rng = random.Random(seed)
+    w = World()
+    pools = {name: rng.randint(1, 3) for name in ("a", "b", "c")}
+    for name, nodes in pools.items():
+        w.pool(name, nodes=nodes, free=[0] * nodes)
+    for i in range(rng.randint(6, 14)):
+        pool = rng.choice(sorted(pools))
+        devices = rng.choice((1, 2, 4, 8, 16))
+        w.job(f"j{i:02d}", pool, devices=devices, priority=rng.choice((0, 0, 10)), pinned=rng.random() < 0.7)
+    first = w.schedule_pass(T0)
+    assert not _admitted(first)  # nothing is free yet: every job waits
+    for write in first.writes:
+        if write.status is not None:
+            w.jobs[write.job.key] = [replace(write.job, status=AcceleratorJobStatus.model_validate(write.status))]
+    for name, nodes in pools.items():  # the other tenant's pods shrink: devices free here and there
+        for i in range(nodes):
+            node = f"{name}-{i}"
+            used = rng.choice((0, 2, 4, 6, 7, 8))
+            w.pods[node] = [PodView("other", f"user-{node}", node, "Running", used)] if used else []
+    keys = list(w.jobs)
+    every = w.schedule_pass(T0, keys, marked=(), full=True)
+    woken = w.schedule_pass(T0, keys, marked=(), full=False)  # a pass after pools grew
+    echoed = w.schedule_pass(T0, keys, marked=keys, full=False)  # their own statuses came back
+
+    def admissions(p: Pass) -> list[tuple[str, Any]]:
+        return [(job.name, d.admitted) for job, d in p.decisions if d.admitted is not None]
+
+    def heads(p: Pass) -> dict[str, Any]:
+        return {pool: (b.job, b.gang, b.shadow, b.extra) for pool, b in p.snapshot.blocked.items()}
+
+    assert admissions(woken) == admissions(every) == admissions(echoed)
+    assert heads(woken) == heads(every) == heads(echoed)
+    assert len(woken.decisions) <= len(every.decisions)

@@ -466,6 +466,14 @@ class Snapshot:
     # Nodes a cloud API reports as preempted (TPU VMs outside GKE: state PREEMPTED): an attempt
     # whose pods ended there was preempted, whatever their exit codes say.
     preempted_nodes: frozenset[str] = frozenset()
+    # Indexes the engine's folded picture keeps (engine/cache.py), so that a waiting gang's
+    # consolidation looks at its pool and its own moves instead of every job and node of the
+    # cluster; None where a snapshot is made without them (every job or node is looked at then).
+    # pool -> the names of the nodes it owns; pool -> the jobs holding a reservation there;
+    # gang -> the jobs whose status carries a consolidation marker made for it.
+    pool_nodes: Mapping[str, frozenset[str]] | None = None
+    holders: Mapping[str, frozenset[JobKey]] | None = None
+    markers: Mapping[JobKey, frozenset[JobKey]] | None = None
 
     def with_admission(self, key: JobKey, pool: str, gang: Gang, expected_end: dt.datetime | None) -> Snapshot:
         cap = dict(self.capacity)

@@ -30,6 +30,7 @@ Everything that counts is in the jobs' status (the marker stays after the move):
 from __future__ import annotations
 
 import datetime as dt
+from collections import ChainMap
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
@@ -45,7 +46,7 @@ from accel_operator.reconcile.common import actions as act
 from accel_operator.reconcile.common import checkpoints
 from accel_operator.reconcile.common.decision import Cond, Decision, StatusPatch
 from accel_operator.reconcile.common.decision import clip as _clip
-from accel_operator.reconcile.common.snapshot import HOLDING, TERMINAL, Gang, JobKey, JobView, Snapshot
+from accel_operator.reconcile.common.snapshot import HOLDING, TERMINAL, Gang, JobKey, JobView, NodeView, Snapshot
 from accel_operator.reconcile.nodes import health
 
 # The condition on a gang that fragmentation keeps waiting, and on a job being moved for one.
@@ -222,11 +223,33 @@ def _gang_key(m: ConsolidationMove) -> JobKey:
     return (ns, name)
 
 
+def marked_for(job: JobView) -> JobKey | None:
+    """The gang that ``job``'s consolidation marker was made for (None: no marker)."""
+    m = marker(job)
+    return _gang_key(m) if m is not None else None
+
+
+def _marked_jobs(snapshot: Snapshot, gang: JobKey | None = None) -> Iterable[JobView]:
+    """The jobs that may carry a marker (made for ``gang``; None: for any gang): from the
+    snapshot's index when it keeps one, else every job."""
+    if snapshot.markers is None:
+        return snapshot.jobs.values()
+    keys = snapshot.markers.get(gang, frozenset()) if gang is not None else _union(snapshot.markers.values())
+    return [job for k in sorted(keys) if (job := snapshot.jobs.get(k)) is not None]
+
+
+def _union(sets: Iterable[frozenset[JobKey]]) -> set[JobKey]:
+    out: set[JobKey] = set()
+    for s in sets:
+        out |= s
+    return out
+
+
 def moves_in_window(snapshot: Snapshot, now: dt.datetime, window: float = 3600.0) -> int:
     """Moves asked in the last ``window`` seconds, cluster-wide (each job keeps its latest; a job
     is not moved twice within ``Rules.cooldown``, which is longer than the window)."""
     count = 0
-    for job in snapshot.jobs.values():
+    for job in _marked_jobs(snapshot):
         m = marker(job)
         asked = parse_time(m.requested_time) if m is not None else None
         if asked is not None and (now - asked).total_seconds() < window:
@@ -237,7 +260,7 @@ def moves_in_window(snapshot: Snapshot, now: dt.datetime, window: float = 3600.0
 def in_flight(snapshot: Snapshot, gang: JobKey, now: dt.datetime, settle: float) -> list[str]:
     """The moves made for ``gang`` that are under way, or carried out less than ``settle`` ago."""
     out = []
-    for job in snapshot.jobs.values():
+    for job in _marked_jobs(snapshot, gang):
         m = marker(job)
         if m is None or _gang_key(m) != gang:
             continue
@@ -306,11 +329,19 @@ def inputs(
     view = snapshot.pools.get(pool)
     if view is None:
         return {}, []
-    nodes = {n.name: n for n in snapshot.nodes.values() if n.usable and view.owns(n)}
+    if snapshot.pool_nodes is None:
+        members: Iterable[NodeView] = snapshot.nodes.values()
+    else:
+        members = [n for name in sorted(snapshot.pool_nodes.get(pool, ())) if (n := snapshot.nodes.get(name))]
+    nodes = {n.name: n for n in members if n.usable and view.owns(n)}
     free = {name: max(0, n.devices - snapshot.node_used.get(name, 0)) for name, n in nodes.items()}
     occupants: list[Occupant] = []
-    for key, job in snapshot.jobs.items():
-        if job.phase not in HOLDING or job.spec is None:
+    # The jobs holding devices in the pool (a job admitted earlier in this pass is not among
+    # them, nor among the holding ones without the index: its view waits, and no pod is bound).
+    held = snapshot.jobs if snapshot.holders is None else sorted(snapshot.holders.get(pool, ()))
+    for key in held:
+        job = snapshot.jobs.get(key)
+        if job is None or job.phase not in HOLDING or job.spec is None:
             continue
         res = snapshot.reservations.get(key)
         if res is None or res.pool != pool:
@@ -518,6 +549,13 @@ def with_started(snapshot: Snapshot, job: JobView, decision: Decision) -> Snapsh
     """``snapshot`` with ``job``'s marker as :func:`start` wrote it, so that the rest of the pass
     counts the move (the rate limit, the moves in flight)."""
     status = job.status.model_copy(update={"health": decision.status.health or HealthStatus()})
-    jobs = dict(snapshot.jobs)
-    jobs[job.key] = replace(job, status=status)
-    return replace(snapshot, jobs=MappingProxyType(jobs))
+    moved = replace(job, status=status)
+    # Layered over the pass's jobs, not a copy of them (every job of the cluster per move).
+    jobs = ChainMap({job.key: moved}, snapshot.jobs)  # type: ignore[arg-type]
+    if snapshot.markers is None:
+        return replace(snapshot, jobs=MappingProxyType(jobs))
+    markers = {g: keys - {job.key} for g, keys in snapshot.markers.items()}
+    gang = marked_for(moved)
+    if gang is not None:
+        markers[gang] = markers.get(gang, frozenset()) | {job.key}
+    return replace(snapshot, jobs=MappingProxyType(jobs), markers=MappingProxyType(markers))
