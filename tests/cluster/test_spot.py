@@ -262,8 +262,12 @@ def test_a_spot_pool_that_keeps_preempting_is_left_for_a_steadier_spot_pool_not_
     keeps preempting it; the planner then picks the steadier spot pool, not on-demand, and the
     status the API server keeps says which pool the job left."""
     flaky, steady, od = f"{namespace}-flaky", f"{namespace}-steady", f"{namespace}-od"
-    spot_b = {"capacityType": "spot", "price": {"spotPerDeviceHour": 2.0}, "preemptionRatePerHour": 0.1}
-    spot_a = {"capacityType": "spot", "price": {"spotPerDeviceHour": 2.4}, "preemptionRatePerHour": 0.02}
+    spot_b: dict[str, Any] = {"capacityType": "spot", "price": {"spotPerDeviceHour": 2.0}, "preemptionRatePerHour": 0.1}
+    spot_a: dict[str, Any] = {
+        "capacityType": "spot",
+        "price": {"spotPerDeviceHour": 2.4},
+        "preemptionRatePerHour": 0.02,
+    }
     settings = settings_for(namespace, spot_fallback_preemptions=2, spot_fallback_window_seconds=3600)
     kubeapi.ensure_claim(api, namespace, "moving-ckpt")
     with (
