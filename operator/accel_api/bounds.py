@@ -52,6 +52,7 @@ CHECKPOINT_PREFIX_LENGTH: Final = 256
 CONDITIONS_ITEMS: Final = 16
 STATUS_ALTERNATIVES: Final = 20  # status.plan.alternatives: one per pool, the best first
 STATUS_PREEMPTION_TIMES: Final = 16  # status.spot.recentPreemptions: enough for any fallback window rule
+STATUS_LEFT_POOLS: Final = 16  # status.spot.leftPools: spot pools a job left; past it, on-demand
 STATUS_PROBLEMS: Final = 32  # problems/notSupported/throttle reasons in a node report
 STATUS_DEVICES: Final = 64  # devices on one node (the largest servers have 16)
 STATUS_PROCESSES: Final = 256  # processes shown per device

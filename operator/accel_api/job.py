@@ -945,7 +945,8 @@ class AttemptFailure(ApiModel):
 
 class SpotStatus(ApiModel):
     """What preemptions did to the job: the work they threw away, when they happened (the latest
-    16, for the fallback window) and whether the job fell back to on-demand capacity."""
+    16, for the fallback window), the spot pools it left for preempting it too often and whether
+    it fell back to on-demand capacity."""
 
     lost_device_seconds: Annotated[float, Field(ge=0, le=bounds.STATUS_SECONDS_MAX)] = 0.0
     recent_preemptions: Annotated[
@@ -953,6 +954,17 @@ class SpotStatus(ApiModel):
         BeforeValidator(bounds.keep_last(bounds.STATUS_PREEMPTION_TIMES)),
         Field(max_length=bounds.STATUS_PREEMPTION_TIMES),
     ] = Field(default_factory=list)
+    left_pools: Annotated[
+        list[bounds.ObjectName],
+        Field(max_length=bounds.STATUS_LEFT_POOLS),
+    ] = Field(
+        default_factory=list,
+        description="Spot pools the job left because they preempted it too often (the fallback window): the "
+        "planner weighs its other pools, steadier spot and on-demand, without them.",
+    )
+    left_time: bounds.Time | None = Field(
+        default=None, description="When the job last left a spot pool: the fallback window counts from then."
+    )
     on_demand: bool = Field(default=False, description="Fell back to on-demand pools: the planner offers no spot.")
     preemptions_at_fallback: bounds.Count | None = Field(
         default=None,

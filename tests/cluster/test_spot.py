@@ -1,8 +1,9 @@
 """Spot preemption survived, on the local control plane: each cloud's signals end a running
 attempt, the next attempt resumes from the latest *complete* checkpoint (S3 in moto's server mode,
 or what a PVC job reported), the lost work is in the status and an event, a real failure is not a
-preemption, and after spot.maxPreemptions a prefer job falls back to on-demand pools. The operator
-killed mid-resume still creates exactly one workload per attempt."""
+preemption, a prefer job that one spot pool keeps preempting leaves it for a steadier spot pool,
+and after spot.maxPreemptions a prefer job falls back to on-demand pools. The operator killed
+mid-resume still creates exactly one workload per attempt."""
 
 from __future__ import annotations
 
@@ -252,6 +253,46 @@ def test_max_preemptions_then_on_demand_fallback_with_reported_pvc_checkpoints(
         assert _conditions(st)["SpotFallback"] == ("True", "MaxPreemptions")
         assert any(r == "FellBackToOnDemand" for r, _ in events_of(core, namespace, "flaky"))
         assert len(st["spot"]["recentPreemptions"]) == 2
+
+
+def test_a_spot_pool_that_keeps_preempting_is_left_for_a_steadier_spot_pool_not_on_demand(
+    api: client.ApiClient, core: client.CoreV1Api, namespace: str, crds: list[str]
+) -> None:
+    """The window rule (here 2 preemptions within the hour) moves the job off the cheap pool that
+    keeps preempting it; the planner then picks the steadier spot pool, not on-demand, and the
+    status the API server keeps says which pool the job left."""
+    flaky, steady, od = f"{namespace}-flaky", f"{namespace}-steady", f"{namespace}-od"
+    spot_b: dict[str, Any] = {"capacityType": "spot", "price": {"spotPerDeviceHour": 2.0}, "preemptionRatePerHour": 0.1}
+    spot_a: dict[str, Any] = {
+        "capacityType": "spot",
+        "price": {"spotPerDeviceHour": 2.4},
+        "preemptionRatePerHour": 0.02,
+    }
+    settings = settings_for(namespace, spot_fallback_preemptions=2, spot_fallback_window_seconds=3600)
+    kubeapi.ensure_claim(api, namespace, "moving-ckpt")
+    with (
+        gpu_pool(api, flaky, count=3, **spot_b),  # a node still free there after two preemptions
+        gpu_pool(api, steady, count=1, **spot_a),
+        gpu_pool(api, od, count=1, price={"onDemandPerDeviceHour": 6.0}),
+        checked_operator(settings),
+    ):
+        doc = job_doc(namespace, flaky, devices=8, name="moving")
+        doc["spec"]["placement"]["pools"] = [flaky, steady, od]
+        doc["spec"]["spot"] = {"policy": "prefer", "maxPreemptions": 10}
+        # A checkpoint, or a preemption loses the whole run and spot prices above on-demand.
+        doc["spec"]["checkpoint"] = {"uri": "pvc://moving-ckpt/run", "intervalMinutes": 10}
+        create_job(api, doc)
+        st = wait_phase(api, namespace, "moving", "Running")
+        assert st["plan"]["pool"] == flaky  # the cheapest by expected cost
+        for attempt in (0, 1):
+            preempt.aws_spot_interruption(core, _running_node(core, namespace, "moving", attempt), handler="karpenter")
+            st = _running_attempt(api, namespace, "moving", attempt + 1)
+        assert st["preemptions"] == 2
+        assert st["spot"]["leftPools"] == [flaky] and st["spot"].get("onDemand", False) is False
+        assert st["plan"]["pool"] == steady and st["plan"]["capacityType"] == "spot"
+        assert "SpotFallback" not in _conditions(st)
+        reasons = dict(events_of(core, namespace, "moving"))
+        assert f"on spot pool {flaky}" in reasons["LeftSpotPool"]
 
 
 def test_the_operator_killed_mid_resume_creates_exactly_one_workload_per_attempt(

@@ -20,8 +20,8 @@ from accel_operator.reconcile.common.snapshot import Gang, JobView, Snapshot
 from accel_operator.reconcile.job import fallback
 from accel_operator.reconcile.job.decide import gang_of
 
-# (job uid, generation, pools version, fell back to on-demand)
-PlanKey = tuple[str, int | None, int, bool]
+# (job uid, generation, pools version, fell back to on-demand, spot pools it left)
+PlanKey = tuple[str, int | None, int, bool, tuple[str, ...]]
 Shapes = tuple[tuple[str, Gang], ...]
 
 # Above this many cached plans, the caches start again (a bound on memory, not a tuning).
@@ -63,7 +63,13 @@ class Plans:
         self.by_spec.clear()
 
     def key(self, job: JobView) -> PlanKey:
-        return (job.uid, job.generation, self.pools_version, fallback.on_demand(job.status))
+        return (
+            job.uid,
+            job.generation,
+            self.pools_version,
+            fallback.on_demand(job.status),
+            fallback.left_pools(job.status),
+        )
 
     def plan(self, job: JobView, snap: Snapshot) -> Plan | None:
         if job.spec is None:
@@ -75,7 +81,7 @@ class Plans:
             # granted pools and device cap limit the candidates. A plan is then a function of that
             # spec and the pools (free capacity only adds notes), so jobs with the same effective
             # spec share one: thousands of jobs from one template, one plan.
-            spec = fallback.effective_spec(job.spec, job.status)
+            spec = fallback.effective_spec(job.spec, job.status, snap.pools)
             digest = spec_digest(spec)
             same = (digest, self.pools_version)
             entry = self.by_spec.get(same)

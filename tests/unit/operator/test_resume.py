@@ -368,6 +368,101 @@ def test_a_spot_pool_that_keeps_failing_within_the_window_sends_the_job_to_on_de
     assert _cond(decide(job, w.snapshot(), PREEMPTED, rules=off), "SpotFallback") is None
 
 
+def _three_pools() -> World:
+    """A cheap spot pool that is often preempted, a dearer steadier one, and on-demand."""
+    return (
+        World()
+        .pool("spot-flaky", capacityType="spot", price={"spotPerDeviceHour": 2.0}, preemptionRatePerHour=0.1)
+        .pool("spot-steady", capacityType="spot", price={"spotPerDeviceHour": 2.4}, preemptionRatePerHour=0.02)
+        .pool("od", price={"onDemandPerDeviceHour": 6.0})
+    )
+
+
+def _on_spot(pool: str, recent: list[str], **spot: Any) -> dict[str, Any]:
+    plan = {**_running()["plan"], "pool": pool, "capacityType": "spot"}
+    return {**_running(preemptions=len(recent), spot={"recentPreemptions": recent, **spot}), "plan": plan}
+
+
+WINDOW = fallback.SpotRules(window_seconds=3600, preemptions_in_window=3)
+
+
+def test_a_spot_pool_that_keeps_failing_within_the_window_is_left_for_the_jobs_other_pools() -> None:
+    """The window rule moves the job off the spot pool that failed it, not straight to on-demand:
+    the planner then weighs a steadier spot pool against on-demand (the next test)."""
+    w = _three_pools()
+    recent = [_ts(PREEMPTED - dt.timedelta(minutes=m)) for m in (50, 20)]
+    job = w.job("a", "spot-flaky", devices=8, status=_on_spot("spot-flaky", recent), checkpoint=S3, spot=PREFER)
+    _disrupt(w)
+    d = decide(job, w.snapshot(), PREEMPTED, rules=WINDOW)
+    assert d.phase is JobPhase.PENDING
+    assert spot_of(d).left_pools == ["spot-flaky"] and spot_of(d).left_time == _ts(PREEMPTED)
+    assert spot_of(d).on_demand is False and spot_of(d).preemptions_at_fallback is None
+    assert _cond(d, "SpotFallback") is None
+    assert "LeftSpotPool" in _kinds(d) and "FellBackToOnDemand" not in _kinds(d)
+    assert "leaving it" in d.reason
+
+
+def test_a_job_preempted_too_often_again_on_a_pool_it_left_falls_back_to_on_demand() -> None:
+    w = _three_pools()
+    recent = [_ts(PREEMPTED - dt.timedelta(minutes=m)) for m in (50, 20)]
+    st = _on_spot("spot-flaky", recent, leftPools=["spot-flaky"], leftTime=_ts(PREEMPTED - dt.timedelta(hours=2)))
+    job = w.job("a", "spot-flaky", devices=8, status=st, checkpoint=S3, spot=PREFER)
+    _disrupt(w)
+    d = decide(job, w.snapshot(), PREEMPTED, rules=WINDOW)
+    assert _cond(d, "SpotFallback") == (True, "PreemptedTooOften")
+    assert spot_of(d).on_demand is True and spot_of(d).left_pools == ["spot-flaky"]
+
+
+def test_the_window_counts_from_the_move_to_another_spot_pool() -> None:
+    """Two preemptions on the pool it left and one on the new pool are not three on the new one."""
+    w = _three_pools()
+    moved = PREEMPTED - dt.timedelta(minutes=15)
+    recent = [_ts(PREEMPTED - dt.timedelta(minutes=m)) for m in (30, 15)]  # the second made it leave
+    st = _on_spot("spot-steady", recent, leftPools=["spot-flaky"], leftTime=_ts(moved))
+    job = w.job("a", "spot-steady", devices=8, status=st, checkpoint=S3, spot=PREFER)
+    _disrupt(w)
+    d = decide(job, w.snapshot(), PREEMPTED, rules=WINDOW)
+    assert d.phase is JobPhase.PENDING and "Retrying" in _kinds(d)
+    assert spot_of(d).left_pools == ["spot-flaky"] and spot_of(d).on_demand is False
+
+
+@pytest.mark.parametrize(("left", "pool"), [([], "spot-flaky"), (["spot-flaky"], "spot-steady")])
+def test_a_job_that_left_a_spot_pool_is_planned_on_a_steadier_spot_pool_before_on_demand(
+    left: list[str], pool: str
+) -> None:
+    w = _three_pools()
+    st = _preempted(spot={"leftPools": left}, resume={"attempt": 1, "source": "none"})
+    job = w.job("a", "spot-flaky", devices=8, status=st, pinned=False, checkpoint=S3, spot=PREFER)
+    d = decide(job, w.snapshot(), NOW)
+    assert d.phase is JobPhase.ADMITTED
+    assert _creates(d)[0].pool == pool
+    assert plan_of(d).capacity_type == "spot"
+
+
+def test_a_job_that_left_every_spot_pool_is_planned_on_on_demand() -> None:
+    w = _three_pools()
+    st = _preempted(spot={"leftPools": ["spot-flaky", "spot-steady"]}, resume={"attempt": 1, "source": "none"})
+    job = w.job("a", "spot-flaky", devices=8, status=st, pinned=False, checkpoint=S3, spot=PREFER)
+    d = decide(job, w.snapshot(), NOW)
+    assert _creates(d)[0].pool == "od"
+
+
+def test_the_pools_a_job_left_are_taken_out_of_its_own_list_or_of_every_pool() -> None:
+    w = _three_pools()
+    job = w.job("a", "spot-flaky", devices=8, pinned=False, checkpoint=S3, spot=PREFER)
+    assert job.spec is not None
+    st = job.status.model_copy(update={"spot": SpotStatus(left_pools=["spot-flaky"])})
+    every = ["od", "spot-flaky", "spot-steady"]
+    assert fallback.effective_spec(job.spec, st, every).placement.pools == ["od", "spot-steady"]
+    own = job.spec.model_copy(
+        update={"placement": job.spec.placement.model_copy(update={"pools": ["spot-flaky", "od"]})}
+    )
+    assert fallback.effective_spec(own, st, every).placement.pools == ["od"]
+    only = own.model_copy(update={"placement": own.placement.model_copy(update={"pools": ["spot-flaky"]})})
+    assert fallback.effective_spec(only, st, every).placement.pools == ["spot-flaky"]  # nothing else: its own
+    assert fallback.effective_spec(job.spec, job.status, every) is job.spec  # nothing left: unchanged
+
+
 @pytest.mark.parametrize(("on_demand", "pool"), [(False, "spot"), (True, "od")])
 def test_a_fallen_back_job_is_planned_on_on_demand_pools_only(on_demand: bool, pool: str) -> None:
     w = _two_pools()

@@ -34,6 +34,8 @@ def test_nested_values_are_written_whole_their_none_fields_clearing_what_was_sto
     assert spot == {
         "lostDeviceSeconds": 0.0,
         "recentPreemptions": ["2026-11-26T12:00:00Z"],
+        "leftPools": [],
+        "leftTime": None,
         "onDemand": False,
         "preemptionsAtFallback": None,
     }

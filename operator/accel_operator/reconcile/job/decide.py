@@ -279,11 +279,18 @@ def _after_failure(
         spot = st.spot or SpotStatus()
         recent = [*spot.recent_preemptions, _ts(now)]
         fell_back = fallback.check(job.spec, st, count=count, recent=recent, now=now, rules=rules)
+        to_on_demand = fell_back is not None and fell_back.leave is None
+        left = (
+            {"left_pools": [*spot.left_pools, fell_back.leave], "left_time": _ts(now)}
+            if fell_back is not None and fell_back.leave is not None
+            else {}
+        )
         spot = spot.model_copy(
             update={
                 "recent_preemptions": recent[-bounds.STATUS_PREEMPTION_TIMES :],
-                "on_demand": fallback.on_demand(st) or fell_back is not None,
-                **({"preemptions_at_fallback": count} if fell_back is not None else {}),
+                "on_demand": fallback.on_demand(st) or to_on_demand,
+                **({"preemptions_at_fallback": count} if to_on_demand else {}),
+                **left,
             }
         )
         counters = StatusPatch(preemptions=count, spot=spot)
@@ -303,7 +310,10 @@ def _after_failure(
             *SPEC_VALID_AND_PLANNED,
             Cond(ADMITTED, False, "Retrying", message),
         )
-        if fell_back is not None:
+        if fell_back is not None and fell_back.leave is not None:
+            message = f"attempt {st.attempt} ended: preemption{where}; {fell_back.message}"
+            events = (act.RecordEvent("Warning", "LeftSpotPool", _clip(message)),)
+        elif fell_back is not None:
             message = f"attempt {st.attempt} ended: preemption{where}; {fell_back.message}"
             events = (act.RecordEvent("Warning", "FellBackToOnDemand", _clip(message)),)
             conditions = (*conditions, Cond(SPOT_FALLBACK, True, fell_back.reason, _clip(message)))
