@@ -190,12 +190,13 @@ class CostCounters(Collector):
 
 
 class WatchStats(Collector):
-    """``accel_operator_watch_events_total``, ``accel_operator_watch_relists_total`` and
-    ``accel_operator_watch_listed`` by resource: what the informers counted, read from ``source``
-    (``(resource, events, relists, listed)`` rows; set when the informers start) at each scrape."""
+    """``accel_operator_watch_events_total``, ``accel_operator_watch_relists_total``,
+    ``accel_operator_watch_unchanged_total`` and ``accel_operator_watch_listed`` by resource: what
+    the informers counted, read from ``source`` (``(resource, events, relists, listed, unchanged)``
+    rows; set when the informers start) at each scrape."""
 
     def __init__(self) -> None:
-        self.source: Callable[[], Iterable[tuple[str, int, int, bool]]] = lambda: ()
+        self.source: Callable[[], Iterable[tuple[str, int, int, bool, int]]] = lambda: ()
 
     def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
         rows = list(self.source())
@@ -208,15 +209,23 @@ class WatchStats(Collector):
             "server or the network drops the watches).",
             labels=["resource"],
         )
+        unchanged = CounterMetricFamily(
+            "accel_operator_watch_unchanged",
+            "Watch events dropped in the watch thread because the operator's view of the object did not change "
+            "(a node's heartbeat), by resource.",
+            labels=["resource"],
+        )
         listed = GaugeMetricFamily(
             "accel_operator_watch_listed",
             "1 once every informer of the resource holds its first listing (no pass runs before).",
             labels=["resource"],
         )
-        for resource, n_events, n_relists, is_listed in rows:
+        for resource, n_events, n_relists, is_listed, n_unchanged in rows:
             events.add_metric([resource], n_events)
             relists.add_metric([resource], n_relists)
+            unchanged.add_metric([resource], n_unchanged)
             listed.add_metric([resource], 1.0 if is_listed else 0.0)
         yield events
         yield relists
+        yield unchanged
         yield listed

@@ -1,8 +1,8 @@
 """The operator's one scheduling loop: observe (kopf's indexes) → decide (pure) → apply, as a thin
 facade over the engine's parts that the kopf handlers and the cost accountant talk to.
 
-kopf's watches keep indexes of pools, accelerator nodes, the pods on them, our workloads and the
-AcceleratorJobs; its event handlers only mark what changed (``mark``, ``pods_changed``,
+kopf's watches and the lean informers keep indexes of pools, accelerator nodes, the pods on them,
+our workloads and the AcceleratorJobs; their event handlers only mark what changed (``mark``, ``pods_changed``,
 ``node_changed``, ``workload_changed``, ``capacity_changed``) into :class:`~.loop.Marks`. The loop
 (:mod:`.loop`) wakes on a mark (or on the safety-net timer) and runs :meth:`Scheduler.step`: read
 the changed index entries into the folded picture (:mod:`.cache`; all of them on a full pass), take
@@ -135,8 +135,10 @@ class Scheduler:
         self.marks.wake.set()
 
     def node_changed(self, name: str) -> None:
+        """A node's view changed (the informer's: not a kopf handler, so it says nothing of kopf's
+        indexes); its pools' capacity is read again."""
         self.observed.touch_node(name)
-        self.kopf_listed()
+        self.marks.wake.set()
 
     def workload_changed(self, key: tuple[str, str], job: JobKey) -> None:
         self.observed.touch_workload(key)
@@ -171,7 +173,7 @@ class Scheduler:
         self.observed.touch_job(key)
 
     def kopf_listed(self) -> None:
-        """kopf called a handler: its indexes (pools, nodes, policies, namespaces, node reports)
+        """kopf called a handler: its indexes (pools, policies, namespaces, node reports)
         hold their initial listing (kopf calls no handler before). Every kopf-driven change says
         so, and the namespaces handler at start in every cluster: there are always namespaces."""
         self.marks.ready = True
