@@ -49,6 +49,21 @@ class OperatorMetrics:
             buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
             registry=r,
         )
+        self.api_writes = Counter(
+            "accel_operator_api_writes_total",
+            "Writes the scheduler sent to the API server, by kind: status (a job's status patch), event (an "
+            "Event created), event_series (an Event's series patched: engine/events.py), workload (a batch Job).",
+            ["write"],
+            registry=r,
+        )
+        self.events_coalesced = Counter(
+            "accel_operator_events_coalesced_total",
+            "Events not written: a repeat of the same (job, type, reason) within the series' refresh interval, "
+            "counted into its series (engine/events.py).",
+            registry=r,
+        )
+        for write in ("status", "event", "event_series", "workload"):
+            self.api_writes.labels(write)
         self.workloads_created = Counter(
             "accel_operator_workloads_created_total", "batch Jobs created (one per attempt).", registry=r
         )
