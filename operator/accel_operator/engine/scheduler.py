@@ -39,8 +39,9 @@ from accel_operator.engine.clock import Clock, SystemClock
 from accel_operator.engine.loop import Marks
 from accel_operator.engine.plans import Plans
 from accel_operator.metrics import OperatorMetrics
+from accel_operator.reconcile.common import actions as act
 from accel_operator.reconcile.common import policy_inputs
-from accel_operator.reconcile.common.snapshot import JobKey, PodView, Snapshot
+from accel_operator.reconcile.common.snapshot import JobKey, PodView, Snapshot, WorkloadView
 from accel_operator.reconcile.job import sweep
 from accel_operator.reconcile.nodes import consolidate, health
 from accel_operator.settings import OperatorSettings
@@ -295,7 +296,7 @@ class Scheduler:
             workloads = list(snap.workloads.values())
             pods = [p for ps in snap.pods_by_job.values() for p in ps]
         elif keys:
-            workloads = [w for w in snap.workloads.values() if w.job in keys]
+            workloads = _workloads_of(snap, keys)
             pods = [p for k in keys for p in snap.pods_by_job.get(k, ())]
         elif self.applier.deleting:  # nothing to judge, but deletes to see through
             workloads, pods = [], []
@@ -319,3 +320,24 @@ class Scheduler:
     async def background_write(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` in a write thread once no decision waits for one (handlers.cost)."""
         return await self.applier.background_write(fn, *args)
+
+
+def _workloads_of(snap: Snapshot, keys: set[JobKey]) -> list[WorkloadView]:
+    """The workloads of the jobs ``keys`` for an incremental sweep, by their names (attempt 0 up to
+    the one after the job's current attempt) instead of a scan of every workload per pass. A
+    deleted job's attempts are not known: those keys take one scan. Anything else (a workload of
+    an attempt further ahead) is the full pass's to find."""
+    out: list[WorkloadView] = []
+    gone: set[JobKey] = set()
+    for key in keys:
+        job = snap.jobs.get(key)
+        if job is None:
+            gone.add(key)
+            continue
+        for attempt in range(job.status.attempt + 2):
+            w = snap.workloads.get((key[0], act.workload_name(key[1], attempt)))
+            if w is not None and w.job == key:
+                out.append(w)
+    if gone:
+        out.extend(w for w in snap.workloads.values() if w.job in gone)
+    return out
