@@ -324,9 +324,12 @@ class Scheduler:
 
 def _workloads_of(snap: Snapshot, keys: set[JobKey]) -> list[WorkloadView]:
     """The workloads of the jobs ``keys`` for an incremental sweep, by their names (attempt 0 up to
-    the one after the job's current attempt) instead of a scan of every workload per pass. A
-    deleted job's attempts are not known: those keys take one scan. Anything else (a workload of
-    an attempt further ahead) is the full pass's to find."""
+    the one after the job's current attempt) instead of a scan of every workload per pass (a scan
+    when the keys are about as many as the workloads). A deleted job's attempts are not known:
+    those keys take one scan. Anything else (a workload of an attempt further ahead) is the full
+    pass's to find."""
+    if 2 * len(keys) >= len(snap.workloads):  # as many names to try as there are workloads: scan
+        return [w for w in snap.workloads.values() if w.job in keys]
     out: list[WorkloadView] = []
     gone: set[JobKey] = set()
     for key in keys:

@@ -93,3 +93,6 @@ def test_the_incremental_sweep_finds_the_workloads_of_its_jobs_by_name() -> None
     got = _workloads_of(snap, {("ns", "a"), ("ns", "gone")})
     assert sorted(w.name for w in got) == ["a-a0", "a-a1", "a-a3", "gone-a4"]
     assert [w.name for w in _workloads_of(snap, {("ns", "b")})] == ["b-a0"]
+    # As many keys as workloads: one scan, the same answer.
+    many = {("ns", "a"), ("ns", "gone"), ("ns", "x"), ("ns", "y")}
+    assert sorted(w.name for w in _workloads_of(snap, many)) == ["a-a0", "a-a1", "a-a3", "gone-a4"]
