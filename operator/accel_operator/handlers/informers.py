@@ -29,13 +29,8 @@ def for_namespaces(
     server_filter: str | None = None,
     drop_unchanged: bool = False,
 ) -> list[Informer[V]]:
-    common: dict[str, Any] = {
-        "keys": keys,
-        "on_change": on_change,
-        "server_filter": server_filter,
-        "kind": name,
-        "drop_unchanged": drop_unchanged,
-    }
+    common: dict[str, Any] = {"keys": keys, "on_change": on_change, "server_filter": server_filter, "kind": name}
+    common["drop_unchanged"] = drop_unchanged
     if not patterns:
         return [Informer(name, api, group_version, plural, view=view, **common)]
     plain = references.select_specific_namespaces(patterns)

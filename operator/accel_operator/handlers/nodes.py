@@ -3,10 +3,8 @@ pods and batch Jobs are), indexed by name (only nodes with GPU/TPU allocatable).
 matters for capacity (devices, readiness, cordon, a termination taint, labels) is read again by
 the scheduler, which wakes admission for the pools that gained devices.
 
-Most node events are heartbeats: the kubelet (or KWOK) rewrites the conditions'
-``lastHeartbeatTime`` about every 10 s a node, some 50 events a second at 500 nodes. The view
-holds no timestamp, so a heartbeat makes an equal view, and the informer drops it in its watch
-thread (``Informer.unchanged``): it never reaches the event loop, the store or the scheduler.
+Most node events are heartbeats (the conditions' ``lastHeartbeatTime``); the view holds no
+timestamp, so the informer drops them in its watch thread: they never reach the event loop.
 """
 
 from __future__ import annotations
@@ -22,8 +20,7 @@ from accel_operator.reconcile.common.snapshot import NodeView
 
 
 def keys(key: ObjKey, _view: NodeView) -> list[Hashable]:
-    """A node is filed under its name (the index is read as ``nodes.get(name)``)."""
-    return [key[1]]
+    return [key[1]]  # filed under its name: the index is read as ``nodes.get(name)``
 
 
 def informer(api: client.ApiClient, sched: Scheduler) -> Informer[NodeView]:

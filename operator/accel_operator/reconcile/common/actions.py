@@ -3,7 +3,6 @@ deterministic names of what it creates."""
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import re
 from dataclasses import dataclass, field
@@ -104,7 +103,6 @@ def digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:HASH]
 
 
-@functools.lru_cache(maxsize=65_536)  # pure, and asked for every job of a pass (the sweep, decide)
 def workload_name(job_name: str, attempt: int) -> str:
     """The Job's and the Service's name for one attempt: ``<job>-a<attempt>`` when that is a
     DNS-1035 label of at most ``MAX_NAME_LENGTH`` characters, else a stable shortening
