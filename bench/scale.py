@@ -559,7 +559,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 ops1 = scrape(args.metrics_port)
                 if 'accel_operator_api_writes_total{write="event"}' not in ops1:  # an operator before that counter
                     ops1['accel_operator_api_writes_total{write="event"}'] = float(operator_events(api, namespace))
-                out["burst"]["operator_writes_per_job"] = operator_writes(req0, req1, ops0, ops1, fits)
+                # Per admitted job (a burst cut short by --timeout admitted fewer than fit).
+                out["burst"]["operator_writes_per_job"] = operator_writes(req0, req1, ops0, ops1, max(1, got))
                 out["burst"]["stored_bytes"] = stored_sizes(api, namespace)
                 if args.drain_timeout > 0:
                     print("burst: waiting for the control plane to go quiet ...", flush=True)
