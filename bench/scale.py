@@ -215,6 +215,45 @@ def per_job(before: dict[str, float], after: dict[str, float], jobs: int, top: i
     return {k: round(v, 2) for v, k in rows}
 
 
+def operator_writes(
+    req0: dict[str, float], req1: dict[str, float], ops0: dict[str, float], ops1: dict[str, float], jobs: int
+) -> dict[str, float]:
+    """The operator's API writes per job between two points: its status patches (the API server's
+    count: only the operator patches AcceleratorJob status, the scheduler and the cost accountant
+    both), its Events (its own count, created and series patches: other components post Events
+    too) and the batch Jobs it created (the API server's count), and their total."""
+
+    def delta(before: dict[str, float], after: dict[str, float], key: str) -> float:
+        return after.get(key, 0.0) - before.get(key, 0.0)
+
+    events = sum(
+        delta(ops0, ops1, f'accel_operator_api_writes_total{{write="{w}"}}') for w in ("event", "event_series")
+    )
+    out = {
+        "status patches": delta(req0, req1, "PATCH acceleratorjobs/status") / max(1, jobs),
+        "Events": events / max(1, jobs),
+        "Job creates": delta(req0, req1, "POST jobs") / max(1, jobs),
+        "Events coalesced (not written)": delta(ops0, ops1, "accel_operator_events_coalesced_total") / max(1, jobs),
+    }
+    out["total"] = out["status patches"] + out["Events"] + out["Job creates"]
+    return {k: round(val, 2) for k, val in out.items()}
+
+
+def operator_events(api: client.ApiClient, namespace: str) -> int:
+    """The Events the operator created in ``namespace`` (by their reporting controller): what an
+    operator without ``accel_operator_api_writes_total`` wrote (it made no series patches)."""
+    token, n = None, 0
+    while True:
+        resp = client.EventsV1Api(api).list_namespaced_event(
+            namespace, limit=2000, _continue=token, _preload_content=False
+        )
+        page = json.loads(resp.data)
+        n += sum(1 for e in page["items"] if e.get("reportingController") == f"{v.GROUP}/accel-operator")
+        token = (page.get("metadata") or {}).get("continue")
+        if not token:
+            return n
+
+
 def _json_bytes(value: Any) -> int:
     return len(json.dumps(value, separators=(",", ":")).encode()) if value is not None else 0
 
@@ -486,6 +525,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 out["idle_cores"] = cores_used(pids, 5.0)
                 cpu0 = {k: cpu_seconds(p) for k, p in pids.items()}
                 req0 = api_requests(api)
+                ops0 = scrape(args.metrics_port)
                 tb0 = time.monotonic()
                 create_s = burst(creator, docs)
                 names = [d["metadata"]["name"] for d in docs]
@@ -514,7 +554,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 time.sleep(args.settle)
                 # Every client's requests (the bench's creates, the operator's, the controllers',
                 # kube-scheduler's, KWOK's) per job of the burst, up to the end of the settle.
-                out["burst"]["api_requests_per_job"] = per_job(req0, api_requests(api), fits)
+                req1 = api_requests(api)
+                out["burst"]["api_requests_per_job"] = per_job(req0, req1, fits)
+                ops1 = scrape(args.metrics_port)
+                if 'accel_operator_api_writes_total{write="event"}' not in ops1:  # an operator before that counter
+                    ops1['accel_operator_api_writes_total{write="event"}'] = float(operator_events(api, namespace))
+                # Per admitted job (a burst cut short by --timeout admitted fewer than fit).
+                out["burst"]["operator_writes_per_job"] = operator_writes(req0, req1, ops0, ops1, max(1, got))
                 out["burst"]["stored_bytes"] = stored_sizes(api, namespace)
                 if args.drain_timeout > 0:
                     print("burst: waiting for the control plane to go quiet ...", flush=True)
@@ -642,6 +688,15 @@ def table(out: dict[str, Any]) -> str:
     if cpu and b.get("admitted"):
         per = ", ".join(f"{k} {1000 * v / b['admitted']:.0f}" for k, v in sorted(cpu.items(), key=lambda kv: -kv[1]))
         rows.append(("burst: CPU-ms per admitted job", per))
+    ow = b.get("operator_writes_per_job") or {}
+    if ow:
+        rows.append(
+            (
+                "burst: operator's API writes per admitted job",
+                f"{ow['total']:.2f} (status patches {ow['status patches']:.2f}, Events {ow['Events']:.2f}, "
+                f"Job creates {ow['Job creates']:.2f}; Events coalesced {ow['Events coalesced (not written)']:.2f})",
+            )
+        )
     for key, n in (b.get("api_requests_per_job") or {}).items():
         rows.append((f"burst: API requests per job: {key}", f"{n:.2f}"))
     for key, n in (b.get("stored_bytes") or {}).items():

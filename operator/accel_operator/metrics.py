@@ -49,6 +49,21 @@ class OperatorMetrics:
             buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
             registry=r,
         )
+        self.api_writes = Counter(
+            "accel_operator_api_writes_total",
+            "Writes the scheduler sent to the API server, by kind: status (a job's status patch), event (an "
+            "Event created), event_series (an Event's series patched: engine/events.py), workload (a batch Job).",
+            ["write"],
+            registry=r,
+        )
+        self.events_coalesced = Counter(
+            "accel_operator_events_coalesced_total",
+            "Events not written: a repeat of the same (job, type, reason) within the series' refresh interval, "
+            "counted into its series (engine/events.py).",
+            registry=r,
+        )
+        for write in ("status", "event", "event_series", "workload"):
+            self.api_writes.labels(write)
         self.workloads_created = Counter(
             "accel_operator_workloads_created_total", "batch Jobs created (one per attempt).", registry=r
         )
@@ -190,12 +205,13 @@ class CostCounters(Collector):
 
 
 class WatchStats(Collector):
-    """``accel_operator_watch_events_total``, ``accel_operator_watch_relists_total`` and
-    ``accel_operator_watch_listed`` by resource: what the informers counted, read from ``source``
-    (``(resource, events, relists, listed)`` rows; set when the informers start) at each scrape."""
+    """``accel_operator_watch_events_total``, ``accel_operator_watch_relists_total``,
+    ``accel_operator_watch_unchanged_total`` and ``accel_operator_watch_listed`` by resource: what
+    the informers counted, read from ``source`` (``(resource, events, relists, listed, unchanged)``
+    rows; set when the informers start) at each scrape."""
 
     def __init__(self) -> None:
-        self.source: Callable[[], Iterable[tuple[str, int, int, bool]]] = lambda: ()
+        self.source: Callable[[], Iterable[tuple[str, int, int, bool, int]]] = lambda: ()
 
     def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
         rows = list(self.source())
@@ -208,15 +224,23 @@ class WatchStats(Collector):
             "server or the network drops the watches).",
             labels=["resource"],
         )
+        unchanged = CounterMetricFamily(
+            "accel_operator_watch_unchanged",
+            "Watch events dropped in the watch thread because the operator's view of the object did not change "
+            "(a node's heartbeat), by resource.",
+            labels=["resource"],
+        )
         listed = GaugeMetricFamily(
             "accel_operator_watch_listed",
             "1 once every informer of the resource holds its first listing (no pass runs before).",
             labels=["resource"],
         )
-        for resource, n_events, n_relists, is_listed in rows:
+        for resource, n_events, n_relists, is_listed, n_unchanged in rows:
             events.add_metric([resource], n_events)
             relists.add_metric([resource], n_relists)
+            unchanged.add_metric([resource], n_unchanged)
             listed.add_metric([resource], 1.0 if is_listed else 0.0)
         yield events
         yield relists
+        yield unchanged
         yield listed

@@ -1,8 +1,8 @@
 """The operator's readiness (``/readyz`` on the metrics port): what a Service may send traffic to.
 
-A replica is ready once (1) every watch holds its first listing (kopf's indexes of pools, nodes,
-policies, namespaces and node reports; the lean informers of AcceleratorJobs, pods and batch Jobs:
-``Scheduler.can_act``), since until then the webhook judges jobs against policies it has not read
+A replica is ready once (1) every watch holds its first listing (kopf's indexes of pools,
+policies, namespaces and node reports; the lean informers of AcceleratorJobs, pods, batch Jobs
+and nodes: ``Scheduler.can_act``), since until then the webhook judges jobs against policies it has not read
 and a pass would decide on a half-filled picture; and (2) the admission webhook, where one is
 served, answers on its TLS port (a request to itself: kopf starts it only after its resource
 scan, and a certificate that cannot load leaves it closed). Leading is no condition: a follower

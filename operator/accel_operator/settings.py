@@ -27,6 +27,13 @@ class OperatorSettings(BaseSettings):
         le=86_400,
         description="The safety net: every job is decided again this often even without an event.",
     )
+    pass_interval_seconds: float = Field(
+        default=0.2,
+        ge=0,
+        le=10,
+        description="The least time from one scheduling pass's start to the next: the marks of a burst of events "
+        "gather into one pass (each pass also costs in proportion to the jobs it holds). 0: a pass per wake.",
+    )
     bind_timeout_seconds: float = Field(
         default=120.0,
         gt=0,

@@ -1,17 +1,22 @@
 """The lean informer (adapters/kube/informer.py) against the local API server: the first
 listing, watch events (added, changed, deleted), reconnecting when the server ends each watch,
-and an object deleted while the informer was stopped reported as deleted by the next listing."""
+and an object deleted while the informer was stopped reported as deleted by the next listing;
+the operator's node informer, which drops heartbeats."""
 
 from __future__ import annotations
 
 import asyncio
 import time
+import urllib.request
 from collections.abc import Callable, Hashable, Mapping
 from typing import Any
 
 from kubernetes import client
 
 from accel_operator.adapters.kube.informer import Informer, ObjKey
+from tests.support.cluster import free_port, wait_for
+from tests.support.jobs import create_job, gpu_pool, job_doc, status, wait_phase
+from tests.support.operator import checked_operator, settings_for
 
 
 def _pod(name: str) -> dict[str, Any]:
@@ -89,3 +94,45 @@ def test_the_informer_follows_pods_through_list_watch_reconnects_and_a_relist(
         ((ns, "b"), ("b", "1"), None),
     ]
     assert inf.events >= 3
+
+
+def _metric(port: int, line_start: str) -> float | None:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
+        for line in resp.read().decode().splitlines():
+            if line.startswith(line_start + " "):
+                return float(line.rsplit(" ", 1)[1])
+    return None
+
+
+def test_nodes_come_through_an_informer_that_drops_heartbeats(
+    api: client.ApiClient, core: client.CoreV1Api, namespace: str, crds: list[str]
+) -> None:
+    """The operator watches nodes with a lean informer: a heartbeat (the Ready condition's
+    lastHeartbeatTime rewritten, as the kubelet does every few seconds) is counted and dropped in
+    the watch thread, while a cordon and its lifting still reach the scheduler (a job waits on
+    the cordoned node's pool and is admitted once it is lifted)."""
+    port = free_port()
+    settings = settings_for(namespace, metrics_port=port, metrics_address="127.0.0.1")
+    pool = f"{namespace}-beat"
+    with gpu_pool(api, pool, count=1) as (node,), checked_operator(settings):
+        listed = 'accel_operator_watch_listed{resource="nodes"}'
+        wait_for(lambda: _metric(port, listed) == 1.0, timeout=30, what="the node informer's first listing")
+        dropped = 'accel_operator_watch_unchanged_total{resource="nodes"}'
+        before = _metric(port, dropped) or 0.0
+        for i in range(5):
+            beat = f"2030-01-01T00:00:{i:02d}Z"
+            conditions = core.read_node_status(node).status.conditions
+            body = [
+                {"type": c.type, "status": c.status, "reason": c.reason, "lastHeartbeatTime": beat} for c in conditions
+            ]
+            core.patch_node_status(node, {"status": {"conditions": body}})
+        wait_for(lambda: (_metric(port, dropped) or 0.0) >= before + 5, timeout=30, what="five heartbeats dropped")
+        core.patch_node(node, {"spec": {"unschedulable": True}})
+        create_job(api, job_doc(namespace, pool, devices=1, name="cordoned"))
+        wait_for(
+            lambda: status(api, namespace, "cordoned").get("phase") == "Pending",
+            timeout=30,
+            what="the job waiting: its only node is cordoned",
+        )
+        core.patch_node(node, {"spec": {"unschedulable": False}})
+        wait_phase(api, namespace, "cordoned", "Running", timeout=60)

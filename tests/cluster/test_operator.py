@@ -199,7 +199,7 @@ def test_operator_runs_under_its_least_privilege_role(
                 metrics = resp.read().decode()
             assert "accel_operator_workloads_created_total 1.0" in metrics, metrics[:2000]
             assert "accel_operator_admission_latency_seconds_count 1.0" in metrics
-            for resource in ("jobs", "pods", "workloads"):  # the informers listed under this role
+            for resource in ("jobs", "pods", "workloads", "nodes"):  # the informers listed under this role
                 assert f'accel_operator_watch_listed{{resource="{resource}"}} 1.0' in metrics
             assert 'accel_operator_watch_events_total{resource="jobs"} 0.0' not in metrics
             # The installed webhooks got the shared certificate's caBundle (get and patch on their

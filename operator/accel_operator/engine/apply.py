@@ -1,6 +1,7 @@
 """Applying a pass's writes: the status first (the record of an admission survives a crash), then
 the workload, deletions and requests in the decision's order, then its events in their own
-threads; node taints; checkpoint lookups. Every call runs in a thread of the call pools, retried
+threads (a repeated Event coalesced into a series: :mod:`.events`); node taints; checkpoint
+lookups. Every call runs in a thread of the call pools, retried
 with bounded backoff while the API server is unavailable.
 
 A decision's status is kept in an in-memory overlay (:meth:`Applier.job_view`) until the watch
@@ -37,6 +38,7 @@ from accel_operator.adapters.kube.client import ClusterUnavailable
 from accel_operator.adapters.kube.jobs import JobGone, JobRef, JobWriter
 from accel_operator.adapters.kube.nodes import NodeWriter
 from accel_operator.engine import calls, node_writes
+from accel_operator.engine import events as events_mod
 from accel_operator.engine.cache import Observed
 from accel_operator.engine.clock import Clock
 from accel_operator.engine.loop import Marks
@@ -124,6 +126,8 @@ class Applier:
     # cost accountant charges such a job's open attempt up to then (engine/accountant.py).
     swept_gone: dict[JobKey, dt.datetime] = field(default_factory=dict)
     rechecks: set[JobKey] = field(default_factory=set)  # jobs with a sweep recheck already timed
+    # Repeated Events coalesced per (job, type, reason), as client-go's recorder does.
+    event_series: events_mod.EventSeries = field(default_factory=events_mod.EventSeries)
 
     def __post_init__(self) -> None:
         if self.pools is None:
@@ -196,6 +200,7 @@ class Applier:
             async with self.slots.slot(_priority(decision)):
                 if new is not None:
                     revision = await self._retrying("patch_status", self.writer.patch_status, ref, new)
+                    self.engine.metrics.api_writes.labels("status").inc()
                     pending = self.overlay.get(job.key)
                     if pending is not None:
                         pending.revision = _int(revision)
@@ -237,7 +242,10 @@ class Applier:
 
     async def _record(self, job: JobView, ref: JobRef, events: list[act.RecordEvent]) -> None:
         """Post a decision's events in their order, in the events' own threads (an event is
-        information, not state: one the API server refuses is logged, and the decision stands)."""
+        information, not state: one the API server refuses is logged, and the decision stands).
+        A repeat of a (job, type, reason) is coalesced into the first one's series
+        (:mod:`.events`); every occurrence is logged."""
+        metrics = self.engine.metrics
         for event in events:
             log.info(
                 "%s/%s: %s: %s",
@@ -247,19 +255,25 @@ class Applier:
                 event.message,
                 extra={"job": f"{job.namespace}/{job.name}", "reason": event.reason},
             )
+            key = (ref.namespace, ref.name, ref.uid, event.type, event.reason)
+            what, count = self.event_series.record(key, self.engine.clock.monotonic())
+            if what is events_mod.Write.SUPPRESS:
+                metrics.events_coalesced.inc()
+                continue
             try:
-                await calls.run_in(
-                    self.call_pools.events,
-                    calls.fenced(self.engine.leading, self.writer.event),
-                    ref,
-                    event.type,
-                    event.reason,
-                    event.message,
-                )
+                if what is events_mod.Write.CREATE:
+                    fn: Callable[..., None] = self.writer.event
+                    args: tuple[Any, ...] = (ref, event.type, event.reason, event.message)
+                else:
+                    fn, args = self.writer.event_series, (ref, event.type, event.reason, event.message, count)
+                await calls.run_in(self.call_pools.events, calls.fenced(self.engine.leading, fn), *args)
+                metrics.api_writes.labels("event" if what is events_mod.Write.CREATE else "event_series").inc()
             except calls.NotLeading:
-                self.engine.metrics.fenced_writes.inc()
+                self.event_series.forget(key)
+                metrics.fenced_writes.inc()
                 return
             except ClusterUnavailable as exc:
+                self.event_series.forget(key)
                 log.info("event %s on %s/%s not recorded: %s", event.reason, *job.key, exc)
 
     async def _act(self, job: JobView, ref: JobRef, action: act.Action, pools: Mapping[str, PoolView]) -> None:
@@ -287,6 +301,7 @@ class Applier:
             )
             batch_job, service = wl_mod.build(spec)
             created = await self._retrying("create_workload", self.workloads.create, batch_job, service)
+            self.engine.metrics.api_writes.labels("workload").inc()
             name = str(batch_job["metadata"]["name"])
             view = WorkloadView(namespace=job.namespace, name=name, job=job.key, attempt=action.attempt)
             self.created[(job.namespace, name)] = (view, self.engine.clock.monotonic())

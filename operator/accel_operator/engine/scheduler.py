@@ -1,8 +1,8 @@
 """The operator's one scheduling loop: observe (kopf's indexes) → decide (pure) → apply, as a thin
 facade over the engine's parts that the kopf handlers and the cost accountant talk to.
 
-kopf's watches keep indexes of pools, accelerator nodes, the pods on them, our workloads and the
-AcceleratorJobs; its event handlers only mark what changed (``mark``, ``pods_changed``,
+kopf's watches and the lean informers keep indexes of pools, accelerator nodes, the pods on them,
+our workloads and the AcceleratorJobs; their event handlers only mark what changed (``mark``, ``pods_changed``,
 ``node_changed``, ``workload_changed``, ``capacity_changed``) into :class:`~.loop.Marks`. The loop
 (:mod:`.loop`) wakes on a mark (or on the safety-net timer) and runs :meth:`Scheduler.step`: read
 the changed index entries into the folded picture (:mod:`.cache`; all of them on a full pass), take
@@ -39,8 +39,9 @@ from accel_operator.engine.clock import Clock, SystemClock
 from accel_operator.engine.loop import Marks
 from accel_operator.engine.plans import Plans
 from accel_operator.metrics import OperatorMetrics
+from accel_operator.reconcile.common import actions as act
 from accel_operator.reconcile.common import policy_inputs
-from accel_operator.reconcile.common.snapshot import JobKey, PodView, Snapshot
+from accel_operator.reconcile.common.snapshot import JobKey, PodView, Snapshot, WorkloadView
 from accel_operator.reconcile.job import sweep
 from accel_operator.reconcile.nodes import consolidate, health
 from accel_operator.settings import OperatorSettings
@@ -135,8 +136,10 @@ class Scheduler:
         self.marks.wake.set()
 
     def node_changed(self, name: str) -> None:
+        """A node's view changed (the informer's: not a kopf handler, so it says nothing of kopf's
+        indexes); its pools' capacity is read again."""
         self.observed.touch_node(name)
-        self.kopf_listed()
+        self.marks.wake.set()
 
     def workload_changed(self, key: tuple[str, str], job: JobKey) -> None:
         self.observed.touch_workload(key)
@@ -171,7 +174,7 @@ class Scheduler:
         self.observed.touch_job(key)
 
     def kopf_listed(self) -> None:
-        """kopf called a handler: its indexes (pools, nodes, policies, namespaces, node reports)
+        """kopf called a handler: its indexes (pools, policies, namespaces, node reports)
         hold their initial listing (kopf calls no handler before). Every kopf-driven change says
         so, and the namespaces handler at start in every cluster: there are always namespaces."""
         self.marks.ready = True
@@ -294,7 +297,7 @@ class Scheduler:
             workloads = list(snap.workloads.values())
             pods = [p for ps in snap.pods_by_job.values() for p in ps]
         elif keys:
-            workloads = [w for w in snap.workloads.values() if w.job in keys]
+            workloads = _workloads_of(snap, keys)
             pods = [p for k in keys for p in snap.pods_by_job.get(k, ())]
         elif self.applier.deleting:  # nothing to judge, but deletes to see through
             workloads, pods = [], []
@@ -318,3 +321,27 @@ class Scheduler:
     async def background_write(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` in a write thread once no decision waits for one (handlers.cost)."""
         return await self.applier.background_write(fn, *args)
+
+
+def _workloads_of(snap: Snapshot, keys: set[JobKey]) -> list[WorkloadView]:
+    """The workloads of the jobs ``keys`` for an incremental sweep, by their names (attempt 0 up to
+    the one after the job's current attempt) instead of a scan of every workload per pass (a scan
+    when the keys are about as many as the workloads). A deleted job's attempts are not known:
+    those keys take one scan. Anything else (a workload of an attempt further ahead) is the full
+    pass's to find."""
+    if 2 * len(keys) >= len(snap.workloads):  # as many names to try as there are workloads: scan
+        return [w for w in snap.workloads.values() if w.job in keys]
+    out: list[WorkloadView] = []
+    gone: set[JobKey] = set()
+    for key in keys:
+        job = snap.jobs.get(key)
+        if job is None:
+            gone.add(key)
+            continue
+        for attempt in range(job.status.attempt + 2):
+            w = snap.workloads.get((key[0], act.workload_name(key[1], attempt)))
+            if w is not None and w.job == key:
+                out.append(w)
+    if gone:
+        out.extend(w for w in snap.workloads.values() if w.job in gone)
+    return out

@@ -1,5 +1,6 @@
 """kopf wiring, one module per watched kind (pools, nodes, pods, workloads, jobs, policies,
-namespaces and node reports), all thin: they keep kopf's indexes and mark what changed;
+namespaces and node reports), all thin: they keep kopf's indexes (or, for the busy kinds, the
+lean informers' stores) and mark what changed;
 the engine (:mod:`accel_operator.engine`) observes, decides and applies; :mod:`admission` serves
 the webhooks (when ``settings.webhook_port`` is set); :mod:`cost` starts the accountant.
 ``register`` declares everything into one registry."""
@@ -43,7 +44,7 @@ def register(reg: kopf.OperatorRegistry, ctx: OperatorContext) -> Scheduler:
         node_writer=ctx.nodes,
         checkpoints=ctx.checkpoints,
     )
-    for module in (pools, nodes, reports):
+    for module in (pools, reports):
         module.register(reg, sched)
     policies.register(reg, sched, ctx.watch_api)
     if ctx.settings.webhook_port:
@@ -72,23 +73,24 @@ def register(reg: kopf.OperatorRegistry, ctx: OperatorContext) -> Scheduler:
         # deadlocks the start; afterwards a worker holds its slot for idle_timeout after its last
         # event, so a cap of N throttles each kind to about N / idle_timeout objects per second.
         settings.queueing.worker_limit = None
-        # AcceleratorJobs, pods and the operator's batch Jobs: lean informers instead of kopf
-        # (adapters/kube/informer.py says why).
+        # AcceleratorJobs, pods, the operator's batch Jobs and nodes: lean informers instead of
+        # kopf (adapters/kube/informer.py says why).
         if ctx.watch_api is None:
-            raise RuntimeError("OperatorContext.watch_api is not set: the job, pod and workload watches need it")
+            raise RuntimeError("OperatorContext.watch_api is not set: the job, pod, workload and node watches need it")
         watch_api = ctx.watch_api()
         ns = ctx.settings.namespaces
         job_watch = jobs.informers(watch_api, sched, ns, deleted=accountant.job_deleted)
         pod_watch = pods.informers(watch_api, sched, ns)
         workload_watch = workloads.informers(watch_api, sched, ns)
-        watched: list[Informer[Any]] = [*job_watch, *pod_watch, *workload_watch]
+        node_watch = nodes.informer(watch_api, sched)  # cluster-scoped: one watch, whatever the namespaces
+        watched: list[Informer[Any]] = [*job_watch, *pod_watch, *workload_watch, node_watch]
         for informer in watched:
             informer.start()
         memo.informers = watched
         sched.metrics.watches.source = lambda: kube_informer.stats(watched)
         sched.indices = Indices(
             pools=kwargs["pools"],
-            nodes=kwargs["nodes"],
+            nodes=node_watch.index,
             pods=pod_watch[0].index,  # shared by the informers of one kind
             workloads=workload_watch[0].index,
             jobs=job_watch[0].index,

@@ -27,8 +27,10 @@ def for_namespaces(
     keys: Callable[[ObjKey, V], Iterable[Hashable]],
     on_change: Callable[[ObjKey, V | None, V | None], None],
     server_filter: str | None = None,
+    drop_unchanged: bool = False,
 ) -> list[Informer[V]]:
     common: dict[str, Any] = {"keys": keys, "on_change": on_change, "server_filter": server_filter, "kind": name}
+    common["drop_unchanged"] = drop_unchanged
     if not patterns:
         return [Informer(name, api, group_version, plural, view=view, **common)]
     plain = references.select_specific_namespaces(patterns)

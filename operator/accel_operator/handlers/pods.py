@@ -33,4 +33,8 @@ def informers(api: client.ApiClient, sched: Scheduler, namespaces: Sequence[str]
     def changed(_key: ObjKey, before: PodView | None, after: PodView | None) -> None:
         sched.pods_changed(before, after)
 
-    return for_namespaces("pods", api, "v1", "pods", namespaces, view=views.pod_view, keys=keys, on_change=changed)
+    # A pod's status changes the view does not hold (its conditions' times, container ids) are
+    # dropped in the watch thread.
+    return for_namespaces(
+        "pods", api, "v1", "pods", namespaces, view=views.pod_view, keys=keys, on_change=changed, drop_unchanged=True
+    )

@@ -34,4 +34,5 @@ def informers(api: client.ApiClient, sched: Scheduler, namespaces: Sequence[str]
         keys=by_name,
         on_change=changed,
         server_filter=SELECTOR,
+        drop_unchanged=True,  # the Job controller's status writes the view does not hold
     )

@@ -4,7 +4,8 @@ API server in tests/cluster/test_informer.py."""
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+import json
+from collections.abc import Hashable, Iterator
 from typing import Any
 
 from hypothesis import given
@@ -154,3 +155,110 @@ def test_the_metrics_sum_the_informers_of_one_kind_and_say_listed_only_when_all_
     assert 'accel_operator_watch_listed{resource="jobs"} 1.0' in text
     b.apply([], listing=set())
     assert 'accel_operator_watch_listed{resource="pods"} 1.0' in generate_latest(metrics.registry).decode()
+
+
+def _node(name: str, *, ready: bool = True, beat: str = "2026-01-01T00:00:00Z", rv: int = 1) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "resourceVersion": str(rv), "labels": {"pool": "a"}},
+        "status": {
+            "allocatable": {"nvidia.com/gpu": "8"},
+            "conditions": [
+                {"type": "Ready", "status": "True" if ready else "False", "lastHeartbeatTime": beat},
+            ],
+        },
+    }
+
+
+class _Stream:
+    """A watch response as ``Informer._watch`` reads it: urllib3's ``stream`` and ``release_conn``."""
+
+    def __init__(self, events: list[tuple[str, dict[str, Any]]]) -> None:
+        self.lines = [json.dumps({"type": t, "object": o}).encode() + b"\n" for t, o in events]
+
+    @property
+    def response(self) -> _Stream:
+        return self
+
+    def stream(self, _size: int, decode_content: bool = True) -> Any:
+        yield from self.lines  # one read per event: each would be its own batch
+
+    def release_conn(self) -> None:
+        pass
+
+
+class _Page:
+    def __init__(self, items: list[dict[str, Any]]) -> None:
+        self.data = json.dumps({"items": items, "metadata": {"resourceVersion": "1"}}).encode()
+
+    def read(self) -> None:
+        pass
+
+
+def test_heartbeats_are_dropped_in_the_watch_thread_and_never_reach_the_loop() -> None:
+    """A node's heartbeat (its conditions' lastHeartbeatTime) makes an equal view: the watch
+    thread counts it and hands nothing over, so the loop, the store and the scheduler never see
+    it; a change of readiness and a deletion are handed over, each once."""
+    from accel_operator.adapters.kube import views as kube_views
+    from accel_operator.handlers import nodes
+
+    inf = Informer(
+        "nodes",
+        None,
+        "v1",
+        "nodes",
+        view=kube_views.node_view,
+        keys=nodes.keys,
+        on_change=lambda *_: None,
+        drop_unchanged=True,
+    )
+    handed: list[list[tuple[ObjKey, Any]]] = []
+    inf._hand = lambda changes, listing=None: handed.append(list(changes))  # type: ignore[method-assign]
+    responses: Iterator[_Stream] = iter(
+        [
+            _Stream(
+                [
+                    ("MODIFIED", _node("n1", beat="2026-01-01T00:00:10Z", rv=2)),  # a heartbeat after the listing
+                    ("ADDED", _node("n2", rv=3)),
+                    ("MODIFIED", _node("n2", beat="2026-01-01T00:00:10Z", rv=4)),
+                    ("MODIFIED", _node("n2", beat="2026-01-01T00:00:20Z", rv=5)),
+                    ("MODIFIED", _node("n2", ready=False, beat="2026-01-01T00:00:30Z", rv=6)),
+                    ("MODIFIED", _node("n2", ready=False, beat="2026-01-01T00:00:40Z", rv=7)),
+                    ("DELETED", _node("n2", ready=False, rv=8)),
+                    ("DELETED", _node("n2", ready=False, rv=8)),  # a second deletion: nothing held
+                    ("ADDED", {"metadata": {"name": "cpu", "resourceVersion": "9"}}),  # not an accelerator node
+                    ("MODIFIED", {"metadata": {"name": "cpu", "resourceVersion": "10"}}),
+                ]
+            )
+        ]
+    )
+
+    def get(query: dict[str, Any], *, stream: bool) -> Any:
+        return next(responses) if stream else _Page([_node("n1")])
+
+    inf._get = get  # type: ignore[method-assign]
+    version = inf._list()
+    assert [[k for k, _ in batch] for batch in handed] == [[("", "n1")]]
+    handed.clear()
+    assert inf._watch(version) == "10"
+    assert [[(k, v.ready if v else None) for k, v in batch] for batch in handed] == [
+        [(("", "n2"), True)],
+        [(("", "n2"), False)],
+        [(("", "n2"), None)],
+    ]
+    assert inf.events == 10 and inf.unchanged == 7
+
+
+def test_without_drop_unchanged_every_event_is_handed_over() -> None:
+    """The AcceleratorJobs' informer keeps every event (each carries a new resourceVersion that
+    its view holds): comparing in the thread would only cost."""
+    inf = Informer("jobs", None, "v1", "nodes", view=lambda o: o["metadata"]["name"], keys=by_key, on_change=print)
+    handed: list[list[tuple[ObjKey, Any]]] = []
+    inf._hand = lambda changes, listing=None: handed.append(list(changes))  # type: ignore[method-assign]
+    twice = _Stream([("MODIFIED", _node("n1")), ("MODIFIED", _node("n1"))])
+    inf._get = lambda query, stream: twice  # type: ignore[method-assign,misc]
+    inf._watch("1")
+    assert len(handed) == 2 and inf.unchanged == 0
+
+
+def by_key(key: ObjKey, _view: object) -> list[Hashable]:
+    return [key]

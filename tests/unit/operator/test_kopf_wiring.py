@@ -27,9 +27,18 @@ def test_no_create_update_or_delete_handlers_while_the_essence_is_empty() -> Non
     indexes = [h.id for h in reg._indexing.get_all_handlers()]
     # One index per kind kopf watches, shared: the accountant reads the scheduler's policies and
     # node reports (no second copy of them, no event parsed twice). AcceleratorJobs, pods and
-    # workloads are the informers' (adapters/kube/informer.py), never kopf's too.
-    assert sorted(indexes) == sorted(["pools", "nodes", "reports", "policies", "namespace_teams"])
-    assert len(reg._watching.get_all_handlers()) >= 5
+    # workloads and nodes are the informers' (adapters/kube/informer.py), never kopf's too.
+    assert sorted(indexes) == sorted(["pools", "reports", "policies", "namespace_teams"])
+    assert len(reg._watching.get_all_handlers()) >= 4
+
+
+def test_kopf_watches_no_kind_an_informer_watches() -> None:
+    """Nodes (mostly heartbeats), AcceleratorJobs, pods and batch Jobs: one watch each, the
+    informers'; a kopf handler on one of them would open a second watch and parse every event twice."""
+    reg = _registry()
+    handlers_ = [*reg._indexing.get_all_handlers(), *reg._watching.get_all_handlers()]
+    watched = {h.selector.any_name for h in handlers_ if h.selector is not None}
+    assert watched == {"acceleratorpools", "acceleratornodereports", "acceleratorpolicies", "namespaces"}
 
 
 def test_the_startup_handler_installs_the_empty_essence() -> None:

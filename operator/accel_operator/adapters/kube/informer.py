@@ -16,7 +16,10 @@ what the scheduler sees. :class:`Informer` does just that, as client-go's inform
   the index are changed and ``on_change(key, before, after)`` is called: everything the
   scheduler reads changes on the loop's thread only;
 - ``server_filter`` is a label selector the API server applies (the operator's batch Jobs), so
-  the others' objects never cross the wire.
+  the others' objects never cross the wire;
+- with ``drop_unchanged``, an event whose view equals the one last handed over for its object
+  (a node's heartbeat, a pod's status change the view does not hold) is dropped in the thread and
+  counted (``unchanged``): it costs its parse and one comparison, and never wakes the loop.
 
 ``view`` turns a raw object into what is kept (``None``: not kept); ``keys`` names the index
 entries a view appears under (a pod: its node and its job), like a kopf index function's keys.
@@ -91,6 +94,7 @@ class Informer(Generic[V]):
         timeout_seconds: int = 300,
         backoff_seconds: float = 1.0,
         kind: str | None = None,
+        drop_unchanged: bool = False,
     ) -> None:
         self.name = name
         self.kind = kind or name  # what the metrics call it: the informers of one kind share it
@@ -111,6 +115,11 @@ class Informer(Generic[V]):
         self.listed = False  # the first listing is in the store
         self.events = 0
         self.relists = 0
+        # Views that would not change the store, dropped in the thread (``drop_unchanged``): the
+        # thread's own record of the last view it handed over per object (the store is the loop's).
+        self.drop_unchanged = drop_unchanged
+        self.unchanged = 0
+        self._sent: dict[ObjKey, V] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -218,6 +227,9 @@ class Informer(Generic[V]):
             meta = page.get("metadata") or {}
             token = meta.get("continue") or None
             if token is None:
+                if self.drop_unchanged:
+                    # What the store holds once the listing is applied.
+                    self._sent = {key: view for key, view in changes if view is not None}
                 self._hand(changes, listing=seen)
                 return str(meta.get("resourceVersion") or "")
 
@@ -248,7 +260,16 @@ class Informer(Generic[V]):
                     if kind == "BOOKMARK":
                         continue
                     self.events += 1
-                    batch.append((_key(obj), None if kind == "DELETED" else self.view(obj)))
+                    key, view = _key(obj), None if kind == "DELETED" else self.view(obj)
+                    if self.drop_unchanged:
+                        if view == self._sent.get(key):  # a heartbeat (or an object never kept)
+                            self.unchanged += 1
+                            continue
+                        if view is None:
+                            self._sent.pop(key, None)
+                        else:
+                            self._sent[key] = view
+                    batch.append((key, view))
                 if batch:  # what one read brought: at once, never held for a later event
                     self._hand(batch)
         finally:
@@ -279,12 +300,12 @@ def _chunks(raw: Any) -> Iterator[list[bytes]]:
         yield [rest]
 
 
-def stats(informers: Iterable[Informer[Any]]) -> Iterator[tuple[str, int, int, bool]]:
-    """(kind, events, relists, listed) of ``informers``, the informers of one kind summed: what
-    ``metrics.WatchStats`` exports."""
-    kinds: dict[str, tuple[int, int, bool]] = {}
+def stats(informers: Iterable[Informer[Any]]) -> Iterator[tuple[str, int, int, bool, int]]:
+    """(kind, events, relists, listed, unchanged) of ``informers``, the informers of one kind
+    summed: what ``metrics.WatchStats`` exports."""
+    kinds: dict[str, tuple[int, int, bool, int]] = {}
     for i in informers:
-        events, relists, listed = kinds.get(i.kind, (0, 0, True))
-        kinds[i.kind] = (events + i.events, relists + i.relists, listed and i.listed)
-    for kind, (events, relists, listed) in sorted(kinds.items()):
-        yield kind, events, relists, listed
+        events, relists, listed, unchanged = kinds.get(i.kind, (0, 0, True, 0))
+        kinds[i.kind] = (events + i.events, relists + i.relists, listed and i.listed, unchanged + i.unchanged)
+    for kind, (events, relists, listed, unchanged) in sorted(kinds.items()):
+        yield kind, events, relists, listed, unchanged

@@ -17,7 +17,9 @@ read.
 from __future__ import annotations
 
 import datetime as dt
+import threading
 import uuid
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -55,15 +57,28 @@ class JobWriter(Protocol):
 
     def event(self, ref: JobRef, type_: str, reason: str, message: str) -> None: ...
 
+    def event_series(self, ref: JobRef, type_: str, reason: str, message: str, count: int) -> None:
+        """The Event this writer last created for (``ref``, ``type_``, ``reason``) occurred
+        ``count`` times (``engine/events.py``): its series is written (a new Event when the
+        writer does not know it)."""
+        ...
+
 
 def _retryable(exc: ApiException) -> bool:
     return exc.status is None or exc.status >= 500 or exc.status == 429
+
+
+# Names of the Events this writer created, per (namespace, name, uid, type, reason): what a
+# series patch is addressed to (the least recently created dropped first).
+EVENT_NAMES = 10_000
 
 
 class KubeJobWriter:
     def __init__(self, api: client.ApiClient) -> None:
         self._custom = client.CustomObjectsApi(api)
         self._events = client.EventsV1Api(api)
+        self._names: OrderedDict[tuple[str, str, str, str, str], str] = OrderedDict()
+        self._lock = threading.Lock()  # events are posted from several threads
 
     def patch_status(self, ref: JobRef, status: dict[str, Any]) -> str:
         """Merge ``status`` into the status of the job ``ref`` names, that very job (its uid) only."""
@@ -108,12 +123,40 @@ class KubeJobWriter:
         except (ApiException, urllib3.exceptions.HTTPError) as exc:
             # An event is information, not state: losing one must not stop a decision.
             raise ClusterUnavailable(f"event on {ref.namespace}/{ref.name}: {exc}") from exc
+        with self._lock:
+            key = (ref.namespace, ref.name, ref.uid, type_, reason)
+            self._names[key] = str(body.metadata.name)
+            self._names.move_to_end(key)
+            while len(self._names) > EVENT_NAMES:
+                self._names.popitem(last=False)
+
+    def event_series(self, ref: JobRef, type_: str, reason: str, message: str, count: int) -> None:
+        with self._lock:
+            name = self._names.get((ref.namespace, ref.name, ref.uid, type_, reason))
+        if name is None:  # not this writer's (a restart, or dropped from the table): a new Event
+            self.event(ref, type_, reason, message)
+            return
+        # Only the series changes: an events.k8s.io Event's note is immutable, as client-go's
+        # recorder leaves it (the first occurrence's words; the job's status has the latest).
+        series = {"count": count, "lastObservedTime": _micro_time(dt.datetime.now(dt.UTC))}
+        try:
+            self._events.patch_namespaced_event(
+                name, ref.namespace, {"series": series}, _preload_content=False
+            ).drain_conn()
+        except ApiException as exc:
+            if exc.status == 404:  # deleted meanwhile (its TTL): a new one
+                self.event(ref, type_, reason, message)
+                return
+            raise ClusterUnavailable(f"event series on {ref.namespace}/{ref.name}: {exc}") from exc
+        except urllib3.exceptions.HTTPError as exc:
+            raise ClusterUnavailable(f"event series on {ref.namespace}/{ref.name}: {exc}") from exc
 
 
 @dataclass
 class FakeJobWriter:
     statuses: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     events: list[tuple[str, str, str, str]] = field(default_factory=list)  # (job, type, reason, message)
+    series: list[tuple[str, str, str, int]] = field(default_factory=list)  # (job, type, reason, count)
     fail_next: Exception | None = None
     revision: int = 0
     # The uid of each job as the API server holds it; a write for another uid is refused as the
@@ -143,6 +186,10 @@ class FakeJobWriter:
         self._maybe_fail()
         self.events.append((f"{ref.namespace}/{ref.name}", type_, reason, message))
 
+    def event_series(self, ref: JobRef, type_: str, reason: str, message: str, count: int) -> None:
+        self._maybe_fail()
+        self.series.append((f"{ref.namespace}/{ref.name}", type_, reason, count))
+
 
 _: JobWriter = FakeJobWriter()
 
@@ -161,6 +208,11 @@ def object_event(
 
 
 CLUSTER_EVENTS = "default"  # where the events of cluster-scoped objects go
+
+
+def _micro_time(at: dt.datetime) -> str:
+    """A MicroTime as the API server writes it (RFC 3339, microseconds, Z)."""
+    return at.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def _event_body(

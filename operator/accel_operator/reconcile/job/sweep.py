@@ -28,7 +28,8 @@ from __future__ import annotations
 
 import datetime as dt
 import enum
-from collections.abc import Iterable, Mapping
+from collections.abc import Container, Iterable, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
 from accel_operator.reconcile.common import actions as act
@@ -153,7 +154,9 @@ def sweep(
                 attempt=w.attempt,
             )
         )
-    names = set(existing)
+    # A mapping or set is asked as it is: the engine passes the snapshot's workloads, every one,
+    # on every pass (a copy of it was most of the sweep's cost).
+    names: Container[tuple[str, str]] = existing if isinstance(existing, Mapping | AbstractSet) else set(existing)
     for p in pods:
         if p.job is None or p.attempt is None or p.ended or p.finished is not None:
             continue  # ended, or its deletion asked for already (a finalizer may hold it a while)
