@@ -765,20 +765,7 @@ class Replay:
         self.cost_series.append((round(self.t / 3600.0, 3), round(self.spent_total, 2)))
 
 
-def replay(
-    pools: Sequence[AcceleratorPool],
-    arrivals: Sequence[Arrival],
-    *,
-    seed: int,
-    strategy: Strategy,
-    progress: Callable[[int], None] | None = None,
-    disruptions: Sequence[Disruption] = (),
-    recorded: Recorded | None = None,
-) -> Result:
-    """Run one replay to its end (every job ended, or left waiting with nothing left to happen);
-    ``progress`` is told how many jobs have arrived as it goes; ``disruptions`` are the trace's,
-    ``recorded`` the recorded price and interruption series."""
-    replayer = Replay(
-        pools, arrivals, seed=seed, strategy=strategy, progress=progress, disruptions=disruptions, recorded=recorded
-    )
-    return asyncio.run(replayer.run())
+def replay(pools: Sequence[AcceleratorPool], arrivals: Sequence[Arrival], **options: Any) -> Result:
+    """Run one replay (:class:`Replay`, with its keywords: seed, strategy, progress, disruptions,
+    recorded) to its end: every job ended, or left waiting with nothing left to happen."""
+    return asyncio.run(Replay(pools, arrivals, **options).run())

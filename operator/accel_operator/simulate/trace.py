@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -251,60 +251,47 @@ def read_trace_events(text: str, *, source: str = "trace") -> tuple[list[Arrival
     return sorted(out, key=lambda a: (a.submit, a.index)), [cut for _, cut in disruptions]
 
 
-def read_pools(text: str, *, source: str = "pools") -> list[AcceleratorPool]:
-    """The AcceleratorPools of a YAML or JSON file (multi-document), validated strictly."""
-    docs = load_documents(text, source=source)
-    pools: list[AcceleratorPool] = []
+R = TypeVar("R", AcceleratorPool, AcceleratorPolicy)
+
+
+def _read_kind(text: str, source: str, kind: type[R], most: int) -> list[R]:
+    """The documents of one YAML or JSON file (multi-document), each validated strictly as the API
+    server would and each of ``kind``: at least one, at most ``most``, each named once. Every
+    error names the file, the document and the field."""
+    what = kind.__name__
+    found: list[R] = []
     problems: list[str] = []
-    for i, doc in enumerate(docs):
+    for i, doc in enumerate(load_documents(text, source=source)):
         try:
             res = parse_resource(doc, source=None, strict=True)
         except InvalidResource as exc:
             problems.extend(f"{source}: document {i + 1}: {p}" for p in exc.problems)
             continue
-        if not isinstance(res, AcceleratorPool):
-            problems.append(f"{source}: document {i + 1}: kind must be AcceleratorPool")
-            continue
-        pools.append(res)
-    if problems:
-        raise TraceError(problems)
-    if not pools:
-        raise TraceError([f"{source}: no AcceleratorPool in the file"])
-    names = [p.metadata.name for p in pools]
-    if any(not n for n in names) or len(set(names)) != len(names):
-        raise TraceError([f"{source}: every pool needs a metadata.name, each name once"])
-    if len(pools) > MAX_POOLS:
-        raise TraceError([f"{source}: {len(pools)} pools; at most {MAX_POOLS}"])
-    return pools
-
-
-def read_policies(text: str, *, source: str = "policy") -> list[AcceleratorPolicy]:
-    """The AcceleratorPolicies of one ``--policy`` file (YAML or JSON, multi-document), validated
-    as the API server would; they apply together, as one strategy. Each error names the file, the
-    document and the field."""
-    docs = load_documents(text, source=source)
-    found: list[AcceleratorPolicy] = []
-    problems: list[str] = []
-    for i, doc in enumerate(docs):
-        try:
-            res = parse_resource(doc, source=None, strict=True)
-        except InvalidResource as exc:
-            problems.extend(f"{source}: document {i + 1}: {p}" for p in exc.problems)
-            continue
-        if not isinstance(res, AcceleratorPolicy):
-            problems.append(f"{source}: document {i + 1}: kind must be AcceleratorPolicy")
+        if not isinstance(res, kind):
+            problems.append(f"{source}: document {i + 1}: kind must be {what}")
             continue
         found.append(res)
     if problems:
         raise TraceError(problems)
     if not found:
-        raise TraceError([f"{source}: no AcceleratorPolicy in the file"])
-    if len(found) > MAX_POLICIES:
-        raise TraceError([f"{source}: {len(found)} policies; at most {MAX_POLICIES}"])
-    names = [p.metadata.name for p in found]
+        raise TraceError([f"{source}: no {what} in the file"])
+    if len(found) > most:
+        raise TraceError([f"{source}: {len(found)} of {what}; at most {most}"])
+    names = [r.metadata.name for r in found]
     if any(not n for n in names) or len(set(names)) != len(names):
-        raise TraceError([f"{source}: metadata.name: every policy needs a name, each name once"])
+        raise TraceError([f"{source}: metadata.name: every {what} needs a name, each name once"])
     return found
+
+
+def read_pools(text: str, *, source: str = "pools") -> list[AcceleratorPool]:
+    """The AcceleratorPools of a YAML or JSON file (multi-document), validated strictly."""
+    return _read_kind(text, source, AcceleratorPool, MAX_POOLS)
+
+
+def read_policies(text: str, *, source: str = "policy") -> list[AcceleratorPolicy]:
+    """The AcceleratorPolicies of one ``--policy`` file (YAML or JSON, multi-document), validated
+    as the API server would; they apply together, as one strategy."""
+    return _read_kind(text, source, AcceleratorPolicy, MAX_POLICIES)
 
 
 MAX_SERIES_LINES = 200_000  # points of a price or interruption series
