@@ -400,6 +400,7 @@ def main(argv: list[str] | None = None) -> int:
     print("\n$ kubectl accel top -A")
     subprocess.run([*accel, "top", "-A"], env=env, check=False)
     _cost_report(cluster.state, env)
+    _what_if(cluster.state, env)
     print("\nThe cluster is still running: `accel-cluster status`, `accel-cluster down`.")
     return 0
 
@@ -418,6 +419,25 @@ def _cost_report(state: Path, env: dict[str, str]) -> None:
         subprocess.run([*accelctl, "-A", "--since", "30d", "-o", "focus"], env=env, check=False, stdout=sink)
     rows = max(0, len(focus.read_text().splitlines()) - 1) if focus.exists() else 0
     print(f"The FinOps FOCUS 1.1 export for finance tools: {focus} ({rows} charge rows)")
+
+
+def _what_if(state: Path, env: dict[str, str]) -> None:
+    """What two days of jobs would cost under this engine and the two baselines (``accelctl
+    simulate``: the engine on a virtual clock; nothing here touches the cluster)."""
+    accelctl = [sys.executable, "-m", "accel_operator.cli.main", "simulate"]
+    _section("what would it cost? two synthetic days replayed through the engine and two baselines")
+    trace = state / "what-if-trace.jsonl"
+    pools = EXAMPLES / "simulate" / "pools.yaml"
+    gen = [*accelctl, "generate", "--jobs", "150", "--days", "2", "--seed", "7", "-o", str(trace)]
+    subprocess.run(gen, env=env, check=False, stdout=subprocess.DEVNULL)
+    run = [*accelctl, "--trace", str(trace), "--pools", str(pools), "--seed", "7"]
+    print("$ accelctl simulate generate --jobs 150 --days 2 --seed 7 -o trace.jsonl")
+    print("$ accelctl simulate --trace trace.jsonl --pools examples/simulate/pools.yaml --seed 7")
+    subprocess.run(run, env=env, check=False, stderr=subprocess.DEVNULL)
+    html = state / "what-if.html"
+    with html.open("w") as sink:
+        subprocess.run([*run, "-o", "html"], env=env, check=False, stdout=sink, stderr=subprocess.DEVNULL)
+    print(f"\nThe same side by side as an HTML page (charts, no network needed): {html}")
 
 
 if __name__ == "__main__":
