@@ -224,6 +224,20 @@ class Accountant:
             quotes[pool_name] = self.prices.quote(pool.spec, accel) if pool is not None and accel is not None else None
         return quotes[pool_name]
 
+    def _shown(self, job: JobView) -> bool:
+        """Whether the job's status holds what this process wrote last of it (or it wrote none).
+        Once the two are found equal, the status's copy stands for what was written, so the next
+        step finds them the same object instead of comparing every interval of the two again (a
+        settled job's ledger was compared whole at every step)."""
+        known = self.known.get(job.uid)
+        stored = job.status.cost
+        if known is None or known is stored:
+            return True
+        if known != stored:
+            return False
+        self.known[job.uid] = stored  # equal to a ledger: not None
+        return True
+
     def _compute(
         self, snap: Snapshot, now: dt.datetime
     ) -> tuple[
@@ -256,7 +270,7 @@ class Accountant:
                 continue
             pods = snap.pods_by_job.get(key, ())
             holding = any(p.held for p in pods)  # their times may still have to reach the ledger
-            if _settled(job) and not holding and (self.known.get(job.uid) in (None, st.cost)):
+            if _settled(job) and not holding and self._shown(job):
                 ledgers[key] = st.cost  # type: ignore[assignment]  # _settled: not None
                 continue
             plan = st.plan
