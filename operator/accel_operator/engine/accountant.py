@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 
 from accel_api.costrollup import ROLLUP_OPEN_SHARDS, CostRollup, OpenShard
 from accel_api.durations import parse_time_strict, stamp_exact
+from accel_api.enums import CapacityType
 from accel_api.job import CostStatus, OverBudget
 from accel_api.policy import SpendLedger, TeamSpend
 from accel_operator.accounting import accrual, ledger, rollup, teamspend
@@ -46,6 +47,7 @@ from accel_operator.settings import OperatorSettings
 log = logging.getLogger("accel_operator.cost")
 
 T = TypeVar("T")
+ByPool = dict[tuple[str, CapacityType], ledger.Figures]  # a ledger's live figures by (pool, capacity type)
 
 
 def _left_running(snap: Snapshot, key: JobKey, uid: str) -> bool:
@@ -152,6 +154,10 @@ class Accountant:
     # ``<rollup_name>-open-<i>``, and the resourceVersion each is at: None until read.
     open_shards: list[OpenShard] | None = None
     open_versions: list[str | None] = field(default_factory=list)
+    # uid -> (a ledger, the attempts the rollup holds of it, its live figures by pool) as the last
+    # step's counters summed them: a settled job's ledger is the same object step after step, and
+    # its figures are not walked again (a walk of every interval of every job was most of a step).
+    by_pool: dict[str, tuple[CostStatus, tuple[int, ...], ByPool]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self._now = self.scheduler.clock.now()
@@ -218,6 +224,20 @@ class Accountant:
             quotes[pool_name] = self.prices.quote(pool.spec, accel) if pool is not None and accel is not None else None
         return quotes[pool_name]
 
+    def _shown(self, job: JobView) -> bool:
+        """Whether the job's status holds what this process wrote last of it (or it wrote none).
+        Once the two are found equal, the status's copy stands for what was written, so the next
+        step finds them the same object instead of comparing every interval of the two again (a
+        settled job's ledger was compared whole at every step)."""
+        known = self.known.get(job.uid)
+        stored = job.status.cost
+        if known is None or known is stored:
+            return True
+        if known != stored:
+            return False
+        self.known[job.uid] = stored  # equal to a ledger: not None
+        return True
+
     def _compute(
         self, snap: Snapshot, now: dt.datetime
     ) -> tuple[
@@ -250,7 +270,7 @@ class Accountant:
                 continue
             pods = snap.pods_by_job.get(key, ())
             holding = any(p.held for p in pods)  # their times may still have to reach the ledger
-            if _settled(job) and not holding and (self.known.get(job.uid) in (None, st.cost)):
+            if _settled(job) and not holding and self._shown(job):
                 ledgers[key] = st.cost  # type: ignore[assignment]  # _settled: not None
                 continue
             plan = st.plan
@@ -742,10 +762,20 @@ class Accountant:
         for key, cost in ledgers.items():
             job = snap.jobs[key]
             live.append((job.uid, job.team, cost))
+        memo: dict[str, tuple[CostStatus, tuple[int, ...], ByPool]] = {}
         for uid, team, cost in live:
-            for (pool, capacity), t in rollup.live_by_pool(cost, pending.get(uid, ())).items():
+            folds = pending.get(uid, ())
+            marks = tuple(a.attempt for a in cost.attempts if a.attempt in folds)  # all that live_by_pool reads of them
+            seen = self.by_pool.get(uid)
+            if seen is not None and seen[0] is cost and seen[1] == marks:
+                by_pool = seen[2]  # the same ledger object with the same folds: the same figures
+            else:
+                by_pool = rollup.live_by_pool(cost, folds)
+            memo[uid] = (cost, marks, by_pool)
+            for (pool, capacity), t in by_pool.items():
                 k = (team, pool, capacity.value)
                 spent[k] = spent.get(k, 0.0) + t.spent_usd
                 lost[k] = lost.get(k, 0.0) + t.lost_to_preemption_usd
                 idle[k] = idle.get(k, 0.0) + t.idle_usd
+        self.by_pool = memo
         self.metrics.cost.set(spent, lost, idle)

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from accel_api.enums import JobPhase
 from accel_api.job import AcceleratorJobStatus
 from accel_api.policy import AcceleratorPolicy
 from accel_operator.adapters.kube.client import ClusterUnavailable
@@ -260,3 +261,50 @@ def test_the_policy_carries_a_job_as_its_status_holds_it() -> None:
     # Seen deleted by this process: folded with the ledger it computed (to the job's end), not
     # only what the job's status said last ($3.60).
     assert _team_spent(costs) == pytest.approx(2 * 7.2)
+
+
+def _samples(acc: Accountant) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in acc.metrics.registry.collect()
+        if family.name.startswith("accel_cost_") and family.name.endswith("_usd")
+        for s in family.samples
+    }
+
+
+def _succeed(world: World) -> None:
+    (view,) = world.jobs[("ns", "a")]
+    done = view.status.model_copy(update={"phase": JobPhase.SUCCEEDED})
+    world.jobs[("ns", "a")] = [dataclasses.replace(view, status=done)]
+
+
+def test_the_counters_reuse_a_settled_ledgers_figures_and_export_what_a_fresh_sum_does(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from accel_operator.accounting import rollup
+
+    world, writer, costs = _world(), FakeJobWriter(), FakeCostWriter()
+    acc = _accountant(world, writer, costs)
+    asyncio.run(acc.step(T0 + HOUR))
+    _show(world, writer)
+    _succeed(world)
+    world.pods.clear()
+    asyncio.run(acc.step(T0 + 2 * HOUR))  # the attempt closes
+    _show(world, writer)
+    _succeed(world)
+    asyncio.run(acc.step(T0 + 3 * HOUR))
+    walks: list[object] = []
+    real = rollup.live_by_pool
+
+    def counted(cost: Any, pending: Any) -> Any:
+        walks.append(cost)
+        return real(cost, pending)
+
+    monkeypatch.setattr(rollup, "live_by_pool", counted)
+    asyncio.run(acc.step(T0 + 4 * HOUR))
+    assert walks == []  # the settled ledger's figures were not walked again
+    fresh = _accountant(world, FakeJobWriter(), FakeCostWriter())
+    asyncio.run(fresh.step(T0 + 4 * HOUR))
+    assert walks  # the fresh accountant summed them itself
+    assert _samples(acc) == _samples(fresh)
+    assert _samples(acc)[("accel_cost_usd_total", tuple(sorted(LABELS.items())))] > 0
