@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from accel_api import catalog as catalog_mod
-from accel_operator.planning import policy, selection
+from accel_operator.planning import eligible, policy, selection
 from accel_operator.planning.cache import PlanCache
 from accel_operator.planning.candidates import OWN_MAX_DEVICES, Plan, PoolOffer, ranked_per_pool, spec_digest
 from accel_operator.reconcile.common.snapshot import Gang, JobView, Snapshot
@@ -56,11 +56,24 @@ class Plans:
     # The planner's memo (step estimates, pool skeletons, each plan's ranking and status form),
     # keyed on values: passed to every planning call and decision.
     cache: PlanCache = field(default_factory=PlanCache)
+    # The pools by name and kind (and the pools each placement leaves out), built on the first
+    # plan of a pools version: a job is planned over the pools it may use, not the whole fleet.
+    index: eligible.PoolIndex | None = None
 
     def pools_changed(self) -> None:
         self.pools_version += 1
         self.by_job.clear()
         self.by_spec.clear()
+        self.index = None
+
+    def pool_index(self, snap: Snapshot) -> eligible.PoolIndex:
+        """The index of ``snap``'s pools (a pool the index knows under another accelerator is
+        planned in full by the planner, so a stale index costs time, never a wrong plan)."""
+        if self.index is None:
+            self.index = eligible.PoolIndex.of(
+                ((name, pool.spec.accelerator) for name, pool in snap.pools.items()), self.catalog
+            )
+        return self.index
 
     def key(self, job: JobView) -> PlanKey:
         return (
@@ -106,6 +119,7 @@ class Plans:
                     max_devices_from=source,
                     cache=self.cache,
                     spec_digest=digest if restricted is spec else b"",  # the plan's key, made once
+                    index=self.pool_index(snap),
                 )
                 entry = Entry(plan)
                 self.by_spec[same] = entry

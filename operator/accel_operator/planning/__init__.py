@@ -6,7 +6,8 @@ Nothing here performs I/O or imports kopf or the Kubernetes client. Import the m
 - ``memory.estimate(profile, accelerator, layout)``, ``throughput.estimate(...)``: one placement.
 - ``cost.estimate(...)``: dollars and wall time with spot preemptions priced in.
 - ``selection.plan(spec, pools, catalog) -> Plan``: where a job runs, every alternative and why
-  it lost (types in ``candidates``, sentences in ``explain``).
+  it lost (types in ``candidates``, sentences in ``explain``); with ``index=`` (an
+  ``eligible.PoolIndex`` of the pools) only the pools the job's placement filters leave it.
 - ``cache.PlanCache``: what planning remembers between calls (keyed on values), owned by the
   caller and passed as ``cache=``; nothing is kept in module state.
 

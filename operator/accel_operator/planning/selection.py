@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import operator
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import NamedTuple, TypeVar
 
 from accel_api import bounds
@@ -35,6 +35,7 @@ from accel_operator.planning import candidates as cand
 from accel_operator.planning import cost, explain, memory, profile, throughput
 from accel_operator.planning.cache import Kind, PlanCache, memoised
 from accel_operator.planning.candidates import Candidate, JobTerms, Plan, PoolOffer, PoolTerms
+from accel_operator.planning.eligible import PoolIndex
 from accel_operator.planning.layout import Layout
 from accel_operator.planning.profile import JobProfile
 
@@ -460,13 +461,17 @@ def plan(
     max_devices_from: str = cand.OWN_MAX_DEVICES,
     cache: PlanCache | None = None,
     spec_digest: bytes = b"",
+    index: PoolIndex | None = None,
 ) -> Plan:
     """Where ``spec`` should run among ``pools``, with the alternatives and why they lost;
     ``max_devices_from`` names what set ``maxDevices`` (a policy's cap: ``policy.cap_source``).
     ``cache`` keeps what later plans of jobs of the same shape and of the same pools reuse (the
     step-level estimates, each pool's skeleton); None keeps them for this call alone (its pools
     share the pieces of the memory and speed models), with the same result. ``spec_digest`` is
-    :func:`candidates.spec_digest` of ``spec`` when the caller has it already (made here if not)."""
+    :func:`candidates.spec_digest` of ``spec`` when the caller has it already (made here if not).
+    With ``index`` (the pools' :class:`eligible.PoolIndex`), a pool the placement's filters leave
+    out is not planned: it gets one candidate without figures whose problems are the filters'
+    sentences (the same winner and the same ranked candidates, in fewer microseconds per pool)."""
     if cache is None:
         cache = PlanCache()
     job = _terms(spec, profile.from_spec(spec), max_devices_from)
@@ -487,9 +492,15 @@ def plan(
     jc = _job_cache(job_key, cache)
     skeletons = jc.skeletons
     get = catalog.accelerators.get
-    todo: list[tuple[PoolOffer, _Skeleton]] = []
+    todo: list[tuple[PoolOffer, _Skeleton | None]] = []
+    left_out = index.left_out(spec.placement) if index is not None else {}
     for offer in pools:
         pool = offer.spec
+        if left_out and offer.name in left_out and index is not None:
+            known = index.pools.get(offer.name)
+            if known is not None and known.accelerator == pool.accelerator:  # not a stale index
+                todo.append((offer, None))
+                continue
         key = _offer_key(offer, get(pool.accelerator), catalog)
         sk = skeletons.get(key)
         if sk is None:
@@ -498,15 +509,18 @@ def plan(
             )
             sk = skeletons[key] = _skeleton(job, offer, catalog, counts, steps=steps, jc=jc, cache=cache)
         todo.append((offer, sk))
-    return _price(job, todo, jc, name, spec_digest)
+    return _price(job, todo, jc, name, spec_digest, left_out=left_out, catalog=catalog)
 
 
 def _price(
     job: JobTerms,
-    skeletons: Sequence[tuple[PoolOffer, _Skeleton]],
+    skeletons: Sequence[tuple[PoolOffer, _Skeleton | None]],
     jc: _JobCache,
     name: str | None,
     digest: bytes = b"",
+    *,
+    left_out: Mapping[str, tuple[str, ...]] | None = None,
+    catalog: Catalog | None = None,
 ) -> Plan:
     speeds: list[throughput.ThroughputEstimate | None] = [None] * len(jc.speeds)
     priced: list[_Priced | None] = [None] * len(jc.costs)
@@ -514,8 +528,29 @@ def _price(
     feasible: list[tuple[tuple[float, float, int, str], tuple[object, ...]]] = []
     rest: list[Candidate] = []
     for offer, sk in skeletons:
+        if sk is None:
+            assert left_out is not None and catalog is not None
+            rest.append(_left_out(job, offer, left_out[offer.name], catalog))
+            continue
         _candidates(job, offer, sk, speeds=speeds, steps=steps, priced=priced, feasible=feasible, rest=rest)
     return _decide(job, feasible, rest, name, digest)
+
+
+def _left_out(job: JobTerms, offer: PoolOffer, problems: tuple[str, ...], cat: Catalog) -> Candidate:
+    """The one candidate of a pool the placement's filters leave out: no figures, the filters'
+    sentences as its problems, and the pool's smallest device count at or above the job's
+    ``minDevices`` (its largest when it offers none that large), so that the status names what
+    the job would take there at least."""
+    pool = offer.spec
+    counts = _counts(pool.devices_per_node, pool.max_nodes, pool.tpu_topology)
+    devices = next((n for n in sorted(counts) if n >= job.min_devices), max(counts))
+    src = PoolTerms(job, offer, cat.get(pool.accelerator), problems, None, None)
+    nodes = -(-devices // pool.devices_per_node)
+    fields = (offer.name, pool.accelerator, devices, nodes, pool.capacity_type, *_NO_FIGURES, src, (), None, None)
+    return _new(Candidate, fields)
+
+
+_NO_FIGURES = (None, None, None, 0)  # memory, speed, cost, failed checks
 
 
 def evaluate(

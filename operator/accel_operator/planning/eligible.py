@@ -1,0 +1,109 @@
+"""Which pools a job's placement filters leave it: an index of the pools by name, accelerator and
+kind, built once per pools version, and the filters' reasons for the pools they leave out.
+
+A job may only run on the pools its ``placement.pools`` names, of the kinds its
+``placement.acceleratorKinds`` allows and the types its ``placement.acceleratorTypes`` lists. Any
+pool that fails one of these has a pool-level problem, so none of its placements can win: planning
+it (a skeleton of every device count, each priced) only filled its line in the status. With an
+index, :func:`selection.plan` plans the other pools in full and gives each left-out pool one
+candidate without figures that says which filter left it out — the sentences the full planner
+writes first for it — found here once per placement, not per job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from accel_api.catalog import Catalog
+from accel_api.enums import AcceleratorKind
+from accel_api.job import Placement
+
+# Placements whose left-out pools are kept, per index (a bound on memory, not a tuning).
+MAX_PLACEMENTS = 4096
+
+# (pools, kinds, types) of a placement: all that decides which pools it leaves out.
+_Filters = tuple[tuple[str, ...], tuple[AcceleratorKind, ...], tuple[str, ...]]
+
+
+@dataclass(frozen=True)
+class Pool:
+    """What the filters read of one pool: its accelerator id, and that accelerator's kind
+    (None: not in the catalog, a pool the planner plans in full since it costs nothing)."""
+
+    accelerator: str
+    kind: AcceleratorKind | None
+
+
+@dataclass
+class PoolIndex:
+    """The pools by name, by accelerator and by kind, and per placement the pools it leaves out
+    with the reasons (kept for the index's life: built anew when the pools change)."""
+
+    pools: Mapping[str, Pool]
+    by_kind: Mapping[AcceleratorKind, frozenset[str]]
+    by_accelerator: Mapping[str, frozenset[str]]
+    _left_out: dict[_Filters, Mapping[str, tuple[str, ...]]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, pools: Iterable[tuple[str, str]], catalog: Catalog) -> PoolIndex:
+        """The index of ``pools`` as (name, accelerator id) pairs."""
+        index: dict[str, Pool] = {}
+        by_kind: dict[AcceleratorKind, set[str]] = {}
+        by_accel: dict[str, set[str]] = {}
+        for name, accelerator in pools:
+            accel = catalog.get(accelerator)
+            kind = accel.kind if accel is not None else None
+            index[name] = Pool(accelerator, kind)
+            by_accel.setdefault(accelerator, set()).add(name)
+            if kind is not None:
+                by_kind.setdefault(kind, set()).add(name)
+        return cls(
+            pools=index,
+            by_kind={k: frozenset(v) for k, v in by_kind.items()},
+            by_accelerator={a: frozenset(v) for a, v in by_accel.items()},
+        )
+
+    def eligible(self, placement: Placement) -> frozenset[str]:
+        """The pools of the index that ``placement``'s filters leave to the job (those of an
+        accelerator the catalog lacks included: they are never left out)."""
+        return frozenset(self.pools) - self.left_out(placement).keys()
+
+    def left_out(self, placement: Placement) -> Mapping[str, tuple[str, ...]]:
+        """The pools ``placement``'s filters leave out, each with the filters' sentences, worded
+        and ordered as the planner's pool-level problems (:func:`selection._pool_problems`)."""
+        key: _Filters = (
+            tuple(placement.pools),
+            tuple(placement.accelerator_kinds),
+            tuple(placement.accelerator_types),
+        )
+        found = self._left_out.get(key)
+        if found is None:
+            if len(self._left_out) >= MAX_PLACEMENTS:
+                self._left_out.clear()
+            found = self._left_out[key] = self._build(*key)
+        return found
+
+    def _build(
+        self, pools: tuple[str, ...], kinds: tuple[AcceleratorKind, ...], types: tuple[str, ...]
+    ) -> Mapping[str, tuple[str, ...]]:
+        known = {name for name, p in self.pools.items() if p.kind is not None}
+        named = set(pools) & known if pools else known
+        of_kind = set().union(*(self.by_kind.get(k, ()) for k in kinds)) if kinds else known
+        of_type = set().union(*(self.by_accelerator.get(t, ()) for t in types)) if types else known
+        out: dict[str, tuple[str, ...]] = {}
+        pools_text = f"not in placement.pools ({', '.join(pools)})"
+        kinds_text = ", ".join(k.value for k in kinds)
+        types_text = ", ".join(types)
+        for name in sorted(known - (named & of_kind & of_type)):
+            pool = self.pools[name]
+            assert pool.kind is not None
+            why = []
+            if name not in named:
+                why.append(pools_text)
+            if name not in of_kind:
+                why.append(f"{pool.kind.value} pool; placement.acceleratorKinds is {kinds_text}")
+            if name not in of_type:
+                why.append(f"{pool.accelerator} not in placement.acceleratorTypes ({types_text})")
+            out[name] = tuple(why)
+        return out
