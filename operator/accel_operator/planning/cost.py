@@ -15,6 +15,8 @@ that cannot be saved, min(τ/2, L), instead of τ/2.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import NamedTuple
 
 from accel_api.catalog import Accelerator
@@ -30,7 +32,7 @@ DEFAULT_SPOT_PREEMPTIONS_PER_NODE_HOUR = 0.05
 # interruption notices). Google Cloud: "Compute Engine sends a preemption notice ... 30 seconds"
 # before it stops a Spot VM (Compute Engine docs, Spot VMs, Preemption process; GKE passes it on).
 # On-premises pools and on-demand capacity get none.
-SPOT_NOTICE_SECONDS: dict[Provider, float] = {Provider.AWS: 120.0, Provider.GCP: 30.0}
+SPOT_NOTICE_SECONDS: Mapping[Provider, float] = MappingProxyType({Provider.AWS: 120.0, Provider.GCP: 30.0})
 
 
 def notice_seconds(pool: AcceleratorPoolSpec) -> float:
