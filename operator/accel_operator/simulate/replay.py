@@ -53,6 +53,7 @@ from accel_operator.engine.accountant import Accountant
 from accel_operator.engine.clock import ManualClock
 from accel_operator.engine.scheduler import Indices, Scheduler
 from accel_operator.metrics import OperatorMetrics
+from accel_operator.planning import cost
 from accel_operator.reconcile.common.checkpoints import Checkpoint
 from accel_operator.reconcile.common.decision import DISRUPTION_RULE
 from accel_operator.reconcile.common.snapshot import JobKey, JobView, NodeView, PodView, PoolView, WorkloadView
@@ -151,7 +152,8 @@ class Recorded:
     """What a replay takes from recordings instead of drawing it: spot (or on-demand) prices
     over time, interruptions over time (a pool with any replaces its Poisson process), and each
     pool's early-warning lead time (seconds before an interruption that a job with a checkpoint
-    saves, as a trainer does on the operator's checkpoint-now notice)."""
+    saves, as a trainer does on the operator's checkpoint-now notice; a pool not named gets its
+    cloud's, ``planning.cost.notice_seconds``)."""
 
     prices: tuple[Point, ...] = ()
     interruptions: tuple[Point, ...] = ()
@@ -287,6 +289,10 @@ class Replay:
         self.spent_total = 0.0
         self.cost_series: list[tuple[float, float]] = []
         self.pool_spec = {p.metadata.name: p.spec for p in pools if p.metadata.name}  # read_pools: all named
+        # Each pool's notice lead time: the recorded one (--warning), else its cloud's (the planner's too).
+        self.lead = {
+            name: self.recorded.warning.get(name, cost.notice_seconds(spec)) for name, spec in self.pool_spec.items()
+        }
         self.members: dict[str, list[str]] = {}
         self._pool_of_node: dict[str, str] = {}
         self.free: dict[str, int] = {}
@@ -576,7 +582,7 @@ class Replay:
             job = self.jobs[key][0]
             ckpt = job.spec.checkpoint if job.spec is not None else None
             saved = saved_seconds(worked, ckpt.interval_minutes if ckpt else None)
-            lead = self.recorded.warning.get(rec.pool or "", 0.0)
+            lead = self.lead.get(rec.pool or "", 0.0)
             if ckpt is not None and lead > 0:
                 saved = max(saved, worked - lead)  # saved at the warning: only the lead's work is lost
             rec.done = min(1.0, rec.done + saved / rec.attempt_duration)

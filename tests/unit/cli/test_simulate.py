@@ -350,12 +350,17 @@ def _recorded(**kw: Any) -> dict[str, Any]:
 def test_a_recorded_interruption_series_replaces_the_poisson_draws() -> None:
     pools = {"h100-spot-a", "h100-spot-b", "h100-on-demand", "l4-on-demand"}
     once = trace.read_series("time,pool,nodes\n3000,h100-spot-a,1\n3000,h100-spot-b,1\n", "nodes", pools)
-    out = _recorded(interruptions=tuple(once))
+    silent = {"h100-spot-a": 0.0, "h100-spot-b": 0.0}  # no notice: --warning POOL=0
+    out = _recorded(interruptions=tuple(once), warning=silent)
     assert out["preemptions"] == 1 and out["succeeded"] == 1  # exactly the recorded one, no draws
     assert out["lost_device_hours"] == pytest.approx(8 * 3000 / 3600, rel=0.01)  # no checkpoint in 50 minutes
     warned = _recorded(interruptions=tuple(once), warning={"h100-spot-a": 300.0, "h100-spot-b": 300.0})
     assert warned["preemptions"] == 1
     assert warned["lost_device_hours"] == pytest.approx(8 * 300 / 3600, rel=0.01)  # saved at the warning
+    # Without --warning an AWS spot pool gives its cloud's two-minute notice.
+    default = _recorded(interruptions=tuple(once))
+    assert default["preemptions"] == 1
+    assert default["lost_device_hours"] == pytest.approx(8 * 120 / 3600, abs=0.005)  # figures round to 0.01
 
 
 def test_a_spot_price_series_moves_the_ledger() -> None:

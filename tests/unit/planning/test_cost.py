@@ -106,3 +106,24 @@ def test_cost_is_never_negative(
     )
     assert c.on_demand_usd >= 0 and c.spot_usd >= 0 and c.expected_usd >= 0
     assert c.expected_seconds >= hours * 3600 * (1 - 1e-12)
+
+
+def test_a_spot_pool_notice_comes_from_its_provider() -> None:
+    assert cost.pricing(pool("p", spot=True).spec, H100).notice_seconds == 120.0  # AWS: two minutes
+    tpu = accel("tpu-v5e")
+    assert cost.pricing(pool("t", "tpu-v5e", spot=True).spec, tpu).notice_seconds == 30.0  # GKE: about 30 s
+    assert cost.pricing(pool("o").spec, H100).notice_seconds == 0.0  # on-demand: no notice
+
+
+def test_a_notice_saves_all_but_its_lead_and_the_restart() -> None:
+    noticed = PRICES._replace(notice_seconds=120.0)
+    c = cost.PoolCost(CapacityType.SPOT, noticed, 0.05, 300, 1800).estimate(36000, 16, 2)
+    lam = 0.05 * 2 / 3600
+    assert c.expected_seconds == pytest.approx(36000 / (1 - lam * (120 + 300)))  # not 900 + 300
+    assert any("120 s preemption notice" in n for n in c.notes)  # the plan says why
+    # A lead longer than half the interval saves nothing more than the interval does.
+    long = cost.PoolCost(CapacityType.SPOT, PRICES._replace(notice_seconds=3000.0), 0.05, 300, 1800)
+    assert long.estimate(36000, 16, 2).expected_seconds == pytest.approx(run(CapacityType.SPOT).expected_seconds)
+    # Without a checkpoint there is nothing to save on the notice.
+    bare = cost.PoolCost(CapacityType.SPOT, noticed, 0.05, 300, None).estimate(36000, 16, 2)
+    assert bare.expected_seconds == pytest.approx(run(CapacityType.SPOT, interval=None).expected_seconds)
