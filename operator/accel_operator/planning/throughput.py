@@ -102,6 +102,16 @@ GEMM_REFERENCE_K = 8192
 GEMM_ALIGNMENT_BYTES = 16
 # Fixed latency of one collective (launch, synchronisation), seconds.
 COLLECTIVE_LATENCY = 20e-6
+# PyTorch DDP (frameworks hf and fsdp without sharding) all-reduces the gradients in buckets of
+# bucket_cap_mb = 25 MB as backward fills them (the last, first-filled one 1 MB: pytorch/pytorch
+# issue 48880). NCCL's ring reaches about 370 of NVLink 4's 450 GB/s line rate on large messages
+# (protocol overhead, NVIDIA/nccl-tests issue 212; 256 MB is "too small to reach peak bandwidth"),
+# and a 25 MB bucket far less (pytorch/pytorch issue 118421: 25 MB is too small a default). The
+# fraction of the node's link bandwidth these buckets reach, the FSDP2 per-layer collectives'
+# FSDP_COLLECTIVE_EFFICIENCY: on the 2- and 4-H200 DDP rows at micro batch 1 (3.4B and 6.7B, where
+# the fp32 all-reduce outlasts the short backward) tokens/s +17, +25, +43, +24 % -> +11, +9, +19,
+# -6 % (0.4: +4, -0, +9, -17 %; 0.6: +16, +17, +27, +3 %); rows with a long backward hide it.
+DDP_BUCKET_EFFICIENCY = 0.5
 # Fraction of the backward pass that data-parallel communication can hide under.
 OVERLAP = 0.9
 # Share of data-parallel communication that stays exposed even when the backward pass is long
@@ -237,15 +247,18 @@ def _layer_gemms(
     return fwd, bwd
 
 
-def _allreduce_seconds(nbytes: float, ranks: int, layout: Layout, accel: Accelerator) -> float:
-    """Hierarchical ring all-reduce of ``nbytes`` per rank over ``ranks`` data-parallel ranks."""
+def _allreduce_seconds(
+    nbytes: float, ranks: int, layout: Layout, accel: Accelerator, *, intra_efficiency: float = 1.0
+) -> float:
+    """Hierarchical ring all-reduce of ``nbytes`` per rank over ``ranks`` data-parallel ranks
+    (``intra_efficiency``: the fraction of the node's link bandwidth its messages reach)."""
     if ranks <= 1 or nbytes <= 0:
         return 0.0
     nodes = max(1, layout.nodes)
     local = max(1, ranks // nodes)
     t = COLLECTIVE_LATENCY * math.log2(ranks)
     if local > 1:
-        t += 2 * (local - 1) / local * nbytes / accel.intra_node_bytes_per_second
+        t += 2 * (local - 1) / local * nbytes / (accel.intra_node_bytes_per_second * intra_efficiency)
     if nodes > 1:
         # After the intra-node reduce-scatter each device carries 1/local of the data to its NIC.
         t += 2 * (nodes - 1) / nodes * (nbytes / local) / accel.inter_node_bytes_per_second
@@ -528,7 +541,10 @@ def _training(w: JobProfile, accel: Accelerator, layout: Layout, *, cache: PlanC
     # the compute-dtype weights for forward and backward.
     # An adapter's job reduces only the adapters' fp32 gradients (dev.params are the adapters).
     grad_bytes = 4.0 if w.adapter is not None else w.numerics.param
-    dp_comm = _allreduce_seconds(dev.params * grad_bytes, dp_cp, layout, accel)
+    ddp = w.sharding is Sharding.NONE and w.framework in (Framework.HF, Framework.FSDP)
+    dp_comm = _allreduce_seconds(
+        dev.params * grad_bytes, dp_cp, layout, accel, intra_efficiency=DDP_BUCKET_EFFICIENCY if ddp else 1.0
+    )
     hideable = OVERLAP * backward
     if dp_cp > 1 and w.sharding in (Sharding.ZERO3, Sharding.FSDP):
         # 2 all-gathers, over every rank or, hybrid sharded, within the group (its nodes only);
