@@ -31,7 +31,9 @@ weight and the KV cache once, so it is bandwidth-bound, and for small batches ho
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
+import statistics
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -132,6 +134,18 @@ FSDP_OVERLAP = 0.8
 # 2- and 4-GPU tokens/s median error 9.4 % -> 7.2 % (0.3: 7.2 %, 0.4: 7.5 %), the 2-H100 rows
 # +3-26 % -> -1-20 %; LLM Foundry's published rows 10.7 % -> 11.1 % median, worst 30.2 -> 27.4 %.
 FSDP_CONTENTION = 0.2
+# FSDP's per-layer all-gathers and reduce-scatters are rendezvous of every rank: a collective
+# starts when the last rank has issued it. Where the host paces the step (dispatch longer than the
+# device's work: small models, micro batch 1), each layer then takes its slowest rank's host time;
+# with independent per-rank variation of this relative spread, the expected maximum over n ranks is
+# the mean times 1 + spread × E[max of n standard normals] (Blom: 0.59 at 2 ranks, 1.05 at 4, 1.43 at 8).
+# Seen in every repeat on one 4-H200 host (tests/data/calibration/multi-gpu/repeats/): host-bound
+# FSDP2 rows slow from 2 to 4 ranks at the same work per rank (134M: 70-76 -> 79-89 ms; 374M:
+# 166-187 -> 188-237 ms; 1.1B at micro batch 1: 128-159 -> 174 ms), where device-bound rows do not
+# (1.1B at 4 x 2048: 178-185 -> 179-181 ms). 0.2 fitted on the 64 several-GPU rows: tokens/s median
+# 5.7 -> 4.8 %, worst 40.9 -> 26.4 % (0.1: 5.3, 29.9 %; 0.3: 5.3, 26.4 %); published rows (128-512
+# GPUs, device-bound) median 11.1 -> 11.4 %.
+FSDP_RANK_SPREAD = 0.2
 # The dense FP8 tensor-core peak is twice the bf16 peak where the card has FP8 tensor cores
 # (catalog ``fp8TensorCores``: Ada, Hopper, Blackwell; NVIDIA H100 SXM datasheet: 1979 vs 989
 # TFLOP/s, L4: 242.5 vs 121). Transformer Engine runs the layers' products in FP8 (forward E4M3,
@@ -188,6 +202,12 @@ class ThroughputEstimate(NamedTuple):
 
     def component(self, name: str) -> float:
         return dict(self.breakdown).get(name, 0.0)
+
+
+@functools.cache
+def _expected_max(n: int) -> float:
+    """Expected maximum of ``n`` independent standard normal draws (Blom's approximation)."""
+    return statistics.NormalDist().inv_cdf((n - 0.375) / (n + 0.25)) if n > 1 else 0.0
 
 
 def _overlap(device: float, host: float) -> float:
@@ -602,6 +622,8 @@ def _training(w: JobProfile, accel: Accelerator, layout: Layout, *, cache: PlanC
         per_step = fsdp_bytes / _bandwidth(accel) * (ga - 1)  # casts and copies per microbatch
         optimizer += fsdp_bytes / _bandwidth(accel)
         host += FSDP_HOST_OPS_PER_LAYER * gathers * w.shape.layers * accel.host_seconds_per_op
+        # Every layer's collectives wait for the slowest rank's host (FSDP_RANK_SPREAD).
+        host *= 1 + FSDP_RANK_SPREAD * _expected_max(dp)
     # Pipeline parallel (1F1B, Narayanan et al. 2021): the fullest stage runs its share of each
     # of the ga micro-batches, and the pipeline fills and drains for p − 1 more slots: the step
     # is (ga + p − 1) slots of one micro-batch's stage time, the bubble (p − 1)/(ga + p − 1) of

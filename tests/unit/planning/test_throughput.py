@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -76,6 +78,30 @@ def test_ddp_buckets_reach_half_the_link_rate() -> None:
         Layout(4, 1),
     )
     assert zero1.component("data-parallel communication (exposed)") < exposed / 2
+
+
+def _host(t: throughput.ThroughputEstimate) -> float:
+    """The host's dispatch time behind a step: the step is the root-sum-square of device and host."""
+    device = sum(v for k, v in t.breakdown if not k.startswith("host"))
+    return math.sqrt(t.step_seconds**2 - device**2)
+
+
+def test_fsdp_host_bound_steps_wait_for_the_slowest_rank() -> None:
+    # A small FSDP model's step is paced by the host; every layer's collectives wait for the
+    # slowest rank, whose expected lead grows with the ranks (FSDP_RANK_SPREAD).
+    w = job().arch(LLAMA_125M).workload(microBatch=8, seqLen=1024, framework="fsdp", sharding="fsdp").profile()
+    two, four, eight = (throughput.estimate(w, H100, Layout(n, 1)) for n in (2, 4, 8))
+    spread = throughput.FSDP_RANK_SPREAD
+    g = throughput._expected_max
+    assert g(1) == 0.0
+    assert g(2) == pytest.approx(0.56, abs=0.04) and g(4) == pytest.approx(1.03, abs=0.03)
+    assert _host(four) / _host(two) == pytest.approx((1 + spread * g(4)) / (1 + spread * g(2)), rel=1e-6)
+    assert _host(eight) > _host(four) > _host(two)
+    # Plain data parallel (DDP) is left as it was: its buckets are few per step.
+    ddp = job().arch(LLAMA_125M).workload(microBatch=8, seqLen=1024).profile()
+    assert _host(throughput.estimate(ddp, H100, Layout(4, 1))) == pytest.approx(
+        _host(throughput.estimate(ddp, H100, Layout(2, 1))), rel=1e-6
+    )
 
 
 def test_zero3_moves_more_than_plain_data_parallel() -> None:
