@@ -31,7 +31,6 @@ weight and the KV cache once, so it is bandwidth-bound, and for small batches ho
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 import statistics
 from dataclasses import dataclass
@@ -204,10 +203,12 @@ class ThroughputEstimate(NamedTuple):
         return dict(self.breakdown).get(name, 0.0)
 
 
-@functools.cache
+_NORMAL = statistics.NormalDist()  # immutable
+
+
 def _expected_max(n: int) -> float:
     """Expected maximum of ``n`` independent standard normal draws (Blom's approximation)."""
-    return statistics.NormalDist().inv_cdf((n - 0.375) / (n + 0.25)) if n > 1 else 0.0
+    return _NORMAL.inv_cdf((n - 0.375) / (n + 0.25)) if n > 1 else 0.0
 
 
 def _overlap(device: float, host: float) -> float:
