@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import functools
 import random
 from typing import Any
 
@@ -251,10 +252,7 @@ def test_a_capacity_pass_skips_only_jobs_that_can_only_wait(monkeypatch: pytest.
     asyncio.run(_run_pass(sched))  # the first pass decides everything
     assert set(sched.applier.overlay) == {j.key for j in jobs}
 
-    def show(key: Any, status: AcceleratorJobStatus) -> None:  # the watch shows the job: a mark
-        j = w.jobs[key][0]
-        w.jobs[key] = [JobView(j.namespace, j.name, j.uid, j.created, 1, j.spec, (), status, False, "9")]
-        sched.mark(key)
+    show = functools.partial(_show, w)
 
     for j in jobs:
         show(j.key, sched.applier.overlay[j.key].status)
@@ -262,6 +260,22 @@ def test_a_capacity_pass_skips_only_jobs_that_can_only_wait(monkeypatch: pytest.
     asyncio.run(_run_pass(sched))
     show(jobs[0].key, AcceleratorJobStatus.model_validate({"phase": "Succeeded"}))  # its device is free again
 
+    seen = _decided(monkeypatch)
+    asyncio.run(_run_pass(sched))
+    assert seen == ["j0", "j1", "j2"]
+    assert sched.applier.overlay[("ns", "j1")].status.phase is JobPhase.ADMITTED
+    assert w.jobs[("ns", "j3")][0].phase is JobPhase.PENDING
+
+
+def _show(w: World, key: Any, status: AcceleratorJobStatus) -> None:
+    """The watch shows the job with ``status``: its view replaced, and a mark."""
+    j = w.jobs[key][0]
+    w.jobs[key] = [JobView(j.namespace, j.name, j.uid, j.created, 1, j.spec, (), status, False, "9")]
+    w.scheduler.mark(key)
+
+
+def _decided(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the jobs the pass decides from now on, in order."""
     seen: list[str] = []
     real = decide
 
@@ -270,10 +284,7 @@ def test_a_capacity_pass_skips_only_jobs_that_can_only_wait(monkeypatch: pytest.
         return real(job, snap, now, **kw)
 
     monkeypatch.setattr("accel_operator.engine.schedule.decide", spy)
-    asyncio.run(_run_pass(sched))
-    assert seen == ["j0", "j1", "j2"]
-    assert sched.applier.overlay[("ns", "j1")].status.phase is JobPhase.ADMITTED
-    assert w.jobs[("ns", "j3")][0].phase is JobPhase.PENDING
+    return seen
 
 
 async def _run_pass(sched: Any) -> None:
@@ -296,10 +307,7 @@ def test_a_capacity_pass_decides_again_only_the_head_and_the_shapes_that_fit_now
     sched.marks.ready = True
     asyncio.run(_run_pass(sched))
 
-    def show(key: Any, status: AcceleratorJobStatus) -> None:
-        j = w.jobs[key][0]
-        w.jobs[key] = [JobView(j.namespace, j.name, j.uid, j.created, 1, j.spec, (), status, False, "9")]
-        sched.mark(key)
+    show = functools.partial(_show, w)
 
     for j in jobs.values():
         show(j.key, sched.applier.overlay[j.key].status)
@@ -307,14 +315,7 @@ def test_a_capacity_pass_decides_again_only_the_head_and_the_shapes_that_fit_now
     asyncio.run(_run_pass(sched))
     show(jobs["j0"].key, AcceleratorJobStatus.model_validate({"phase": "Succeeded"}))
 
-    seen: list[str] = []
-    real = decide
-
-    def spy(job: JobView, snap: Snapshot, now: dt.datetime, **kw: Any) -> Any:
-        seen.append(job.name)
-        return real(job, snap, now, **kw)
-
-    monkeypatch.setattr("accel_operator.engine.schedule.decide", spy)
+    seen = _decided(monkeypatch)
     asyncio.run(_run_pass(sched))
     assert seen == ["j0", "one", "head"]
     assert sched.applier.overlay[("ns", "one")].status.phase is JobPhase.ADMITTED

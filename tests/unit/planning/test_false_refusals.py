@@ -52,25 +52,18 @@ def _estimate(arch: dict[str, Any], workload: dict[str, Any], devices: int, node
     return memory.estimate(w, H100, Layout.of(w, devices, nodes))
 
 
+def _eager_2_7b(seq_len: int) -> memory.MemoryEstimate:
+    """GPT-3 2.7B trained in eager attention on one H100, one sequence of ``seq_len`` tokens."""
+    workload = {"mode": "training", "precision": "amp-bf16", "attention": "eager", "optimizer": "adamw"}
+    return _estimate(GPT3_2_7B, {**workload, "microBatch": 1, "seqLen": seq_len, "tokens": 10**9}, 1, 1)
+
+
 def test_eager_gpt3_2_7b_on_one_h100_fits_where_only_the_allocator_cache_is_over() -> None:
     """Eager attention, one sequence of 1,920 tokens, which ran on one H100 at 78.46 GB allocated
     (tests/data/calibration/h100-eager-gpt3-2.7b.jsonl): the planned peak allocated (80.2 GB) and
     the runtime context fit 83.8 GB usable; the roomy footprint (85.3 GB, with the 8 % stranded
     reserve) does not, and the allocator gives that reserve back before it fails (memory._result)."""
-    m = _estimate(
-        GPT3_2_7B,
-        {
-            "mode": "training",
-            "precision": "amp-bf16",
-            "attention": "eager",
-            "optimizer": "adamw",
-            "microBatch": 1,
-            "seqLen": 1920,
-            "tokens": 10**9,
-        },
-        1,
-        1,
-    )
+    m = _eager_2_7b(1920)
     assert m.footprint_bytes > m.usable_bytes  # what NVML would show on a roomy card
     assert m.fits, m.reason
     assert m.peak_allocated_bytes < CARD
@@ -79,20 +72,7 @@ def test_eager_gpt3_2_7b_on_one_h100_fits_where_only_the_allocator_cache_is_over
 
 def test_eager_gpt3_2_7b_that_ran_out_of_memory_is_still_refused() -> None:
     """Measured on one H100: 1 × 2048 in eager attention failed at 83.08 GB allocated."""
-    m = _estimate(
-        GPT3_2_7B,
-        {
-            "mode": "training",
-            "precision": "amp-bf16",
-            "attention": "eager",
-            "optimizer": "adamw",
-            "microBatch": 1,
-            "seqLen": 2048,
-            "tokens": 10**9,
-        },
-        1,
-        1,
-    )
+    m = _eager_2_7b(2048)
     assert not m.fits
     assert "needs" in m.reason and f"{m.required_bytes / 1e9:.1f} GB" in m.reason
 
