@@ -6,6 +6,7 @@ make, is refused with the policy's message. RBAC alone (before the policy) allow
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -176,15 +177,20 @@ def test_tenant_roles_aggregate_into_edit_and_view(api: client.ApiClient, namesp
                 "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
             },
         )
-    # The aggregation controller folds the labelled roles into the built-in ones.
-    wait_for(
-        lambda: _can(auth, "alice", "create", "acceleratorjobs", namespace),
-        timeout=30,
-        what="edit aggregated",
-    )
-    wait_for(lambda: _can(auth, "bob", "list", "acceleratorjobs", namespace), timeout=30, what="view aggregated")
-    assert _can(auth, "alice", "delete", "acceleratorjobs", namespace)
-    assert _can(auth, "alice", "get", "acceleratorjobs/status", namespace)
+    # The aggregation controller folds each labelled role into the built-in ones on its own
+    # schedule: `edit` may show the edit role's rules before the view role's, so every granted
+    # verb is waited for, not just the first.
+    for user, verb, resource in (
+        ("alice", "create", "acceleratorjobs"),
+        ("alice", "delete", "acceleratorjobs"),
+        ("alice", "get", "acceleratorjobs/status"),
+        ("bob", "list", "acceleratorjobs"),
+    ):
+        wait_for(
+            functools.partial(_can, auth, user, verb, resource, namespace),
+            timeout=30,
+            what=f"{user} may {verb} {resource} (aggregated)",
+        )
     assert not _can(auth, "alice", "patch", "acceleratorjobs/status", namespace)
     assert not _can(auth, "alice", "create", "acceleratorjobs", "default")  # only where bound
     assert not _can(auth, "bob", "create", "acceleratorjobs", namespace)
