@@ -15,6 +15,7 @@ echoed whole.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, TypeVar
 
@@ -164,6 +165,23 @@ def compact_spec(line: TraceLine) -> dict[str, Any]:
     return spec
 
 
+def _lines_to_read(
+    lines: list[str], first: int, max_chars: int, source: str, problems: list[str]
+) -> Iterator[tuple[int, str]]:
+    """Each line to read with its number (the first is ``first``): blank and ``#`` lines skipped, a
+    line over ``max_chars`` reported unread; it stops once the caller has found 20 problems."""
+    for n, raw in enumerate(lines, start=first):
+        if len(problems) >= 20:
+            problems.append(f"{source}: more problems after line {n - 1} not shown")
+            return
+        if not raw.strip() or raw.lstrip().startswith("#"):
+            continue
+        if len(raw) > max_chars:
+            problems.append(f"{source}:{n}: the line is {len(raw)} characters; at most {max_chars}")
+            continue
+        yield n, raw
+
+
 def _where(loc: tuple[int | str, ...]) -> str:
     return ".".join(str(p) for p in loc) or "(line)"
 
@@ -183,15 +201,7 @@ def read_trace_events(text: str, *, source: str = "trace") -> tuple[list[Arrival
     out: list[Arrival] = []
     disruptions: list[tuple[int, Disruption]] = []  # with their line numbers
     problems: list[str] = []
-    for n, raw in enumerate(lines, start=1):
-        if len(problems) >= 20:
-            problems.append(f"{source}: more problems after line {n - 1} not shown")
-            break
-        if not raw.strip() or raw.lstrip().startswith("#"):
-            continue
-        if len(raw) > MAX_LINE_CHARS:
-            problems.append(f"{source}:{n}: the line is {len(raw)} characters; at most {MAX_LINE_CHARS}")
-            continue
+    for n, raw in _lines_to_read(lines, 1, MAX_LINE_CHARS, source, problems):
         try:
             doc = json.loads(raw)
         except json.JSONDecodeError as exc:
@@ -322,15 +332,7 @@ def read_series(text: str, column: str, pools: set[str], *, source: str = "serie
     low, high = _POINT[column]
     out: list[Point] = []
     problems: list[str] = []
-    for n, raw in enumerate(lines[1:], start=2):
-        if len(problems) >= 20:
-            problems.append(f"{source}: more problems after line {n - 1} not shown")
-            break
-        if not raw.strip() or raw.lstrip().startswith("#"):
-            continue
-        if len(raw) > SERIES_LINE_CHARS:
-            problems.append(f"{source}:{n}: the line is {len(raw)} characters; at most {SERIES_LINE_CHARS}")
-            continue
+    for n, raw in _lines_to_read(lines[1:], 2, SERIES_LINE_CHARS, source, problems):
         cells = [c.strip() for c in raw.split(",")]
         if len(cells) != 3:
             problems.append(f"{source}:{n}: {len(cells)} fields; want 3 (time,pool,{column})")
