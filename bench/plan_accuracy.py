@@ -158,6 +158,10 @@ def spec_for(row: dict[str, Any], *, as_hf: bool = False) -> AcceleratorJobSpec:
         }
         if row.get("recompute", "none") != "none":
             wl["recompute"] = row["recompute"]
+        if row.get("loss_kernel", "standard") != "standard":
+            wl["lossKernel"] = row["loss_kernel"]
+        if row.get("activation_offload"):
+            wl["activationOffload"] = True
         if row.get("pipeline_parallel", 1) > 1:
             wl |= {"pipelineParallel": row["pipeline_parallel"], "gradientAccumulation": row["grad_accum"]}
         if row["mode"] == "lora":

@@ -17,6 +17,7 @@ import importlib.util
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -161,17 +162,73 @@ def timed_steps(
 ) -> tuple[list[float], Any]:
     """Wall seconds of each of ``steps`` calls of ``step``, each timed between two device
     synchronisations (``before(i)`` runs ahead of the first), and what the last call returned."""
-    times: list[float] = []
+    timing, result = timed_steps_host(torch, step, steps, before=before)
+    return timing.wall, result
+
+
+@dataclass(frozen=True)
+class StepTimes:
+    """Each step's seconds: ``wall`` between two device synchronisations; ``host`` from the step's
+    start until ``step()`` returned, before the closing synchronisation (the host's time to issue the
+    step's work: close to ``wall`` when the step is host-bound, far under it when the device is the
+    bottleneck); ``cpu`` the calling thread's CPU time over the step, synchronisation included (the
+    forward and the optimizer's dispatch: autograd runs the backward on a thread of its own);
+    ``process`` the CPU time of every thread of the process (the backward's, NCCL's helpers' too)."""
+
+    wall: list[float]
+    host: list[float]
+    cpu: list[float]
+    process: list[float]
+
+
+def timed_steps_host(
+    torch: Any, step: Callable[[], Any], steps: int, *, before: Callable[[int], None] | None = None
+) -> tuple[StepTimes, Any]:
+    """``timed_steps`` with the host's side of each step: see ``StepTimes``."""
+    timing = StepTimes([], [], [], [])
     result = None
     for i in range(steps):
         if before is not None:
             before(i)
         torch.cuda.synchronize()
+        c0, p0 = time.thread_time(), time.process_time()
         t0 = time.perf_counter()
         result = step()
+        t1 = time.perf_counter()
         torch.cuda.synchronize()
-        times.append(time.perf_counter() - t0)
-    return times, result
+        timing.wall.append(time.perf_counter() - t0)
+        timing.host.append(t1 - t0)
+        timing.cpu.append(time.thread_time() - c0)
+        timing.process.append(time.process_time() - p0)
+    return timing, result
+
+
+def host_fields(torch: Any) -> dict[str, Any]:
+    """Where a row ran: the host's name, its CPU model and count, the driver, and this process's
+    card with its PCI bus id (two runs on one kind of machine may land on different hosts)."""
+    cpu_model = None
+    try:
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
+            if line.startswith("model name"):
+                cpu_model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    out: dict[str, Any] = {"hostname": socket.gethostname(), "cpu_model": cpu_model, "cpu_count": os.cpu_count()}
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    bus, dev = getattr(props, "pci_bus_id", None), getattr(props, "pci_device_id", None)
+    out["gpu_bus"] = props.name
+    if isinstance(bus, int) and isinstance(dev, int):
+        out["gpu_bus"] += f" @ {bus:02x}:{dev:02x}"
+    if importlib.util.find_spec("pynvml") is not None:
+        try:
+            pynvml = importlib.import_module("pynvml")
+            pynvml.nvmlInit()
+            driver = pynvml.nvmlSystemGetDriverVersion()
+            out["driver"] = driver.decode() if isinstance(driver, bytes) else str(driver)
+        except Exception:  # noqa: BLE001 - NVML is optional
+            pass
+    return out
 
 
 def static_after_init(torch: Any) -> int:
@@ -288,9 +345,19 @@ def no_nvlink_multicast() -> None:
         os.environ.setdefault(key, value)
 
 
-def torchrun(script: str, processes: int, *, out: Path, status_dir: Path, names: Iterable[str], timeout_s: int) -> int:
+def torchrun(
+    script: str,
+    processes: int,
+    *,
+    out: Path,
+    status_dir: Path,
+    names: Iterable[str],
+    timeout_s: int,
+    extra: Sequence[str] = (),
+) -> int:
     """``script --worker`` under ``torchrun --standalone --nproc_per_node=processes`` for the
-    configurations ``names``; its exit status, or -1 when it ran past ``timeout_s`` (every rank killed)."""
+    configurations ``names`` (and the worker's ``extra`` arguments); its exit status, or -1 when it
+    ran past ``timeout_s`` (every rank killed)."""
     cmd = [
         sys.executable,
         "-m",
@@ -305,6 +372,7 @@ def torchrun(script: str, processes: int, *, out: Path, status_dir: Path, names:
         str(status_dir),
         "--only",
         ",".join(names),
+        *extra,
     ]
     proc = subprocess.Popen(cmd, start_new_session=True)  # its own group: a timeout ends every rank
     try:

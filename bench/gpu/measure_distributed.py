@@ -13,13 +13,18 @@ same fields), for several GPUs of one host with NCCL, one process per GPU:
 - ``sharding: none``: one process, no wrapper (the single-GPU baseline on the same card);
 - step: ``loss = model(input_ids=ids, labels=ids).loss; loss.backward(); opt.step();
   opt.zero_grad(set_to_none=True)``, ``micro_batch`` random sequences of ``seq`` tokens per
-  rank, four steps; AdamW is ``torch.optim.AdamW(fused=True)``, SGD has momentum 0.9; gradient
-  checkpointing is HF's ``gradient_checkpointing_enable(use_reentrant=False)``;
+  rank, ``--steps`` steps (12; the first sets ran 4); AdamW is ``torch.optim.AdamW(fused=True)``,
+  SGD has momentum 0.9; gradient checkpointing is HF's ``gradient_checkpointing_enable(use_reentrant=False)``;
 - ``static_after_init`` = ``memory_allocated()`` on rank 0 after wrapping, before the first
   step (the optimizer states do not exist yet); ``peak_alloc`` / ``peak_reserved`` = the maximum
-  over the ranks of ``max_memory_allocated()`` / ``max_memory_reserved()`` over the four steps;
+  over the ranks of ``max_memory_allocated()`` / ``max_memory_reserved()`` over the steps;
   ``nvml_used_after`` = the maximum over the ranks of NVML's used memory right after the steps;
-  ``step_s`` = the maximum over the ranks of the median wall time of steps 2–4;
+  ``step_s`` = the maximum over the ranks of the median wall time of the steps after the first
+  ``--warmup`` (2: steps 3–12; the first sets: steps 2–4), and per rank (``*_by_rank``): that
+  median, the median time to issue a step (``host_s``: until ``step()`` returned, before the
+  closing synchronisation; near ``step_s`` where the host paces the step), the main thread's and
+  the process's CPU time, every step's time and the peak; each row names the host, its CPU and
+  driver, and every rank's card with its PCI address;
   ``tokens_per_s`` = micro_batch × seq × devices / step_s (the whole job) and
   ``tokens_per_s_per_device`` = micro_batch × seq / step_s.
 
@@ -40,7 +45,12 @@ Needs ``torch`` and ``transformers`` on the GPU machine only; ``--list`` needs n
 ``--set mp`` measures the mixed-precision FSDP2 sweep instead (MP_PAIR on two GPUs, MP_QUAD on four
 or eight: 1.1B–13B); ``tests/data/calibration/multi-gpu/h100x2-fsdp2-mp.jsonl`` is its ``--devices 2``
 run on 2 × H100 80GB (under a minute), ``h100x4-fsdp2-mp.jsonl`` its ``--devices 4`` run on 4 × H100
-80GB (about 80 s). ``alloc_retries`` = the maximum over the ranks of the caching allocator's
+80GB (about 80 s). ``--set host --devices 1`` runs every model of the several-GPU set on one GPU at
+its per-device batches (the same-host baseline: ``multi-gpu/h100x4-ddp-fsdp-2026-11-28.jsonl`` is
+that and ``--devices 4`` in one call on 4 × H100 80GB, about 80 s and 150 s); ``--set knobs
+--devices 1`` two recipe knobs (chunked cross-entropy, activation CPU offload) beside the same jobs
+without them, and checkpointing at equal batch (``knobs/h100-knobs-2026-11-28.jsonl``: one H100,
+about 2.5 minutes). ``alloc_retries`` = the maximum over the ranks of the caching allocator's
 ``num_alloc_retries`` over the steps (frees and retries after a failed cudaMalloc).
 """
 
@@ -65,7 +75,8 @@ if str(ROOT) not in sys.path:
 
 from bench.gpu import common  # noqa: E402
 
-STEPS = 4
+STEPS = 12  # timed steps per configuration (the first sets were measured with 4: --steps 4 --warmup 1)
+WARMUP = 2  # steps left out of the median: step_s is the median of steps WARMUP+1..STEPS
 DDP_BUCKET_CAP_MB = 25  # DistributedDataParallel's default
 PG_TIMEOUT_S = 60  # a rank stuck in a collective (another rank died) gives up after this
 SHARDINGS = ("none", "ddp", "fsdp_full", "fsdp_grad_op")
@@ -87,6 +98,8 @@ class Config:
     seq: int = 2048
     micro_batch: int = 4
     grad_ckpt: bool = False
+    loss_kernel: str = "standard"  # standard | chunked (Llama, one GPU): see ChunkedLinearCrossEntropy
+    activation_offload: bool = False  # one GPU: the forward under torch.autograd.graph.save_on_cpu
 
 
 _SHAPES = common.SHAPES  # name: kind, hidden, layers, heads, kv_heads, inter, vocab
@@ -98,6 +111,10 @@ def _c(model: str, sharding: str, micro_batch: int, seq: int, *, ckpt: bool = Fa
     if ckpt:
         tags.append("ckpt")
     tags += [str(v) for k, v in sorted(kw.items()) if k in ("precision", "optimizer")]
+    if kw.get("loss_kernel", "standard") != "standard":
+        tags.append(f"{kw['loss_kernel']}-loss")
+    if kw.get("activation_offload"):
+        tags.append("offload")
     return Config(
         name="-".join(tags),
         kind=kind,
@@ -157,6 +174,23 @@ SINGLE: tuple[Config, ...] = (
     _c("gpt2-124m", "none", 16, 1024),
 )
 
+# ``--set host --devices 1``: a 1-GPU run of every model of MULTI at the per-device batches its
+# several-GPU rows use, on the same host in the same call (the host's own dispatch speed and the
+# card's, measured where the several-GPU rows ran). 7B cannot hold fp32 AdamW states on one 80 GB
+# card: it runs in bf16 with SGD and checkpointing, the nearest that fits.
+SINGLE_HOST: tuple[Config, ...] = (
+    *SINGLE,
+    _c("gpt2-355m", "none", 8, 1024),
+    _c("gpt2-355m", "none", 4, 1024, ckpt=True),
+    _c("llama-350m", "none", 4, 2048, ckpt=True),
+    _c("llama-1.1b", "none", 1, 2048),
+    _c("llama-1.1b", "none", 2, 4096, ckpt=True),
+    _c("llama-3b", "none", 1, 1024, ckpt=True),
+    _c("llama-3b", "none", 4, 2048, ckpt=True),
+    _c("llama-3b", "none", 2, 2048),  # about 70 GB planned: may not fit
+    _c("llama-7b", "none", 1, 2048, ckpt=True, precision="bf16", optimizer="sgd"),
+)
+
 # FSDP2 with bf16 mixed precision (fp32 master shards), full shard against grad-op, 1.1B–13B: the
 # calibration of the sharded-memory and FSDP-throughput rows (``--set mp``). Four GPUs (and eight)
 # run MP_QUAD; two run MP_PAIR (13B and the largest 7B batch cannot fit two 80 GB cards).
@@ -177,9 +211,26 @@ MP_QUAD: tuple[Config, ...] = (
     _c("llama-13b", "fsdp_full", 2, 4096, ckpt=True),
 )
 
+# ``--set knobs --devices 1``: two recipe knobs on one GPU, each beside the same job without it
+# (chunked cross-entropy, activation CPU offload; 1.1B and 3.4B), and checkpointing's host cost at
+# equal batch (host-bound 355M–374M with and without it).
+KNOBS: tuple[Config, ...] = (
+    _c("llama-1.1b", "none", 4, 2048),
+    _c("llama-1.1b", "none", 4, 2048, loss_kernel="chunked"),
+    _c("llama-1.1b", "none", 4, 2048, activation_offload=True),
+    _c("llama-3b", "none", 2, 2048),
+    _c("llama-3b", "none", 2, 2048, loss_kernel="chunked"),
+    _c("llama-3b", "none", 2, 2048, activation_offload=True),
+    _c("gpt2-355m", "none", 4, 1024),
+    _c("gpt2-355m", "none", 4, 1024, ckpt=True),
+    _c("llama-350m", "none", 4, 2048),
+    _c("llama-350m", "none", 4, 2048, ckpt=True),
+)
+
 CONFIGS: tuple[Config, ...] = (
     *MULTI,
-    *SINGLE,
+    *SINGLE_HOST,
+    *(c for c in KNOBS if c.name not in {s.name for s in SINGLE_HOST}),
     *(c for c in MP_QUAD if c.name not in {m.name for m in MULTI}),
 )
 
@@ -199,6 +250,68 @@ QUAD_FIRST_RUN = (
 )
 
 # ----------------------------------------------------------------------------------------- worker
+
+
+def chunked_linear_cross_entropy(torch: Any) -> Any:
+    """Liger Kernel's fused linear cross-entropy in plain PyTorch (Hsu et al. 2024): the LM head's
+    product, the softmax and both gradients a chunk of tokens at a time inside the forward, so the
+    [tokens × vocab] logits exist one chunk at a time (chunk × vocab ≈ tokens × hidden); the
+    backward only scales the gradients kept (of the hidden states, and the head's weight in fp32)."""
+
+    class ChunkedLinearCrossEntropy(torch.autograd.Function):  # type: ignore[misc]  # torch is passed in untyped
+        @staticmethod
+        def forward(ctx: Any, hidden: Any, weight: Any, labels: Any) -> Any:
+            n, width = hidden.shape
+            chunks = max(1, -(-weight.shape[0] // width))
+            size = -(-n // chunks)
+            wb = weight.to(torch.bfloat16)
+            grad_h = torch.empty_like(hidden)
+            grad_w = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
+            total = torch.zeros((), dtype=torch.float32, device=hidden.device)
+            for i in range(0, n, size):
+                h = hidden[i : i + size].to(torch.bfloat16)
+                y = labels[i : i + size]
+                logits = (h @ wb.t()).float()
+                lse = torch.logsumexp(logits, dim=-1)
+                total += (lse - logits.gather(1, y[:, None]).squeeze(1)).sum()
+                probs = torch.exp(logits - lse[:, None])
+                probs[torch.arange(len(y), device=y.device), y] -= 1.0
+                g = (probs / n).to(torch.bfloat16)
+                grad_h[i : i + size] = (g @ wb).to(hidden.dtype)
+                grad_w += (g.t() @ h).float()
+            ctx.save_for_backward(grad_h, grad_w)
+            ctx.weight_dtype = weight.dtype
+            return total / n
+
+        @staticmethod
+        def backward(ctx: Any, grad: Any) -> Any:
+            grad_h, grad_w = ctx.saved_tensors
+            return grad_h * grad, (grad_w * grad).to(ctx.weight_dtype), None
+
+    return ChunkedLinearCrossEntropy
+
+
+def _knob_step(c: Config, torch: Any, model: Any, ids: Any, opt: Any) -> Any:
+    """One training step with the recipe knobs of ``c`` (one GPU, Llama, bf16 autocast)."""
+    ce = chunked_linear_cross_entropy(torch) if c.loss_kernel == "chunked" else None
+    offload = torch.autograd.graph.save_on_cpu(pin_memory=True) if c.activation_offload else None
+    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=c.precision == "amp_bf16"):
+        if offload is not None:
+            offload.__enter__()
+        try:
+            if ce is None:
+                loss = model(input_ids=ids, labels=ids).loss
+            else:
+                hidden = model.model(input_ids=ids).last_hidden_state[:, :-1]
+                labels = ids[:, 1:].reshape(-1)
+                loss = ce.apply(hidden.reshape(-1, hidden.shape[-1]), model.lm_head.weight, labels)
+        finally:
+            if offload is not None:
+                offload.__exit__(None, None, None)
+    loss.backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    return loss
 
 
 def _build(c: Config, torch: Any, transformers: Any) -> Any:
@@ -255,8 +368,17 @@ def _status(status_dir: Path, rank: int, payload: dict[str, Any]) -> None:
     (status_dir / f"rank{rank}.json").write_text(json.dumps(payload), encoding="utf-8")
 
 
-def _measure(c: Config, torch: Any, transformers: Any, rank: int, local_rank: int, status_dir: Path) -> dict[str, Any]:  # noqa: PLR0917
-    """This rank's figures for one configuration; never raises OutOfMemoryError."""
+def _measure(  # noqa: PLR0917
+    c: Config,
+    torch: Any,
+    transformers: Any,
+    rank: int,
+    local_rank: int,
+    status_dir: Path,
+    steps: tuple[int, int] = (STEPS, WARMUP),
+) -> dict[str, Any]:
+    """This rank's figures for one configuration (``steps``: how many steps, how many of them left
+    out of the medians); never raises OutOfMemoryError."""
     local: dict[str, Any] = {"oom": False}
     torch.manual_seed(0)
     phase = "build"
@@ -273,16 +395,24 @@ def _measure(c: Config, torch: Any, transformers: Any, rank: int, local_rank: in
         local["static_after_init"] = common.static_after_init(torch)
         autocast = c.precision == "amp_bf16" and c.sharding in ("ddp", "none")
         phase = "steps"
-        times, loss = common.timed_steps(
+        knobs = c.loss_kernel != "standard" or c.activation_offload
+        timing, loss = common.timed_steps_host(
             torch,
-            lambda: common.train_step(torch, model, ids, opt, autocast=autocast),
-            STEPS,
+            (lambda: _knob_step(c, torch, model, ids, opt))
+            if knobs
+            else (lambda: common.train_step(torch, model, ids, opt, autocast=autocast)),
+            steps[0],
             before=lambda i: _status(status_dir, rank, {"config": c.name, "phase": f"step{i}"}),
         )
+        skip = steps[1]
         local |= {
             **common.peaks(torch),
             "nvml_used_after": common.nvml_used(torch),
-            "step_s": statistics.median(times[1:]),
+            "step_s": statistics.median(timing.wall[skip:]),
+            "host_s": statistics.median(timing.host[skip:]),
+            "cpu_s": statistics.median(timing.cpu[skip:]),
+            "process_cpu_s": statistics.median(timing.process[skip:]),
+            "step_times": [round(t, 6) for t in timing.wall],
             "loss": float(loss.detach().float().item()),
         }
     except torch.cuda.OutOfMemoryError:
@@ -316,6 +446,8 @@ def _row(c: Config, ranks: list[dict[str, Any]], devices: int, env: dict[str, An
         "seq": c.seq,
         "micro_batch": c.micro_batch,
         "grad_ckpt": c.grad_ckpt,
+        **({"loss_kernel": c.loss_kernel} if c.loss_kernel != "standard" else {}),
+        **({"activation_offload": True} if c.activation_offload else {}),
         "n_params": n_params,
         "static_after_init": r0.get("static_after_init"),
     }
@@ -343,6 +475,15 @@ def _row(c: Config, ranks: list[dict[str, Any]], devices: int, env: dict[str, An
             "tokens_per_s_per_device": c.micro_batch * c.seq / step_s,
             "oom": False,
         }
+        if "host_s" in r0:  # per rank: the median step, the host's time to issue it, its CPU time
+            row |= {
+                "peak_alloc_by_rank": peaks,
+                "step_s_by_rank": [r["step_s"] for r in ranks],
+                "host_s_by_rank": [r["host_s"] for r in ranks],
+                "cpu_s_by_rank": [r["cpu_s"] for r in ranks],
+                "process_cpu_s_by_rank": [r["process_cpu_s"] for r in ranks],
+                "step_times_by_rank": [r["step_times"] for r in ranks],
+            }
         if used:
             row["nvml_used_after"] = max(used)
         row["loss"] = r0.get("loss")
@@ -353,7 +494,7 @@ def _row(c: Config, ranks: list[dict[str, Any]], devices: int, env: dict[str, An
     return row | env
 
 
-def worker(names: list[str], out: Path, status_dir: Path) -> int:
+def worker(names: list[str], out: Path, status_dir: Path, steps: tuple[int, int] = (STEPS, WARMUP)) -> int:
     """One rank under torchrun: every configuration in ``names`` in turn; rank 0 appends the rows."""
     r = common.init_rank(PG_TIMEOUT_S)
     torch, transformers, dist, rank, world, local_rank = r.torch, r.transformers, r.dist, r.rank, r.world, r.local_rank
@@ -362,6 +503,12 @@ def worker(names: list[str], out: Path, status_dir: Path) -> int:
     dist.all_gather_object(names_seen, env["gpu"])
     if len(set(names_seen)) > 1:
         env["gpus"] = names_seen  # every rank's card, where they differ
+    host = common.host_fields(torch)
+    hosts: list[Any] = [None] * world
+    dist.all_gather_object(hosts, host)
+    env |= {k: host[k] for k in ("hostname", "cpu_model", "cpu_count", "driver") if k in host}
+    env["gpu_bus_by_rank"] = [h["gpu_bus"] for h in hosts]
+    env["timed_steps"] = [steps[1] + 1, steps[0]]  # the medians are over these steps (1-based)
     if rank == 0:
         print(f"{world} × {env['gpu']}, torch {env['torch']}, transformers {env['transformers']}, nccl {env['nccl']}")
     by_name = {c.name: c for c in CONFIGS}
@@ -371,7 +518,7 @@ def worker(names: list[str], out: Path, status_dir: Path) -> int:
             c = replace(c, sharding="none")
         _status(status_dir, rank, {"config": name, "phase": "start"})
         t0 = time.perf_counter()
-        local = _measure(c, torch, transformers, rank, local_rank, status_dir)
+        local = _measure(c, torch, transformers, rank, local_rank, status_dir, steps)
         gathered: list[Any] = [None] * world
         dist.all_gather_object(gathered, local)
         _status(status_dir, rank, {"config": name, "phase": "done", "oom": local["oom"]})
@@ -394,7 +541,14 @@ def _done(out: Path, devices: int) -> set[str]:
     return {r["config"] for r in common.rows(out) if r.get("devices") == devices}
 
 
-def launch(configs: list[Config], devices: int, out: Path, launch_timeout_s: int, status_root: Path) -> int:
+def launch(  # noqa: PLR0917
+    configs: list[Config],
+    devices: int,
+    out: Path,
+    launch_timeout_s: int,
+    status_root: Path,
+    steps: tuple[int, int] = (STEPS, WARMUP),
+) -> int:
     """Run ``configs`` under ``torchrun --nproc_per_node=devices``; relaunch past a configuration that killed it."""
     out.parent.mkdir(parents=True, exist_ok=True)
     status_dir = status_root / f"status-{devices}"
@@ -404,7 +558,15 @@ def launch(configs: list[Config], devices: int, out: Path, launch_timeout_s: int
     def attempt(names: list[str]) -> int:
         for f in status_dir.glob("rank*.json"):
             f.unlink()
-        return common.torchrun(script, devices, out=out, status_dir=status_dir, names=names, timeout_s=launch_timeout_s)
+        return common.torchrun(
+            script,
+            devices,
+            out=out,
+            status_dir=status_dir,
+            names=names,
+            timeout_s=launch_timeout_s,
+            extra=("--steps", str(steps[0]), "--warmup", str(steps[1])),
+        )
 
     def died(broken: Config, rc: int) -> None:
         ranks = []
@@ -435,7 +597,15 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--only", help="comma-separated configuration names (see --list)")
     parser.add_argument("--list", action="store_true", help="print the configurations and exit")
     parser.add_argument("--devices", type=int, default=2, help="processes (GPUs) per launch; 1 runs SINGLE")
-    parser.add_argument("--set", choices=("multi", "mp"), default="multi", help="mp: the mixed-precision FSDP2 sweep")
+    parser.add_argument(
+        "--set",
+        choices=("multi", "mp", "host", "knobs"),
+        default="multi",
+        help="mp: the mixed-precision FSDP2 sweep; host / knobs (--devices 1): every model of multi on one GPU / "
+        "two recipe knobs on one GPU",
+    )
+    parser.add_argument("--steps", type=int, default=STEPS, help="steps per configuration")
+    parser.add_argument("--warmup", type=int, default=WARMUP, help="first steps left out of the medians")
     parser.add_argument("--launch-timeout", type=int, default=540, help="seconds before a launch is killed")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)  # set by the launcher
     parser.add_argument("--status-dir", type=Path, help="where the ranks leave their progress (default: a temp folder)")
@@ -443,6 +613,15 @@ def main(argv: list[str]) -> int:
     configs = list(SINGLE if args.devices == 1 else MULTI)
     if args.set == "mp":
         configs = list(MP_PAIR if args.devices <= 2 else MP_QUAD)  # two cards hold less (no 13B)
+    if args.set == "host":
+        configs = list(SINGLE_HOST)
+    if args.set == "knobs":
+        configs = list(KNOBS)
+    knobbed = [c.name for c in configs if c.loss_kernel != "standard" or c.activation_offload]
+    if knobbed and (args.devices != 1 or any(not n.startswith("llama") for n in knobbed)):
+        parser.error(f"the recipe knobs ({', '.join(knobbed)}) are measured on one GPU (--devices 1), Llama only")
+    if not 0 <= args.warmup < args.steps:
+        parser.error(f"--warmup {args.warmup} must leave at least one of the --steps {args.steps} timed")
     if args.only:
         configs, unknown = common.chosen(CONFIGS, args.only)
         if unknown:
@@ -453,10 +632,11 @@ def main(argv: list[str]) -> int:
     if args.out is None:
         parser.error("--out is required")
     if args.worker:
-        return worker([c.name for c in configs], args.out, args.status_dir or args.out.parent)
+        status_dir = args.status_dir or args.out.parent
+        return worker([c.name for c in configs], args.out, status_dir, (args.steps, args.warmup))
     common.no_nvlink_multicast()
     status_root = args.status_dir or Path(tempfile.gettempdir()) / "measure_distributed"
-    return launch(configs, args.devices, args.out, args.launch_timeout, status_root)
+    return launch(configs, args.devices, args.out, args.launch_timeout, status_root, (args.steps, args.warmup))
 
 
 if __name__ == "__main__":

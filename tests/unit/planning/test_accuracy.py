@@ -109,7 +109,11 @@ def test_h200_runtime_context_is_the_measured_one() -> None:
     # kernel images, 2.04 GB, not the H100's 1.31 GB the catalog had copied.
     h200 = catalog.default().get("h200-141gb")
     assert h200 is not None
-    single = [c.row for c in MULTI if c.row.get("devices") == 1 and "nvml_used_after" in c.row]
+    single = [
+        c.row
+        for c in MULTI
+        if c.row.get("devices") == 1 and "nvml_used_after" in c.row and c.row.get("accelerator") == "h200-141gb"
+    ]
     assert len(single) >= 4
     measured = statistics.median(r["nvml_used_after"] - r["peak_reserved"] for r in single)
     assert h200.context_bytes == pytest.approx(measured, rel=0.02)
@@ -198,6 +202,69 @@ def test_h200_several_gpu_rows_tokens_per_second() -> None:
     assert len(speed) == len(H200_SEVERAL)
     assert statistics.median(speed) <= 0.10
     assert max(speed) <= 0.25
+
+
+# The DDP/FSDP2 set on 4 H100 80GB HBM3 re-measured with a 1-GPU run of every model on the same host
+# in the same call (bench/gpu/measure_distributed.py --devices 1 --set host, then --devices 4; the
+# median of steps 3-12, per-rank step and host times, the host's name in each row;
+# h100x4-ddp-fsdp-2026-11-28.jsonl). Memory meets the issue's floors on every row (peak -1.0 to
+# +4.0 %; the 3.4B DDP rank that peaked 9.7 % above plan in the first run is at plan on every rank).
+# Tokens/s meets the median floor (4.6 % on 4 GPUs, 6.0 % on one) but not the worst: host-bound rows
+# (checkpointed GPT-2 355M, FSDP on 134M-374M) run up to +57.5 % fast, and the same configuration's
+# level moves by up to 30 % between two launches on the same machine (docs/planner.md, "Not yet").
+H100X4_HOST = [c for c in MULTI if c.row["_source"].startswith("h100x4-ddp-fsdp-2026-11-28")]
+
+
+def test_h100x4_ddp_fsdp_rows_with_their_same_host_baseline() -> None:
+    several = [c for c in H100X4_HOST if c.row["devices"] == 4]
+    single = [c for c in H100X4_HOST if c.row["devices"] == 1]
+    assert (len(several), len(single)) == (27, 13)
+    assert {c.row["hostname"] for c in H100X4_HOST} == {H100X4_HOST[0].row["hostname"]}  # one host
+    assert {c.row["gpu"] for c in H100X4_HOST} == {"NVIDIA H100 80GB HBM3"}
+    assert [c.row["config"] for c in several if c.oom] == ["llama-7b-ddp-b1x1024-ckpt"]
+    assert all(not c.mem.fits for c in several if c.oom)
+    assert all(c.mem.fits for c in H100X4_HOST if not c.oom)
+    peak = [e for c in H100X4_HOST if (e := c.peak_error()) is not None]
+    assert len(peak) == 39
+    assert statistics.median(abs(e) for e in peak) <= 0.05
+    assert max(abs(e) for e in peak) <= 0.10
+    assert min(peak) >= -0.05
+    # Every rank of a row, not only the fullest: the planner plans the fullest rank.
+    ranks = [p / c.mem.peak_allocated_bytes - 1 for c in several if not c.oom for p in c.row["peak_alloc_by_rank"]]
+    assert max(ranks) <= 0.05
+    for group in (several, single):
+        speed = [abs(e) for c in group if (e := c.speed_error()) is not None]
+        assert len(speed) == len([c for c in group if not c.oom])
+        assert statistics.median(speed) <= 0.10
+
+
+# Two recipe knobs measured on one H100 (bench/gpu/measure_distributed.py --devices 1 --set knobs,
+# tests/data/calibration/knobs/), each beside the same job without it: a chunked linear
+# cross-entropy (Liger's algorithm in plain PyTorch) and activation CPU offload
+# (torch.autograd.graph.save_on_cpu, no checkpointing), Llama 1.1B at 4 x 2048 and 3.4B at 2 x 2048.
+# Measured against plan: chunked peak -0.6 and +0.0 %, tokens/s +2.3 and +4.8 %; offload peak +13.2
+# and -1.0 %, tokens/s -15.9 and -3.8 %.
+KNOBS = BENCH.compare(BENCH.read_rows(sorted((DATA / "knobs").glob("*.jsonl"))))
+
+
+def test_recipe_knob_rows() -> None:
+    knobbed = [c for c in KNOBS if c.row.get("loss_kernel") == "chunked" or c.row.get("activation_offload")]
+    assert len(knobbed) == 4
+    for c in knobbed:
+        peak, speed = c.peak_error(), c.speed_error()
+        assert peak is not None and -0.05 <= peak <= 0.15, (c.row["config"], peak)
+        assert speed is not None and abs(speed) <= 0.25, (c.row["config"], speed)
+    chunked = [c for c in knobbed if c.row.get("loss_kernel") == "chunked"]
+    assert all(abs(e) <= 0.05 for c in chunked if (e := c.peak_error()) is not None)
+    # Each knob lowers the peak, as planned, except where the peak is elsewhere: 3.4B at 2 x 2048
+    # peaks in a layer's backward, after the loss's logits are gone (planned equal, measured -0.4 %).
+    base = {(c.row["arch"], c.row["micro_batch"]): c for c in KNOBS if c.row["config"].endswith("x2048")}
+    for c in knobbed:
+        b = base[(c.row["arch"], c.row["micro_batch"])]
+        assert c.row["peak_alloc"] < b.row["peak_alloc"]
+        assert c.mem.peak_allocated_bytes <= b.mem.peak_allocated_bytes
+        if c.row.get("activation_offload") or c.row["arch"] == "llama-1.1b":
+            assert c.mem.peak_allocated_bytes < b.mem.peak_allocated_bytes
 
 
 # GPT-3 2.7B's shape in HF GPT-2 code on one H100 (tests/data/calibration/h100-eager-gpt3-2.7b.jsonl):
