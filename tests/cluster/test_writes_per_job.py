@@ -6,6 +6,7 @@ status shows (its free devices, its usable nodes) is not written again to every 
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
@@ -14,6 +15,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from accel_api import vocabulary as v
 from accel_api.enums import JobPhase
 from accel_operator.adapters.kube import informer as informer_mod
 from tests.support.cluster import wait_for
@@ -99,3 +101,28 @@ def test_a_job_admitted_then_running_is_patched_twice_with_no_conflict_while_the
         assert calls.conflicts["once"] == 0, calls.conflicts
         assert calls.reads["once"] == 0, calls.reads
         assert status(api, namespace, "once")["phase"] == "Running"
+
+
+def test_a_waiting_job_is_not_written_again_when_only_its_pools_free_count_changes(
+    api: client.ApiClient, core: client.CoreV1Api, namespace: str, calls: Calls, operator: Any
+) -> None:
+    pool = f"{namespace}-f"
+    with gpu_pool(api, pool, count=1) as nodes:
+        node = nodes[0]
+        core.patch_node_status(node, {"status": {"allocatable": {v.RESOURCE_NVIDIA_GPU: "6"}}})
+        time.sleep(1.0)  # the node's watch event reaches the operator before the job does
+        create_job(api, job_doc(namespace, pool, devices=4, name="small"))
+        wait_phase(api, namespace, "small", "Running")
+        create_job(api, job_doc(namespace, pool, devices=8, name="big"))
+        st = wait_for(
+            lambda: (s := status(api, namespace, "big")).get("phase") == "Pending" and s.get("message") and s,
+            timeout=30,
+            what="the big job waiting",
+        )
+        assert "fewer than 8 free device(s)" in st["message"], st["message"]
+        # The device plugin gives one device back: 3 free instead of 2, still fewer than 8.
+        core.patch_node_status(node, {"status": {"allocatable": {v.RESOURCE_NVIDIA_GPU: "7"}}})
+        time.sleep(3.0)  # the node's watch event, then a pass (at most 0.2 s apart) that decides the big job again
+        assert status(api, namespace, "big")["message"] == st["message"]
+        assert calls.patches["big"] == 1, calls.patches
+        assert [r for r, _ in events_of(core, namespace, "big")] == ["WaitingForCapacity"]
