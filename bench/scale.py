@@ -239,6 +239,36 @@ def operator_writes(
     return {k: round(val, 2) for k, val in out.items()}
 
 
+def writes_by_kind(
+    api: client.ApiClient, namespace: str, ops0: dict[str, float], ops1: dict[str, float], jobs: int
+) -> dict[str, dict[str, float]]:
+    """What the operator's writes per job were for, between two points: the decisions it applied
+    by their phase (each a status patch, its actions, or both) and the Events it holds in
+    ``namespace`` by reason (a series counts once: its first write)."""
+    phases: dict[str, float] = {}
+    for key, val in ops1.items():
+        if key.startswith("accel_operator_decisions_total{"):
+            phase = key.split('phase="', 1)[1].split('"', 1)[0]
+            phases[phase] = round((val - ops0.get(key, 0.0)) / max(1, jobs), 2)
+    reasons: dict[str, int] = {}
+    token = None
+    while True:
+        resp = client.EventsV1Api(api).list_namespaced_event(
+            namespace, limit=2000, _continue=token, _preload_content=False
+        )
+        page = json.loads(resp.data)
+        for e in page["items"]:
+            if e.get("reportingController") == f"{v.GROUP}/accel-operator":
+                reasons[e.get("reason", "?")] = reasons.get(e.get("reason", "?"), 0) + 1
+        token = (page.get("metadata") or {}).get("continue")
+        if not token:
+            break
+    return {
+        "decisions applied by phase": phases,
+        "Events by reason": {k: round(n / max(1, jobs), 2) for k, n in sorted(reasons.items())},
+    }
+
+
 def operator_events(api: client.ApiClient, namespace: str) -> int:
     """The Events the operator created in ``namespace`` (by their reporting controller): what an
     operator without ``accel_operator_api_writes_total`` wrote (it made no series patches)."""
@@ -567,6 +597,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     waited, cores = drain(pids, out["idle_cores"], args.drain_timeout)
                     out["burst"]["drain_s"] = waited + args.settle
                     out["burst"]["drain_cores"] = cores
+                    # The same writes up to the end of the aftermath: the Running statuses and the
+                    # Events that were still queued when the last workload arrived.
+                    req2, ops2 = api_requests(api), scrape(args.metrics_port)
+                    drained = operator_writes(req0, req2, ops0, ops2, max(1, got))
+                    out["burst"]["operator_writes_per_job_drained"] = {
+                        **drained,
+                        **writes_by_kind(api, namespace, ops0, ops2, max(1, got)),
+                    }
                 # (b) fixed rate
                 if rate_jobs:
                     docs = [job_doc(namespace, f"r-{i:05d}", rate_pools[i % len(rate_pools)]) for i in range(rate_jobs)]
@@ -697,6 +735,18 @@ def table(out: dict[str, Any]) -> str:
                 f"Job creates {ow['Job creates']:.2f}; Events coalesced {ow['Events coalesced (not written)']:.2f})",
             )
         )
+    od = b.get("operator_writes_per_job_drained") or {}
+    if od:
+        rows.append(
+            (
+                "burst + aftermath: operator's API writes per admitted job",
+                f"{od['total']:.2f} (status patches {od['status patches']:.2f}, Events {od['Events']:.2f}, "
+                f"Job creates {od['Job creates']:.2f}; Events coalesced {od['Events coalesced (not written)']:.2f})",
+            )
+        )
+        for what in ("decisions applied by phase", "Events by reason"):
+            shown = ", ".join(f"{k} {n:.2f}" for k, n in (od.get(what) or {}).items())
+            rows.append((f"burst + aftermath: {what} per admitted job", shown))
     for key, n in (b.get("api_requests_per_job") or {}).items():
         rows.append((f"burst: API requests per job: {key}", f"{n:.2f}"))
     for key, n in (b.get("stored_bytes") or {}).items():

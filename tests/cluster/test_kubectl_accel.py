@@ -61,7 +61,7 @@ def test_kubectl_accel_why_and_stop_through_the_real_kubectl(
         lines = waiting.stdout.splitlines()
         assert lines[0] == f"{namespace}/second is Pending (attempt 0).", waiting.stdout
         assert (
-            f"The operator says: waiting for capacity: {pool} has 0 free device(s) on 1 usable node(s); "
+            f"The operator says: waiting for capacity: {pool} has 0 free device(s); "
             "needs 1 node(s) with 8 free device(s) each." in lines
         ), waiting.stdout
         assert "Admitted: no (WaitingForCapacity)." in lines, waiting.stdout

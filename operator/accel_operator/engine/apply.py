@@ -155,6 +155,10 @@ class Applier:
         if pending.revision is not None and seen >= pending.revision:
             del self.overlay[raw.key]  # the watch caught up
             return raw
+        if pending.revision is not None:
+            # The next write's precondition is the version this process wrote, not the older one
+            # the watch still shows: that would fail (409), be read again and be sent twice.
+            return replace(raw, status=pending.status, resource_version=str(pending.revision))
         return replace(raw, status=pending.status)
 
     def unseen_workloads(self) -> dict[tuple[str, str], WorkloadView]:

@@ -72,7 +72,7 @@ def test_a_job_that_does_not_fit_waits_with_the_reason_and_blocks_its_pool() -> 
     d = decide(job, w.snapshot(), T0)
     assert d.phase is JobPhase.PENDING
     assert _cond(d, "Admitted") == (False, "WaitingForCapacity")
-    assert "p has 4 free device(s) on 1 usable node(s); needs 1 node(s) with 8 free device(s) each" in d.reason
+    assert "p has fewer than 8 free device(s); needs 1 node(s) with 8 free device(s) each" in d.reason
     assert not [a for a in d.actions if isinstance(a, act.CreateWorkload)]
     assert d.blocks is not None and d.blocks[0] == "p"
     assert _kinds(d) == ["WaitingForCapacity"]
@@ -83,8 +83,24 @@ def test_a_gang_needs_every_node_at_once() -> None:
     w = World().pool("p", nodes=3, free=[8, 4, 4])
     d = decide(w.job("gang", "p", devices=16), w.snapshot(), T0)
     assert d.phase is JobPhase.PENDING
+    assert "p has 16 or more free device(s), but not on enough nodes; needs 2 node(s) with 8" in d.reason
     w2 = World().pool("p", nodes=3, free=[8, 8, 0])
     assert decide(w2.job("gang", "p", devices=16), w2.snapshot(), T0).phase is JobPhase.ADMITTED
+
+
+def test_a_waiting_jobs_words_change_with_the_kind_of_shortfall_not_with_every_count() -> None:
+    # A pool that fills one device at a time, or whose nodes' heartbeats come late: the waiting
+    # job's message (and so its status) stays the same until the shortfall changes its kind.
+    said = set()
+    for free, nodes in (([3], 1), ([2], 1), ([1], 1), ([1, 1], 2)):
+        w = World().pool("p", nodes=nodes, free=free)
+        said.add(decide(w.job("a", "p", devices=4), w.snapshot(), T0).reason)
+    words = "waiting for capacity: p has fewer than 4 free device(s); needs 1 node(s) with 4 free device(s) each"
+    assert said == {words}
+    for nodes in (1, 3):
+        w = World().pool("p", nodes=nodes, free=[0] * nodes)
+        d = decide(w.job("a", "p", devices=4), w.snapshot(), T0)
+        assert "p has 0 free device(s); needs" in d.reason, d.reason
 
 
 def test_a_waiting_job_posts_no_event_when_nothing_changed() -> None:

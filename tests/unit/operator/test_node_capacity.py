@@ -216,8 +216,10 @@ def test_admission_waits_for_the_devices_the_report_shows_free_and_says_why() ->
     w = _world(nodes=1)
     _report(w, "p-0", _free(**{"6": {"stray_processes": 1}}))  # a stray process on one device
     job = w.job("a", "p", devices=8)
-    d = decide(job, w.snapshot(), T0)
-    assert d.phase is JobPhase.PENDING and "7 free device(s)" in d.reason
+    snap = w.snapshot()
+    assert snap.capacity["p"].free_devices == 7
+    d = decide(job, snap, T0)
+    assert d.phase is JobPhase.PENDING and "fewer than 8 free device(s)" in d.reason
     _report(w, "p-0", _free())  # the stray process is gone
     assert decide(job, w.snapshot(), T0).phase is JobPhase.ADMITTED
 

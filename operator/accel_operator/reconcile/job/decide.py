@@ -62,6 +62,7 @@ from accel_operator.reconcile.common.snapshot import (
     Gang,
     JobView,
     PodView,
+    PoolCapacity,
     Snapshot,
     WorkloadView,
 )
@@ -121,6 +122,22 @@ def blocked_for(snapshot: Snapshot, job: JobView, pool: str, gang: Gang, now: dt
     return Blocked(job.key, gang, None, 0)
 
 
+def shortfall(cap: PoolCapacity, gang: Gang) -> str:
+    """What the pool lacks for ``gang``, in words that change only when the kind of shortfall does
+    (no usable node, no free device, fewer free devices than the gang needs, enough but not on
+    enough nodes), not with every count: a waiting job's status is written again only then, not
+    each time another job takes or frees a device or a node's heartbeat is late. The live counts
+    are the pool's (``kubectl get acceleratorpools``: its free devices and whole free nodes)."""
+    free, need = cap.free_devices, gang.devices
+    if free == 0 and cap.usable_nodes == 0:
+        return f"0 usable node(s) of {cap.total_nodes}"
+    if free == 0:
+        return "0 free device(s)"
+    if free < need:
+        return f"fewer than {need} free device(s)"
+    return f"{need} or more free device(s), but not on enough nodes"
+
+
 def _may_use(snapshot: Snapshot, job: JobView, c: Candidate, now: dt.datetime) -> str | None:
     """Why ``job`` may not take candidate ``c`` now, or None when it may."""
     cap = snapshot.capacity.get(c.pool)
@@ -129,9 +146,7 @@ def _may_use(snapshot: Snapshot, job: JobView, c: Candidate, now: dt.datetime) -
         return f"pool {c.pool} is gone"
     if not cap.fits(gang):
         shape = f"{gang.nodes} node(s) with {gang.per_node} free device(s) each"
-        return f"{c.pool} has {cap.free_devices} free device(s) on {cap.usable_nodes} usable node(s); needs {shape}" + (
-            node_capacity.views(cap, gang)
-        )
+        return f"{c.pool} has {shortfall(cap, gang)}; needs {shape}" + node_capacity.views(cap, gang)
     blocked = snapshot.blocked.get(c.pool)
     if blocked is not None and blocked.job != job.key:
         ends_in_time = blocked.shadow is not None and later(now, _duration(c)) <= blocked.shadow

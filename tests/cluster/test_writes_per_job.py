@@ -1,0 +1,128 @@
+"""The API writes one job costs on the real API server, counted at the client the operator runs
+in-process: status patches (and the refused ones, and the reads a refusal makes), Events by
+reason. What a user needs is written once per change; what changes only in a count the pool's
+status shows (its free devices, its usable nodes) is not written again to every waiting job."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from accel_api import vocabulary as v
+from accel_api.enums import JobPhase
+from accel_operator.adapters.kube import informer as informer_mod
+from tests.support.cluster import wait_for
+from tests.support.jobs import create_job, events_of, gpu_pool, job_doc, status, wait_phase
+
+
+class Calls:
+    """Status patches, 409s and reads of AcceleratorJobs, per job name, as the operator sends them."""
+
+    def __init__(self) -> None:
+        self.patches: Counter[str] = Counter()
+        self.conflicts: Counter[str] = Counter()
+        self.reads: Counter[str] = Counter()
+        self.lock = threading.Lock()
+
+
+@pytest.fixture
+def calls(monkeypatch: pytest.MonkeyPatch) -> Iterator[Calls]:
+    seen = Calls()
+    patch = client.CustomObjectsApi.patch_namespaced_custom_object_status
+    get = client.CustomObjectsApi.get_namespaced_custom_object
+
+    def counted_patch(self: Any, group: str, version: str, ns: str, plural: str, name: str, *a: Any, **kw: Any) -> Any:
+        if plural == "acceleratorjobs":
+            with seen.lock:
+                seen.patches[name] += 1
+        try:
+            return patch(self, group, version, ns, plural, name, *a, **kw)
+        except ApiException as exc:
+            if exc.status == 409 and plural == "acceleratorjobs":
+                with seen.lock:
+                    seen.conflicts[name] += 1
+            raise
+
+    def counted_get(self: Any, group: str, version: str, ns: str, plural: str, name: str, *a: Any, **kw: Any) -> Any:
+        if plural == "acceleratorjobs" and threading.current_thread() is not threading.main_thread():  # not the test's
+            with seen.lock:
+                seen.reads[name] += 1
+        return get(self, group, version, ns, plural, name, *a, **kw)
+
+    monkeypatch.setattr(client.CustomObjectsApi, "patch_namespaced_custom_object_status", counted_patch)
+    monkeypatch.setattr(client.CustomObjectsApi, "get_namespaced_custom_object", counted_get)
+    yield seen
+
+
+@pytest.fixture
+def admitted_watch_lags(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The jobs' watch shows an Admitted status 3 s late (a loaded API server): the Running
+    decision is then taken on the status this process wrote, not on the one the watch shows."""
+    hand = informer_mod.Informer._hand
+
+    def late(self: Any, changes: list[tuple[Any, Any]], listing: set[Any] | None = None) -> None:
+        admitted = self.kind == "jobs" and any(
+            view is not None and view.status.phase is JobPhase.ADMITTED for _key, view in changes
+        )
+        if admitted and listing is None:
+            threading.Timer(3.0, hand, (self, changes, listing)).start()
+        else:
+            hand(self, changes, listing)
+
+    monkeypatch.setattr(informer_mod.Informer, "_hand", late)
+
+
+def test_a_job_admitted_then_running_is_patched_twice_with_no_conflict_while_the_watch_lags(
+    api: client.ApiClient,
+    core: client.CoreV1Api,
+    namespace: str,
+    calls: Calls,
+    admitted_watch_lags: None,
+    operator: Any,
+) -> None:
+    pool = f"{namespace}-w"
+    with gpu_pool(api, pool, count=1):
+        create_job(api, job_doc(namespace, pool, devices=1, name="once"))
+        wait_phase(api, namespace, "once", "Running")
+        wait_for(
+            lambda: "Running" in [r for r, _ in events_of(core, namespace, "once")],
+            timeout=30,
+            what="the Running event",
+        )
+        # Admitted, then Running: each written once, on the version this process wrote last.
+        assert calls.patches["once"] == 2, (calls.patches, calls.conflicts, calls.reads)
+        assert calls.conflicts["once"] == 0, calls.conflicts
+        assert calls.reads["once"] == 0, calls.reads
+        assert status(api, namespace, "once")["phase"] == "Running"
+
+
+def test_a_waiting_job_is_not_written_again_when_only_its_pools_free_count_changes(
+    api: client.ApiClient, core: client.CoreV1Api, namespace: str, calls: Calls, operator: Any
+) -> None:
+    pool = f"{namespace}-f"
+    with gpu_pool(api, pool, count=1) as nodes:
+        node = nodes[0]
+        core.patch_node_status(node, {"status": {"allocatable": {v.RESOURCE_NVIDIA_GPU: "6"}}})
+        time.sleep(1.0)  # the node's watch event reaches the operator before the job does
+        create_job(api, job_doc(namespace, pool, devices=4, name="small"))
+        wait_phase(api, namespace, "small", "Running")
+        create_job(api, job_doc(namespace, pool, devices=8, name="big"))
+        st = wait_for(
+            lambda: (s := status(api, namespace, "big")).get("phase") == "Pending" and s.get("message") and s,
+            timeout=30,
+            what="the big job waiting",
+        )
+        assert "fewer than 8 free device(s)" in st["message"], st["message"]
+        # The device plugin gives one device back: 3 free instead of 2, still fewer than 8.
+        core.patch_node_status(node, {"status": {"allocatable": {v.RESOURCE_NVIDIA_GPU: "7"}}})
+        time.sleep(3.0)  # the node's watch event, then a pass (at most 0.2 s apart) that decides the big job again
+        assert status(api, namespace, "big")["message"] == st["message"]
+        assert calls.patches["big"] == 1, calls.patches
+        assert [r for r, _ in events_of(core, namespace, "big")] == ["WaitingForCapacity"]
