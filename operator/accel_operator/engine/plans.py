@@ -24,8 +24,14 @@ from accel_operator.reconcile.job.decide import gang_of
 PlanKey = tuple[str, int | None, int, bool, tuple[str, ...]]
 Shapes = tuple[tuple[str, Gang], ...]
 
-# Above this many cached plans, the caches start again (a bound on memory, not a tuning).
+# Above this many distinct plans, the caches start again (a bound on memory, not a tuning).
 MAX_PLANS = 20_000
+# Above this many jobs' references to a plan, those references start again (the plans stay). A
+# reference is a key and a pointer, one per job (generation, fallback) planned: the bound is set
+# well above the jobs a fleet queues, since dropping them all makes every waiting job found again
+# through its spec and no longer skippable in the pass where that happens (at 100,000 jobs a bound
+# of 20,000 emptied them every pass).
+MAX_JOB_PLANS = 1_000_000
 
 
 def shapes_of(plan: Plan, cache: PlanCache | None = None) -> Shapes:
@@ -122,10 +128,11 @@ class Plans:
                     index=self.pool_index(snap),
                 )
                 entry = Entry(plan)
+                if len(self.by_spec) >= MAX_PLANS:
+                    self.by_spec.clear()
                 self.by_spec[same] = entry
-            if len(self.by_job) > MAX_PLANS:
+            if len(self.by_job) >= MAX_JOB_PLANS:
                 self.by_job.clear()
-                self.by_spec.clear()
             self.by_job[key] = entry
         return entry.plan
 

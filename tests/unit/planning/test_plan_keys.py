@@ -73,3 +73,23 @@ def test_looking_plans_up_never_compares_two_specs(monkeypatch: pytest.MonkeyPat
         candidates.ranked_per_pool(plan, cache=plans.cache)
         plan_write(plan, cache=plans.cache)
     assert len({p.digest for p in made if p is not None}) == 40
+
+
+def test_more_jobs_than_distinct_plans_keep_their_plans(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bound on distinct plans is not a bound on the jobs that hold one: a queue longer than
+    the plans kept (one template, many jobs) keeps every job's plan, so a waiting job is still
+    found planned (and skippable) on the next pass; only a new spec beyond the bound starts the
+    plans by spec again, and the jobs already planned keep theirs."""
+    monkeypatch.setattr("accel_operator.engine.plans.MAX_PLANS", 2)
+    w = _world()
+    plans = Plans(catalog=catalog.default())
+    snap = w.snapshot()
+    jobs = [w.job(f"j{i}", "p", devices=8) for i in range(5)]
+    for job in jobs:
+        plans.plan(job, snap)
+    assert all(plans.entry(job) is not None for job in jobs)
+    others = [w.job(f"k{i}", "p", devices=d) for i, d in enumerate((1, 2, 4))]  # three new specs
+    for job in others:
+        plans.plan(job, snap)
+    assert len(plans.by_spec) <= 2
+    assert all(plans.entry(job) is not None for job in [*jobs, *others])
