@@ -42,15 +42,27 @@ def shapes_of(plan: Plan, cache: PlanCache | None = None) -> Shapes:
 
 @dataclass
 class Entry:
-    """One cached plan and, once asked for, its admission shapes."""
+    """One cached plan and, once asked for, its admission shapes (and each one's expected
+    seconds, which decide whether it may backfill around a pool's head)."""
 
     plan: Plan
     ranked: Shapes | None = None
+    seconds: tuple[float, ...] | None = None
 
     def shapes(self, cache: PlanCache | None = None) -> Shapes:
         if self.ranked is None:
             self.ranked = shapes_of(self.plan, cache)
         return self.ranked
+
+    def durations(self, cache: PlanCache | None = None) -> tuple[float, ...]:
+        """Aligned with :meth:`shapes`: each ranked candidate's expected run time (inf: unknown),
+        as ``decide`` reads it."""
+        if self.seconds is None:
+            self.seconds = tuple(
+                c.cost.expected_seconds if c.cost is not None else float("inf")
+                for c in ranked_per_pool(self.plan, cache=cache)
+            )
+        return self.seconds
 
 
 @dataclass
