@@ -16,7 +16,7 @@ from accel_api import catalog as catalog_mod
 from accel_operator.planning import eligible, policy, selection
 from accel_operator.planning.cache import PlanCache
 from accel_operator.planning.candidates import OWN_MAX_DEVICES, Plan, PoolOffer, ranked_per_pool, spec_digest
-from accel_operator.reconcile.common.snapshot import Gang, JobView, Snapshot
+from accel_operator.reconcile.common.snapshot import Gang, JobView, PoolCapacity, PoolView, Snapshot
 from accel_operator.reconcile.job import fallback
 from accel_operator.reconcile.job.decide import gang_of
 
@@ -24,8 +24,14 @@ from accel_operator.reconcile.job.decide import gang_of
 PlanKey = tuple[str, int | None, int, bool, tuple[str, ...]]
 Shapes = tuple[tuple[str, Gang], ...]
 
-# Above this many cached plans, the caches start again (a bound on memory, not a tuning).
+# Above this many distinct plans, the caches start again (a bound on memory, not a tuning).
 MAX_PLANS = 20_000
+# Above this many jobs' references to a plan, those references start again (the plans stay). A
+# reference is a key and a pointer, one per job (generation, fallback) planned: the bound is set
+# well above the jobs a fleet queues, since dropping them all makes every waiting job found again
+# through its spec and no longer skippable in the pass where that happens (at 100,000 jobs a bound
+# of 20,000 emptied them every pass).
+MAX_JOB_PLANS = 1_000_000
 
 
 def shapes_of(plan: Plan, cache: PlanCache | None = None) -> Shapes:
@@ -36,15 +42,27 @@ def shapes_of(plan: Plan, cache: PlanCache | None = None) -> Shapes:
 
 @dataclass
 class Entry:
-    """One cached plan and, once asked for, its admission shapes."""
+    """One cached plan and, once asked for, its admission shapes (and each one's expected
+    seconds, which decide whether it may backfill around a pool's head)."""
 
     plan: Plan
     ranked: Shapes | None = None
+    seconds: tuple[float, ...] | None = None
 
     def shapes(self, cache: PlanCache | None = None) -> Shapes:
         if self.ranked is None:
             self.ranked = shapes_of(self.plan, cache)
         return self.ranked
+
+    def durations(self, cache: PlanCache | None = None) -> tuple[float, ...]:
+        """Aligned with :meth:`shapes`: each ranked candidate's expected run time (inf: unknown),
+        as ``decide`` reads it."""
+        if self.seconds is None:
+            self.seconds = tuple(
+                c.cost.expected_seconds if c.cost is not None else float("inf")
+                for c in ranked_per_pool(self.plan, cache=cache)
+            )
+        return self.seconds
 
 
 @dataclass
@@ -59,12 +77,32 @@ class Plans:
     # The pools by name and kind (and the pools each placement leaves out), built on the first
     # plan of a pools version: a job is planned over the pools it may use, not the whole fleet.
     index: eligible.PoolIndex | None = None
+    # Each pool as the planner is offered it, with the pool and capacity it was read from: an
+    # admission replaces its own pool's capacity and no other, so a new plan reads the free
+    # devices of the pools that changed instead of every node of the fleet (O(N) per new plan).
+    offers: dict[str, tuple[PoolView, PoolCapacity, PoolOffer]] = field(default_factory=dict)
 
     def pools_changed(self) -> None:
         self.pools_version += 1
         self.by_job.clear()
         self.by_spec.clear()
         self.index = None
+        self.offers.clear()
+
+    def pool_offers(self, snap: Snapshot) -> list[PoolOffer]:
+        """``snap``'s pools by name as the planner is offered them (their free devices and whole
+        free nodes now), each made again only when its pool or its capacity is another object."""
+        out = []
+        for name, pool in sorted(snap.pools.items()):
+            cap = snap.capacity[name]
+            kept = self.offers.get(name)
+            if kept is None or kept[0] is not pool or kept[1] is not cap:
+                offer = PoolOffer(
+                    name=name, spec=pool.spec, free_devices=cap.free_devices, free_nodes=cap.whole_free_nodes
+                )
+                kept = self.offers[name] = (pool, cap, offer)
+            out.append(kept[2])
+        return out
 
     def pool_index(self, snap: Snapshot) -> eligible.PoolIndex:
         """The index of ``snap``'s pools (a pool the index knows under another accelerator is
@@ -99,15 +137,7 @@ class Plans:
             same = (digest, self.pools_version)
             entry = self.by_spec.get(same)
             if entry is None:
-                offers = [
-                    PoolOffer(
-                        name=name,
-                        spec=pool.spec,
-                        free_devices=snap.capacity[name].free_devices,
-                        free_nodes=snap.capacity[name].whole_free_nodes,
-                    )
-                    for name, pool in sorted(snap.pools.items())
-                ]
+                offers = self.pool_offers(snap)
                 pols = snap.policy.policies
                 restricted, offers = policy.restrict(spec, offers, pols)
                 capped = restricted.placement.max_devices != spec.placement.max_devices
@@ -122,10 +152,11 @@ class Plans:
                     index=self.pool_index(snap),
                 )
                 entry = Entry(plan)
+                if len(self.by_spec) >= MAX_PLANS:
+                    self.by_spec.clear()
                 self.by_spec[same] = entry
-            if len(self.by_job) > MAX_PLANS:
+            if len(self.by_job) >= MAX_JOB_PLANS:
                 self.by_job.clear()
-                self.by_spec.clear()
             self.by_job[key] = entry
         return entry.plan
 

@@ -6,10 +6,10 @@ decide, ``now``, the rules and the plan cache (:class:`~accel_operator.engine.pl
 it fills), and returns the writes in the order they are to be applied (:class:`Pass`). Jobs that
 hold devices come first, then waiting jobs in queue order (priority, then submission), so that
 admission is serialized and sees every earlier reservation. Within a pass, a job that already
-waits, whose shapes do not fit what is free and whose pool already has its head is not decided
-again, unless an event about the job itself (beyond its own status coming back) woke it; a job
-whose last decision is still being written (``busy``, or written earlier in this pass) is left to
-the next.
+waits, whose shapes do not fit what is free (or fit only in pools held for a head ahead of it)
+and whose pool already has its head is not decided again, unless an event about the job itself
+(beyond its own status coming back) woke it; a job whose last decision is still being written
+(``busy``, or written earlier in this pass) is left to the next.
 """
 
 from __future__ import annotations
@@ -197,13 +197,16 @@ def waiting_for(
     return out
 
 
-def still_waits(job: JobView, snap: Snapshot, refused: set[tuple[str, Gang]], plans: Plans) -> bool:
-    """Whether deciding ``job`` again in this pass can only repeat that it waits on capacity: it
-    waits already, its first-choice pool already has its head (the first waiter in queue order
-    blocks the pool: it must be decided to do so), and no placement its plan ranks fits what is
-    free now. A shape that does not fit is refused for the rest of the pass (capacity only
-    shrinks during a pass), so the jobs behind with that shape cost a set lookup. Only for a job
-    whose decision is left to the capacity (:func:`settled`, or no event named it)."""
+def still_waits(job: JobView, snap: Snapshot, refused: set[tuple[str, Gang]], plans: Plans, now: dt.datetime) -> bool:
+    """Whether deciding ``job`` again in this pass can only repeat that it waits: it waits
+    already, its first-choice pool already has its head (the first waiter in queue order blocks
+    the pool: it must be decided to do so), and no placement its plan ranks may be taken now:
+    each either does not fit what is free, or is in a pool held for a head ahead of it that it
+    may not backfill around (``decide._may_use``'s two refusals, in its order). A shape that does
+    not fit is refused for the rest of the pass (capacity only shrinks during a pass), so the
+    jobs behind with that shape cost a set lookup; a pool's head, once set, stays for the pass.
+    Only for a job whose decision is left to the capacity (:func:`settled`, or no event named
+    it)."""
     if job.phase is not JobPhase.PENDING:
         return False
     waiting = next((c for c in job.status.conditions if c.type == ADMITTED), None)
@@ -215,13 +218,22 @@ def still_waits(job: JobView, snap: Snapshot, refused: set[tuple[str, Gang]], pl
     shapes = entry.shapes(plans.cache)
     if not shapes or shapes[0][0] not in snap.blocked:
         return False
-    for shape in shapes:
+    seconds: tuple[float, ...] | None = None
+    for i, shape in enumerate(shapes):
         if shape in refused:
             continue
-        cap = snap.capacity.get(shape[0])
-        if cap is not None and cap.fits(shape[1]):
-            return False
-        refused.add(shape)  # it does not fit now, so not later in this pass either
+        pool, gang = shape
+        cap = snap.capacity.get(pool)
+        if cap is None or not cap.fits(gang):
+            refused.add(shape)  # it does not fit now, so not later in this pass either
+            continue
+        blocked = snap.blocked.get(pool)
+        if blocked is None or blocked.job == job.key or gang.devices <= blocked.extra:
+            return False  # it fits and nothing ahead holds the pool against it
+        if blocked.shadow is not None:
+            seconds = seconds if seconds is not None else entry.durations(plans.cache)
+            if later(now, seconds[i]) <= blocked.shadow:
+                return False  # it would end before the head can start: it may backfill
     return True
 
 
@@ -273,7 +285,7 @@ def schedule_pass(
         if job.phase in AT_REST and job.key not in dirty:
             phases[job.phase.value] = phases.get(job.phase.value, 0) + 1
             continue
-        if not full and (job.key not in dirty or settled(job)) and still_waits(job, snap, refused, plans):
+        if not full and (job.key not in dirty or settled(job)) and still_waits(job, snap, refused, plans, now):
             continue
         # One job's failure is that job's alone: what it changed of the pass is rolled back, it
         # gets a DecisionFailed condition and event, and the jobs behind it are decided as usual.

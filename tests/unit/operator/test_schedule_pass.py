@@ -329,3 +329,75 @@ def test_skipping_jobs_that_can_only_wait_admits_the_same_jobs_in_the_same_order
     assert admissions(woken) == admissions(every) == admissions(echoed)
     assert heads(woken) == heads(every) == heads(echoed)
     assert len(woken.decisions) <= len(every.decisions)
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_skipping_jobs_queued_behind_a_head_admits_the_same_jobs_in_the_same_order(seed: int) -> None:
+    """As above, with running jobs that end at planned times (so a pool's head has a shadow) and
+    jobs short enough to backfill before it: a pass that also skips the waiting jobs whose shapes
+    fit but whose pools are held for a head ahead of them (and that may not backfill around it)
+    admits the same jobs, in the same order, on the same shapes, with the same heads, as a pass
+    that decides every one of them, and decides fewer."""
+    rng = random.Random(seed)
+    w = World()
+    pools = {name: rng.randint(1, 3) for name in ("a", "b")}
+    for name, nodes in pools.items():
+        w.pool(name, nodes=nodes, free=[0] * nodes)
+        w.job(f"r-{name}", name, devices=4, status=_running(name, devices=4, seconds=rng.choice((60, 600, 6000))))
+        w.pod(f"r-{name}", 0, 0, node=f"{name}-0", devices=4)
+        w.workload(f"r-{name}", 0, active=1)
+    for i in range(rng.randint(8, 16)):
+        pool = rng.choice(sorted(pools))
+        devices = rng.choice((1, 2, 4, 8, 16))
+        extra: dict[str, Any] = {"workload": SHORT} if rng.random() < 0.4 else {}
+        w.job(f"j{i:02d}", pool, devices=devices, priority=rng.choice((0, 0, 10)), pinned=rng.random() < 0.7, **extra)
+    first = w.schedule_pass(T0)
+    for write in first.writes:
+        if write.status is not None and write.decision.phase is JobPhase.PENDING:
+            w.jobs[write.job.key] = [replace(write.job, status=AcceleratorJobStatus.model_validate(write.status))]
+    for name, nodes in pools.items():  # the other tenant's pods shrink: devices free here and there
+        for i in range(nodes):
+            node = f"{name}-{i}"
+            own = [p for p in w.pods.get(node, []) if p.namespace == "ns"]
+            used = rng.choice((0, 2, 4)) if own else rng.choice((0, 2, 4, 6, 7, 8))
+            w.pods[node] = own + ([PodView("other", f"user-{node}", node, "Running", used)] if used else [])
+    keys = [k for k in w.jobs if not k[1].startswith("r-")]
+    every = w.schedule_pass(T0, keys, marked=(), full=True)
+    woken = w.schedule_pass(T0, keys, marked=(), full=False)
+    echoed = w.schedule_pass(T0, keys, marked=keys, full=False)
+
+    def admissions(p: Pass) -> list[tuple[str, Any]]:
+        return [(job.name, d.admitted) for job, d in p.decisions if d.admitted is not None]
+
+    def heads(p: Pass) -> dict[str, Any]:
+        return {pool: (b.job, b.gang, b.shadow, b.extra) for pool, b in p.snapshot.blocked.items()}
+
+    assert admissions(woken) == admissions(every) == admissions(echoed)
+    assert heads(woken) == heads(every) == heads(echoed)
+    assert len(woken.decisions) <= len(every.decisions)
+
+
+def test_jobs_queued_behind_a_head_are_not_decided_again_until_they_may_run() -> None:
+    """A head of 16 devices holds a pool of two nodes, 12 devices free (16 once its running job ends
+    in 10 minutes); two jobs of 4 that run 22 minutes wait behind it (QueuedBehind). A pass woken by the
+    capacity decides the head again and skips the two (their shape fits, but the pool is held
+    and they would not end before the head may start); a short job of 4 behind it, which would
+    end in time, is decided and backfills."""
+    w = World().pool("p", nodes=2, free=[8, 8])
+    w.job("r", "p", devices=4, status=_running("p", devices=4, seconds=600))
+    w.pod("r", 0, 0, node="p-0", devices=4)
+    w.workload("r", 0, active=1)
+    w.job("head", "p", devices=16, priority=10)
+    w.job("long1", "p", devices=4)
+    w.job("long2", "p", devices=4)
+    first = w.schedule_pass(T0)
+    for write in first.writes:
+        if write.status is not None and write.decision.phase is JobPhase.PENDING:
+            w.jobs[write.job.key] = [replace(write.job, status=AcceleratorJobStatus.model_validate(write.status))]
+    assert _admitted(first) == [] and _reason(_of(first, "long1")) == "QueuedBehind"
+    w.job("short", "p", devices=4, workload=SHORT)
+    keys = [("ns", n) for n in ("head", "long1", "long2", "short")]
+    woken = w.schedule_pass(T0, keys, marked=[("ns", "short")], full=False)
+    assert _decided(woken) == ["head", "short"]
+    assert _admitted(woken) == ["short"]
+    assert _admitted(w.schedule_pass(T0, keys, full=True)) == ["short"]

@@ -13,6 +13,7 @@ from accel_api import catalog
 from accel_api.job import AcceleratorJobSpec
 from accel_operator.engine.plans import Plans
 from accel_operator.planning import candidates
+from accel_operator.reconcile.common.snapshot import Gang
 from accel_operator.reconcile.job.status import plan_write
 from tests.support.reconcile import World
 
@@ -73,3 +74,38 @@ def test_looking_plans_up_never_compares_two_specs(monkeypatch: pytest.MonkeyPat
         candidates.ranked_per_pool(plan, cache=plans.cache)
         plan_write(plan, cache=plans.cache)
     assert len({p.digest for p in made if p is not None}) == 40
+
+
+def test_more_jobs_than_distinct_plans_keep_their_plans(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bound on distinct plans is not a bound on the jobs that hold one: a queue longer than
+    the plans kept (one template, many jobs) keeps every job's plan, so a waiting job is still
+    found planned (and skippable) on the next pass; only a new spec beyond the bound starts the
+    plans by spec again, and the jobs already planned keep theirs."""
+    monkeypatch.setattr("accel_operator.engine.plans.MAX_PLANS", 2)
+    w = _world()
+    plans = Plans(catalog=catalog.default())
+    snap = w.snapshot()
+    jobs = [w.job(f"j{i}", "p", devices=8) for i in range(5)]
+    for job in jobs:
+        plans.plan(job, snap)
+    assert all(plans.entry(job) is not None for job in jobs)
+    others = [w.job(f"k{i}", "p", devices=d) for i, d in enumerate((1, 2, 4))]  # three new specs
+    for job in others:
+        plans.plan(job, snap)
+    assert len(plans.by_spec) <= 2
+    assert all(plans.entry(job) is not None for job in [*jobs, *others])
+
+
+def test_the_pools_offered_to_a_new_plan_are_read_again_only_where_capacity_changed() -> None:
+    """A new plan is offered every pool with its free devices now; an admission replaces one
+    pool's capacity, and only that pool's offer is made again (the others are not read again
+    node by node), with the figures a fresh read gives."""
+    w = _world()
+    plans = Plans(catalog=catalog.default())
+    snap = w.snapshot()
+    first = plans.pool_offers(snap)
+    assert [o.name for o in first] == ["p", "q"] and [o.free_devices for o in first] == [16, 16]
+    after = snap.with_admission(("ns", "x"), "p", Gang(1, 8), None)
+    second = plans.pool_offers(after)
+    assert second[1] is first[1]  # q: the same capacity, the same offer
+    assert second[0] is not first[0] and (second[0].free_devices, second[0].free_nodes) == (8, 1)
