@@ -183,7 +183,7 @@ def test_admitted_becomes_running_when_every_pod_has_a_node() -> None:
     w.pod("a", 0, 1, node="p-1")
     d = decide(job, w.snapshot(), T0)
     assert d.phase is JobPhase.RUNNING and d.status.start_time
-    assert _kinds(d) == ["Running"]
+    assert _kinds(d) == []  # no Event: the phase and the Running condition say it
 
 
 def _s(seconds: float) -> dt.datetime:

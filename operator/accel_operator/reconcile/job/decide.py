@@ -433,7 +433,9 @@ def _holding(
                 phase=JobPhase.RUNNING,
                 conditions=(*base, Cond(RUNNING, True, "Running", message)),
                 status=StatusPatch(start_time=st.start_time or _ts(now), attempt_start_time=_ts(now), message=message),
-                actions=_event_if_new(job, JobPhase.RUNNING, "Running", "Normal", message),
+                # No Event: the Running condition (with its transition time) and the phase say it,
+                # the batch Job's pods have their own, and an Event here was one of the five
+                # writes every admitted job cost (Kueue posts none for a running workload either).
                 reason=message,
             )
         admitted = parse_time(st.admitted_time) or now
