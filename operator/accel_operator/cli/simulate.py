@@ -85,8 +85,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--workers",
         type=int,
         metavar="N",
-        help="replay up to N strategies at once, each in its own process (default: one per CPU; 1: one after "
-        "the other in this process); the figures do not depend on it",
+        help="replay up to N strategies at once, each in its own process (default: all of them, at most twice "
+        "the CPUs; 1: one after the other in this process); the figures do not depend on it",
     )
     parser.add_argument("-o", "--output", choices=("table", "json", "html"), default="table")
 
@@ -263,7 +263,10 @@ def run(args: argparse.Namespace) -> int:
         recorded = _recorded(args, {p.metadata.name or "" for p in pools})
     except trace.TraceError as exc:
         raise UsageError("\n".join(exc.problems[:21])) from None
-    workers = args.workers if args.workers is not None else os.cpu_count() or 1
+    # By default every strategy at once, up to twice the CPUs: the replays are of unequal length,
+    # and three on two cores end together (the CPU time over the cores) where two at a time
+    # leave the third to run alone.
+    workers = args.workers if args.workers is not None else min(len(strategies), 2 * (os.cpu_count() or 1))
     if not 1 <= workers <= MAX_WORKERS:
         raise UsageError(f"--workers: must be 1 to {MAX_WORKERS}")
     options = {"seed": args.seed, "disruptions": disruptions, "recorded": recorded}
