@@ -117,6 +117,38 @@ def test_the_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     assert "submit" in capsys.readouterr().err
 
 
+def test_strategies_in_worker_processes_give_the_same_figures_in_order(
+    tmp_path: Path, twenty: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, pools = tmp_path / "t.jsonl", tmp_path / "pools.yaml"
+    path.write_text(twenty)
+    pools.write_text(POOLS)
+    docs = []
+    for workers in ("1", "3"):
+        args = ["simulate", "--trace", str(path), "--pools", str(pools), "--seed", "5", "--workers", workers]
+        assert main.main([*args, "-o", "json"]) == 0
+        docs.append(json.loads(capsys.readouterr().out))
+    assert [r["strategy"] for r in docs[1]["strategies"]] == ["engine", "on-demand", "ordered-flavors"]
+    assert docs[0] == docs[1]
+    assert main.main(["simulate", "--trace", str(path), "--pools", str(pools), "--workers", "0"]) == 2
+    assert "--workers: must be 1 to" in capsys.readouterr().err
+
+
+def test_a_failing_worker_is_reported_with_its_strategy(
+    tmp_path: Path, twenty: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path, pools = tmp_path / "t.jsonl", tmp_path / "pools.yaml"
+    path.write_text(twenty)
+    pools.write_text(POOLS)
+
+    def broken(*_args: object, **_kw: object) -> object:
+        raise ValueError("boom in the replay")
+
+    monkeypatch.setattr(replay, "replay", broken)
+    with pytest.raises(RuntimeError, match=r"the engine replay failed:(.|\n)*boom in the replay"):
+        main.main(["simulate", "--trace", str(path), "--pools", str(pools), "--workers", "2", "-o", "json"])
+
+
 def test_ordered_flavors_takes_spot_first_and_knows_no_memory() -> None:
     # A 70B model on one device: the baseline sizes it as submitted and pins it to the first spot
     # flavor with room, where it cannot fit in memory; the small job runs on spot.
