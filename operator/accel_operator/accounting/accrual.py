@@ -138,6 +138,7 @@ def accrue(
     held_prices: Mapping[str, Price] | None = None,
     pods: Sequence[PodView] = (),
     pool_of: Callable[[str], PoolPrice | None] | None = None,
+    base: CostStatus | None = None,
 ) -> CostStatus:
     """The job's ledger after this step. ``known``: what this process wrote last (the watch may
     not show it yet); ``price``: the price in force for the job's pool now (None: the pool is
@@ -146,11 +147,12 @@ def accrue(
     the prices of the pools of the attempts ``earlierFailures`` ended, by pool; ``pods``: the
     job's pods (the current attempt's run is read from their timestamps); ``pool_of``: the pool,
     capacity type and price of a pod's ``accel.dev/pool`` label, for an earlier attempt whose
-    pods ran though the status kept no record of it (``forgotten``)."""
+    pods ran though the status kept no record of it (``forgotten``); ``base``: ``known`` and the
+    status's ledger merged, when the caller has it already (``step``)."""
     st = job.status
     # The top-level figures are derived once, at the end (ledger.with_totals): the steps between
     # leave them as they were (each derivation walks every interval; four a job a step, before).
-    cost = ledger.merge(known, st.cost, totals=False)
+    cost = base if base is not None else ledger.merge(known, st.cost, totals=False)
     if cost.forecast_usd is None and st.plan is not None and st.plan.cost_usd is not None:
         cost = cost.model_copy(update={"forecast_usd": st.plan.cost_usd})
     failure = st.last_failure
@@ -224,6 +226,123 @@ def accrue(
         preempted = failure is not None and failure.attempt == st.attempt and failure.kind is FailureKind.PREEMPTION
         lost = _reported_lost(job, st.attempt)
         cost = _close(cost, st.attempt, end, preempted and st.phase is JobPhase.FAILED, _checkpoint(job), reported=lost)
+    return ledger.with_totals(cost.model_copy(update={"updated": stamp_exact(now)}))
+
+
+# --- the running job's open interval, extended ---------------------------------------------------
+
+
+@dataclass(slots=True)
+class Memo:
+    """One job's last accrual, for the next step: what it was computed from (``inputs``, all but
+    the time and the ledger), the ledger it started from (``base``), what it gave (``out``) and
+    the ledger the step ended with (``final``: with the budget and the rollup's marks, the one
+    written and so the next step's base)."""
+
+    inputs: tuple[object, ...]
+    base: CostStatus
+    out: CostStatus
+    final: CostStatus | None = None
+
+
+EMPTY = CostStatus()  # the ledger of a job with none (models are frozen: shared safely)
+
+
+def inputs_of(
+    job: JobView,
+    price: Price | None,
+    idle: float,
+    *,
+    workload: WorkloadView | None,
+    failed_price: Price | None,
+    held_prices: Mapping[str, Price],
+    pods: Sequence[PodView],
+) -> tuple[object, ...] | None:
+    """Everything ``accrue`` reads of a job but the time and its ledger, when the job is one whose
+    open interval may be extended (running or admitted, priced, every pod in view of its current
+    attempt and none ended); None otherwise (its ledger is always recomputed)."""
+    st = job.status
+    plan = st.plan
+    if job.phase not in HOLDING or price is None or plan is None or not plan.pool or not plan.devices:
+        return None
+    if any(p.attempt != st.attempt or p.finished is not None for p in pods):
+        return None
+    status = tuple(v for k, v in st.__dict__.items() if k != "cost")
+    checkpoint = job.spec.checkpoint if job.spec is not None else None
+    held = tuple(sorted(held_prices.items()))
+    return (job.uid, job.team, checkpoint, status, tuple(pods), workload, price, idle, failed_price, held)
+
+
+def step(
+    memo: Memo | None,
+    job: JobView,
+    *,
+    known: CostStatus | None,
+    price: Price | None,
+    idle: float,
+    now: dt.datetime,
+    workload: WorkloadView | None = None,
+    failed_price: Price | None = None,
+    held_prices: Mapping[str, Price] | None = None,
+    pods: Sequence[PodView] = (),
+    pool_of: Callable[[str], PoolPrice | None] | None = None,
+) -> tuple[CostStatus, Memo | None]:
+    """``accrue``, at the cost of the time that moved when nothing else did: when the job's
+    inputs are those of the last step (``memo``) and its ledger is the one that step started
+    from, gave or ended with, the open interval of its current attempt is extended to ``now``
+    (``extend``); anything else (a pod started or ended, a price or idle figure changed, a
+    ledger someone else wrote, no memo: a restarted process) is the full ``accrue``. Returns the
+    ledger and the memo for the next step."""
+    held = dict(held_prices or {})
+    # No ledger yet on either side: the same empty one step after step (one the memo knows).
+    stored = job.status.cost
+    base = EMPTY if known is None and stored is None else ledger.merge(known, stored, totals=False)
+    inputs = inputs_of(job, price, idle, workload=workload, failed_price=failed_price, held_prices=held, pods=pods)
+    if memo is not None and inputs is not None and price is not None and memo.inputs == inputs:
+        # The last step's base: its result stands for it. Its result or what it wrote: itself.
+        start = memo.out if base is memo.base else base if base is memo.out or base is memo.final else None
+        out = extend(start, job.status.attempt, price, idle, now) if start is not None else None
+        if out is not None:
+            return out, Memo(inputs, base, out)
+    out = accrue(
+        job,
+        known,
+        price,
+        idle,
+        now,
+        workload=workload,
+        failed_price=failed_price,
+        held_prices=held,
+        pods=pods,
+        pool_of=pool_of,
+        base=base,
+    )
+    return out, (Memo(inputs, base, out) if inputs is not None else None)
+
+
+def extend(cost: CostStatus, attempt: int, price: Price, idle: float, now: dt.datetime) -> CostStatus | None:
+    """``cost`` (a ledger ``accrue`` made, or one made from it) with ``attempt``'s last interval
+    extended to ``now``, at its price and idle figure: what ``accrue`` gives when nothing but the
+    time moved (it records only the time no interval covers yet, and an interval that touches the
+    last one at the same price and idle figure merges with it). None where that is not all it
+    would do: the attempt has no open interval, or another price or idle figure is in force."""
+    entry = next((a for a in cost.attempts if a.attempt == attempt), None)
+    if entry is None or entry.end is not None or entry.pods_end is not None or not entry.intervals:
+        return None
+    last = entry.intervals[-1]
+    # As ledger.record bounds them.
+    usd = min(max(price.usd_per_device_hour, 0.0), 1000.0)
+    share = min(max(idle, 0.0), 1.0)
+    if last.usd_per_device_hour != usd or last.idle_fraction != share:
+        return None
+    end = parse_time_strict(last.end)
+    if now < end:
+        return None
+    if now > end:
+        grown = last.model_copy(update={"end": stamp_exact(now)})
+        entry = entry.model_copy(update={"intervals": [*entry.intervals[:-1], grown]})
+        attempts = [entry if a.attempt == attempt else a for a in cost.attempts]
+        cost = cost.model_copy(update={"attempts": attempts})
     return ledger.with_totals(cost.model_copy(update={"updated": stamp_exact(now)}))
 
 

@@ -2,7 +2,9 @@
 scheduler's snapshot as it stands (jobs, pods, workloads, pools, and the policies and node
 reports the scheduler's own indexes hold: no second copy of them; ``Scheduler.current`` reads
 what changed since the last pass, with no full rebuild), prices each pool
-(``adapters.pricebook``), calls the pure ``reconcile.accrual`` for every job and
+(``adapters.pricebook``), calls the pure ``reconcile.accrual`` for every job (``accrual.step``:
+a running job whose inputs did not change since the last step has its open interval extended,
+any other is recomputed in full) and
 ``reconcile.teamspend`` for every policy, and writes what changed: each job's ``status.cost``,
 each policy's ``status.spend`` and ``status.ledger`` (team totals that outlive the jobs), a pool's
 ``PriceLive`` condition, an ``OverBudget`` event on a running job whose team is at its limit (it
@@ -158,6 +160,11 @@ class Accountant:
     # step's counters summed them: a settled job's ledger is the same object step after step, and
     # its figures are not walked again (a walk of every interval of every job was most of a step).
     by_pool: dict[str, tuple[CostStatus, tuple[int, ...], ByPool]] = field(default_factory=dict)
+    # uid -> the running job's last accrual (``accrual.step``): its open interval is extended
+    # while nothing but the time moved. Memory only, and only a shortcut: a ledger that is not
+    # one this process computed or wrote (a restart, another writer) is recomputed in full.
+    accrued: dict[str, accrual.Memo] = field(default_factory=dict)
+    _memo_keys: dict[str, JobKey] = field(default_factory=dict)  # uid -> its job, for the step's end
 
     def __post_init__(self) -> None:
         self._now = self.scheduler.clock.now()
@@ -189,6 +196,7 @@ class Accountant:
                 self.previous.clear()
                 self.deleted_at.clear()
                 self.orphaned.clear()
+                self.accrued.clear()  # another leader's ledgers: recomputed in full when leading again
                 continue
             t0 = self.scheduler.clock.monotonic()
             try:
@@ -207,6 +215,7 @@ class Accountant:
 
     def forget(self) -> None:
         """Drop what this process knows beyond the cluster (a lost Lease): read again when leading."""
+        self.accrued.clear()
         self.previous.clear()
         self.deleted_at.clear()
         self.gone.clear()
@@ -264,6 +273,7 @@ class Accountant:
             price = accrual.Price(quote.usd_per_device_hour, quote.on_demand_usd_per_device_hour)
             return accrual.PoolPrice(name, snap.pools[name].spec.capacity_type, price)
 
+        memos: dict[str, tuple[JobKey, accrual.Memo]] = {}
         for key, job in snap.jobs.items():
             st = job.status
             if st.cost is None and st.admitted_time is None:
@@ -291,12 +301,13 @@ class Accountant:
                     held_prices[earlier.held.pool] = accrual.Price(
                         q.usd_per_device_hour, q.on_demand_usd_per_device_hour
                     )
-            ledgers[key] = accrual.accrue(
+            ledgers[key], memo = accrual.step(
+                self.accrued.get(job.uid),
                 job,
-                self.known.get(job.uid),
-                price,
-                idle,
-                now,
+                known=self.known.get(job.uid),
+                price=price,
+                idle=idle,
+                now=now,
                 workload=snap.workloads.get(
                     (job.namespace, st.workload or actions.workload_name(job.name, st.attempt))
                 ),
@@ -307,6 +318,10 @@ class Accountant:
                 pods=pods,
                 pool_of=pool_of,
             )
+            if memo is not None:
+                memos[job.uid] = (key, memo)
+        self.accrued = {uid: memo for uid, (_, memo) in memos.items()}
+        self._memo_keys = {uid: key for uid, (key, _) in memos.items()}
         # Team spending per policy: the deleted jobs' settled figures and every live job's ledger;
         # what the policy carries for a job is its ledger as its status holds it after this step.
         chosen = self._choose(snap, ledgers)
@@ -411,6 +426,8 @@ class Accountant:
         self._note_gone(snap, now)
         ledgers, steps, writes, quotes = await asyncio.to_thread(self._compute, snap, now)
         ledgers, writes = await self._fold(snap, ledgers, writes, now)
+        for uid, memo in self.accrued.items():
+            memo.final = ledgers.get(self._memo_keys[uid])  # what is written: the next step's base
         await asyncio.gather(*(self._write_job(snap, key, cost, before) for key, cost, before in writes))
         if any(self.known.get(snap.jobs[key].uid) is not cost for key, cost, _ in writes):
             # A job's write failed: the policies carry its ledger as its status still holds it.

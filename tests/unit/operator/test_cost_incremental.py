@@ -1,0 +1,138 @@
+"""The accountant's shortcut for a running job (``accrual.step``: its open interval extended
+while nothing but the time moved) against the full recompute (``accrual.accrue``) that stays the
+truth: over random pod starts and ends, price and idle changes, ledger writes the watch shows or
+not, restarts of the accountant (no memo, nothing known) and the job's end, the two give the same
+ledger, byte for byte, at every step — and so the same writes, which are decided from the
+ledgers alone."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from accel_api.durations import stamp_exact
+from accel_api.enums import BudgetPeriod, JobPhase
+from accel_api.job import CostStatus, OverBudget
+from accel_operator.accounting import accrual
+from accel_operator.reconcile.common.snapshot import JobView, PodView
+from tests.support.reconcile import T0, World
+
+HOUR = dt.timedelta(hours=1)
+OPS = st.lists(
+    st.one_of(
+        # Time moving most often: the shortcut's case, with the rest between.
+        *[st.tuples(st.just("tick"), st.integers(0, 7200))] * 4,
+        st.tuples(st.just("start"), st.integers(0, 2)),
+        st.tuples(st.just("start"), st.integers(0, 2)),
+        st.tuples(st.just("end"), st.integers(0, 2)),
+        st.tuples(st.just("price"), st.sampled_from([3.6, 2.0, 3.6000001])),
+        st.tuples(st.just("idle"), st.sampled_from([0.0, 0.5, 1.0])),
+        # The step's ledger written (with a budget crossed, as the accountant sets it after the
+        # accrual, or not); shown by the watch at once or not.
+        st.tuples(st.just("write"), st.tuples(st.booleans(), st.booleans())),
+        st.tuples(st.just("show"), st.just(0)),  # the watch shows the last write
+        st.tuples(st.just("restart"), st.just(0)),  # a new process: no memo, nothing known
+        st.tuples(st.just("finish"), st.just(0)),  # the job succeeded
+    ),
+    max_size=60,
+)
+
+
+def _job() -> tuple[JobView, list[PodView]]:
+    world = World().pool("spot", capacityType="spot", price={"spotPerDeviceHour": 3.6})
+    status = {
+        "phase": "Running",
+        "attempt": 0,
+        "admittedTime": "2026-11-26T12:00:00Z",
+        "plan": {"pool": "spot", "devices": 3, "nodes": 3, "capacityType": "spot", "costUsd": 20.0},
+    }
+    job = world.job("a", "spot", devices=3, status=status)
+    pods = [PodView("ns", f"a-a0-{i}", f"spot-{i}", "Running", 1, ("ns", "a"), 0, uid=f"p{i}") for i in range(3)]
+    return job, pods
+
+
+def _wire(cost: CostStatus) -> str:
+    return cost.model_dump_json(by_alias=True, exclude_none=True)
+
+
+@settings(max_examples=300, deadline=None)
+@given(ops=OPS)
+def test_extending_the_open_interval_gives_the_full_recomputes_ledger(ops: list[tuple[str, Any]]) -> None:
+    job, pods = _job()
+    now = T0 + dt.timedelta(minutes=5)
+    price = accrual.Price(3.6, 8.0)
+    idle = 0.0
+    known: CostStatus | None = None
+    written: CostStatus | None = None
+    memo: accrual.Memo | None = None
+    for op, arg in [*ops, ("tick", 60)]:
+        if op == "tick":
+            now += dt.timedelta(seconds=arg)
+        elif op == "start" and pods[arg].started is None:
+            pods[arg] = dataclasses.replace(pods[arg], started=now - dt.timedelta(seconds=7))
+        elif op == "end" and pods[arg].started is not None and pods[arg].finished is None:
+            pods[arg] = dataclasses.replace(pods[arg], finished=now)
+        elif op == "price":
+            price = accrual.Price(arg, 8.0)
+        elif op == "idle":
+            idle = arg
+        elif op == "restart":
+            memo, known = None, None
+        elif op == "show" and written is not None:
+            # As the watch delivers it: parsed from the wire, a copy equal to what was written.
+            copy = CostStatus.model_validate_json(_wire(written))
+            job = dataclasses.replace(job, status=job.status.model_copy(update={"cost": copy}))
+        elif op == "finish" and job.phase is JobPhase.RUNNING:
+            done = {"phase": JobPhase.SUCCEEDED, "completion_time": stamp_exact(now)}
+            job = dataclasses.replace(job, status=job.status.model_copy(update=done))
+        full = accrual.accrue(job, known, price, idle, now, pods=pods)
+        out, memo = accrual.step(memo, job, known=known, price=price, idle=idle, now=now, pods=pods)
+        assert _wire(out) == _wire(full), (op, arg)
+        final = out
+        if op == "write" and arg[1]:
+            # The accountant sets the budget entry after the accrual: the ledger it writes differs.
+            over = OverBudget(
+                policy="p", period=BudgetPeriod.MONTHLY, spent_usd=1.0, limit_usd=1.0, since=stamp_exact(T0)
+            )
+            final = out.model_copy(update={"over_budget": over})
+        if memo is not None:
+            memo.final = final
+        if op == "write":
+            known = written = final
+            if arg[0]:
+                job = dataclasses.replace(job, status=job.status.model_copy(update={"cost": final}))
+
+
+def test_the_shortcut_is_taken_when_only_the_time_moved(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The property above holds trivially if the shortcut never runs: it does, for a running job
+    whose ledger this process computed, and not after a price change or a restart."""
+    job, pods = _job()
+    pods = [dataclasses.replace(p, started=T0) for p in pods]
+    price = accrual.Price(3.6, 8.0)
+    now = T0 + dt.timedelta(hours=1)
+    first, memo = accrual.step(None, job, known=None, price=price, idle=0.0, now=now, pods=pods)
+    assert memo is not None
+    memo.final = first
+    calls: list[object] = []
+    real = accrual.accrue
+
+    def counting(*a: Any, **kw: Any) -> CostStatus:
+        calls.append(a)
+        return real(*a, **kw)
+
+    monkeypatch.setattr(accrual, "accrue", counting)
+    later = now + HOUR
+    second, memo2 = accrual.step(memo, job, known=first, price=price, idle=0.0, now=later, pods=pods)
+    assert calls == []  # extended
+    assert second.spent_usd == 2 * first.spent_usd
+    assert memo2 is not None
+    memo2.final = second
+    accrual.step(memo2, job, known=second, price=accrual.Price(2.0, 8.0), idle=0.0, now=later + HOUR, pods=pods)
+    assert len(calls) == 1  # a new price: the full recompute
+    accrual.step(None, job, known=second, price=price, idle=0.0, now=later + HOUR, pods=pods)
+    assert len(calls) == 2  # no memo (a restart): the full recompute
