@@ -76,8 +76,15 @@ class Step:
 
 
 # A job whose every attempt has ended has figures that no longer change: the caller may keep
-# them between steps (uid -> (its ledger, the period starts, the figures)).
-Memo = dict[str, tuple[CostStatus, tuple[dt.datetime, ...], list[PeriodFigures]]]
+# them between steps (uid -> (its ledger, the periods and their starts, the figures, and once a
+# step has carried them as they stand, its team and what the policy carries of it)).
+Memo = dict[str, tuple[CostStatus, tuple[object, ...], list[PeriodFigures], tuple[str, CarriedJob | None] | None]]
+
+
+def _key(periods: list[BudgetPeriod], starts: dict[BudgetPeriod, dt.datetime]) -> tuple[object, ...]:
+    """What a job's kept figures were summed for: the periods by name as well as by start (two
+    policies may budget one team over different periods that start at the same time)."""
+    return (*periods, *(starts[p] for p in periods))
 
 
 def _figures(
@@ -89,7 +96,7 @@ def _figures(
     now: dt.datetime,
     memo: Memo,
 ) -> list[PeriodFigures]:
-    key = tuple(starts[p] for p in periods)
+    key = _key(periods, starts)
     known = memo.get(uid)
     if known is not None and known[0] is cost and known[1] == key:
         return known[2]
@@ -101,10 +108,10 @@ def _figures(
             lost_to_preemption_usd=round(t.lost_to_preemption_usd, 6),
             idle_usd=round(t.idle_usd, 6),
         )
-        for p, t in zip(periods, ledger.windows(cost, list(key), now), strict=True)
+        for p, t in zip(periods, ledger.windows(cost, [starts[p] for p in periods], now), strict=True)
     ]
     if cost.attempts and all(a.end is not None for a in cost.attempts):
-        memo[uid] = (cost, key, figures)
+        memo[uid] = (cost, key, figures, None)
     return figures
 
 
@@ -173,16 +180,36 @@ def step(
     # as their status holds them.
     counted: list[tuple[str, list[PeriodFigures]]] = []
     carried: list[CarriedJob] = []
+    keys_of = {team: _key(periods, starts) for team, periods in periods_of.items()}
     for job in live:
         if job.uid in seen or job.team not in periods_of:
+            continue
+        written = job.cost if job.written is None else job.written
+        known = memo.get(job.uid)
+        if (
+            known is not None
+            and known[0] is job.cost
+            and written is job.cost
+            and known[3] is not None
+            and known[3][0] == job.team
+            and known[1] == keys_of[job.team]
+        ):
+            # A settled job, its ledger the same object as it was written: its figures and what
+            # the policy carries of it are the ones an earlier step made (no model built again).
+            counted.append((job.team, known[2]))
+            if known[3][1] is not None:
+                carried.append(known[3][1])
             continue
         periods = periods_of[job.team]
         figures = _figures(job.uid, job.cost, periods, starts, now=now, memo=memo)
         counted.append((job.team, figures))
-        written = job.cost if job.written is None else job.written
         kept = figures if written is job.cost else _figures(job.uid, written, periods, starts, now=now, memo=memo)
-        if any(f.spent_usd > 0 for f in kept):
-            carried.append(CarriedJob(uid=job.uid, team=job.team, periods=kept))
+        entry = CarriedJob(uid=job.uid, team=job.team, periods=kept) if any(f.spent_usd > 0 for f in kept) else None
+        if entry is not None:
+            carried.append(entry)
+        known = memo.get(job.uid)
+        if kept is figures and known is not None and known[2] is figures:
+            memo[job.uid] = (known[0], known[1], figures, (job.team, entry))
 
     spend = _spend(policy, settled, counted, starts)
     # Bounded: the biggest spenders are carried (ties by uid, so the order is stable).
@@ -215,15 +242,26 @@ def _spend(
     counted: list[tuple[str, list[PeriodFigures]]],
     starts: dict[BudgetPeriod, dt.datetime],
 ) -> list[TeamSpend]:
-    live: dict[Key, _Sum] = {}
+    # Plain floats, added in the same order as ``_Sum.plus`` would (the same sums to the last bit):
+    # no object built per job and period, every step, for every live job.
+    live: dict[Key, list[float]] = {}
     for team, figures in counted:
         for f in figures:
             key = (team, f.period)
-            live[key] = live.get(key, _Sum()).plus(f, jobs=1 if f.spent_usd > 0 else 0)
+            acc = live.get(key)
+            if acc is None:
+                acc = live[key] = [0.0, 0.0, 0.0, 0]
+            acc[0] += f.spent_usd
+            acc[1] += f.lost_to_preemption_usd
+            acc[2] += f.idle_usd
+            if f.spent_usd > 0:
+                acc[3] += 1
     out = []
     for budget in policy.budgets:
         key = (budget.team, budget.period)
-        total = settled.get(key, _Sum()) + live.get(key, _Sum())
+        acc = live.get(key)
+        summed = _Sum() if acc is None else _Sum(ledger.Figures(acc[0], acc[1], acc[2]), int(acc[3]))
+        total = settled.get(key, _Sum()) + summed
         money = total.figures
         lost = 0.0 if budget.include_lost_work else money.lost_to_preemption_usd
         spent = max(0.0, money.spent_usd - lost)

@@ -137,7 +137,9 @@ class Accountant:
     # base of the next step until the watch shows a newer revision (never an older copy).
     policy_known: dict[str, tuple[str, SpendLedger, list[TeamSpend]]] = field(default_factory=dict)
     released: dict[tuple[str, str], float] = field(default_factory=dict)  # pod -> monotonic time of its release
-    spend_memo: teamspend.Memo = field(default_factory=dict)  # finished jobs' period figures
+    # uid -> a finished job's period figures and what a policy carries of it, kept while its ledger
+    # is the same object (a settled job costs a lookup a step); memory only, cleared with the lease.
+    spend_memo: teamspend.Memo = field(default_factory=dict)
     final_spend: dict[str, teamspend.LiveJob] = field(default_factory=dict)  # seen deleted this step
     # The durable rollup (ConfigMap ``rollup_name`` in ``rollup_namespace``; empty name: off), as
     # last read or written, and the resourceVersion it is at.
@@ -197,6 +199,7 @@ class Accountant:
                 self.deleted_at.clear()
                 self.orphaned.clear()
                 self.accrued.clear()  # another leader's ledgers: recomputed in full when leading again
+                self.spend_memo.clear()
                 continue
             t0 = self.scheduler.clock.monotonic()
             try:
@@ -216,6 +219,7 @@ class Accountant:
     def forget(self) -> None:
         """Drop what this process knows beyond the cluster (a lost Lease): read again when leading."""
         self.accrued.clear()
+        self.spend_memo.clear()
         self.previous.clear()
         self.deleted_at.clear()
         self.gone.clear()

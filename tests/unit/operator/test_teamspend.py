@@ -193,3 +193,50 @@ def test_a_job_beyond_the_carried_bound_seen_deleted_keeps_its_money() -> None:
 
 def _monthly(spend: list[TeamSpend]) -> float:
     return next(s.spent_usd for s in spend if s.team == "red" and s.period is BudgetPeriod.MONTHLY)
+
+
+def test_a_settled_jobs_kept_entry_counts_once_while_it_lives_and_once_when_folded() -> None:
+    """A finished job's figures and carried entry are kept between steps (the memo): step after
+    step, then deleted and folded, every step equals a fresh one (no memo) over the same state,
+    and the job's money is counted once: neither dropped nor added twice."""
+    end = T0 + dt.timedelta(hours=2)
+    settled = ledger.close(_cost("u0", end), ledger.AttemptEnd(0, end))
+    memo: teamspend.Memo = {}
+    written: SpendLedger | None = None
+    now = T0 + dt.timedelta(hours=3)
+    alive = {"u0", "u1"}
+    for i in range(6):
+        now += TICK
+        if i == 4:
+            alive.discard("u0")  # deleted: folded with what the policy carries of it
+        live = [teamspend.LiveJob(u, "red", settled if u == "u0" else _cost(u, now)) for u in sorted(alive)]
+        kept = teamspend.step(POLICY, written, live, alive, now, memo=memo)
+        fresh = teamspend.step(POLICY, written, live, alive, now)
+        assert (kept.ledger, kept.spend, kept.folded) == (fresh.ledger, fresh.spend, fresh.folded)
+        if "u0" in alive and i > 0:
+            assert memo["u0"][3] is not None  # carried from the kept entry
+        assert kept.folded == (("u0",) if i == 4 else ())
+        expected = _spent("u0", T0, end) + _spent("u1", T0, now)
+        assert _by(kept.spend, "red", BudgetPeriod.MONTHLY) == pytest.approx(expected, abs=1e-4)
+        assert [c.uid for c in kept.ledger.carried].count("u0") == (1 if "u0" in alive else 0)
+        written = kept.ledger
+    assert written is not None
+    assert [s.jobs for s in written.settled if s.period is BudgetPeriod.MONTHLY] == [1]
+
+
+def test_a_kept_entry_is_not_reused_by_a_policy_with_other_periods_starting_at_the_same_time() -> None:
+    """On the first of a month the daily and the monthly periods start at the same moment: the
+    figures one policy kept for a job (monthly) are not another's (daily)."""
+    monthly = AcceleratorPolicySpec.model_validate({"budgets": [{"team": "red", "period": "monthly", "limitUsd": 9}]})
+    daily = AcceleratorPolicySpec.model_validate({"budgets": [{"team": "red", "period": "daily", "limitUsd": 9}]})
+    start = dt.datetime(2026, 12, 1, tzinfo=dt.UTC)
+    end = start + dt.timedelta(hours=1)
+    cost = ledger.record(None, ledger.Observation(0, "p", CapacityType.SPOT, 1, start, end, 2.0, 2.0))
+    cost = ledger.close(cost, ledger.AttemptEnd(0, end))
+    job, now = teamspend.LiveJob("u0", "red", cost), end + TICK
+    memo: teamspend.Memo = {}
+    first = teamspend.step(monthly, None, [job], {"u0"}, now, memo=memo)
+    second = teamspend.step(daily, None, [job], {"u0"}, now, memo=memo)
+    assert _by(first.spend, "red", BudgetPeriod.MONTHLY) == pytest.approx(2.0)
+    assert _by(second.spend, "red", BudgetPeriod.DAILY) == pytest.approx(2.0)
+    assert [f.period for f in second.ledger.carried[0].periods] == [BudgetPeriod.DAILY]
