@@ -33,9 +33,10 @@ MAX_PLANS = 20_000
 # through its spec and no longer skippable in the pass where that happens (at 100,000 jobs a bound
 # of 20,000 emptied them every pass).
 MAX_JOB_PLANS = 1_000_000
-# Links beyond twice the waiting jobs (plus this slack) start a pass that drops those of the jobs
+# Links beyond 5/4 of the waiting jobs (plus this slack) start a pass that drops those of the jobs
 # no longer waiting (admitted, at rest, deleted) and the plans no kept link names: what is kept
-# stays within a constant of what waits, and the pass costs O(1) per link made, amortised.
+# stays within a quarter of what waits, and the pass costs O(1) per link made, amortised (at most
+# five links looked at per link dropped).
 KEEP_SLACK = 1_024
 
 
@@ -53,6 +54,7 @@ class Entry:
     plan: Plan
     ranked: Shapes | None = None
     seconds: tuple[float, ...] | None = None
+    spec_key: tuple[bytes, int] | None = None  # its key in ``Plans.by_spec``
 
     def shapes(self, cache: PlanCache | None = None) -> Shapes:
         if self.ranked is None:
@@ -156,7 +158,7 @@ class Plans:
                     spec_digest=digest if restricted is spec else b"",  # the plan's key, made once
                     index=self.pool_index(snap),
                 )
-                entry = Entry(plan)
+                entry = Entry(plan, spec_key=same)
                 if len(self.by_spec) >= MAX_PLANS:
                     self.by_spec.clear()
                 self.by_spec[same] = entry
@@ -172,13 +174,13 @@ class Plans:
         per job ever planned and a plan per spec ever seen held memory for the fleet's history."""
         uids = set(waiting)
         self.by_job = {k: e for k, e in self.by_job.items() if k[0] in uids}
-        live = {id(e) for e in self.by_job.values()}
-        self.by_spec = {s: e for s, e in self.by_spec.items() if id(e) in live}
+        live = {e.spec_key for e in self.by_job.values()}
+        self.by_spec = {s: e for s, e in self.by_spec.items() if s in live}
 
     def keep_waiting(self, jobs: Mapping[JobKey, JobView], waiting: Collection[JobKey]) -> None:
         """:meth:`keep` the links of ``waiting`` (keys of ``jobs``), once the links outnumber
-        twice them (plus :data:`KEEP_SLACK`): memory bounded by the queue, at O(1) a link."""
-        if len(self.by_job) > 2 * len(waiting) + KEEP_SLACK:
+        5/4 of them (plus :data:`KEEP_SLACK`): memory bounded by the queue, at O(1) a link."""
+        if 4 * len(self.by_job) > 5 * len(waiting) + 4 * KEEP_SLACK:
             self.keep(jobs[k].uid for k in waiting if k in jobs)
 
     def entry(self, job: JobView) -> Entry | None:

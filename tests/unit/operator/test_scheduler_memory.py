@@ -90,7 +90,7 @@ def test_the_plans_kept_stay_bounded_by_the_waiting_jobs(monkeypatch: pytest.Mon
         await asyncio.gather(*sched.applier.in_flight)
         waiting = sched.observed.waiting
         assert waiting == {("ns", "big")}
-        assert len(sched.plans.by_job) <= 2 * len(waiting)
+        assert 4 * len(sched.plans.by_job) <= 5 * len(waiting)
         assert len(sched.plans.by_spec) <= len(sched.plans.by_job)
         assert sched.plans.entry(w.jobs[("ns", "big")][0]) is not None  # the waiting job keeps its plan
 
