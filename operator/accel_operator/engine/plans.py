@@ -10,13 +10,14 @@ they are found by the job (never by the plan object's address, which a later pla
 
 from __future__ import annotations
 
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from accel_api import catalog as catalog_mod
 from accel_operator.planning import eligible, policy, selection
 from accel_operator.planning.cache import PlanCache
 from accel_operator.planning.candidates import OWN_MAX_DEVICES, Plan, PoolOffer, ranked_per_pool, spec_digest
-from accel_operator.reconcile.common.snapshot import Gang, JobView, PoolCapacity, PoolView, Snapshot
+from accel_operator.reconcile.common.snapshot import Gang, JobKey, JobView, PoolCapacity, PoolView, Snapshot
 from accel_operator.reconcile.job import fallback
 from accel_operator.reconcile.job.decide import gang_of
 
@@ -32,6 +33,11 @@ MAX_PLANS = 20_000
 # through its spec and no longer skippable in the pass where that happens (at 100,000 jobs a bound
 # of 20,000 emptied them every pass).
 MAX_JOB_PLANS = 1_000_000
+# Links beyond 5/4 of the waiting jobs (plus this slack) start a pass that drops those of the jobs
+# no longer waiting (admitted, at rest, deleted) and the plans no kept link names: what is kept
+# stays within a quarter of what waits, and the pass costs O(1) per link made, amortised (at most
+# five links looked at per link dropped).
+KEEP_SLACK = 1_024
 
 
 def shapes_of(plan: Plan, cache: PlanCache | None = None) -> Shapes:
@@ -48,6 +54,7 @@ class Entry:
     plan: Plan
     ranked: Shapes | None = None
     seconds: tuple[float, ...] | None = None
+    spec_key: tuple[bytes, int] | None = None  # its key in ``Plans.by_spec``
 
     def shapes(self, cache: PlanCache | None = None) -> Shapes:
         if self.ranked is None:
@@ -151,7 +158,7 @@ class Plans:
                     spec_digest=digest if restricted is spec else b"",  # the plan's key, made once
                     index=self.pool_index(snap),
                 )
-                entry = Entry(plan)
+                entry = Entry(plan, spec_key=same)
                 if len(self.by_spec) >= MAX_PLANS:
                     self.by_spec.clear()
                 self.by_spec[same] = entry
@@ -159,6 +166,22 @@ class Plans:
                 self.by_job.clear()
             self.by_job[key] = entry
         return entry.plan
+
+    def keep(self, waiting: Iterable[str]) -> None:
+        """Drop the links of the jobs whose uid is not in ``waiting`` and the plans no link left
+        names. Only a waiting job is ever looked up (an admitted or running one is decided
+        without its plan, and a job that waits again is planned again through its spec): a link
+        per job ever planned and a plan per spec ever seen held memory for the fleet's history."""
+        uids = set(waiting)
+        self.by_job = {k: e for k, e in self.by_job.items() if k[0] in uids}
+        live = {e.spec_key for e in self.by_job.values()}
+        self.by_spec = {s: e for s, e in self.by_spec.items() if s in live}
+
+    def keep_waiting(self, jobs: Mapping[JobKey, JobView], waiting: Collection[JobKey]) -> None:
+        """:meth:`keep` the links of ``waiting`` (keys of ``jobs``), once the links outnumber
+        5/4 of them (plus :data:`KEEP_SLACK`): memory bounded by the queue, at O(1) a link."""
+        if 4 * len(self.by_job) > 5 * len(waiting) + 4 * KEEP_SLACK:
+            self.keep(jobs[k].uid for k in waiting if k in jobs)
 
     def entry(self, job: JobView) -> Entry | None:
         """``job``'s cached plan (None: not planned since the pools or the job last changed)."""

@@ -245,6 +245,7 @@ class Scheduler:
         if full:
             self.observed.invalidate()
         snap, grown = self._observe(now)
+        self.plans.keep_waiting(snap.jobs, self.observed.waiting)  # links of jobs gone from the queue
         capacity, marks.capacity_pass = marks.capacity_pass, False
         dirty, marks.dirty = marks.dirty, set()
         if full:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from accel_api.job import AcceleratorJobStatus
 from accel_operator.reconcile.common.snapshot import Snapshot
 from tests.support.reconcile import World
@@ -57,5 +59,39 @@ def test_a_queued_write_does_not_keep_the_pass_snapshot() -> None:
             assert frame is not None
             assert not any(isinstance(value, Snapshot) for value in frame.f_locals.values())
         await asyncio.gather(*tasks)
+
+    asyncio.run(run())
+
+
+def test_the_plans_kept_stay_bounded_by_the_waiting_jobs(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A link per job ever planned and a plan per spec ever seen grew with the fleet's history
+    # (3.0 GB at 10k nodes, 100k jobs): the jobs admitted and deleted, round after round, must
+    # leave only the links of the jobs still waiting and the plans those name.
+    monkeypatch.setattr("accel_operator.engine.plans.KEEP_SLACK", 0)
+
+    async def run() -> None:
+        w = World()
+        for p in range(8):
+            w.pool(f"p{p}", nodes=1)
+        sched = w.scheduler
+        w.job("big", "p0", devices=64)  # never fits: waits throughout
+        sched.mark(("ns", "big"))
+        for r in range(6):
+            names = [f"j{r}-{p}" for p in range(8)]
+            for p, name in enumerate(names):
+                w.job(name, f"p{p}", devices=1 + r)  # a spec of its own each round and pool
+                sched.mark(("ns", name))
+            await sched.step()
+            await asyncio.gather(*sched.applier.in_flight)
+            for name in names:
+                del w.jobs[("ns", name)]
+                sched.forget(("ns", name))
+        await sched.step()
+        await asyncio.gather(*sched.applier.in_flight)
+        waiting = sched.observed.waiting
+        assert waiting == {("ns", "big")}
+        assert 4 * len(sched.plans.by_job) <= 5 * len(waiting)
+        assert len(sched.plans.by_spec) <= len(sched.plans.by_job)
+        assert sched.plans.entry(w.jobs[("ns", "big")][0]) is not None  # the waiting job keeps its plan
 
     asyncio.run(run())
