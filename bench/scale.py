@@ -676,6 +676,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+def _writes(w: dict[str, Any]) -> str:
+    """One line of the operator's writes per admitted job, by kind."""
+    return (
+        f"{w['total']:.2f} (status patches {w['status patches']:.2f}, Events {w['Events']:.2f}, "
+        f"Job creates {w['Job creates']:.2f}; Events coalesced {w['Events coalesced (not written)']:.2f})"
+    )
+
+
 def table(out: dict[str, Any]) -> str:
     b, r = out.get("burst", {}), out.get("rate", {})
     rows = [
@@ -728,22 +736,10 @@ def table(out: dict[str, Any]) -> str:
         rows.append(("burst: CPU-ms per admitted job", per))
     ow = b.get("operator_writes_per_job") or {}
     if ow:
-        rows.append(
-            (
-                "burst: operator's API writes per admitted job",
-                f"{ow['total']:.2f} (status patches {ow['status patches']:.2f}, Events {ow['Events']:.2f}, "
-                f"Job creates {ow['Job creates']:.2f}; Events coalesced {ow['Events coalesced (not written)']:.2f})",
-            )
-        )
+        rows.append(("burst: operator's API writes per admitted job", _writes(ow)))
     od = b.get("operator_writes_per_job_drained") or {}
     if od:
-        rows.append(
-            (
-                "burst + aftermath: operator's API writes per admitted job",
-                f"{od['total']:.2f} (status patches {od['status patches']:.2f}, Events {od['Events']:.2f}, "
-                f"Job creates {od['Job creates']:.2f}; Events coalesced {od['Events coalesced (not written)']:.2f})",
-            )
-        )
+        rows.append(("burst + aftermath: operator's API writes per admitted job", _writes(od)))
         for what in ("decisions applied by phase", "Events by reason"):
             shown = ", ".join(f"{k} {n:.2f}" for k, n in (od.get(what) or {}).items())
             rows.append((f"burst + aftermath: {what} per admitted job", shown))

@@ -315,20 +315,7 @@ def test_skipping_jobs_that_can_only_wait_admits_the_same_jobs_in_the_same_order
             node = f"{name}-{i}"
             used = rng.choice((0, 2, 4, 6, 7, 8))
             w.pods[node] = [PodView("other", f"user-{node}", node, "Running", used)] if used else []
-    keys = list(w.jobs)
-    every = w.schedule_pass(T0, keys, marked=(), full=True)
-    woken = w.schedule_pass(T0, keys, marked=(), full=False)  # a pass after pools grew
-    echoed = w.schedule_pass(T0, keys, marked=keys, full=False)  # their own statuses came back
-
-    def admissions(p: Pass) -> list[tuple[str, Any]]:
-        return [(job.name, d.admitted) for job, d in p.decisions if d.admitted is not None]
-
-    def heads(p: Pass) -> dict[str, Any]:
-        return {pool: (b.job, b.gang, b.shadow, b.extra) for pool, b in p.snapshot.blocked.items()}
-
-    assert admissions(woken) == admissions(every) == admissions(echoed)
-    assert heads(woken) == heads(every) == heads(echoed)
-    assert len(woken.decisions) <= len(every.decisions)
+    _skipping_decides_the_same(w, list(w.jobs))
 
 
 @pytest.mark.parametrize("seed", range(24))
@@ -361,20 +348,7 @@ def test_skipping_jobs_queued_behind_a_head_admits_the_same_jobs_in_the_same_ord
             own = [p for p in w.pods.get(node, []) if p.namespace == "ns"]
             used = rng.choice((0, 2, 4)) if own else rng.choice((0, 2, 4, 6, 7, 8))
             w.pods[node] = own + ([PodView("other", f"user-{node}", node, "Running", used)] if used else [])
-    keys = [k for k in w.jobs if not k[1].startswith("r-")]
-    every = w.schedule_pass(T0, keys, marked=(), full=True)
-    woken = w.schedule_pass(T0, keys, marked=(), full=False)
-    echoed = w.schedule_pass(T0, keys, marked=keys, full=False)
-
-    def admissions(p: Pass) -> list[tuple[str, Any]]:
-        return [(job.name, d.admitted) for job, d in p.decisions if d.admitted is not None]
-
-    def heads(p: Pass) -> dict[str, Any]:
-        return {pool: (b.job, b.gang, b.shadow, b.extra) for pool, b in p.snapshot.blocked.items()}
-
-    assert admissions(woken) == admissions(every) == admissions(echoed)
-    assert heads(woken) == heads(every) == heads(echoed)
-    assert len(woken.decisions) <= len(every.decisions)
+    _skipping_decides_the_same(w, [k for k in w.jobs if not k[1].startswith("r-")])
 
 
 def test_jobs_queued_behind_a_head_are_not_decided_again_until_they_may_run() -> None:
@@ -401,3 +375,22 @@ def test_jobs_queued_behind_a_head_are_not_decided_again_until_they_may_run() ->
     assert _decided(woken) == ["head", "short"]
     assert _admitted(woken) == ["short"]
     assert _admitted(w.schedule_pass(T0, keys, full=True)) == ["short"]
+
+
+def _skipping_decides_the_same(w: World, keys: list[Any]) -> None:
+    """A pass woken by grown pools (skipping what cannot change) and one woken by the jobs' own
+    statuses coming back admit the same jobs, on the same shapes, with the same heads, as a pass
+    that decides every one of ``keys``; the woken pass decides no more of them."""
+    every = w.schedule_pass(T0, keys, marked=(), full=True)
+    woken = w.schedule_pass(T0, keys, marked=(), full=False)  # a pass after pools grew
+    echoed = w.schedule_pass(T0, keys, marked=keys, full=False)  # their own statuses came back
+
+    def admissions(p: Pass) -> list[tuple[str, Any]]:
+        return [(job.name, d.admitted) for job, d in p.decisions if d.admitted is not None]
+
+    def heads(p: Pass) -> dict[str, Any]:
+        return {pool: (b.job, b.gang, b.shadow, b.extra) for pool, b in p.snapshot.blocked.items()}
+
+    assert admissions(woken) == admissions(every) == admissions(echoed)
+    assert heads(woken) == heads(every) == heads(echoed)
+    assert len(woken.decisions) <= len(every.decisions)
