@@ -15,6 +15,7 @@ and whose pool already has its head is not decided again, unless an event about 
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -27,7 +28,7 @@ from accel_operator.planning.candidates import Plan
 from accel_operator.reconcile.common.decision import ADMITTED, Decision, PlanWrite
 from accel_operator.reconcile.common.snapshot import AT_REST, HOLDING, Gang, JobKey, JobView, Snapshot
 from accel_operator.reconcile.job import fallback, resume
-from accel_operator.reconcile.job.decide import DECISION_FAILED, decide, failed
+from accel_operator.reconcile.job.decide import DECISION_FAILED, decide, failed, held_against
 from accel_operator.reconcile.job.status import holds, settle_status
 from accel_operator.reconcile.nodes import consolidate, health
 from accel_operator.settings import OperatorSettings
@@ -202,7 +203,8 @@ def still_waits(job: JobView, snap: Snapshot, refused: set[tuple[str, Gang]], pl
     already, its first-choice pool already has its head (the first waiter in queue order blocks
     the pool: it must be decided to do so), and no placement its plan ranks may be taken now:
     each either does not fit what is free, or is in a pool held for a head ahead of it that it
-    may not backfill around (``decide._may_use``'s two refusals, in its order). A shape that does
+    may not backfill around (``decide._may_use``'s two refusals, in its order; the backfill rule
+    is ``decide.held_against``, shared). A shape that does
     not fit is refused for the rest of the pass (capacity only shrinks during a pass), so the
     jobs behind with that shape cost a set lookup; a pool's head, once set, stays for the pass.
     Only for a job whose decision is left to the capacity (:func:`settled`, or no event named
@@ -218,7 +220,11 @@ def still_waits(job: JobView, snap: Snapshot, refused: set[tuple[str, Gang]], pl
     shapes = entry.shapes(plans.cache)
     if not shapes or shapes[0][0] not in snap.blocked:
         return False
-    seconds: tuple[float, ...] | None = None
+
+    def end_of(i: int) -> dt.datetime:
+        """When the ``i``-th ranked shape would end if it started now (the entry keeps the durations)."""
+        return later(now, entry.durations(plans.cache)[i])
+
     for i, shape in enumerate(shapes):
         if shape in refused:
             continue
@@ -227,13 +233,8 @@ def still_waits(job: JobView, snap: Snapshot, refused: set[tuple[str, Gang]], pl
         if cap is None or not cap.fits(gang):
             refused.add(shape)  # it does not fit now, so not later in this pass either
             continue
-        blocked = snap.blocked.get(pool)
-        if blocked is None or blocked.job == job.key or gang.devices <= blocked.extra:
-            return False  # it fits and nothing ahead holds the pool against it
-        if blocked.shadow is not None:
-            seconds = seconds if seconds is not None else entry.durations(plans.cache)
-            if later(now, seconds[i]) <= blocked.shadow:
-                return False  # it would end before the head can start: it may backfill
+        if not held_against(snap.blocked.get(pool), job.key, gang, functools.partial(end_of, i)):
+            return False  # it fits, and nothing ahead holds the pool against it (or it may backfill)
     return True
 
 

@@ -25,7 +25,7 @@ blocked job could start anyway, or use devices it will not need (EASY backfillin
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from accel_api import bounds
@@ -60,6 +60,7 @@ from accel_operator.reconcile.common.snapshot import (
     HOLDING,
     Blocked,
     Gang,
+    JobKey,
     JobView,
     PodView,
     PoolCapacity,
@@ -148,11 +149,19 @@ def _may_use(snapshot: Snapshot, job: JobView, c: Candidate, now: dt.datetime) -
         shape = f"{gang.nodes} node(s) with {gang.per_node} free device(s) each"
         return f"{c.pool} has {shortfall(cap, gang)}; needs {shape}" + node_capacity.views(cap, gang)
     blocked = snapshot.blocked.get(c.pool)
-    if blocked is not None and blocked.job != job.key:
-        ends_in_time = blocked.shadow is not None and later(now, _duration(c)) <= blocked.shadow
-        if not ends_in_time and gang.devices > blocked.extra:
-            return f"{c.pool} is held for {blocked.job[0]}/{blocked.job[1]}, which is ahead in the queue"
+    if blocked is not None and held_against(blocked, job.key, gang, lambda: later(now, _duration(c))):
+        return f"{c.pool} is held for {blocked.job[0]}/{blocked.job[1]}, which is ahead in the queue"
     return None
+
+
+def held_against(blocked: Blocked | None, key: JobKey, gang: Gang, ends: Callable[[], dt.datetime]) -> bool:
+    """Whether the pool's head ``blocked`` holds it against job ``key``'s ``gang``: a head ahead
+    of it, the gang larger than what the head leaves spare, and it would not end (``ends``, asked
+    only then) before the head may start. The one rule of backfilling, for ``decide`` and for the
+    pass that skips jobs it can only repeat (``engine.schedule.still_waits``)."""
+    if blocked is None or blocked.job == key or gang.devices <= blocked.extra:
+        return False
+    return blocked.shadow is None or ends() > blocked.shadow
 
 
 def _waiting(job: JobView, snapshot: Snapshot, now: dt.datetime, cache: PlanCache | None) -> Decision:
