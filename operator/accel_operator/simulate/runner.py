@@ -1,5 +1,5 @@
 """The strategies' replays of one trace, one after another or in forked worker processes at once,
-with their progress told to a :class:`Reporter` (the CLI's progress bar, or nothing).
+with their progress told to a :class:`Reporter` (the CLI's progress bar).
 
 Each replay is independent (its own engine, clock and ``random.Random(seed)``), so the figures are
 the same whichever way they run; the rows come back in the strategies' order.
@@ -24,16 +24,6 @@ class Reporter(Protocol):
     def advance(self, n: int = 1) -> None: ...
 
 
-class Quiet:
-    """A reporter that shows nothing (tests, callers without a terminal)."""
-
-    def step(self, what: str, total: int = 0) -> None:
-        pass
-
-    def advance(self, n: int = 1) -> None:
-        pass
-
-
 def can_fork() -> bool:
     return "fork" in multiprocessing.get_all_start_methods()
 
@@ -45,10 +35,9 @@ def run(
     options: dict[str, Any],
     *,
     workers: int,
-    bar: Reporter | None = None,
+    bar: Reporter,
 ) -> list[dict[str, Any]]:
     """Every strategy's figures, ``workers`` replays at a time (1: in this process, in turn)."""
-    bar = bar if bar is not None else Quiet()
     if min(workers, len(strategies)) > 1 and can_fork():
         return _in_parallel(pools, arrivals, strategies, options, workers=workers, bar=bar)
     return _in_turn(pools, arrivals, strategies, options, bar)
