@@ -209,9 +209,10 @@ def test_h200_several_gpu_rows_tokens_per_second() -> None:
 # median of steps 3-12, per-rank step and host times, the host's name in each row;
 # h100x4-ddp-fsdp-2026-11-28.jsonl). Memory meets the floors on every row (peak -1.0 to
 # +4.0 %; the 3.4B DDP rank that peaked 9.7 % above plan in the first run is at plan on every rank).
-# Tokens/s meets the median floor (4.6 % on 4 GPUs, 6.0 % on one) but not the worst: host-bound rows
-# (checkpointed GPT-2 355M, FSDP on 134M-374M) run up to +57.5 % fast, and the same configuration's
-# level moves by up to 30 % between two launches on the same machine (docs/planner.md, "Not yet").
+# Tokens/s meets the median floor (4.6 % on 4 GPUs, 5.1 % on one) but not the worst: host-bound rows
+# (FSDP on 134M-355M, 3.4B DDP at 1 x 1024 with checkpointing) run up to +36.4 % fast (+57.5 % before
+# checkpointing's host cost was modelled), and the same configuration's level moves by up to 30 %
+# between two launches on the same machine (docs/planner.md, "Not yet").
 H100X4_HOST = [c for c in MULTI if c.row["_source"].startswith("h100x4-ddp-fsdp-2026-11-28")]
 
 
