@@ -452,10 +452,10 @@ class Applier:
         decisions, and return True; False, unwritten, while a decision of the job is being applied
         (the caller writes at its next step). Its precondition is the version this process last
         wrote of the job (the scheduler's or its own), else the newest the watch showed; the
-        version it returns, with the status as ``shown`` updates it, is what the next write of
-        either takes (:meth:`job_view`). Without that, a cost write and the scheduler's next write
-        took the same version the watch showed: one of them failed (409), was read again and
-        sent twice."""
+        version it returns is what the next write of either takes (:meth:`job_view`: a pending
+        decision's status updated with ``shown``, else :attr:`revisions`). Without that, a cost
+        write and the scheduler's next write took the same version the watch showed: one of them
+        failed (409), was read again and sent twice."""
         assert self.slots is not None
         key = job.key
         async with self.slots.slot(calls.BACKGROUND):
