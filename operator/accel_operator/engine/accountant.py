@@ -102,6 +102,11 @@ def _shape(cost: CostStatus | None) -> tuple[object, ...]:
     )
 
 
+def _figure(cost: CostStatus | None) -> float:
+    """The spend a ledger shows (``spentUsd``, the job's cost column), to the cent."""
+    return round(cost.spent_usd, 2) if cost is not None else 0.0
+
+
 URGENT, DUE = "urgent", "due"
 # Seconds after its write within which a ledger the watch does not show yet is not written again:
 # far above a healthy watch's delay (well under a second), short enough that a ledger another
@@ -361,6 +366,11 @@ class Accountant:
             return URGENT
         if _shape(job.status.cost) != _shape(cost) or _shape(known) != _shape(cost):
             return URGENT
+        if _figure(job.status.cost) == _figure(cost):
+            # Nothing shown moved (a new attempt's forecast only, its pods not started or started
+            # a few seconds ago): the ledger is recomputed from the pods' times after a restart,
+            # so waiting for the spend to move loses nothing and saves a write per admission.
+            return None
         return DUE if self._age(job) >= self._every else None
 
     def _age(self, job: JobView) -> float:
@@ -688,8 +698,13 @@ class Accountant:
         job = snap.jobs[key]
         ref = JobRef(job.namespace, job.name, job.uid, job.resource_version or None)
         try:
-            # Behind every admission's writes: the ledger is bookkeeping, a burst of it waits.
-            await self.scheduler.background_write(self.writer.patch_status, ref, {"cost": _wire(cost)})
+            # Behind every admission's writes: the ledger is bookkeeping, a burst of it waits. Not
+            # while a decision of the job is being written (the next step writes it), and at the
+            # version this process last wrote: the two never conflict.
+            if not await self.scheduler.background_status(
+                self.writer.patch_status, job, {"cost": _wire(cost)}, {"cost": cost}
+            ):
+                return
             self.known[job.uid] = cost
             self.written_at[job.uid] = self.scheduler.clock.monotonic()
             over = cost.over_budget
