@@ -135,12 +135,26 @@ OVERLAP = 0.9
 # Share of data-parallel communication that stays exposed even when the backward pass is long
 # enough to hide it (the last gradient bucket is reduced after the backward pass ends).
 UNHIDDEN_TAIL = 0.05
-# FSDP2 (fitted to the 2- and 4-H200 rows): host ops per layer and gather pass, the fraction of
-# the link bandwidth its per-layer collectives reach, and how much of them compute hides. The
+# FSDP2 (fitted to the 2- and 4-H200 rows): host ops per layer and all-gather pass, the fraction
+# of the link bandwidth its per-layer collectives reach, and how much of them compute hides. The
 # collective efficiency was refitted with LLM Foundry's MPT-13B rows on 8–64 H100 (no
 # checkpointing, communication-bound; tests/data/published/): 0.5 leaves the H200 rows' median
 # tokens/s error at 9.3 % (0.25 before: 9.2 %) and brings those rows from −40 % to within 20 %.
-FSDP_HOST_OPS_PER_LAYER = 60
+FSDP_HOST_OPS_PER_LAYER = 38
+# FSDP2's per-layer host work is not all tied to the all-gathers: a layer's pre/post-forward and
+# pre/post-backward hooks, its reduce-scatter's issue and its stream waits run whether or not the
+# layer reshards after forward (``reshard_after_forward=False`` drops the backward's all-gather,
+# not the hooks). Measured on one 2-H200 host (bench/gpu/measure_fsdp_host.py,
+# tests/data/calibration/fsdp-host/: GPT-2 124M/355M and Llama 134M at micro batch 1, 4 and 8,
+# each beside the same model unwrapped and under DDP on that host), in that host's own ops (the
+# unwrapped step's host time over its launches): FSDP2 adds a median of 119 ops a layer and
+# micro-batch with grad-op sharding (73–158) and 160 with full sharding (114–233); DDP adds none
+# (−29 to 11). Grad-op costs 0.59–0.98 of full sharding at the same model and batch (median 0.68),
+# not the half that a cost per all-gather alone gives. Split as that median says, hooks per layer
+# (this) plus FSDP_HOST_OPS_PER_LAYER per all-gather pass, with full sharding's total kept at the
+# 120 the several-GPU rows put it at (this host's per-op time is not theirs): grad-op 60 -> 82.
+# Host work like the launches: it overlaps the device only as dispatch does (``_overlap``).
+FSDP_HOOK_OPS_PER_LAYER = 44
 FSDP_COLLECTIVE_EFFICIENCY = 0.5
 FSDP_OVERLAP = 0.8
 # Collectives that compute hides still slow it: NCCL's intra-node all-gathers and reduce-scatters
@@ -657,7 +671,8 @@ def _training(w: JobProfile, accel: Accelerator, layout: Layout, *, cache: PlanC
         dp_exposed += FSDP_CONTENTION * min(nvlink_comm, FSDP_OVERLAP * compute)
         per_step = fsdp_bytes / _bandwidth(accel) * (ga - 1)  # casts and copies per microbatch
         optimizer += fsdp_bytes / _bandwidth(accel)
-        host += FSDP_HOST_OPS_PER_LAYER * gathers * w.shape.layers * accel.host_seconds_per_op
+        hook_ops = FSDP_HOOK_OPS_PER_LAYER + FSDP_HOST_OPS_PER_LAYER * gathers
+        host += hook_ops * w.shape.layers * accel.host_seconds_per_op
         # Every layer's collectives wait for the slowest rank's host (FSDP_RANK_SPREAD).
         host *= 1 + FSDP_RANK_SPREAD * _expected_max(dp)
     # Pipeline parallel (1F1B, Narayanan et al. 2021): the fullest stage runs its share of each
