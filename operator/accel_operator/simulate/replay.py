@@ -28,6 +28,7 @@ trace, pools and seed give the same figures.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import dataclasses
 import datetime as dt
 import heapq
@@ -35,8 +36,8 @@ import math
 import random
 import re
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, TypeVar
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from typing import Any, TypeVar, TypeVarTuple
 
 from accel_api import catalog
 from accel_api.enums import BudgetPeriod, CapacityType, JobPhase, SpotPolicy
@@ -82,6 +83,7 @@ def saved_seconds(worked: float, interval_minutes: float | None) -> float:
 
 
 T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
 
 
 class Inline(ThreadPoolExecutor):
@@ -101,6 +103,38 @@ class Inline(ThreadPoolExecutor):
         except BaseException as exc:  # noqa: BLE001 - handed to the awaiting task, as a thread's would be
             out.set_exception(exc)
         return out
+
+
+class InlineLoop(asyncio.SelectorEventLoop):
+    """The event loop of a replay: a call handed to an :class:`Inline` executor (the engine's
+    writes, the accountant's ``asyncio.to_thread``) runs at once, and its result is handed to the
+    awaiting task through one ``call_soon``. That is the order the plain loop gives an executor's
+    finished future (``wrap_future`` hands the result over in one ``call_soon_threadsafe``, queued
+    at the call), without the thread-safe future, its lock and the self-pipe write each call cost
+    (about 50,000 calls in the sample's replay)."""
+
+    inline_default = False  # whether the default executor (asyncio.to_thread's) is an Inline
+
+    def run_in_executor(self, executor: Executor | None, func: Callable[[*Ts], T], *args: *Ts) -> asyncio.Future[T]:
+        if not (isinstance(executor, Inline) or (executor is None and self.inline_default)):
+            return super().run_in_executor(executor, func, *args)
+        out: asyncio.Future[T] = self.create_future()
+        try:
+            value = func(*args)
+        except BaseException as exc:  # noqa: BLE001 - handed to the awaiting task, as Inline.submit does
+            self.call_soon(_hand_over, out, None, exc)
+        else:
+            self.call_soon(_hand_over, out, value, None)
+        return out
+
+
+def _hand_over(out: asyncio.Future[Any], value: Any, exc: BaseException | None) -> None:
+    if out.cancelled():
+        return
+    if exc is not None:
+        out.set_exception(exc)
+    else:
+        out.set_result(value)
 
 
 def inline_pools() -> calls.CallPools:
@@ -300,15 +334,22 @@ class Replay:
         self.members: dict[str, list[str]] = {}
         self._pool_of_node: dict[str, str] = {}
         self.free: dict[str, int] = {}
+        # First fit without walking the pool: per pool, for each d up to its devices per node, the
+        # places (in the pool's order) of its nodes with at least d devices free. The walk was
+        # over every node of the pool at each start: quadratic once the fleet grows with the jobs.
+        self.fits: dict[str, list[list[int]]] = {}
+        self._place: dict[str, int] = {}
         for name, spec in self.pool_spec.items():
             self.pools[name] = [(PoolView(name, spec), ())]
             self.members[name] = []
+            self.fits[name] = [list(range(spec.max_nodes)) for _ in range(spec.devices_per_node + 1)]
             for i in range(spec.max_nodes):
                 node = f"{name}-{i}"
                 labels = {**spec.node_selector, "accel.dev/pool": name}  # the pool's selector matches its nodes
                 self.nodes[node] = [NodeView(node, labels, spec.devices_per_node, uid=f"uid-{node}")]
                 self.members[name].append(node)
                 self._pool_of_node[node] = name
+                self._place[node] = i
                 self.free[node] = spec.devices_per_node
         self.devices = sum(s.max_nodes * s.devices_per_node for s in self.pool_spec.values())
         self.busy: dict[str, float] = dict.fromkeys(self.pool_spec, 0.0)
@@ -330,14 +371,17 @@ class Replay:
         ]
         self.quota_used: dict[str, int] = dict.fromkeys(self.pool_spec, 0)
         self.backlog: list[Arrival] = []
+        self.backlog_changed = False  # an arrival or a released quota since the backlog's last walk
         self.seq = 0
         self.passes = 0
+        self.result: Result | None = None
 
     # --- the trace ----------------------------------------------------------------------------
 
     def _arrive(self, a: Arrival) -> None:
         if self.strategy.ordered:
             self.backlog.append(a)
+            self.backlog_changed = True
             return
         spec: AcceleratorJobSpec = a.spec
         if not self.strategy.spot and spec.spot.policy is not SpotPolicy.NEVER:
@@ -352,7 +396,14 @@ class Replay:
         ``never``), then handed to the engine pinned there (its pool, its size, spot
         ``require`` on a spot flavor, else ``never``). A job the pinned pool cannot hold in memory
         is counted failed for memory. A preempted job retries on its flavor (Kueue would requeue it
-        and may pick another flavor: not modelled). True when it admitted any."""
+        and may pick another flavor: not modelled). True when it admitted any.
+
+        The backlog is walked again only after an arrival or a quota's release: a walk only takes
+        quota, so what it left would be left again (a queue of thousands was walked before each
+        of the four passes at every event)."""
+        if not self.backlog_changed:
+            return False
+        self.backlog_changed = False
         admitted = False
         left = []
         for a in self.backlog:
@@ -394,6 +445,7 @@ class Replay:
             p = rec.arrival.spec.placement
             self.quota_used[rec.flavor] -= p.max_devices or p.min_devices
             rec.flavor = None
+            self.backlog_changed = True
 
     def _submit(self, a: Arrival, spec: AcceleratorJobSpec) -> None:
         key = (a.team, a.name)
@@ -479,17 +531,14 @@ class Replay:
         assert plan.pool is not None and plan.devices is not None
         nodes_n = plan.nodes or 1
         per_node = plan.devices // nodes_n
-        chosen: list[str] = []
-        for node in self.members.get(plan.pool, ()):
-            if self.free[node] >= per_node:
-                chosen.append(node)
-                if len(chosen) == nodes_n:
-                    break
-        if len(chosen) < nodes_n:
+        fits = self.fits.get(plan.pool, [])
+        places = fits[max(0, per_node)][:nodes_n] if per_node < len(fits) else []
+        if len(places) < nodes_n:
             return False
+        chosen = [self.members[plan.pool][k] for k in places]
         now = self.clock.now()
         for i, node in enumerate(chosen):
-            self.free[node] -= per_node
+            self._set_free(node, self.free[node] - per_node)
             pod = PodView(
                 wkey[0],
                 f"{wkey[1]}-{i}",
@@ -529,6 +578,16 @@ class Replay:
             heapq.heappush(self.events, (self.t + run, self.seq, "end", job_key, attempt, ""))
         return True
 
+    def _set_free(self, node: str, free: int) -> None:
+        """``node``'s free devices are ``free`` now: its place joins or leaves the pool's fits."""
+        old, self.free[node] = self.free[node], free
+        fits, place = self.fits[self._pool_of_node[node]], self._place[node]
+        top = len(fits) - 1
+        for d in range(min(old, top) + 1, min(free, top) + 1):  # now fits d: joins in order
+            bisect.insort(fits[d], place)
+        for d in range(min(free, top) + 1, min(old, top) + 1):  # no longer fits d: leaves
+            del fits[d][bisect.bisect_left(fits[d], place)]
+
     def _finish(self, kind: str, key: JobKey, attempt: int) -> None:
         """An attempt's pods end: all succeed ("end"), or all fail as disrupted ("preempt")."""
         now = self.clock.now()
@@ -543,9 +602,12 @@ class Replay:
                 new = dataclasses.replace(
                     pod, phase="Failed", exit_code=137, disrupted=True, reason="Terminated", finished=now
                 )
+            # By node the engine reads only the pods not ended (a node's devices in use): an ended
+            # pod leaves its node's list, which then holds what runs there, not its whole history
+            # (found by identity: PodView's field-by-field == was most of the search).
             node_pods = self.pods[pod.node]
-            node_pods[node_pods.index(pod)] = new
-            self.free[pod.node] += pod.devices
+            del node_pods[next(k for k, p in enumerate(node_pods) if p is pod)]
+            self._set_free(pod.node, self.free[pod.node] + pod.devices)
             if pod.started is not None:
                 held = (now - pod.started).total_seconds() * pod.devices
                 self.busy[self._pool_of_node[pod.node]] += held
@@ -554,8 +616,8 @@ class Replay:
             return
         olds = [pods[i] for i in ended]
         self.pods[key] = [ended.get(i, p) for i, p in enumerate(pods)]
-        for old in olds:
-            self.sched.pods_changed(old, self.pods[key][pods.index(old)])
+        for i, new in ended.items():
+            self.sched.pods_changed(pods[i], new)
         wkey = (key[0], f"{key[1]}-a{attempt}")
         wl = self.workloads_idx.get(wkey)
         rec = self.records[key]
@@ -646,9 +708,15 @@ class Replay:
         m = self.sched.marks
         return m.full_pass or m.capacity_pass or bool(m.dirty)
 
-    async def run(self) -> Result:
+    async def run(self) -> None:
+        """Replay to the end; the outcome is :attr:`result`. (Not returned: ``asyncio.run``
+        formats its main task, result included, when it restores the SIGINT handler, and the
+        repr of a whole replay's statuses took seconds.)"""
         # The accountant's work (asyncio.to_thread) inline too (see Inline).
-        asyncio.get_running_loop().set_default_executor(Inline())
+        loop = asyncio.get_running_loop()
+        loop.set_default_executor(Inline())
+        if isinstance(loop, InlineLoop):
+            loop.inline_default = True
         self.sched.kopf_listed()
         await self._pass()
         i, n = 0, len(self.arrivals)
@@ -727,7 +795,7 @@ class Replay:
             key: self.jobs[key][0].status if key in self.jobs else AcceleratorJobStatus() for key in self.records
         }
         ends = [r.end for r in self.records.values() if r.end is not None]
-        return Result(
+        self.result = Result(
             strategy=self.strategy.name,
             seed=self.seed,
             records=self.records,
@@ -778,4 +846,8 @@ class Replay:
 def replay(pools: Sequence[AcceleratorPool], arrivals: Sequence[Arrival], **options: Any) -> Result:
     """Run one replay (:class:`Replay`, with its keywords: seed, strategy, progress, disruptions,
     recorded) to its end: every job ended, or left waiting with nothing left to happen."""
-    return asyncio.run(Replay(pools, arrivals, **options).run())
+    run = Replay(pools, arrivals, **options)
+    with asyncio.Runner(loop_factory=InlineLoop) as runner:
+        runner.run(run.run())
+    assert run.result is not None
+    return run.result

@@ -3,7 +3,9 @@ deterministic from its seed, the strategies' order of cost, and the generator.""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import random
 import threading
 from pathlib import Path
 from typing import Any
@@ -507,3 +509,27 @@ def test_the_runner_tells_every_arrival_once_in_turn_or_in_workers(twenty: str, 
     assert told.advanced == len(arrivals) * len(strategies)
     assert sum(total for _, total in told.steps) == len(arrivals) * len(strategies)
     assert len(told.steps) == (len(strategies) if workers == 1 else 1)
+
+
+def test_first_fit_index_is_the_walk_over_the_pool() -> None:
+    """The per-pool index of nodes with d devices free (what a gang binds to, first fit) stays
+    what a walk over the pool's nodes finds, through any takes and gives."""
+    run = replay.Replay(trace.read_pools(POOLS), [], seed=1, strategy=replay.STRATEGIES["engine"])
+    rng = random.Random(3)
+    nodes = list(run.free)
+    for _ in range(2000):
+        node = rng.choice(nodes)
+        top = run.pool_spec[run._pool_of_node[node]].devices_per_node
+        run._set_free(node, rng.randint(0, top))
+    for pool, members in run.members.items():
+        for d, places in enumerate(run.fits[pool]):
+            assert places == [i for i, n in enumerate(members) if run.free[n] >= d], (pool, d)
+
+
+def test_a_replay_hands_back_no_task_result_to_format() -> None:
+    """``replay`` runs the replay's coroutine to a None result: asyncio formats its main task
+    (result included) when it restores the SIGINT handler, seconds for a whole month's statuses."""
+    engine = replay.STRATEGIES["engine"]
+    run = replay.Replay(trace.read_pools(POOLS), trace.read_trace(_line()), seed=1, strategy=engine)
+    assert asyncio.run(run.run()) is None
+    assert run.result is not None and len(run.result.records) == 1
