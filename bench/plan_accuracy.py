@@ -12,7 +12,8 @@ DDP/FSDP runs on several GPUs instead (tests/data/calibration/multi-gpu/*.jsonl,
 ``h200x2-ddp-fsdp.jsonl``), planning each row on its devices with its sharding; ``--pipeline`` the 2-stage
 pipeline runs on 2 H100 (tests/data/calibration/pipeline/*.jsonl), with each stage's peak beside the device's;
 ``--lora`` the LoRA/QLoRA runs on one H100 (tests/data/calibration/lora/*.jsonl, bench/gpu/measure_lora.py), planned
-with their ``workload.adapter``.
+with their ``workload.adapter``; ``--ckpt-host`` the runs with and without gradient checkpointing that measure its
+host cost (tests/data/calibration/ckpt-host/, bench/gpu/measure_ckpt_host.py: speed only).
 """
 
 from __future__ import annotations
@@ -88,6 +89,20 @@ def calibration_files(extra: Sequence[str] = ()) -> list[Path]:
 def multi_gpu_files() -> list[Path]:
     """The measured DDP/FSDP runs on several GPUs (and their single-GPU baselines)."""
     return [f for f in [*sorted(MULTI.glob("*.jsonl")), SHARED_MULTI] if f.is_file()]
+
+
+CKPT_HOST = EXTRA / "ckpt-host"
+
+
+def ckpt_host_rows() -> list[dict[str, Any]]:
+    """The checkpointing host-cost runs (bench/gpu/measure_ckpt_host.py): speed only, no memory
+    figures, so they are read here rather than through ``read_rows``, which needs a peak."""
+    return [
+        json.loads(line) | {"_source": f"{f.name}:{n}"}
+        for f in sorted(CKPT_HOST.glob("*.jsonl"))
+        for n, line in enumerate(f.read_text(encoding="utf-8").splitlines(), 1)
+        if line.strip()
+    ]
 
 
 def read_rows(files: Iterable[Path]) -> list[dict[str, Any]]:
@@ -265,8 +280,11 @@ def main(argv: Sequence[str]) -> int:
     multi = "--multi-gpu" in argv
     pipeline = "--pipeline" in argv
     lora = "--lora" in argv
-    argv = [a for a in argv if a not in ("--multi-gpu", "--pipeline", "--lora")]
-    if pipeline and not argv:
+    ckpt_host = "--ckpt-host" in argv
+    argv = [a for a in argv if a not in ("--multi-gpu", "--pipeline", "--lora", "--ckpt-host")]
+    if ckpt_host and not argv:
+        rows = ckpt_host_rows()
+    elif pipeline and not argv:
         rows = read_rows(pipeline_files())
     elif lora and not argv:
         rows = read_rows(lora_files())

@@ -148,8 +148,9 @@ class OperatorSettings(BaseSettings):
         default=60.0,
         ge=0,
         le=3600,
-        description="A running job's status.cost is written at most this often (at once when an attempt starts "
-        "or ends or a budget is crossed); team spending and metrics follow every accrual.",
+        description="A running job's status.cost is written at most this often, and only once its spend moved by "
+        "a cent (at once when an attempt ends or a budget is crossed); team spending and metrics follow every "
+        "accrual.",
     )
     cost_writes_per_second: float = Field(
         default=5.0,

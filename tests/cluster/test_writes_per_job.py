@@ -20,6 +20,7 @@ from accel_api.enums import JobPhase
 from accel_operator.adapters.kube import informer as informer_mod
 from tests.support.cluster import wait_for
 from tests.support.jobs import create_job, events_of, gpu_pool, job_doc, status, wait_phase
+from tests.support.operator import checked_operator, settings_for
 
 
 class Calls:
@@ -129,3 +130,82 @@ def test_a_waiting_job_is_not_written_again_when_only_its_pools_free_count_chang
         assert status(api, namespace, "big")["message"] == st["message"]
         assert calls.patches["big"] == 1, calls.patches
         assert [r for r, _ in events_of(core, namespace, "big")] == ["WaitingForCapacity"]
+
+
+@pytest.fixture
+def job_watch_lags(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Every change the jobs' watch shows reaches the operator 2 s late, in order (a loaded API
+    server): each write is followed by the next before the watch shows it."""
+    hand = informer_mod.Informer._hand
+    queue: list[tuple[float, Any, list[tuple[Any, Any]]]] = []
+    ready = threading.Condition()
+    done = threading.Event()
+
+    def late(self: Any, changes: list[tuple[Any, Any]], listing: set[Any] | None = None) -> None:
+        if self.kind != "jobs" or listing is not None:
+            hand(self, changes, listing)
+            return
+        with ready:
+            queue.append((time.monotonic() + 2.0, self, changes))
+            ready.notify()
+
+    def deliver() -> None:
+        while not done.is_set():
+            with ready:
+                while not queue and not done.is_set():
+                    ready.wait(0.2)
+                if done.is_set():
+                    return
+                due, informer, changes = queue[0]
+                if time.monotonic() < due:
+                    ready.wait(due - time.monotonic())
+                    continue
+                queue.pop(0)
+            hand(informer, changes, None)
+
+    worker = threading.Thread(target=deliver, daemon=True)
+    worker.start()
+    monkeypatch.setattr(informer_mod.Informer, "_hand", late)
+    yield
+    done.set()
+    worker.join(timeout=5)
+
+
+def test_cost_writes_and_decisions_take_the_version_this_process_wrote_last(
+    api: client.ApiClient, namespace: str, calls: Calls, job_watch_lags: None, cluster: Any, crds: list[str]
+) -> None:
+    """The cost ledger is written every second while the job runs (a price that moves its spend
+    by a cent a second), the scheduler writes Admitted and Running, and the watch shows each
+    write 2 s late: every write takes the version this process wrote last (no 409, no read)."""
+    pool = f"{namespace}-c"
+    settings = settings_for(namespace, cost_interval_seconds=1.0, cost_write_seconds=0.0)
+    with gpu_pool(api, pool, count=1, capacityType="on-demand", price={"onDemandPerDeviceHour": 36.0}):
+        with checked_operator(settings):
+            create_job(api, job_doc(namespace, pool, devices=1, name="priced"))
+            wait_phase(api, namespace, "priced", "Running", timeout=60)
+            wait_for(
+                lambda: (status(api, namespace, "priced").get("cost") or {}).get("spentUsd", 0) >= 0.05,
+                timeout=60,
+                what="five cents of spend written",
+            )
+        assert calls.patches["priced"] >= 5, calls.patches  # Admitted, Running and the ledger's
+        assert calls.conflicts["priced"] == 0, (calls.patches, calls.conflicts)
+        assert calls.reads["priced"] == 0, (calls.patches, calls.reads)
+
+
+def test_no_cost_write_while_the_spend_shown_does_not_move(
+    api: client.ApiClient, namespace: str, calls: Calls, cluster: Any, crds: list[str]
+) -> None:
+    """A job running at a price that moves its spend by less than a cent in the test's seconds:
+    the accountant, stepping every second with no write interval, writes no ledger (nothing its
+    cost column shows moved; the pods' times rebuild it after a restart), so the job costs its
+    Admitted and Running patches only."""
+    pool = f"{namespace}-z"
+    settings = settings_for(namespace, cost_interval_seconds=1.0, cost_write_seconds=0.0)
+    with gpu_pool(api, pool, count=1, capacityType="on-demand", price={"onDemandPerDeviceHour": 0.01}):
+        with checked_operator(settings):
+            create_job(api, job_doc(namespace, pool, devices=1, name="cheap"))
+            wait_phase(api, namespace, "cheap", "Running", timeout=60)
+            time.sleep(5.0)  # five steps of the accountant
+            assert status(api, namespace, "cheap").get("cost") is None
+        assert calls.patches["cheap"] == 2, calls.patches

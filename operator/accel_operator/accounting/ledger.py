@@ -21,6 +21,7 @@ keeping their cost; a gap between them then counts as covered) and ``COST_ATTEMP
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 
@@ -81,18 +82,29 @@ class _Iv:
         return (self.end - self.start).total_seconds()
 
 
+# A ledger's interval bounds are read (and written) again at every step that walks them: a
+# running job's ledger is totalled, windowed by the budgets and summed by pool each step, and the
+# same few strings and times recur step after step. Parsing and stamping them was a fifth of the
+# accountant's step. Both are pure over immutable values; the caches are bounded (a miss costs
+# only the parse).
+TIMES_CACHED = 1 << 16
+_parse = functools.lru_cache(maxsize=TIMES_CACHED)(parse_time_strict)
+_stamp_utc = functools.lru_cache(maxsize=TIMES_CACHED)(stamp_exact)
+
+
+def _stamp(t: dt.datetime) -> str:
+    """``stamp_exact(t)``, remembered for UTC times (equal UTC times are the same instant and
+    stamp alike; any other zone is stamped afresh)."""
+    return _stamp_utc(t) if t.tzinfo is dt.UTC else stamp_exact(t)
+
+
 def _ivs(a: AttemptCost) -> list[_Iv]:
-    return [
-        _Iv(parse_time_strict(i.start), parse_time_strict(i.end), i.usd_per_device_hour, i.idle_fraction)
-        for i in a.intervals
-    ]
+    return [_Iv(_parse(i.start), _parse(i.end), i.usd_per_device_hour, i.idle_fraction) for i in a.intervals]
 
 
 def _wire(ivs: list[_Iv]) -> list[CostInterval]:
     return [
-        CostInterval(
-            start=stamp_exact(i.start), end=stamp_exact(i.end), usd_per_device_hour=i.price, idle_fraction=i.idle
-        )
+        CostInterval(start=_stamp(i.start), end=_stamp(i.end), usd_per_device_hour=i.price, idle_fraction=i.idle)
         for i in ivs
     ]
 

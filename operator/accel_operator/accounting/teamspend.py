@@ -95,6 +95,7 @@ def _figures(
     *,
     now: dt.datetime,
     memo: Memo,
+    stamps: Mapping[BudgetPeriod, str] | None = None,
 ) -> list[PeriodFigures]:
     key = _key(periods, starts)
     known = memo.get(uid)
@@ -103,7 +104,7 @@ def _figures(
     figures = [
         PeriodFigures(
             period=p,
-            period_start=stamp_exact(starts[p]),
+            period_start=stamps[p] if stamps is not None else stamp_exact(starts[p]),
             spent_usd=round(t.spent_usd, 6),
             lost_to_preemption_usd=round(t.lost_to_preemption_usd, 6),
             idle_usd=round(t.idle_usd, 6),
@@ -141,6 +142,7 @@ def step(
     for team, period in sorted(keys):
         periods_of.setdefault(team, []).append(period)
     starts = {p: ledger.period_start(p.value, now) for _, p in keys}
+    stamps = {p: stamp_exact(t) for p, t in starts.items()}  # once a step, not once a job and period
     done = list(prev.settled_uids)
     seen = set(done)
 
@@ -201,9 +203,13 @@ def step(
                 carried.append(known[3][1])
             continue
         periods = periods_of[job.team]
-        figures = _figures(job.uid, job.cost, periods, starts, now=now, memo=memo)
+        figures = _figures(job.uid, job.cost, periods, starts, now=now, memo=memo, stamps=stamps)
         counted.append((job.team, figures))
-        kept = figures if written is job.cost else _figures(job.uid, written, periods, starts, now=now, memo=memo)
+        kept = (
+            figures
+            if written is job.cost
+            else _figures(job.uid, written, periods, starts, now=now, memo=memo, stamps=stamps)
+        )
         entry = CarriedJob(uid=job.uid, team=job.team, periods=kept) if any(f.spent_usd > 0 for f in kept) else None
         if entry is not None:
             carried.append(entry)

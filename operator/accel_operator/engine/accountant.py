@@ -83,6 +83,13 @@ def _settled(job: JobView) -> bool:
     )
 
 
+def _final(job: JobView, cost: CostStatus, rollup_on: bool) -> bool:
+    """Whether a settled job's ledger, as its status shows it, is one no step changes: no budget
+    entry to clear (a finished job has none) and, with the rollup on, every attempt folded and
+    marked (nothing left to fold, mark or keep open beside the rollup)."""
+    return cost.over_budget is None and (not rollup_on or all(a.rolled_up for a in cost.attempts))
+
+
 def _shape(cost: CostStatus | None) -> tuple[object, ...]:
     """What must reach status at once: an attempt that ended (or was folded into the rollup), a
     budget crossed. A new running attempt is not urgent: it is recomputed from its admission at
@@ -102,6 +109,11 @@ def _shape(cost: CostStatus | None) -> tuple[object, ...]:
     )
 
 
+def _figure(cost: CostStatus | None) -> float:
+    """The spend a ledger shows (``spentUsd``, the job's cost column), to the cent."""
+    return round(cost.spent_usd, 2) if cost is not None else 0.0
+
+
 URGENT, DUE = "urgent", "due"
 # Seconds after its write within which a ledger the watch does not show yet is not written again:
 # far above a healthy watch's delay (well under a second), short enough that a ledger another
@@ -117,7 +129,15 @@ def _same(a: CostStatus | None, b: CostStatus) -> bool:
     dump of either, four comparisons a job a step)."""
     if a is None:
         return False
-    return a is b or a.model_copy(update={"updated": b.updated}) == b
+    if a is b:
+        return True
+    # As ``a.model_copy(update={"updated": b.updated}) == b`` compares them (same type, extra
+    # fields and fields), without the copy: every running job's ledger was copied twice a step.
+    return (
+        type(a) is type(b)
+        and (a.__pydantic_extra__ or {}) == (b.__pydantic_extra__ or {})
+        and {**a.__dict__, "updated": b.updated} == b.__dict__
+    )
 
 
 @dataclass
@@ -167,6 +187,20 @@ class Accountant:
     # one this process computed or wrote (a restart, another writer) is recomputed in full.
     accrued: dict[str, accrual.Memo] = field(default_factory=dict)
     _memo_keys: dict[str, JobKey] = field(default_factory=dict)  # uid -> its job, for the step's end
+    # uid -> the view of a job whose ledger is final and shown (``_settled``, ``_final``), as the step found
+    # it: while the job's view is that same object, its ledger needs no accrual, no write and no
+    # mark, and its figures are in ``carry``. Memory only, and only a shortcut: a new view of
+    # the job (any event), its deletion, or a restart puts it through the full check again.
+    stable: dict[str, JobView] = field(default_factory=dict)
+    _stable_keys: set[JobKey] = field(default_factory=set)  # this step's stable jobs, by key
+    _unchanged: set[JobKey] = field(default_factory=set)  # of them, those of the same view as the last step
+    _fresh: list[str] = field(default_factory=list)  # of them, those found stable by the full check
+    # uid -> (team, a stable job's ledger, its figures by pool): the counters' share of the
+    # stable jobs, summed once into ``carry_sum`` ((team, pool, capacity) -> [spent, lost,
+    # idle]) instead of at every step. Rebuilt from the ledgers when any job leaves it, so a
+    # restart (empty) or a change counts nothing twice.
+    carry: dict[str, tuple[str, CostStatus, ByPool]] = field(default_factory=dict)
+    carry_sum: dict[CostKey, list[float]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self._now = self.scheduler.clock.now()
@@ -200,6 +234,7 @@ class Accountant:
                 self.orphaned.clear()
                 self.accrued.clear()  # another leader's ledgers: recomputed in full when leading again
                 self.spend_memo.clear()
+                self.stable.clear()
                 continue
             t0 = self.scheduler.clock.monotonic()
             try:
@@ -220,6 +255,7 @@ class Accountant:
         """Drop what this process knows beyond the cluster (a lost Lease): read again when leading."""
         self.accrued.clear()
         self.spend_memo.clear()
+        self.stable.clear()
         self.previous.clear()
         self.deleted_at.clear()
         self.gone.clear()
@@ -278,14 +314,30 @@ class Accountant:
             return accrual.PoolPrice(name, snap.pools[name].spec.capacity_type, price)
 
         memos: dict[str, tuple[JobKey, accrual.Memo]] = {}
+        stable: dict[str, JobView] = {}
+        stable_keys: set[JobKey] = set()
+        unchanged: set[JobKey] = set()
+        fresh: list[str] = []
+        rollup_on = bool(self.settings.cost_rollup)
         for key, job in snap.jobs.items():
             st = job.status
             if st.cost is None and st.admitted_time is None:
                 continue
             pods = snap.pods_by_job.get(key, ())
             holding = any(p.held for p in pods)  # their times may still have to reach the ledger
+            if not holding and self.stable.get(job.uid) is job:
+                # The same view as when it was found final: the same ledger, nothing to do.
+                ledgers[key] = st.cost  # type: ignore[assignment]  # stable: not None
+                stable[job.uid] = job
+                stable_keys.add(key)
+                unchanged.add(key)
+                continue
             if _settled(job) and not holding and self._shown(job):
                 ledgers[key] = st.cost  # type: ignore[assignment]  # _settled: not None
+                if _final(job, st.cost, rollup_on):  # type: ignore[arg-type]
+                    stable[job.uid] = job
+                    stable_keys.add(key)
+                    fresh.append(job.uid)
                 continue
             plan = st.plan
             quote = self._quote(snap, plan.pool, quotes) if plan is not None and plan.pool else None
@@ -324,6 +376,7 @@ class Accountant:
             )
             if memo is not None:
                 memos[job.uid] = (key, memo)
+        self.stable, self._stable_keys, self._unchanged, self._fresh = stable, stable_keys, unchanged, fresh
         self.accrued = {uid: memo for uid, (_, memo) in memos.items()}
         self._memo_keys = {uid: key for uid, (key, _) in memos.items()}
         # Team spending per policy: the deleted jobs' settled figures and every live job's ledger;
@@ -335,6 +388,8 @@ class Accountant:
         spends = {name: s.spend for name, s in steps.items()}
         writes: list[tuple[JobKey, CostStatus, OverBudget | None]] = []
         for key, accrued in list(ledgers.items()):
+            if key in stable_keys:
+                continue  # finished, no budget entry, shown: nothing to set or write
             job = snap.jobs[key]
             before = job.status.cost.over_budget if job.status.cost is not None else None
             over = accrual.over_budget(job.team, spends, before, now) if job.phase in HOLDING else None
@@ -361,6 +416,11 @@ class Accountant:
             return URGENT
         if _shape(job.status.cost) != _shape(cost) or _shape(known) != _shape(cost):
             return URGENT
+        if _figure(job.status.cost) == _figure(cost):
+            # Nothing shown moved (a new attempt's forecast only, its pods not started or started
+            # a few seconds ago): the ledger is recomputed from the pods' times after a restart,
+            # so waiting for the spend to move loses nothing and saves a write per admission.
+            return None
         return DUE if self._age(job) >= self._every else None
 
     def _age(self, job: JobView) -> float:
@@ -381,7 +441,10 @@ class Accountant:
         is written over several ticks instead of one status patch per admission at once)."""
         urgent: set[JobKey] = set()
         due: list[tuple[float, JobKey]] = []
+        stable = self._stable_keys
         for key, cost in ledgers.items():
+            if key in stable:
+                continue  # its status holds this very ledger: never due
             job = snap.jobs[key]
             kind = self._due(job, cost)
             if kind is URGENT:
@@ -506,9 +569,14 @@ class Accountant:
     ) -> tuple[dict[JobKey, CostStatus], list[tuple[JobKey, CostStatus, OverBudget | None]]]:
         """Fold the ended attempts and the deleted jobs into the rollup, write it, then mark the
         folded attempts in the jobs' ledgers (they are written with the mark this step)."""
-        self.previous = {}
+        last, self.previous = self.previous, {}
+        unchanged = self._unchanged
         for key, cost in ledgers.items():
             job = snap.jobs[key]
+            seen = last.get(job.uid) if key in unchanged else None
+            if seen is not None and seen[1] is cost:
+                self.previous[job.uid] = seen  # a stable job: the same ledger, the same entry
+                continue
             who = rollup.JobId(job.uid, job.namespace, job.name, job.team, cost.forecast_usd)
             self.previous[job.uid] = (who, cost)
         if not await self._load_rollup():
@@ -688,8 +756,13 @@ class Accountant:
         job = snap.jobs[key]
         ref = JobRef(job.namespace, job.name, job.uid, job.resource_version or None)
         try:
-            # Behind every admission's writes: the ledger is bookkeeping, a burst of it waits.
-            await self.scheduler.background_write(self.writer.patch_status, ref, {"cost": _wire(cost)})
+            # Behind every admission's writes: the ledger is bookkeeping, a burst of it waits. Not
+            # while a decision of the job is being written (the next step writes it), and at the
+            # version this process last wrote: the two never conflict.
+            if not await self.scheduler.background_status(
+                self.writer.patch_status, job, {"cost": _wire(cost)}, {"cost": cost}
+            ):
+                return
             self.known[job.uid] = cost
             self.written_at[job.uid] = self.scheduler.clock.monotonic()
             over = cost.over_budget
@@ -764,6 +837,7 @@ class Accountant:
         """The cost counters: the rollup (everything folded) plus each live job's unfolded
         attempts. With the rollup on but unread, the counters keep their last values (a counter
         that dropped the folded money would go down)."""
+        self._carry()
         if self.settings.cost_rollup and self.stored is None:
             return
         spent: dict[CostKey, float] = {}
@@ -781,8 +855,14 @@ class Accountant:
         ]
         live += [(uid, who.team, cost) for uid, (who, cost) in self._orphans().items()]
         for key, cost in ledgers.items():
+            if key in self._stable_keys:
+                continue  # in the carry
             job = snap.jobs[key]
             live.append((job.uid, job.team, cost))
+        for k, (s, lo, i) in self.carry_sum.items():
+            spent[k] = spent.get(k, 0.0) + s
+            lost[k] = lost.get(k, 0.0) + lo
+            idle[k] = idle.get(k, 0.0) + i
         memo: dict[str, tuple[CostStatus, tuple[int, ...], ByPool]] = {}
         for uid, team, cost in live:
             folds = pending.get(uid, ())
@@ -800,3 +880,40 @@ class Accountant:
                 idle[k] = idle.get(k, 0.0) + t.idle_usd
         self.by_pool = memo
         self.metrics.cost.set(spent, lost, idle)
+
+    def _carry(self) -> None:
+        """Bring ``carry`` to this step's stable jobs: each one found stable by the full check is
+        added once (its figures walked once), unless the carry holds an equal ledger of it; when
+        one left (a new view that is not final, a deletion) or came back with another ledger, the
+        sums are made again from what the carry holds (never subtracted: no drift, and what a
+        restart's first step sums from the ledgers)."""
+        left = self.carry.keys() - self.stable.keys()
+        rebuild = bool(left)
+        for uid in left:
+            del self.carry[uid]
+        added: list[tuple[str, ByPool]] = []
+        fresh = [uid for uid in self._fresh if uid in self.stable]
+        if len(self.carry.keys() | fresh) != len(self.stable):
+            fresh = list(self.stable)  # a step that stopped before its counters: every one checked
+        for uid in fresh:
+            job = self.stable[uid]
+            cost = job.status.cost
+            assert cost is not None  # stable: a shown ledger
+            kept = self.carry.get(uid)
+            if kept is not None and kept[0] == job.team and (kept[1] is cost or kept[1] == cost):
+                continue
+            # Every attempt ended and none is in the rollup's pending keys (rollup off) or every
+            # one is folded (on): its unfolded figures do not depend on the rollup.
+            by_pool = rollup.live_by_pool(cost, rollup.NONE_FOLDED)
+            rebuild = rebuild or kept is not None
+            self.carry[uid] = (job.team, cost, by_pool)
+            added.append((job.team, by_pool))
+        if rebuild:
+            self.carry_sum = {}
+            added = [(team, by_pool) for team, _, by_pool in self.carry.values()]
+        for team, by_pool in added:
+            for (pool, capacity), t in by_pool.items():
+                acc = self.carry_sum.setdefault((team, pool, capacity.value), [0.0, 0.0, 0.0])
+                acc[0] += t.spent_usd
+                acc[1] += t.lost_to_preemption_usd
+                acc[2] += t.idle_usd

@@ -106,6 +106,9 @@ class Applier:
     # One slot per write thread, held by a decision from its status write to its workload's.
     slots: calls.Slots | None = None
     overlay: dict[JobKey, _Pending] = field(default_factory=dict)
+    # The resourceVersion of this process's last background status write (the cost ledger's) of
+    # a job with no decision pending: the precondition of the job's next write until the watch shows it.
+    revisions: dict[JobKey, int] = field(default_factory=dict)
     # Workloads this process created that the watch has not shown yet: (namespace, name) ->
     # (view, monotonic time of the create). Without them, every pass until the watch catches up
     # would create the workload again (a 409 and a read each time).
@@ -150,6 +153,11 @@ class Applier:
     def job_view(self, raw: JobView) -> JobView:
         pending = self.overlay.get(raw.key)
         if pending is None:
+            if self.revisions:
+                written = self.revisions.get(raw.key)
+                if written is not None and _int(raw.resource_version) < written:
+                    return replace(raw, resource_version=str(written))  # a cost write the watch has not shown
+                self.revisions.pop(raw.key, None)
             return raw
         seen = _int(raw.resource_version)
         if pending.revision is not None and seen >= pending.revision:
@@ -431,6 +439,59 @@ class Applier:
         assert self.slots is not None
         async with self.slots.slot(calls.BACKGROUND):
             return await calls.run_in(self.call_pools.writes, calls.fenced(self.engine.leading, fn), *args)
+
+    async def background_status(
+        self,
+        patch_status: Callable[[JobRef, dict[str, Any]], str],
+        job: JobView,
+        patch: dict[str, Any],
+        shown: dict[str, Any],
+    ) -> bool:
+        """Merge ``patch`` into ``job``'s status (by ``patch_status``, a writer's) in a write thread
+        once no decision waits for one (the cost ledger's writes), one at a time with the job's
+        decisions, and return True; False, unwritten, while a decision of the job is being applied
+        (the caller writes at its next step). Its precondition is the version this process last
+        wrote of the job (the scheduler's or its own), else the newest the watch showed; the
+        version it returns is what the next write of either takes (:meth:`job_view`: a pending
+        decision's status updated with ``shown``, else :attr:`revisions`). Without that, a cost
+        write and the scheduler's next write took the same version the watch showed: one of them
+        failed (409), was read again and sent twice."""
+        assert self.slots is not None
+        key = job.key
+        async with self.slots.slot(calls.BACKGROUND):
+            if key in self.acting or self.closed:
+                return False
+            self.acting.add(key)  # the scheduler's pass leaves the job to the pass after this write
+            try:
+                pending = self.overlay.get(key)
+                if pending is not None and pending.revision is not None:
+                    version: str | None = str(pending.revision)
+                else:
+                    seen = self.engine.observed.jobs.get(key)
+                    if seen is not None and _int(seen.resource_version) > _int(job.resource_version):
+                        job = seen
+                    version = job.resource_version or None
+                ref = JobRef(job.namespace, job.name, job.uid, version)
+                revision = await calls.run_in(
+                    self.call_pools.writes, calls.fenced(self.engine.leading, patch_status), ref, patch
+                )
+                if pending is not None and pending.revision is not None:
+                    pending.status, pending.revision = pending.status.model_copy(update=shown), _int(revision)
+                else:
+                    # Only the version: the status the watch shows stands (the ledger's own
+                    # record of what it wrote is the accountant's), its version is this write's.
+                    self.revisions[key] = _int(revision)
+                    if len(self.revisions) > 2 * len(self.engine.observed.jobs) + 1000:
+                        self.revisions = {k: r for k, r in self.revisions.items() if k in self.engine.observed.jobs}
+                self.engine.observed.touch_job(key)
+            except JobGone:
+                self.overlay.pop(key, None)
+                self.revisions.pop(key, None)
+                self.engine.observed.touch_job(key)
+                raise
+            finally:
+                self._acted(key)
+        return True
 
     def node_actions(self, snap: Snapshot, rules: health.Rules) -> None:
         """Taint (untaint) the nodes fresh reports condemn (clear); one write per node in flight."""

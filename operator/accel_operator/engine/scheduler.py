@@ -41,7 +41,7 @@ from accel_operator.engine.plans import Plans
 from accel_operator.metrics import OperatorMetrics
 from accel_operator.reconcile.common import actions as act
 from accel_operator.reconcile.common import policy_inputs
-from accel_operator.reconcile.common.snapshot import JobKey, PodView, Snapshot, WorkloadView
+from accel_operator.reconcile.common.snapshot import JobKey, JobView, PodView, Snapshot, WorkloadView
 from accel_operator.reconcile.job import sweep
 from accel_operator.reconcile.nodes import consolidate, health
 from accel_operator.settings import OperatorSettings
@@ -322,6 +322,12 @@ class Scheduler:
     async def background_write(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` in a write thread once no decision waits for one (handlers.cost)."""
         return await self.applier.background_write(fn, *args)
+
+    async def background_status(
+        self, patch_status: Callable[..., str], job: JobView, patch: dict[str, Any], shown: dict[str, Any]
+    ) -> bool:
+        """A status write of ``job`` behind the decisions' and in turn with its own (``Applier.background_status``)."""
+        return await self.applier.background_status(patch_status, job, patch, shown)
 
 
 def _workloads_of(snap: Snapshot, keys: set[JobKey]) -> list[WorkloadView]:

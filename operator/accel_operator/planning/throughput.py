@@ -63,6 +63,23 @@ ATTENTION_BACKWARD = 2.5
 ATTENTION_FIXED_KEYS = 512
 # FlashAttention kernels exist for these head dimensions; others are padded up to the next.
 ATTENTION_HEAD_DIMS = (32, 64, 96, 128, 160, 192, 224, 256)
+# Gradient checkpointing's host cost beyond re-dispatching the recomputed forward's kernels (which
+# the kernel count already holds), in host ops per checkpointed layer and micro-batch: per layer
+# call, torch.utils.checkpoint (non-reentrant, as HF's gradient_checkpointing_enable, torchtitan and
+# LLM Foundry use it) saves and restores the RNG and autocast state, packs every tensor the layer
+# saves (about 31 per GPT-2 layer, 40 per Llama layer) into a holder in the forward, runs the
+# layer's Python modules again in backward under a second pack hook and unpacks each saved tensor.
+# Measured on one H100 host (bench/gpu/measure_ckpt_host.py: tests/data/calibration/ckpt-host/,
+# and knobs/; 8 pairs with and without checkpointing at equal batch): the host's time to issue a
+# step grows by 1.8-5.6 ms per layer, of which the recomputed kernels' own dispatch is 0.54 (GPT-2,
+# 27 kernels; 32-34 counted) to 0.96 ms (Llama, 48; 47-49 counted). The rest is 42-233 host ops
+# per layer (median 138), with no difference between GPT-2 and Llama blocks beyond the spread
+# (GPT-2 100-148, Llama 42-233), so one figure serves both. Over the 63 checkpointed rows of the
+# calibration sets (H100 and H200 hosts, repeats aside) the error's mean is 0 at 120; the 4-H200
+# host's small checkpointed rows, which ran faster there in some calls (GPT-2 355M DDP 107 ms in two
+# calls, 151 in the third), bound it at 97 by their 25 % floor; 95 is used (mean error +2.4 %).
+# Megatron's own reentrant checkpoint function and compiled steps are not measured: no term.
+CHECKPOINT_HOST_OPS_PER_LAYER = 95
 # Backward launches more kernels than forward (two products per forward product, gradient
 # accumulation, reductions for norm weights): profiles count 3.3–3.5× the forward's kernels
 # for forward + backward.
@@ -118,12 +135,26 @@ OVERLAP = 0.9
 # Share of data-parallel communication that stays exposed even when the backward pass is long
 # enough to hide it (the last gradient bucket is reduced after the backward pass ends).
 UNHIDDEN_TAIL = 0.05
-# FSDP2 (fitted to the 2- and 4-H200 rows): host ops per layer and gather pass, the fraction of
-# the link bandwidth its per-layer collectives reach, and how much of them compute hides. The
+# FSDP2 (fitted to the 2- and 4-H200 rows): host ops per layer and all-gather pass, the fraction
+# of the link bandwidth its per-layer collectives reach, and how much of them compute hides. The
 # collective efficiency was refitted with LLM Foundry's MPT-13B rows on 8–64 H100 (no
 # checkpointing, communication-bound; tests/data/published/): 0.5 leaves the H200 rows' median
 # tokens/s error at 9.3 % (0.25 before: 9.2 %) and brings those rows from −40 % to within 20 %.
-FSDP_HOST_OPS_PER_LAYER = 60
+FSDP_HOST_OPS_PER_LAYER = 38
+# FSDP2's per-layer host work is not all tied to the all-gathers: a layer's pre/post-forward and
+# pre/post-backward hooks, its reduce-scatter's issue and its stream waits run whether or not the
+# layer reshards after forward (``reshard_after_forward=False`` drops the backward's all-gather,
+# not the hooks). Measured on one 2-H200 host (bench/gpu/measure_fsdp_host.py,
+# tests/data/calibration/fsdp-host/: GPT-2 124M/355M and Llama 134M at micro batch 1, 4 and 8,
+# each beside the same model unwrapped and under DDP on that host), in that host's own ops (the
+# unwrapped step's host time over its launches): FSDP2 adds a median of 119 ops a layer and
+# micro-batch with grad-op sharding (73–158) and 160 with full sharding (114–233); DDP adds none
+# (−29 to 11). Grad-op costs 0.59–0.98 of full sharding at the same model and batch (median 0.68),
+# not the half that a cost per all-gather alone gives. Split as that median says, hooks per layer
+# (this) plus FSDP_HOST_OPS_PER_LAYER per all-gather pass, with full sharding's total kept at the
+# 120 the several-GPU rows put it at (this host's per-op time is not theirs): grad-op 60 -> 82.
+# Host work like the launches: it overlaps the device only as dispatch does (``_overlap``).
+FSDP_HOOK_OPS_PER_LAYER = 44
 FSDP_COLLECTIVE_EFFICIENCY = 0.5
 FSDP_OVERLAP = 0.8
 # Collectives that compute hides still slow it: NCCL's intra-node all-gathers and reduce-scatters
@@ -338,6 +369,7 @@ class _DeviceStep:
     p2p_bytes: float  # pipeline parallel: activation bytes a stage sends per micro-batch
     offload: float = 0.0  # activation offload: host copies compute does not hide, per micro-batch
     stall: float = 0.0  # per micro-batch, neither overlapped nor overlapping (NF4 at micro-batch 1)
+    checkpoint_host: float = 0.0  # per micro-batch: checkpoint hooks' host time the backward cannot hide
 
 
 @memoised(128)
@@ -459,6 +491,16 @@ def _device_step(w: JobProfile, accel: Accelerator, tp: int, *, cache: PlanCache
 
     passes = 1 + BACKWARD_KERNELS + (1 if w.checkpointing else 0)
     kernels = layers * layer_kernels * passes + 3 * hd.loss_kernels + optimizer_kernels
+    checkpoint_host = 0.0
+    if w.checkpointing and not w.compile and w.framework in (Framework.HF, Framework.FSDP, Framework.DEEPSPEED):
+        # torch.utils.checkpoint's per-layer hooks (CHECKPOINT_HOST_OPS_PER_LAYER) run on the host in
+        # each layer's backward. They are hidden where the layer's backward and recompute keep the
+        # device busier than the host's dispatch of them, and exposed beyond that slack: a layer
+        # takes the longer of its device time and its host time (small models, short sequences).
+        dispatch = (1 + BACKWARD_KERNELS) * layer_kernels * accel.host_seconds_per_op
+        slack = max(0.0, layer_bwd + recompute - dispatch)
+        hooks = CHECKPOINT_HOST_OPS_PER_LAYER * accel.host_seconds_per_op
+        checkpoint_host = layers * max(0.0, hooks - slack)
     attn_width = s.q_dim
     flops_per_token = 6.0 * s.active_matmul_params + 6.0 * s.layers * w.seq_len * attn_width * (
         1 if eager else 0.5 * s.attention_work
@@ -534,6 +576,7 @@ def _device_step(w: JobProfile, accel: Accelerator, tp: int, *, cache: PlanCache
         cp_comm=cp_comm,
         p2p_bytes=p2p_bytes,
         stall=stall,
+        checkpoint_host=checkpoint_host,
     )
 
 
@@ -566,14 +609,17 @@ def _training(w: JobProfile, accel: Accelerator, layout: Layout, *, cache: PlanC
     dp_comm = _allreduce_seconds(
         dev.params * grad_bytes, dp_cp, layout, accel, intra_efficiency=DDP_BUCKET_EFFICIENCY if ddp else 1.0
     )
-    hideable = OVERLAP * backward
+    # The checkpoint hooks' exposed host time (_device_step) lengthens the backward pass, and
+    # the gradients' communication runs under it as under the backward's kernels.
+    checkpoint_host = dev.checkpoint_host
+    hideable = OVERLAP * (backward + checkpoint_host)
     if dp_cp > 1 and w.sharding in (Sharding.ZERO3, Sharding.FSDP):
         # 2 all-gathers, over every rank or, hybrid sharded, within the group (its nodes only);
         # the gradients' reduce-scatter in the group, all-reduce of the shard across the groups
         # and all-gather move what one all-reduce over every rank moves.
         gather_over = layout if shard == dp_cp else _group(shard, layout)
         dp_comm += _allreduce_seconds(dev.params * w.numerics.compute, shard, gather_over, accel)
-        hideable = OVERLAP * (forward + backward)
+        hideable = OVERLAP * (forward + backward + checkpoint_host)
     # The last bucket's reduction cannot overlap anything.
     dp_exposed = max(0.0, dp_comm - hideable) + dp_comm * UNHIDDEN_TAIL
 
@@ -616,13 +662,17 @@ def _training(w: JobProfile, accel: Accelerator, layout: Layout, *, cache: PlanC
                     / layout.devices_per_node
                     / accel.inter_node_bytes_per_second
                 )
+        # Every layer's collectives wait for the slowest rank's host (FSDP_RANK_SPREAD).
+        checkpoint_host *= 1 + FSDP_RANK_SPREAD * _expected_max(dp)
         compute = forward + backward
-        dp_exposed = max(0.0, dp_comm - FSDP_OVERLAP * compute) + dp_comm * UNHIDDEN_TAIL
+        hidden_under = compute + checkpoint_host
+        dp_exposed = max(0.0, dp_comm - FSDP_OVERLAP * hidden_under) + dp_comm * UNHIDDEN_TAIL
         # What compute hides is not free: NVLink collectives are kernels on the same SMs and HBM.
         dp_exposed += FSDP_CONTENTION * min(nvlink_comm, FSDP_OVERLAP * compute)
         per_step = fsdp_bytes / _bandwidth(accel) * (ga - 1)  # casts and copies per microbatch
         optimizer += fsdp_bytes / _bandwidth(accel)
-        host += FSDP_HOST_OPS_PER_LAYER * gathers * w.shape.layers * accel.host_seconds_per_op
+        hook_ops = FSDP_HOOK_OPS_PER_LAYER + FSDP_HOST_OPS_PER_LAYER * gathers
+        host += hook_ops * w.shape.layers * accel.host_seconds_per_op
         # Every layer's collectives wait for the slowest rank's host (FSDP_RANK_SPREAD).
         host *= 1 + FSDP_RANK_SPREAD * _expected_max(dp)
     # Pipeline parallel (1F1B, Narayanan et al. 2021): the fullest stage runs its share of each
@@ -654,7 +704,8 @@ def _training(w: JobProfile, accel: Accelerator, layout: Layout, *, cache: PlanC
     else:
         other, tp_comm, cp_comm = dev.other, dev.tp_comm, dev.cp_comm
     device = forward + backward + other + optimizer + dp_exposed + tp_comm + cp_comm + bubble + p2p + offload
-    step = _overlap(device, host) + dev.stall * ga
+    # The checkpoint hooks' exposed host time adds to the step (per micro-batch, as the stall).
+    step = _overlap(device, host) + (dev.stall + checkpoint_host) * ga
     global_tokens = w.step_tokens * dp * ga
     steps = _steps(w, layout)
     tokens_per_second = global_tokens / step

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from accel_operator.cli import main, simhtml
-from accel_operator.simulate import figures, generate, replay, trace
+from accel_operator.simulate import figures, generate, replay, runner, trace
 
 ROOT = Path(__file__).resolve().parents[3]
 POOLS = (ROOT / "examples" / "simulate" / "pools.yaml").read_text()
@@ -478,3 +478,32 @@ def test_a_disruption_of_the_trace_preempts_that_attempt_and_the_resume_keeps_th
     # The same trace without its disruption line runs once.
     plain = replay.replay(pools, arrivals, seed=1, strategy=replay.STRATEGIES["engine"])
     assert [r.preemptions for r in plain.records.values()] == [0]
+
+
+class _Told:
+    """A reporter that keeps what the runner told it."""
+
+    def __init__(self) -> None:
+        self.steps: list[tuple[str, int]] = []
+        self.advanced = 0
+
+    def step(self, what: str, total: int = 0) -> None:
+        self.steps.append((what, total))
+
+    def advance(self, n: int = 1) -> None:
+        assert n >= 0
+        self.advanced += n
+
+
+@pytest.mark.parametrize("workers", [1, 3])
+def test_the_runner_tells_every_arrival_once_in_turn_or_in_workers(twenty: str, workers: int) -> None:
+    arrivals, disruptions = trace.read_trace_events(twenty, source="t")
+    pools = trace.read_pools(POOLS, source="pools")
+    strategies = [replay.STRATEGIES[n] for n in ("engine", "on-demand", "ordered-flavors")]
+    told = _Told()
+    options = {"seed": 5, "disruptions": disruptions, "recorded": None}
+    rows = runner.run(pools, arrivals, strategies, options, workers=workers, bar=told)
+    assert [r["strategy"] for r in rows] == ["engine", "on-demand", "ordered-flavors"]
+    assert told.advanced == len(arrivals) * len(strategies)
+    assert sum(total for _, total in told.steps) == len(arrivals) * len(strategies)
+    assert len(told.steps) == (len(strategies) if workers == 1 else 1)
