@@ -234,7 +234,9 @@ class Sim:
         """Show the engine's writes as the watch would: the statuses written, the batch Jobs created
         (their pods bound first-fit to usable nodes of the pool, each run for a drawn duration)."""
         w, sched = self.world, self.sched
-        for key in self.writer.written:
+        # In key order, not the order the writes' threads finished: the pods bind first-fit and
+        # draw their run times in this order, so a run is the same run every time.
+        for key in sorted(self.writer.written):
             entries = w.jobs.get(key)
             if not entries:
                 continue
@@ -249,7 +251,7 @@ class Sim:
             self.seen[key] = now
         self.writer.written.clear()
         self.writer.events.clear()  # the fake's record of Events: not the engine's memory
-        for wkey in self.workloads.created:
+        for wkey in sorted(self.workloads.created):
             body = self.workloads.jobs.pop(wkey, None)  # the simulated API server keeps no bodies
             if body is None:
                 continue

@@ -4,13 +4,17 @@ each with its admission shapes beside it.
 
 A plan is a function of the job's effective spec and the pools (free capacity only adds notes), so
 thousands of jobs from one template share one plan and one tuple of shapes. A change of the pools
-(:meth:`Plans.pools_changed`) drops them all. The shapes live in the same entry as their plan, so
-they are found by the job (never by the plan object's address, which a later plan may reuse).
+(:meth:`Plans.pools_changed`) drops them all. Only the plans used last are kept whole
+(:data:`MAX_BUILT`): when jobs name their pools, nearly every waiting job has a plan of its own;
+the other entries keep what a pass reads of a job it skips, and their plan is made again when a
+job of theirs is decided. The shapes live in the same entry as their plan, so they are found by
+the job (never by the plan object's address, which a later plan may reuse).
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping
+import functools
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from accel_api import catalog as catalog_mod
@@ -38,6 +42,11 @@ MAX_JOB_PLANS = 1_000_000
 # stays within a quarter of what waits, and the pass costs O(1) per link made, amortised (at most
 # five links looked at per link dropped).
 KEEP_SLACK = 1_024
+# The plans kept whole, the ones used last (the others are planned again when a job of theirs is
+# decided, see :class:`Entry`). A plan holds a candidate per pool and device count, some 30 KB at a
+# hundred pools, and about one plan per waiting job when jobs name their pools: 100,000 waiting
+# jobs kept some 2 GB of plans. As many as the planner's own memos of plans keep (4,096).
+MAX_BUILT = 4_096
 
 
 def shapes_of(plan: Plan, cache: PlanCache | None = None) -> Shapes:
@@ -49,16 +58,28 @@ def shapes_of(plan: Plan, cache: PlanCache | None = None) -> Shapes:
 @dataclass
 class Entry:
     """One cached plan and, once asked for, its admission shapes (and each one's expected
-    seconds, which decide whether it may backfill around a pool's head)."""
+    seconds, which decide whether it may backfill around a pool's head).
 
-    plan: Plan
+    The plan itself is kept for the :data:`MAX_BUILT` entries used last only (``plan`` None for
+    the others): ``make`` plans it again from the very inputs it was planned from (the spec, the
+    offers of that moment, the pools' index), which gives an equal plan, so a waiting job that is
+    decided again reads the same plan whether it was kept or not. The shapes, the durations and
+    whether it is schedulable stay: they are all a pass reads of a job it skips."""
+
+    plan: Plan | None
+    make: Callable[[], Plan]
+    schedulable: bool
     ranked: Shapes | None = None
     seconds: tuple[float, ...] | None = None
     spec_key: tuple[bytes, int] | None = None  # its key in ``Plans.by_spec``
 
+    def planned(self) -> Plan:
+        """The plan: the one kept, else made again (and not kept: :meth:`Plans.plan` keeps it)."""
+        return self.plan if self.plan is not None else self.make()
+
     def shapes(self, cache: PlanCache | None = None) -> Shapes:
         if self.ranked is None:
-            self.ranked = shapes_of(self.plan, cache)
+            self.ranked = shapes_of(self.planned(), cache)
         return self.ranked
 
     def durations(self, cache: PlanCache | None = None) -> tuple[float, ...]:
@@ -67,9 +88,16 @@ class Entry:
         if self.seconds is None:
             self.seconds = tuple(
                 c.cost.expected_seconds if c.cost is not None else float("inf")
-                for c in ranked_per_pool(self.plan, cache=cache)
+                for c in ranked_per_pool(self.planned(), cache=cache)
             )
         return self.seconds
+
+    def drop_plan(self, cache: PlanCache | None = None) -> None:
+        """Keep what a pass reads of a job it skips, and let the plan go."""
+        if self.plan is not None:
+            self.shapes(cache)
+            self.durations(cache)
+            self.plan = None
 
 
 @dataclass
@@ -88,13 +116,20 @@ class Plans:
     # admission replaces its own pool's capacity and no other, so a new plan reads the free
     # devices of the pools that changed instead of every node of the fleet (O(N) per new plan).
     offers: dict[str, tuple[PoolView, PoolCapacity, PoolOffer]] = field(default_factory=dict)
+    # The entries whose plan is kept whole, the last used last (see MAX_BUILT).
+    built: dict[tuple[bytes, int], Entry] = field(default_factory=dict)
+    # The list of offers :meth:`pool_offers` gave last: given again while no pool's offer changed,
+    # so the entries planned meanwhile share one list to plan again from.
+    _offered: list[PoolOffer] = field(default_factory=list)
 
     def pools_changed(self) -> None:
         self.pools_version += 1
         self.by_job.clear()
         self.by_spec.clear()
+        self.built.clear()
         self.index = None
         self.offers.clear()
+        self._offered = []
 
     def pool_offers(self, snap: Snapshot) -> list[PoolOffer]:
         """``snap``'s pools by name as the planner is offered them (their free devices and whole
@@ -109,6 +144,10 @@ class Plans:
                 )
                 kept = self.offers[name] = (pool, cap, offer)
             out.append(kept[2])
+        last = self._offered
+        if len(last) == len(out) and all(a is b for a, b in zip(last, out, strict=True)):
+            return last  # shared, never changed: callers only read it
+        self._offered = out
         return out
 
     def pool_index(self, snap: Snapshot) -> eligible.PoolIndex:
@@ -146,10 +185,16 @@ class Plans:
             if entry is None:
                 offers = self.pool_offers(snap)
                 pols = snap.policy.policies
-                restricted, offers = policy.restrict(spec, offers, pols)
+                restricted, allowed = policy.restrict(spec, offers, pols)
+                # The list shared by the plans made since the last change of an offer, when the
+                # policies leave every pool (``restrict`` only filters): one list, not one a plan.
+                offers = offers if len(allowed) == len(offers) else allowed
                 capped = restricted.placement.max_devices != spec.placement.max_devices
                 source = policy.cap_source(pols) if capped else OWN_MAX_DEVICES
-                plan = selection.plan(
+                # Everything the plan is made from, bound: it is made again from these when a job of
+                # its spec is decided after the plan was let go (an equal plan: the planner is pure).
+                make = functools.partial(
+                    selection.plan,
                     restricted,
                     offers,
                     self.catalog,
@@ -158,14 +203,32 @@ class Plans:
                     spec_digest=digest if restricted is spec else b"",  # the plan's key, made once
                     index=self.pool_index(snap),
                 )
-                entry = Entry(plan, spec_key=same)
+                plan = make()
+                entry = Entry(plan, make, plan.schedulable, spec_key=same)
                 if len(self.by_spec) >= MAX_PLANS:
                     self.by_spec.clear()
                 self.by_spec[same] = entry
             if len(self.by_job) >= MAX_JOB_PLANS:
                 self.by_job.clear()
             self.by_job[key] = entry
-        return entry.plan
+        return self._kept(entry)
+
+    def _kept(self, entry: Entry) -> Plan:
+        """``entry``'s plan, made again if it was let go, and kept as the one used last; the
+        plan used longest ago past :data:`MAX_BUILT` is let go."""
+        plan = entry.planned()
+        entry.plan = plan
+        key = entry.spec_key
+        if key is None:
+            return plan
+        old = self.built.pop(key, None)
+        if old is not None and old is not entry:
+            old.drop_plan(self.cache)  # an entry of the same key from before the plans were emptied
+        self.built[key] = entry
+        while len(self.built) > MAX_BUILT:
+            oldest = next(iter(self.built))
+            self.built.pop(oldest).drop_plan(self.cache)
+        return plan
 
     def keep(self, waiting: Iterable[str]) -> None:
         """Drop the links of the jobs whose uid is not in ``waiting`` and the plans no link left
@@ -176,6 +239,7 @@ class Plans:
         self.by_job = {k: e for k, e in self.by_job.items() if k[0] in uids}
         live = {e.spec_key for e in self.by_job.values()}
         self.by_spec = {s: e for s, e in self.by_spec.items() if s in live}
+        self.built = {s: e for s, e in self.built.items() if s in live}
 
     def keep_waiting(self, jobs: Mapping[JobKey, JobView], waiting: Collection[JobKey]) -> None:
         """:meth:`keep` the links of ``waiting`` (keys of ``jobs``), once the links outnumber

@@ -215,7 +215,7 @@ def still_waits(job: JobView, snap: Snapshot, refused: set[tuple[str, Gang]], pl
     if waiting is None or waiting.status != "False" or waiting.reason not in ("QueuedBehind", "WaitingForCapacity"):
         return False
     entry = plans.entry(job)
-    if entry is None or not entry.plan.schedulable:
+    if entry is None or not entry.schedulable:
         return False
     shapes = entry.shapes(plans.cache)
     if not shapes or shapes[0][0] not in snap.blocked:

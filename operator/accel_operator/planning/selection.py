@@ -509,7 +509,7 @@ def plan(
             )
             sk = skeletons[key] = _skeleton(job, offer, catalog, counts, steps=steps, jc=jc, cache=cache)
         todo.append((offer, sk))
-    return _price(job, todo, jc, name, spec_digest, left_out=left_out, catalog=catalog)
+    return _price(job, todo, jc, name, spec_digest, left_out=left_out, catalog=catalog, cache=cache)
 
 
 def _price(
@@ -521,6 +521,7 @@ def _price(
     *,
     left_out: Mapping[str, tuple[str, ...]] | None = None,
     catalog: Catalog | None = None,
+    cache: PlanCache | None = None,
 ) -> Plan:
     speeds: list[throughput.ThroughputEstimate | None] = [None] * len(jc.speeds)
     priced: list[_Priced | None] = [None] * len(jc.costs)
@@ -530,24 +531,36 @@ def _price(
     for offer, sk in skeletons:
         if sk is None:
             assert left_out is not None and catalog is not None
-            rest.append(_left_out(job, offer, left_out[offer.name], catalog))
+            rest.append(_left_out(job, offer, left_out[offer.name], catalog, cache))
             continue
         _candidates(job, offer, sk, speeds=speeds, steps=steps, priced=priced, feasible=feasible, rest=rest)
     return _decide(job, feasible, rest, name, digest)
 
 
-def _left_out(job: JobTerms, offer: PoolOffer, problems: tuple[str, ...], cat: Catalog) -> Candidate:
+def _left_out(
+    job: JobTerms, offer: PoolOffer, problems: tuple[str, ...], cat: Catalog, cache: PlanCache | None = None
+) -> Candidate:
     """The one candidate of a pool the placement's filters leave out: no figures, the filters'
     sentences as its problems, and the pool's smallest device count at or above the job's
     ``minDevices`` (its largest when it offers none that large), so that the status names what
     the job would take there at least."""
     pool = offer.spec
-    counts = _counts(pool.devices_per_node, pool.max_nodes, pool.tpu_topology)
-    devices = next((n for n in sorted(counts) if n >= job.min_devices), max(counts))
-    src = PoolTerms(job, offer, cat.get(pool.accelerator), problems, None, None)
-    nodes = -(-devices // pool.devices_per_node)
+    devices, nodes = _least(pool.devices_per_node, pool.max_nodes, pool.tpu_topology, job.min_devices, cache=cache)
+    src = _new(PoolTerms, (job, offer, cat.get(pool.accelerator), problems, None, None))
     fields = (offer.name, pool.accelerator, devices, nodes, pool.capacity_type, *_NO_FIGURES, src, (), None, None)
     return _new(Candidate, fields)
+
+
+@memoised(1024)
+def _least(
+    per_node: int, max_nodes: int, topology: str | None, min_devices: int, *, cache: PlanCache | None = None
+) -> tuple[int, int]:
+    """A left-out pool's device count (its smallest at or above ``min_devices``, else its
+    largest) and nodes: a pure function of four numbers, asked once per left-out pool of every
+    plan (most of a plan's pools at a hundred pools), so kept rather than enumerated each time."""
+    counts = sorted(_counts(per_node, max_nodes, topology))
+    devices = next((n for n in counts if n >= min_devices), counts[-1])
+    return devices, -(-devices // per_node)
 
 
 _NO_FIGURES = (None, None, None, 0)  # memory, speed, cost, failed checks
