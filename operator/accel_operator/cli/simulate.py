@@ -171,7 +171,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--workers: must be 1 to {MAX_WORKERS}")
     options = {"seed": args.seed, "disruptions": disruptions, "recorded": recorded}
     with Progress("simulate") as bar:  # on stderr: -o json stays the document
-        rows = runner.run(pools, arrivals, strategies, options, workers=workers, bar=bar)
+        rows = runner.run(runner.Replays(pools, arrivals, strategies, options), workers=workers, bar=bar)
     if args.output == "html":
         print(simhtml.render(rows, trace=args.trace, seed=args.seed), end="")
     elif args.output == "json":

@@ -10,6 +10,7 @@ from __future__ import annotations
 import multiprocessing
 import traceback
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from queue import Empty
 from typing import Any, Protocol
 
@@ -28,39 +29,31 @@ def can_fork() -> bool:
     return "fork" in multiprocessing.get_all_start_methods()
 
 
-def run(
-    pools: Sequence[Any],
-    arrivals: Sequence[Any],
-    strategies: list[replay.Strategy],
-    options: dict[str, Any],
-    *,
-    workers: int,
-    bar: Reporter,
-) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class Replays:
+    """One trace's replays: its pools and arrivals, the strategies, and ``replay.replay``'s
+    other arguments (seed, disruptions, recorded series)."""
+
+    pools: Sequence[Any]
+    arrivals: Sequence[Any]
+    strategies: list[replay.Strategy]
+    options: dict[str, Any]
+
+    def one(self, strategy: replay.Strategy, progress: Callable[[int], None]) -> dict[str, Any]:
+        """One strategy's replay, to its figures (plain JSON values: what a worker process sends back)."""
+        run = replay.replay(self.pools, self.arrivals, strategy=strategy, progress=progress, **self.options)
+        return figures.figures(run)
+
+
+def run(replays: Replays, *, workers: int, bar: Reporter) -> list[dict[str, Any]]:
     """Every strategy's figures, ``workers`` replays at a time (1: in this process, in turn)."""
-    if min(workers, len(strategies)) > 1 and can_fork():
-        return _in_parallel(pools, arrivals, strategies, options, workers=workers, bar=bar)
-    return _in_turn(pools, arrivals, strategies, options, bar)
+    if min(workers, len(replays.strategies)) > 1 and can_fork():
+        return _in_parallel(replays, workers=workers, bar=bar)
+    return _in_turn(replays, bar)
 
 
-def _one(
-    pools: Sequence[Any],
-    arrivals: Sequence[Any],
-    strategy: replay.Strategy,
-    options: dict[str, Any],
-    progress: Callable[[int], None],
-) -> dict[str, Any]:
-    """One strategy's replay, to its figures (plain JSON values: what a worker process sends back)."""
-    return figures.figures(replay.replay(pools, arrivals, strategy=strategy, progress=progress, **options))
-
-
-def _in_turn(
-    pools: Sequence[Any],
-    arrivals: Sequence[Any],
-    strategies: list[replay.Strategy],
-    options: dict[str, Any],
-    bar: Reporter,
-) -> list[dict[str, Any]]:
+def _in_turn(replays: Replays, bar: Reporter) -> list[dict[str, Any]]:
+    strategies, arrivals = replays.strategies, replays.arrivals
     rows = []
     for k, strategy in enumerate(strategies, 1):
         bar.step(f"{strategy.name} ({k} of {len(strategies)}): jobs arrived", total=len(arrivals))
@@ -71,21 +64,14 @@ def _in_turn(
             bar.advance(count - done[0])
             done[0] = count
 
-        rows.append(_one(pools, arrivals, strategy, options, arrived))
+        rows.append(replays.one(strategy, arrived))
     return rows
 
 
-def _in_parallel(
-    pools: Sequence[Any],
-    arrivals: Sequence[Any],
-    strategies: list[replay.Strategy],
-    options: dict[str, Any],
-    *,
-    workers: int,
-    bar: Reporter,
-) -> list[dict[str, Any]]:
+def _in_parallel(replays: Replays, *, workers: int, bar: Reporter) -> list[dict[str, Any]]:
     """The strategies' replays in up to ``workers`` forked processes at once. The children inherit
     the parsed trace (fork: nothing to pickle on the way in) and send back progress and their figures."""
+    strategies, arrivals = replays.strategies, replays.arrivals
     ctx = multiprocessing.get_context("fork")
     queue = ctx.Queue()
     total = len(arrivals) * len(strategies)
@@ -102,7 +88,7 @@ def _in_parallel(
                 queue.put(("progress", k, count))
 
         try:
-            row = _one(pools, arrivals, strategy, options, arrived)
+            row = replays.one(strategy, arrived)
             queue.put(("done", k, row))
         except BaseException:  # noqa: BLE001 - every failure goes back to the parent, which raises it
             queue.put(("error", k, traceback.format_exc(limit=20)))

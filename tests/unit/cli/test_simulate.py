@@ -504,7 +504,7 @@ def test_the_runner_tells_every_arrival_once_in_turn_or_in_workers(twenty: str, 
     strategies = [replay.STRATEGIES[n] for n in ("engine", "on-demand", "ordered-flavors")]
     told = _Told()
     options = {"seed": 5, "disruptions": disruptions, "recorded": None}
-    rows = runner.run(pools, arrivals, strategies, options, workers=workers, bar=told)
+    rows = runner.run(runner.Replays(pools, arrivals, strategies, options), workers=workers, bar=told)
     assert [r["strategy"] for r in rows] == ["engine", "on-demand", "ordered-flavors"]
     assert told.advanced == len(arrivals) * len(strategies)
     assert sum(total for _, total in told.steps) == len(arrivals) * len(strategies)
