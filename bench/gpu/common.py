@@ -53,6 +53,21 @@ SHAPES: dict[str, tuple[str, int, int, int, int, int, int]] = {
 }
 
 
+@dataclass(frozen=True)
+class ModelShape:
+    """The decoder a measurement builds, as the scripts name it (what :func:`shape_fields` and
+    :func:`hf_config_of` read); each script's ``Config`` adds its run's own fields after these."""
+
+    name: str
+    kind: str  # llama | gpt2
+    hidden: int
+    layers: int
+    heads: int
+    kv_heads: int
+    inter: int
+    vocab: int
+
+
 def catalog_id(gpu_name: str) -> str | None:
     """The accelerator catalog's id for a CUDA device name, or None for a card it does not list."""
     return next((cid for key, cid in CATALOG_IDS if key in gpu_name), None)

@@ -48,15 +48,7 @@ WARMUP = 3
 
 
 @dataclass(frozen=True)
-class Config:
-    name: str
-    kind: str
-    hidden: int
-    layers: int
-    heads: int
-    kv_heads: int
-    inter: int
-    vocab: int
+class Config(common.ModelShape):
     micro_batch: int
     seq: int
     grad_ckpt: bool

@@ -83,15 +83,7 @@ SHARDINGS = ("none", "ddp", "fsdp_full", "fsdp_grad_op")
 
 
 @dataclass(frozen=True)
-class Config:
-    name: str
-    kind: str  # llama | gpt2
-    hidden: int
-    layers: int
-    heads: int
-    kv_heads: int
-    inter: int
-    vocab: int
+class Config(common.ModelShape):
     sharding: str = "fsdp_full"  # ddp | fsdp_full | fsdp_grad_op | none (single GPU)
     precision: str = "amp_bf16"  # amp_bf16 | bf16
     optimizer: str = "adamw"  # adamw | sgd

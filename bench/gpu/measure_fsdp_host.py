@@ -58,15 +58,7 @@ SEQ = 1024
 
 
 @dataclass(frozen=True)
-class Config:
-    name: str
-    kind: str
-    hidden: int
-    layers: int
-    heads: int
-    kv_heads: int
-    inter: int
-    vocab: int
+class Config(common.ModelShape):
     sharding: str
     micro_batch: int
     seq: int

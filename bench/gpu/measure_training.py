@@ -80,15 +80,7 @@ _KERNEL_KINDS = (
 
 
 @dataclass(frozen=True)
-class Config:
-    name: str
-    kind: str  # llama | gpt2
-    hidden: int
-    layers: int
-    heads: int
-    kv_heads: int
-    inter: int
-    vocab: int
+class Config(common.ModelShape):
     mode: str = "train"  # train | infer
     precision: str = "amp_bf16"  # amp_bf16 | bf16 | fp32
     optimizer: str = "adamw"  # adamw | sgd

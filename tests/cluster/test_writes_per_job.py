@@ -9,6 +9,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -171,26 +172,34 @@ def job_watch_lags(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     worker.join(timeout=5)
 
 
+@contextmanager
+def _running_at(api: client.ApiClient, namespace: str, name: str, *, usd_per_hour: float) -> Iterator[None]:
+    """One one-device job running on an on-demand pool at ``usd_per_hour``, under an operator
+    whose accountant steps every second with no write interval; the operator stops on exit."""
+    pool = f"{namespace}-{name[0]}"
+    settings = settings_for(namespace, cost_interval_seconds=1.0, cost_write_seconds=0.0)
+    price = {"onDemandPerDeviceHour": usd_per_hour}
+    with gpu_pool(api, pool, count=1, capacityType="on-demand", price=price), checked_operator(settings):
+        create_job(api, job_doc(namespace, pool, devices=1, name=name))
+        wait_phase(api, namespace, name, "Running", timeout=60)
+        yield
+
+
 def test_cost_writes_and_decisions_take_the_version_this_process_wrote_last(
     api: client.ApiClient, namespace: str, calls: Calls, job_watch_lags: None, cluster: Any, crds: list[str]
 ) -> None:
     """The cost ledger is written every second while the job runs (a price that moves its spend
     by a cent a second), the scheduler writes Admitted and Running, and the watch shows each
     write 2 s late: every write takes the version this process wrote last (no 409, no read)."""
-    pool = f"{namespace}-c"
-    settings = settings_for(namespace, cost_interval_seconds=1.0, cost_write_seconds=0.0)
-    with gpu_pool(api, pool, count=1, capacityType="on-demand", price={"onDemandPerDeviceHour": 36.0}):
-        with checked_operator(settings):
-            create_job(api, job_doc(namespace, pool, devices=1, name="priced"))
-            wait_phase(api, namespace, "priced", "Running", timeout=60)
-            wait_for(
-                lambda: (status(api, namespace, "priced").get("cost") or {}).get("spentUsd", 0) >= 0.05,
-                timeout=60,
-                what="five cents of spend written",
-            )
-        assert calls.patches["priced"] >= 5, calls.patches  # Admitted, Running and the ledger's
-        assert calls.conflicts["priced"] == 0, (calls.patches, calls.conflicts)
-        assert calls.reads["priced"] == 0, (calls.patches, calls.reads)
+    with _running_at(api, namespace, "priced", usd_per_hour=36.0):
+        wait_for(
+            lambda: (status(api, namespace, "priced").get("cost") or {}).get("spentUsd", 0) >= 0.05,
+            timeout=60,
+            what="five cents of spend written",
+        )
+    assert calls.patches["priced"] >= 5, calls.patches  # Admitted, Running and the ledger's
+    assert calls.conflicts["priced"] == 0, (calls.patches, calls.conflicts)
+    assert calls.reads["priced"] == 0, (calls.patches, calls.reads)
 
 
 def test_no_cost_write_while_the_spend_shown_does_not_move(
@@ -200,12 +209,7 @@ def test_no_cost_write_while_the_spend_shown_does_not_move(
     the accountant, stepping every second with no write interval, writes no ledger (nothing its
     cost column shows moved; the pods' times rebuild it after a restart), so the job costs its
     Admitted and Running patches only."""
-    pool = f"{namespace}-z"
-    settings = settings_for(namespace, cost_interval_seconds=1.0, cost_write_seconds=0.0)
-    with gpu_pool(api, pool, count=1, capacityType="on-demand", price={"onDemandPerDeviceHour": 0.01}):
-        with checked_operator(settings):
-            create_job(api, job_doc(namespace, pool, devices=1, name="cheap"))
-            wait_phase(api, namespace, "cheap", "Running", timeout=60)
-            time.sleep(5.0)  # five steps of the accountant
-            assert status(api, namespace, "cheap").get("cost") is None
-        assert calls.patches["cheap"] == 2, calls.patches
+    with _running_at(api, namespace, "cheap", usd_per_hour=0.01):
+        time.sleep(5.0)  # five steps of the accountant
+        assert status(api, namespace, "cheap").get("cost") is None
+    assert calls.patches["cheap"] == 2, calls.patches
