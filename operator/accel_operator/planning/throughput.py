@@ -17,6 +17,7 @@ The device's time for a training step on one data-parallel rank is the sum of
   all-gather for ZeRO, and parameter all-gathers for ZeRO-3/FSDP) overlaps the backward pass;
   tensor-parallel all-reduces of activations are on the critical path. Hierarchical: within a
   node at the node's link bandwidth, between nodes at the per-device share of the network.
+  PyTorch DDP also copies the gradients into its buckets and back, device time it does not hide.
 
 Eager PyTorch also spends host time dispatching every kernel (Python, autograd, launch). The
 host runs ahead of the device during long kernels and falls behind during runs of short ones,
@@ -130,6 +131,18 @@ COLLECTIVE_LATENCY = 20e-6
 # the fp32 all-reduce outlasts the short backward) tokens/s +17, +25, +43, +24 % -> +11, +9, +19,
 # -6 % (0.4: +4, -0, +9, -17 %; 0.6: +16, +17, +27, +3 %); rows with a long backward hide it.
 DDP_BUCKET_EFFICIENCY = 0.5
+# DDP (gradient_as_bucket_view=False, its default and the calibration sets') copies each gradient
+# into its bucket as backward produces it, dividing by the world size on the way
+# (torch/csrc/distributed/c10d/reducer.cpp, Reducer::mark_variable_ready_dense: at::mul_out into the
+# bucket view), and after the all-reduce copies every bucket back into the gradients
+# (copy_bucket_to_grad): each moves the gradient's bytes in and out, device time the step pays once
+# per all-reduce. Measured on 2 H200 (bench/gpu/measure_ddp_cost.py, tests/data/calibration/
+# ddp-cost/: DDP with a communication hook that hands the bucket back, against each rank alone):
+# the summed kernel time grows by 13.7 ms (Llama 3.4B), 4.4 ms (1.1B) and 0.8 ms (134M): these bytes
+# at 4.0 TB/s, 0.83 of the card's HBM peak (large copies stream faster than the mixed elementwise
+# kernels the catalog's bandwidthEfficiency describes).
+DDP_BUCKET_COPY_BYTES = 4  # × the gradient's bytes per parameter: read, write; read, write
+DDP_BUCKET_COPY_EFFICIENCY = 0.83  # of the HBM peak
 # Fraction of the backward pass that data-parallel communication can hide under.
 OVERLAP = 0.9
 # Share of data-parallel communication that stays exposed even when the backward pass is long
@@ -622,6 +635,11 @@ def _training(w: JobProfile, accel: Accelerator, layout: Layout, *, cache: PlanC
         hideable = OVERLAP * (forward + backward + checkpoint_host)
     # The last bucket's reduction cannot overlap anything.
     dp_exposed = max(0.0, dp_comm - hideable) + dp_comm * UNHIDDEN_TAIL
+    if ddp and dp_cp > 1:
+        # DDP's copies of the gradients into its buckets and back (DDP_BUCKET_COPY_BYTES): device
+        # time on the compute stream, once per all-reduce.
+        copy_rate = accel.hbm_bytes_per_second * DDP_BUCKET_COPY_EFFICIENCY
+        dp_exposed += DDP_BUCKET_COPY_BYTES * grad_bytes * dev.params / copy_rate
 
     # MaxText runs one compiled XLA program per step: no per-kernel host dispatch.
     host = 0.0 if w.framework is Framework.MAXTEXT else dev.kernels * accel.host_seconds_per_op
