@@ -29,14 +29,36 @@ one H100) does, and the planner counts:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from accel_api.enums import AdapterMethod, AdapterTargets, BaseWeights, MlpKind
 from accel_api.job import Adapter
 
-if TYPE_CHECKING:
-    # For the annotations only: profile imports this module (AdapterProfile), so not at run time.
-    from accel_operator.planning.profile import Shape
+
+class Shape(Protocol):
+    """What these terms read of ``profile.Shape`` (profile imports this module, not the reverse)."""
+
+    @property
+    def layers(self) -> int: ...
+    @property
+    def hidden(self) -> int: ...
+    @property
+    def q_dim(self) -> int: ...
+    @property
+    def kv_dim(self) -> int: ...
+    @property
+    def intermediate(self) -> int: ...
+    @property
+    def positions(self) -> int: ...
+    @property
+    def mlp(self) -> MlpKind: ...
+    @property
+    def rmsnorm(self) -> bool: ...
+    @property
+    def experts(self) -> int: ...
+    @property
+    def active_experts(self) -> int: ...
+
 
 # Bytes per weight of a quantised base's linear layers, scales included.
 NF4_BYTES = 0.5
