@@ -73,7 +73,7 @@ def main() -> None:
     jobs = [dataclasses.replace(job, name=f"j{i}", uid=f"u{i}") for i in range(args.jobs)]
     now = T0 + dt.timedelta(hours=6)
     t0 = time.perf_counter()
-    out = [accrual.accrue(j, None, price, 0.0, now) for j in jobs]
+    out = [accrual.accrue(j, None, accrual.Tick(price, 0.0, now)) for j in jobs]
     tick = time.perf_counter() - t0
     per_job = 1e3 * tick / args.jobs
     print(f"accrual tick, {args.jobs} running jobs (3 closed attempts each): {tick:.2f} s ({per_job:.2f} ms/job)")

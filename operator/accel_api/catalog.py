@@ -13,12 +13,14 @@ import functools
 import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, fields
+from enum import StrEnum
 from importlib import resources
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Any, get_type_hints
 
 import yaml
+from pydantic.alias_generators import to_camel
 
 from accel_api import bounds, loader
 from accel_api.enums import AcceleratorKind
@@ -115,43 +117,28 @@ class Catalog:
         return None
 
 
-# YAML (camelCase) name → dataclass field, for the scalar fields of an accelerator.
-_SCALARS: Mapping[str, tuple[str, type]] = MappingProxyType(
-    {
-        "kind": ("kind", str),
-        "product": ("product", str),
-        "memoryBytes": ("memory_bytes", int),
-        "bf16Flops": ("bf16_flops", float),
-        "fp32Flops": ("fp32_flops", float),
-        "hbmBytesPerSecond": ("hbm_bytes_per_second", float),
-        "intraNodeBytesPerSecond": ("intra_node_bytes_per_second", float),
-        "interNodeBytesPerSecond": ("inter_node_bytes_per_second", float),
-        "devicesPerNode": ("devices_per_node", int),
-        "computeUnits": ("compute_units", int),
-        "mfu": ("mfu", float),
-        "attentionEfficiency": ("attention_efficiency", float),
-        "bandwidthEfficiency": ("bandwidth_efficiency", float),
-        "unalignedMatmulEfficiency": ("unaligned_matmul_efficiency", float),
-        "kernelSeconds": ("kernel_seconds", float),
-        "hostSecondsPerOp": ("host_seconds_per_op", float),
-        "contextBytes": ("context_bytes", int),
-        "workspaceBytes": ("workspace_bytes", int),
-        "fp8TensorCores": ("fp8_tensor_cores", bool),
-        "bf16": ("bf16", bool),
-    }
-)
+def _wire_table(cls: type, *, skip: frozenset[str] = frozenset()) -> Mapping[str, tuple[str, type]]:
+    """YAML (camelCase) name → (dataclass field, the type its value is read as), from the
+    dataclass itself: a field added there is read from the file without a second list to edit.
+    An enum field is read as text (``_accelerator`` converts it)."""
+    hints = get_type_hints(cls)
+    table: dict[str, tuple[str, type]] = {}
+    for f in fields(cls):
+        if f.name in skip:
+            continue
+        kind = hints[f.name]
+        kind = str if isinstance(kind, type) and issubclass(kind, StrEnum) else kind
+        if kind not in (str, bool, int, float):  # what _value reads; anything else is read apart
+            raise TypeError(f"{cls.__name__}.{f.name}: {kind} is no scalar the catalog reads; skip it here")
+        table[to_camel(f.name)] = (f.name, kind)
+    return MappingProxyType(table)
+
+
+# The scalar fields of an accelerator (the price and the aliases are read apart).
+_SCALARS = _wire_table(Accelerator, skip=frozenset({"id", "price", "aliases"}))
 # Flags a new accelerator may leave out (the dataclass's defaults apply).
 _OPTIONAL = frozenset({"fp8TensorCores", "bf16"})
-_PRICE: Mapping[str, tuple[str, type]] = MappingProxyType(
-    {
-        "onDemandPerDeviceHour": ("on_demand_per_device_hour", float),
-        "spotPerDeviceHour": ("spot_per_device_hour", float),
-        "asOf": ("as_of", str),
-        "source": ("source", str),
-        "spotAsOf": ("spot_as_of", str),
-        "spotSource": ("spot_source", str),
-    }
-)
+_PRICE = _wire_table(ListPrice)
 # The date or source of a figure a user catalog overrides without giving them.
 _NOT_GIVEN = "not given (user catalog)"
 # Price fields an entry may leave out: the spot figure's date and source default to the

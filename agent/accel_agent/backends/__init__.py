@@ -12,7 +12,7 @@ that field as read: :func:`accel_agent.report.build` copies it over by name.
 """
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 from accel_api.enums import AcceleratorKind, AgentBackend
 from accel_api.nodereport import DeviceProfile, PodRef, RemappedRows
@@ -113,6 +113,20 @@ class GpuBackend(Protocol):
     def close(self) -> None: ...
 
 
+class StatelessBackend:
+    """A backend that holds nothing between passes (it reads the API server or the host afresh
+    each time), so there is nothing to close; ``KIND`` names it once, for ``kind`` and its samples."""
+
+    KIND: ClassVar[AgentBackend]
+
+    @property
+    def kind(self) -> AgentBackend:
+        return self.KIND
+
+    def close(self) -> None:
+        return None
+
+
 __all__ = [
     "CallError",
     "DeviceSample",
@@ -120,4 +134,5 @@ __all__ = [
     "MigSample",
     "NodeSample",
     "ProcessSample",
+    "StatelessBackend",
 ]

@@ -2,8 +2,10 @@
 """A fake NVML, as real code: the unit tests run the real NVML backend against it.
 
 :class:`FakeNvml` implements the :class:`~accel_agent.backends.nvml.NvmlApi` surface over plain
-mutable :class:`FakeDevice` values and raises pynvml's own ``NVMLError`` subclasses, so the
-backend's error handling is exercised exactly as on a node. Besides answering, it
+mutable :class:`FakeDevice` values, answers with pynvml's own result structures where pynvml
+returns one (memory, utilization, PCI info, attributes, GPM support: the backend reads the very
+types it reads on a node) and raises pynvml's own ``NVMLError`` subclasses, so the backend's
+error handling is exercised exactly as on a node. Besides answering, it
 
 - records every call (``calls``) and can be reset between tests;
 - can be told to fail the next call, or the next call of one function, with a given NVML code
@@ -129,35 +131,11 @@ class FakeHandle:
 
 
 @dataclass(frozen=True)
-class _Memory:
-    total: int
-    used: int
-    free: int
-
-
-@dataclass(frozen=True)
-class _Utilization:
-    gpu: int
-    memory: int
-
-
-@dataclass(frozen=True)
-class _Pci:
-    busId: bytes  # noqa: N815 - pynvml's field name
-
-
-@dataclass(frozen=True)
 class _Process:
     pid: int
     usedGpuMemory: int | None  # noqa: N815 - pynvml's field name
     gpuInstanceId: int  # noqa: N815
     computeInstanceId: int  # noqa: N815
-
-
-@dataclass(frozen=True)
-class _Attributes:
-    gpuInstanceSliceCount: int  # noqa: N815
-    memorySizeMB: int  # noqa: N815
 
 
 @dataclass(frozen=True)
@@ -167,16 +145,14 @@ class _Event:
     eventData: int  # noqa: N815
 
 
-@dataclass(frozen=True)
-class _GpmSupport:
-    version: int
-    isSupportedDevice: int  # noqa: N815 - pynvml's field name
-
-
 @dataclass
 class _Hook:
     function: str
     action: Callable[[], None]
+
+
+def _attributes(slices: int, memory_mb: int) -> Any:
+    return pynvml.c_nvmlDeviceAttributes(gpuInstanceSliceCount=slices, memorySizeMB=memory_mb)
 
 
 def _error(code: int) -> BaseException:
@@ -367,11 +343,15 @@ class FakeNvml:
         return str(self._answer("nvmlDeviceGetName", device.name))
 
     def nvmlDeviceGetPciInfo(self, handle: Any) -> Any:
-        return self._device_answer("nvmlDeviceGetPciInfo", handle, lambda d: _Pci(d.pci_bus_id.encode()))
+        return self._device_answer(
+            "nvmlDeviceGetPciInfo", handle, lambda d: pynvml.nvmlPciInfo_t(busId=d.pci_bus_id.encode())
+        )
 
     def nvmlDeviceGetMemoryInfo(self, handle: Any) -> Any:
-        def memory(d: FakeDevice) -> _Memory:
-            return _Memory(d.memory_total_bytes, d.memory_used_bytes, d.memory_total_bytes - d.memory_used_bytes)
+        def memory(d: FakeDevice) -> Any:
+            # Unsigned fields, as NVML's: free never drops below zero.
+            free = max(d.memory_total_bytes - d.memory_used_bytes, 0)
+            return pynvml.c_nvmlMemory_t(total=d.memory_total_bytes, free=free, used=d.memory_used_bytes)
 
         return self._device_answer("nvmlDeviceGetMemoryInfo", handle, memory)
 
@@ -380,7 +360,9 @@ class FakeNvml:
         d = self._dev("nvmlDeviceGetUtilizationRates", handle)
         if d.mig_mode:  # NVML cannot attribute utilization on a partitioned GPU
             raise _error(errs.NOT_SUPPORTED)
-        return self._answer("nvmlDeviceGetUtilizationRates", _Utilization(d.util_gpu, d.util_memory))
+        return self._answer(
+            "nvmlDeviceGetUtilizationRates", pynvml.c_nvmlUtilization_t(gpu=d.util_gpu, memory=d.util_memory)
+        )
 
     def nvmlDeviceGetPowerUsage(self, handle: Any) -> int:
         return int(self._device_answer("nvmlDeviceGetPowerUsage", handle, lambda d: d.power_mw))
@@ -442,9 +424,9 @@ class FakeNvml:
         self._enter("nvmlDeviceGetAttributes", handle)
         d = self._dev("nvmlDeviceGetAttributes", handle)
         if handle.gpu_instance_id is None:
-            return self._answer("nvmlDeviceGetAttributes", _Attributes(d.mig_max_devices, d.memory_total_bytes // MIB))
+            return self._answer("nvmlDeviceGetAttributes", _attributes(d.mig_max_devices, d.memory_total_bytes // MIB))
         m = self._mig(d, handle)
-        return self._answer("nvmlDeviceGetAttributes", _Attributes(m.slices, m.memory_mb))
+        return self._answer("nvmlDeviceGetAttributes", _attributes(m.slices, m.memory_mb))
 
     def nvmlDeviceGetComputeRunningProcesses(self, handle: Any) -> list[Any]:
         self._enter("nvmlDeviceGetComputeRunningProcesses", handle)
@@ -493,7 +475,9 @@ class FakeNvml:
     # --- GPM: samples are real pynvml sample pointers, so the backend's request is pynvml's own --
     def nvmlGpmQueryDeviceSupport(self, handle: Any) -> Any:
         return self._device_answer(
-            "nvmlGpmQueryDeviceSupport", handle, lambda d: _GpmSupport(1, 1 if d.gpm_supported else 0)
+            "nvmlGpmQueryDeviceSupport",
+            handle,
+            lambda d: pynvml.c_nvmlGpmSupport_t(version=1, isSupportedDevice=1 if d.gpm_supported else 0),
         )
 
     def nvmlGpmSampleAlloc(self) -> Any:

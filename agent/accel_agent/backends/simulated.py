@@ -22,7 +22,7 @@ import zlib
 from typing import Any, Final
 
 from accel_agent import kube
-from accel_agent.backends import DeviceSample, NodeSample, ProcessSample
+from accel_agent.backends import DeviceSample, NodeSample, ProcessSample, StatelessBackend
 from accel_api import catalog, vocabulary
 from accel_api.enums import AcceleratorKind, AgentBackend
 from accel_api.nodereport import PodRef, RemappedRows
@@ -77,29 +77,22 @@ def synthetic_pid(pod_uid: str, container: str) -> int:
     return 1000 + zlib.crc32(f"{pod_uid}/{container}".encode()) % 4_000_000
 
 
-class SimulatedBackend:
+class SimulatedBackend(StatelessBackend):
+    KIND = AgentBackend.SIMULATED
+
     def __init__(self, view: kube.ClusterView, node_name: str) -> None:
         self._view = view
         self._node = node_name
-
-    @property
-    def kind(self) -> AgentBackend:
-        return AgentBackend.SIMULATED
-
-    def close(self) -> None:
-        return None
 
     def sample(self) -> NodeSample:
         try:
             node = self._view.node(self._node)
             pods = self._view.pods_on_node(self._node) if node is not None else []
         except kube.KubeError as exc:
-            return NodeSample(
-                backend=AgentBackend.SIMULATED, accelerator_kind=None, available=False, problems=(str(exc),), calls=2
-            )
+            return NodeSample(backend=self.KIND, accelerator_kind=None, available=False, problems=(str(exc),), calls=2)
         if node is None:
             return NodeSample(
-                backend=AgentBackend.SIMULATED,
+                backend=self.KIND,
                 accelerator_kind=None,
                 available=False,
                 problems=(f"node {self._node} not found",),
@@ -130,7 +123,7 @@ class SimulatedBackend:
             for i, holders in enumerate(slots)
         )
         return NodeSample(
-            backend=AgentBackend.SIMULATED,
+            backend=self.KIND,
             accelerator_kind=kind,
             devices=devices,
             driver_version="simulated",

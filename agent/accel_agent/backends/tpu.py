@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Final
 
 from accel_agent import kube, logtext
-from accel_agent.backends import DeviceSample, NodeSample
+from accel_agent.backends import DeviceSample, NodeSample, StatelessBackend
 from accel_agent.backends.simulated import tpu_memory_bytes
 from accel_api import vocabulary
 from accel_api.enums import AcceleratorKind, AgentBackend
@@ -58,7 +58,9 @@ def local_chips(dev_root: Path) -> int:
     return 0
 
 
-class TpuBackend:
+class TpuBackend(StatelessBackend):
+    KIND = AgentBackend.TPU
+
     def __init__(
         self,
         node_name: str,
@@ -71,13 +73,6 @@ class TpuBackend:
         self._view = view
         self._dev = dev_root
         self._list_pods = list_pods
-
-    @property
-    def kind(self) -> AgentBackend:
-        return AgentBackend.TPU
-
-    def close(self) -> None:
-        return None
 
     def sample(self) -> NodeSample:
         problems: list[str] = []
@@ -101,7 +96,7 @@ class TpuBackend:
         if count == 0:
             reason = "no TPU chips visible on the host and none allocatable on the node"
             return NodeSample(
-                backend=AgentBackend.TPU,
+                backend=self.KIND,
                 accelerator_kind=AcceleratorKind.TPU,
                 available=False,
                 problems=(*problems, reason),
@@ -131,7 +126,7 @@ class TpuBackend:
             for i, holders in enumerate(slots)
         )
         return NodeSample(
-            backend=AgentBackend.TPU,
+            backend=self.KIND,
             accelerator_kind=AcceleratorKind.TPU,
             devices=devices,
             not_supported=NOT_MEASURED,

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from accel_api.durations import parse_time, parse_time_strict, stamp_exact
 from accel_api.enums import CapacityType, FailureKind, JobPhase
@@ -126,29 +126,33 @@ def unseen(cost: CostStatus, job: JobView, price_of: Callable[[str], Price | Non
     return cost
 
 
-def accrue(
-    job: JobView,
-    known: CostStatus | None,
-    price: Price | None,
-    idle: float,
-    now: dt.datetime,
-    *,
-    workload: WorkloadView | None = None,
-    failed_price: Price | None = None,
-    held_prices: Mapping[str, Price] | None = None,
-    pods: Sequence[PodView] = (),
-    pool_of: Callable[[str], PoolPrice | None] | None = None,
-    base: CostStatus | None = None,
-) -> CostStatus:
+@dataclass(frozen=True, slots=True)
+class Tick:
+    """What one accrual step reads of a job besides its status and its ledger (``accrue`` and
+    ``step`` take it whole). ``price``: the price in force for the job's pool now (None: the pool
+    is gone, nothing new accrues); ``idle``: the idle fraction of its devices; ``workload``: the
+    current attempt's batch Job, if it is there; ``failed_price``: the price of the pool of the
+    attempt ``lastFailure`` ended; ``held_prices``: the prices of the pools of the attempts
+    ``earlierFailures`` ended, by pool; ``pods``: the job's pods (the current attempt's run is
+    read from their timestamps); ``pool_of``: the pool, capacity type and price of a pod's
+    ``accel.dev/pool`` label, for an earlier attempt whose pods ran though the status kept no
+    record of it (``forgotten``)."""
+
+    price: Price | None
+    idle: float
+    now: dt.datetime
+    workload: WorkloadView | None = None
+    failed_price: Price | None = None
+    held_prices: Mapping[str, Price] = field(default_factory=dict)
+    pods: Sequence[PodView] = ()
+    pool_of: Callable[[str], PoolPrice | None] | None = None
+
+
+def accrue(job: JobView, known: CostStatus | None, tick: Tick, *, base: CostStatus | None = None) -> CostStatus:
     """The job's ledger after this step. ``known``: what this process wrote last (the watch may
-    not show it yet); ``price``: the price in force for the job's pool now (None: the pool is
-    gone, nothing new accrues); ``workload``: the current attempt's batch Job, if it is there;
-    ``failed_price``: the price of the pool of the attempt ``lastFailure`` ended; ``held_prices``:
-    the prices of the pools of the attempts ``earlierFailures`` ended, by pool; ``pods``: the
-    job's pods (the current attempt's run is read from their timestamps); ``pool_of``: the pool,
-    capacity type and price of a pod's ``accel.dev/pool`` label, for an earlier attempt whose
-    pods ran though the status kept no record of it (``forgotten``); ``base``: ``known`` and the
-    status's ledger merged, when the caller has it already (``step``)."""
+    not show it yet); ``tick``: what the step reads besides; ``base``: ``known`` and the status's
+    ledger merged, when the caller has it already (``step``)."""
+    price, idle, now, workload, pods = tick.price, tick.idle, tick.now, tick.workload, tick.pods
     st = job.status
     # The top-level figures are derived once, at the end (ledger.with_totals): the steps between
     # leave them as they were (each derivation walks every interval; four a job a step, before).
@@ -156,9 +160,9 @@ def accrue(
     if cost.forecast_usd is None and st.plan is not None and st.plan.cost_usd is not None:
         cost = cost.model_copy(update={"forecast_usd": st.plan.cost_usd})
     failure = st.last_failure
-    prices = dict(held_prices or {})
-    if failure is not None and failure.held is not None and failed_price is not None:
-        prices[failure.held.pool] = failed_price
+    prices = dict(tick.held_prices)
+    if failure is not None and failure.held is not None and tick.failed_price is not None:
+        prices[failure.held.pool] = tick.failed_price
     cost = unseen(cost, job, prices.get)
     # What the pods in view say of every attempt they belong to (an ended attempt's pods stay in
     # view until the ledger holds their times: vocabulary.FINALIZER_LEDGER): nothing is charged
@@ -169,8 +173,8 @@ def accrue(
             cost = ledger.mark_pods_start(cost, attempt, sp.start, totals=False)
         if sp.end is not None and attempt < st.attempt:
             cost = ledger.mark_pods_end(cost, attempt, sp.end, totals=False)
-    if pool_of is not None:
-        cost = forgotten(cost, job, pods, spans, pool_of)
+    if tick.pool_of is not None:
+        cost = forgotten(cost, job, pods, spans, tick.pool_of)
     recorded = {f.attempt: f for f in attempt_held.failures(st)}
     # Attempts before the current one have ended.
     for entry in list(cost.attempts):
@@ -248,75 +252,51 @@ class Memo:
 EMPTY = CostStatus()  # the ledger of a job with none (models are frozen: shared safely)
 
 
-def inputs_of(
-    job: JobView,
-    price: Price | None,
-    idle: float,
-    *,
-    workload: WorkloadView | None,
-    failed_price: Price | None,
-    held_prices: Mapping[str, Price],
-    pods: Sequence[PodView],
-) -> tuple[object, ...] | None:
+def inputs_of(job: JobView, tick: Tick) -> tuple[object, ...] | None:
     """Everything ``accrue`` reads of a job but the time and its ledger, when the job is one whose
     open interval may be extended (running or admitted, priced, every pod in view of its current
     attempt and none ended); None otherwise (its ledger is always recomputed)."""
     st = job.status
     plan = st.plan
-    if job.phase not in HOLDING or price is None or plan is None or not plan.pool or not plan.devices:
+    if job.phase not in HOLDING or tick.price is None or plan is None or not plan.pool or not plan.devices:
         return None
-    if any(p.attempt != st.attempt or p.finished is not None for p in pods):
+    if any(p.attempt != st.attempt or p.finished is not None for p in tick.pods):
         return None
     status = tuple(v for k, v in st.__dict__.items() if k != "cost")
     checkpoint = job.spec.checkpoint if job.spec is not None else None
-    held = tuple(sorted(held_prices.items()))
-    return (job.uid, job.team, checkpoint, status, tuple(pods), workload, price, idle, failed_price, held)
+    held = tuple(sorted(tick.held_prices.items()))
+    return (
+        job.uid,
+        job.team,
+        checkpoint,
+        status,
+        tuple(tick.pods),
+        tick.workload,
+        tick.price,
+        tick.idle,
+        tick.failed_price,
+        held,
+    )
 
 
-def step(
-    memo: Memo | None,
-    job: JobView,
-    *,
-    known: CostStatus | None,
-    price: Price | None,
-    idle: float,
-    now: dt.datetime,
-    workload: WorkloadView | None = None,
-    failed_price: Price | None = None,
-    held_prices: Mapping[str, Price] | None = None,
-    pods: Sequence[PodView] = (),
-    pool_of: Callable[[str], PoolPrice | None] | None = None,
-) -> tuple[CostStatus, Memo | None]:
+def step(memo: Memo | None, job: JobView, known: CostStatus | None, tick: Tick) -> tuple[CostStatus, Memo | None]:
     """``accrue``, at the cost of the time that moved when nothing else did: when the job's
     inputs are those of the last step (``memo``) and its ledger is the one that step started
     from, gave or ended with, the open interval of its current attempt is extended to ``now``
     (``extend``); anything else (a pod started or ended, a price or idle figure changed, a
     ledger someone else wrote, no memo: a restarted process) is the full ``accrue``. Returns the
     ledger and the memo for the next step."""
-    held = dict(held_prices or {})
     # No ledger yet on either side: the same empty one step after step (one the memo knows).
     stored = job.status.cost
     base = EMPTY if known is None and stored is None else ledger.merge(known, stored, totals=False)
-    inputs = inputs_of(job, price, idle, workload=workload, failed_price=failed_price, held_prices=held, pods=pods)
-    if memo is not None and inputs is not None and price is not None and memo.inputs == inputs:
+    inputs = inputs_of(job, tick)
+    if memo is not None and inputs is not None and tick.price is not None and memo.inputs == inputs:
         # The last step's base: its result stands for it. Its result or what it wrote: itself.
         start = memo.out if base is memo.base else base if base is memo.out or base is memo.final else None
-        out = extend(start, job.status.attempt, price, idle, now) if start is not None else None
+        out = extend(start, job.status.attempt, tick.price, tick.idle, tick.now) if start is not None else None
         if out is not None:
             return out, Memo(inputs, base, out)
-    out = accrue(
-        job,
-        known,
-        price,
-        idle,
-        now,
-        workload=workload,
-        failed_price=failed_price,
-        held_prices=held,
-        pods=pods,
-        pool_of=pool_of,
-        base=base,
-    )
+    out = accrue(job, known, tick, base=base)
     return out, (Memo(inputs, base, out) if inputs is not None else None)
 
 

@@ -357,13 +357,10 @@ class Accountant:
                     held_prices[earlier.held.pool] = accrual.Price(
                         q.usd_per_device_hour, q.on_demand_usd_per_device_hour
                     )
-            ledgers[key], memo = accrual.step(
-                self.accrued.get(job.uid),
-                job,
-                known=self.known.get(job.uid),
-                price=price,
-                idle=idle,
-                now=now,
+            tick = accrual.Tick(
+                price,
+                idle,
+                now,
                 workload=snap.workloads.get(
                     (job.namespace, st.workload or actions.workload_name(job.name, st.attempt))
                 ),
@@ -374,6 +371,7 @@ class Accountant:
                 pods=pods,
                 pool_of=pool_of,
             )
+            ledgers[key], memo = accrual.step(self.accrued.get(job.uid), job, self.known.get(job.uid), tick)
             if memo is not None:
                 memos[job.uid] = (key, memo)
         self.stable, self._stable_keys, self._unchanged, self._fresh = stable, stable_keys, unchanged, fresh

@@ -355,7 +355,7 @@ class Applier:
                 delay = max(0.0, (due - self.engine.clock.now()).total_seconds()) + 0.5
                 loop.call_later(delay, self._recheck, key)
         for stray in found.strays:
-            ident = (stray.namespace, stray.action.name, stray.kind.value)
+            ident = (stray.namespace, stray.name, stray.kind.value)
             if ident in self.deleting:
                 continue
             self.deleting[ident] = (tick, stray.key)
@@ -368,9 +368,9 @@ class Applier:
         self.mark(key)
 
     async def _sweep_one(self, stray: sweep_mod.Stray, ident: tuple[str, str, str]) -> None:
-        ns, name = stray.namespace, stray.action.name
+        ns, name = stray.namespace, stray.name
         try:
-            if isinstance(stray.action, act.DeleteWorkload):
+            if stray.kind is sweep_mod.Kind.WORKLOAD:
                 self.created.pop((ns, name), None)
                 await self._retrying("delete_workload", self.workloads.delete, ns, name)
             else:

@@ -47,10 +47,10 @@ def _seconds(cost: Any) -> float:
 
 def test_nothing_is_charged_before_a_pod_starts_and_then_from_its_start_not_the_admission() -> None:
     pending = _pod(phase="Pending")
-    cost = accrual.accrue(_job("Running"), None, PRICE, 0.0, T0 + 10 * S, pods=[pending])
+    cost = accrual.accrue(_job("Running"), None, accrual.Tick(PRICE, 0.0, T0 + 10 * S, pods=[pending]))
     assert cost.attempts == []
     started = _pod(started=T0 + 4 * S)
-    cost = accrual.accrue(_job("Running"), cost, PRICE, 0.0, T0 + 10 * S, pods=[started])
+    cost = accrual.accrue(_job("Running"), cost, accrual.Tick(PRICE, 0.0, T0 + 10 * S, pods=[started]))
     assert _seconds(cost) == pytest.approx(2 * 6)  # 2 devices from +4 s to +10 s
     assert cost.attempts[0].intervals[0].start == _ts(T0 + 4 * S)
 
@@ -60,11 +60,13 @@ def test_a_finished_attempt_ends_at_its_pods_finish_not_when_anyone_noticed() ->
     job = _job("Succeeded", completionTime=_ts(T0 + 90 * S))
     wl = WorkloadView("ns", "a-a0", ("ns", "a"), 0, succeeded=1, complete=True, end_time=T0 + 22 * S)
     pod = _pod(phase="Succeeded", started=T0 + 3 * S, finished=T0 + 20 * S)
-    cost = accrual.accrue(job, None, PRICE, 0.0, T0 + 100 * S, workload=wl, pods=[pod])
+    cost = accrual.accrue(job, None, accrual.Tick(PRICE, 0.0, T0 + 100 * S, workload=wl, pods=[pod]))
     assert _seconds(cost) == pytest.approx(2 * 17)
     assert cost.attempts[0].end == _ts(T0 + 20 * S)
     # Replayed, or read back by a restarted operator: the same.
-    assert _seconds(accrual.accrue(job, cost, PRICE, 0.0, T0 + 200 * S, workload=wl, pods=[pod])) == _seconds(cost)
+    assert _seconds(
+        accrual.accrue(job, cost, accrual.Tick(PRICE, 0.0, T0 + 200 * S, workload=wl, pods=[pod]))
+    ) == _seconds(cost)
 
 
 def test_a_gang_is_charged_with_all_its_devices_from_its_first_pod_to_its_last() -> None:
@@ -73,7 +75,7 @@ def test_a_gang_is_charged_with_all_its_devices_from_its_first_pod_to_its_last()
         _pod(0, devices=8, phase="Succeeded", started=T0 + 2 * S, finished=T0 + 30 * S),
         _pod(1, devices=8, phase="Succeeded", started=T0 + 3 * S, finished=T0 + 31 * S),
     ]
-    cost = accrual.accrue(job, None, PRICE, 0.0, T0 + 60 * S, pods=pods)
+    cost = accrual.accrue(job, None, accrual.Tick(PRICE, 0.0, T0 + 60 * S, pods=pods))
     assert _seconds(cost) == pytest.approx(16 * 29)
     # While one pod still runs, the attempt has not ended.
     assert attempt_held.pod_span([pods[0], _pod(1, devices=8, started=T0 + 3 * S)], 0).end is None
@@ -85,9 +87,11 @@ def test_a_pod_deleted_while_running_stops_the_charge_at_its_deletion_even_once_
     # Seen deleting at +12 s (a spot node's drain): nothing accrues after, though the operator
     # records the failure only at +70 s, when the pod and its batch Job are long gone.
     deleting = _pod(started=T0 + 2 * S, finished=T0 + 12 * S)
-    cost = accrual.accrue(_job("Running"), None, PRICE, 0.0, T0 + 13 * S, pods=[deleting])
+    cost = accrual.accrue(_job("Running"), None, accrual.Tick(PRICE, 0.0, T0 + 13 * S, pods=[deleting]))
     assert _seconds(cost) == pytest.approx(2 * 10)
-    cost = accrual.accrue(_job("Running"), cost, PRICE, 0.0, T0 + 40 * S, pods=[])  # gone, not yet noticed
+    cost = accrual.accrue(
+        _job("Running"), cost, accrual.Tick(PRICE, 0.0, T0 + 40 * S, pods=[])
+    )  # gone, not yet noticed
     assert _seconds(cost) == pytest.approx(2 * 10)
     failed = _job(
         "Admitted",
@@ -96,7 +100,7 @@ def test_a_pod_deleted_while_running_stops_the_charge_at_its_deletion_even_once_
         lastFailure={"kind": "Preemption", "attempt": 0, "reason": "Terminated", "time": _ts(T0 + 70 * S)},
         cost=cost.to_wire(),
     )
-    after = accrual.accrue(failed, None, PRICE, 0.0, T0 + 71 * S, pods=[])
+    after = accrual.accrue(failed, None, accrual.Tick(PRICE, 0.0, T0 + 71 * S, pods=[]))
     (first,) = [a for a in after.attempts if a.attempt == 0]
     assert first.end == _ts(T0 + 12 * S)
     assert _seconds(after) == pytest.approx(2 * 10)
@@ -157,10 +161,10 @@ def test_a_stand_in_start_is_taken_back_once_the_pods_are_seen() -> None:
     # Job's start stood in. The pods, kept by the finalizer, then show: their own times win.
     job = _job("Succeeded", completionTime=_ts(T0 + 22 * S))
     wl = WorkloadView("ns", "a-a0", ("ns", "a"), 0, succeeded=1, complete=True, start_time=T0, end_time=T0 + 22 * S)
-    stand_in = accrual.accrue(job, None, PRICE, 0.0, T0 + 70 * S, workload=wl, pods=[])
+    stand_in = accrual.accrue(job, None, accrual.Tick(PRICE, 0.0, T0 + 70 * S, workload=wl, pods=[]))
     assert _seconds(stand_in) == pytest.approx(2 * 22)
     pod = _pod(phase="Succeeded", started=T0 + 3 * S, finished=T0 + 20 * S)
-    seen = accrual.accrue(job, stand_in, PRICE, 0.0, T0 + 71 * S, workload=wl, pods=[pod])
+    seen = accrual.accrue(job, stand_in, accrual.Tick(PRICE, 0.0, T0 + 71 * S, workload=wl, pods=[pod]))
     assert _seconds(seen) == pytest.approx(2 * 17)
     (entry,) = seen.attempts
     assert (entry.pods_start, entry.pods_end) == (_ts(T0 + 3 * S), _ts(T0 + 20 * S))
@@ -194,7 +198,7 @@ def test_an_earlier_attempt_closes_at_its_last_pods_end_not_its_batch_jobs_failu
             },
         },
     )
-    cost = accrual.accrue(failed, None, PRICE, 0.0, T0 + 31 * S, failed_price=PRICE, pods=pods)
+    cost = accrual.accrue(failed, None, accrual.Tick(PRICE, 0.0, T0 + 31 * S, failed_price=PRICE, pods=pods))
     (first,) = [a for a in cost.attempts if a.attempt == 0]
     assert (first.pods_start, first.pods_end, first.end) == (_ts(T0 + S), _ts(T0 + 9 * S), _ts(T0 + 9 * S))
     assert _seconds(cost) == pytest.approx(2 * 8)
@@ -214,7 +218,7 @@ def test_which_held_pods_may_be_released() -> None:
     # The job is gone (its deletion closed its ledger): every ended pod goes, a running one stays.
     assert accrual.releasable(None, pods, now, job_gone=True) == [ended, never]
     # An entry without both marks (its start stood in) keeps the pod ...
-    cost = accrual.accrue(_job("Running"), None, PRICE, 0.0, T0 + 60 * S, pods=[ended])
+    cost = accrual.accrue(_job("Running"), None, accrual.Tick(PRICE, 0.0, T0 + 60 * S, pods=[ended]))
     half = cost.model_copy(update={"attempts": [cost.attempts[0].model_copy(update={"pods_end": None})]})
     assert accrual.releasable(half, [ended], now, job_gone=False) == []
     assert accrual.releasable(cost, [ended], now, job_gone=False) == [ended]
@@ -238,13 +242,18 @@ def test_an_earlier_attempt_no_record_kept_is_charged_from_its_pods() -> None:
     late = dataclasses.replace(late, pool="spot")
     job = _job("Admitted", attempt=1, admittedTime=_ts(T0 + 20 * S))
     pools = {"spot": accrual.PoolPrice("spot", CapacityType.SPOT, PRICE)}
-    cost = accrual.accrue(job, None, PRICE, 0.0, T0 + 21 * S, pods=[late], pool_of=pools.get)
+    cost = accrual.accrue(job, None, accrual.Tick(PRICE, 0.0, T0 + 21 * S, pods=[late], pool_of=pools.get))
     (entry,) = cost.attempts
     assert (entry.attempt, entry.pool, entry.devices, entry.end) == (0, "spot", 4, _ts(T0 + 17 * S))
     assert _seconds(cost) == pytest.approx(4 * 7)
     assert accrual.releasable(cost, [late], T0 + 21 * S, job_gone=False) == [late]
     # Its pool unknown (gone): nothing is made up.
-    assert accrual.accrue(job, None, PRICE, 0.0, T0 + 21 * S, pods=[late], pool_of=lambda _label: None).attempts == []
+    assert (
+        accrual.accrue(
+            job, None, accrual.Tick(PRICE, 0.0, T0 + 21 * S, pods=[late], pool_of=lambda _label: None)
+        ).attempts
+        == []
+    )
 
 
 def _preempted(**status: Any) -> Any:
@@ -273,14 +282,14 @@ def test_a_preempted_attempt_closes_with_the_lost_work_its_resume_decided_not_be
     # An S3 checkpoint is found by the resume's lookup, after the retry is admitted: until that
     # decision is recorded, closing attempt 0 would count all of its 59 s as lost, for good.
     pods = [_pod(0, attempt=0, phase="Failed", started=T0 + S, finished=T0 + 60 * S, held=True)]
-    early = accrual.accrue(_preempted(), None, PRICE, 0.0, T0 + 62 * S, failed_price=PRICE, pods=pods)
+    early = accrual.accrue(_preempted(), None, accrual.Tick(PRICE, 0.0, T0 + 62 * S, failed_price=PRICE, pods=pods))
     (first,) = [a for a in early.attempts if a.attempt == 0]
     assert first.end is None and _seconds(early) == pytest.approx(2 * 59)
     resumed = _preempted(
         failure={"lostDeviceSeconds": 30.0},
         resume={"attempt": 1, "resumeFrom": "s3://b/run/step-3", "source": "s3"},
     )
-    cost = accrual.accrue(resumed, early, PRICE, 0.0, T0 + 64 * S, failed_price=PRICE, pods=pods)
+    cost = accrual.accrue(resumed, early, accrual.Tick(PRICE, 0.0, T0 + 64 * S, failed_price=PRICE, pods=pods))
     (first,) = [a for a in cost.attempts if a.attempt == 0]
     assert first.end == _ts(T0 + 60 * S) and first.lost_device_seconds == pytest.approx(30.0)
     assert ledger.totals(cost).lost_device_seconds == pytest.approx(30.0)

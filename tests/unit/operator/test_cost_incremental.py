@@ -90,8 +90,8 @@ def test_extending_the_open_interval_gives_the_full_recomputes_ledger(ops: list[
         elif op == "finish" and job.phase is JobPhase.RUNNING:
             done = {"phase": JobPhase.SUCCEEDED, "completion_time": stamp_exact(now)}
             job = dataclasses.replace(job, status=job.status.model_copy(update=done))
-        full = accrual.accrue(job, known, price, idle, now, pods=pods)
-        out, memo = accrual.step(memo, job, known=known, price=price, idle=idle, now=now, pods=pods)
+        full = accrual.accrue(job, known, accrual.Tick(price, idle, now, pods=pods))
+        out, memo = accrual.step(memo, job, known, accrual.Tick(price, idle, now, pods=pods))
         assert _wire(out) == _wire(full), (op, arg)
         final = out
         if op == "write" and arg[1]:
@@ -115,7 +115,7 @@ def test_the_shortcut_is_taken_when_only_the_time_moved(monkeypatch: pytest.Monk
     pods = [dataclasses.replace(p, started=T0) for p in pods]
     price = accrual.Price(3.6, 8.0)
     now = T0 + dt.timedelta(hours=1)
-    first, memo = accrual.step(None, job, known=None, price=price, idle=0.0, now=now, pods=pods)
+    first, memo = accrual.step(None, job, None, accrual.Tick(price, 0.0, now, pods=pods))
     assert memo is not None
     memo.final = first
     calls: list[object] = []
@@ -127,12 +127,12 @@ def test_the_shortcut_is_taken_when_only_the_time_moved(monkeypatch: pytest.Monk
 
     monkeypatch.setattr(accrual, "accrue", counting)
     later = now + HOUR
-    second, memo2 = accrual.step(memo, job, known=first, price=price, idle=0.0, now=later, pods=pods)
+    second, memo2 = accrual.step(memo, job, first, accrual.Tick(price, 0.0, later, pods=pods))
     assert calls == []  # extended
     assert second.spent_usd == 2 * first.spent_usd
     assert memo2 is not None
     memo2.final = second
-    accrual.step(memo2, job, known=second, price=accrual.Price(2.0, 8.0), idle=0.0, now=later + HOUR, pods=pods)
+    accrual.step(memo2, job, second, accrual.Tick(accrual.Price(2.0, 8.0), 0.0, later + HOUR, pods=pods))
     assert len(calls) == 1  # a new price: the full recompute
-    accrual.step(None, job, known=second, price=price, idle=0.0, now=later + HOUR, pods=pods)
+    accrual.step(None, job, second, accrual.Tick(price, 0.0, later + HOUR, pods=pods))
     assert len(calls) == 2  # no memo (a restart): the full recompute

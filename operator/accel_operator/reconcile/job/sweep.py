@@ -50,29 +50,19 @@ class Kind(enum.Enum):
 
 
 @dataclass(frozen=True, slots=True)
-class DeletePod:
-    """Delete one pod of ours that runs outside any workload the operator accounts for."""
-
-    name: str
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
 class Stray:
-    """One object to delete: the job it names (``job``: its view when it exists, for the event),
-    the typed action, why, and a sentence for the event or the log."""
+    """One object to delete, a batch Job (its pods go with it) or a pod of ours: the job it names
+    (``job``: its view when it exists, for the event), what it is and its name, why, and a
+    sentence for the event or the log."""
 
     key: JobKey
     namespace: str
     job: JobView | None
-    action: act.DeleteWorkload | DeletePod
+    kind: Kind
+    name: str
     reason: Reason
     message: str
     attempt: int | None
-
-    @property
-    def kind(self) -> Kind:
-        return Kind.WORKLOAD if isinstance(self.action, act.DeleteWorkload) else Kind.POD
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +92,21 @@ def _why(job: JobView | None, attempt: int | None, owner_uid: str | None, *, che
     if attempt is not None and attempt < job.status.attempt:
         return Reason.OLD_ATTEMPT
     return None
+
+
+def _stray(kind: Kind, obj: WorkloadView | PodView, key: JobKey, *, job: JobView | None, reason: Reason) -> Stray:
+    """``obj`` (of ``key``'s job: a pod's is known by then) as a stray to delete for ``reason``."""
+    what = f"batch Job {obj.name}" if kind is Kind.WORKLOAD else f"pod {obj.name}"
+    return Stray(
+        key=key,
+        namespace=obj.namespace,
+        job=job if reason is not Reason.JOB_GONE else None,
+        kind=kind,
+        name=obj.name,
+        reason=reason,
+        message=_sentence(what, reason, key, obj.attempt, job),
+        attempt=obj.attempt,
+    )
 
 
 def _sentence(what: str, reason: Reason, key: JobKey, attempt: int | None, job: JobView | None) -> str:
@@ -142,18 +147,7 @@ def sweep(
         reason = _why(job, w.attempt, w.owner_uid, check_owner=True)
         if reason is None or not ripe(w.job, w.created, reason):
             continue
-        what = f"batch Job {w.name}"
-        out.append(
-            Stray(
-                key=w.job,
-                namespace=w.namespace,
-                job=job if reason is not Reason.JOB_GONE else None,
-                action=act.DeleteWorkload(w.name, reason.value),
-                reason=reason,
-                message=_sentence(what, reason, w.job, w.attempt, job),
-                attempt=w.attempt,
-            )
-        )
+        out.append(_stray(Kind.WORKLOAD, w, w.job, job=job, reason=reason))
     # A mapping or set is asked as it is: the engine passes the snapshot's workloads, every one,
     # on every pass (a copy of it was most of the sweep's cost).
     names: Container[tuple[str, str]] = existing if isinstance(existing, Mapping | AbstractSet) else set(existing)
@@ -166,15 +160,5 @@ def sweep(
         reason = _why(job, p.attempt, None, check_owner=False)
         if reason is None or not ripe(p.job, p.created, reason):
             continue
-        out.append(
-            Stray(
-                key=p.job,
-                namespace=p.namespace,
-                job=job if reason is not Reason.JOB_GONE else None,
-                action=DeletePod(p.name, reason.value),
-                reason=reason,
-                message=_sentence(f"pod {p.name}", reason, p.job, p.attempt, job),
-                attempt=p.attempt,
-            )
-        )
+        out.append(_stray(Kind.POD, p, p.job, job=job, reason=reason))
     return Sweep(tuple(out), tuple(sorted(later.items())))
