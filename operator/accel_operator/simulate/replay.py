@@ -39,7 +39,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from typing import Any, TypeVar, TypeVarTuple
 
-from accel_api import catalog
+from accel_api import bounds, catalog
 from accel_api.enums import BudgetPeriod, CapacityType, JobPhase, SpotPolicy
 from accel_api.job import AcceleratorJobSpec, AcceleratorJobStatus
 from accel_api.policy import AcceleratorPolicy, AcceleratorPolicyStatus
@@ -429,8 +429,15 @@ class Replay:
             spot = self.pool_spec[chosen].capacity_type is CapacityType.SPOT
             placement = p.model_copy(update={"pools": [chosen], "min_devices": devices, "max_devices": devices})
             policy = SpotPolicy.REQUIRE if spot else SpotPolicy.NEVER
+            # No cap on preemptions: Kueue admits by quota alone, and the Job controller recreates
+            # a pod the cloud took back under the same admission, however often. The job's own
+            # spot.maxPreemptions is this engine's rule: kept, the planner refused a long gang on
+            # a busy spot flavor for the preemptions it expects, and the baseline never ran it.
             pinned = a.spec.model_copy(
-                update={"placement": placement, "spot": a.spec.spot.model_copy(update={"policy": policy})}
+                update={
+                    "placement": placement,
+                    "spot": a.spec.spot.model_copy(update={"policy": policy, "max_preemptions": bounds.PREEMPTIONS}),
+                }
             )
             self._submit(a, pinned)
             self.records[(a.team, a.name)].flavor = chosen

@@ -151,6 +151,20 @@ def test_a_failing_worker_is_reported_with_its_strategy(
         main.main(["simulate", "--trace", str(path), "--pools", str(pools), "--workers", "2", "-o", "json"])
 
 
+def test_ordered_flavors_runs_a_long_gang_on_a_busy_spot_flavor_however_often_it_is_preempted() -> None:
+    # The first 70B gang takes 64 of h100-spot-a's 96 devices, so the second goes to h100-spot-b
+    # (0.15 preemptions a node-hour, 8 nodes: about 50 expected over its run, more than the
+    # compact form's spot.maxPreemptions 20). Kueue admits by quota and does not count them; the
+    # engine's planner would refuse that pinned plan, so the baseline must not carry the cap.
+    big = {"model": "llama-3-70b", "tokens": 8 * 10**9, "devices": 64, "checkpointMinutes": 30}
+    arrivals = trace.read_trace("\n".join([_line(**big), _line(submit=10, **big)]))
+    result = replay.replay(trace.read_pools(POOLS), arrivals, seed=3, strategy=replay.STRATEGIES["ordered-flavors"])
+    out = figures.figures(result)
+    assert out["failed_for_memory"] == 0 and out["succeeded"] == 2
+    second = result.records[("research", "job-000002")]
+    assert second.pool == "h100-spot-b" and second.preemptions > 20
+
+
 def test_ordered_flavors_takes_spot_first_and_knows_no_memory() -> None:
     # A 70B model on one device: the baseline sizes it as submitted and pins it to the first spot
     # flavor with room, where it cannot fit in memory; the small job runs on spot.
