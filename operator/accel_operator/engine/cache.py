@@ -26,6 +26,7 @@ from types import MappingProxyType
 from typing import Any
 
 from accel_api.durations import later, parse_time
+from accel_operator.engine.versioned import Plus, Versioned
 from accel_operator.reconcile.common import node_capacity
 from accel_operator.reconcile.common.policy_inputs import PolicyInputs
 from accel_operator.reconcile.common.reports import ReportView
@@ -83,16 +84,18 @@ def grew(old: PoolCapacity | None, new: PoolCapacity) -> bool:
 @dataclass
 class Observed:
     pools: dict[str, PoolView] = field(default_factory=dict)
-    nodes: dict[str, NodeView] = field(default_factory=dict)
+    # The maps each snapshot carries whole are Versioned: a snapshot takes a frozen view of each in
+    # O(1) instead of a copy (engine/versioned.py), so a pass costs what changed, not what is kept.
+    nodes: Versioned[str, NodeView] = field(default_factory=Versioned)
     pool_nodes: dict[str, dict[str, NodeView]] = field(default_factory=dict)
-    used: dict[str, int] = field(default_factory=dict)  # node -> devices of its bound, running pods
-    pods_by_job: dict[JobKey, tuple[PodView, ...]] = field(default_factory=dict)
-    jobs: dict[JobKey, JobView] = field(default_factory=dict)
+    used: Versioned[str, int] = field(default_factory=Versioned)  # node -> devices of its bound, running pods
+    pods_by_job: Versioned[JobKey, tuple[PodView, ...]] = field(default_factory=Versioned)
+    jobs: Versioned[JobKey, JobView] = field(default_factory=Versioned)
     # The jobs that wait (neither holding devices nor at rest): what a pass after a pool grew
     # looks through, without a scan of every job the cluster keeps (most of them at rest).
     waiting: set[JobKey] = field(default_factory=set)
-    workloads: dict[WorkloadKey, WorkloadView] = field(default_factory=dict)
-    reservations: dict[JobKey, Reservation] = field(default_factory=dict)
+    workloads: Versioned[WorkloadKey, WorkloadView] = field(default_factory=Versioned)
+    reservations: Versioned[JobKey, Reservation] = field(default_factory=Versioned)
     pool_reservations: dict[str, dict[JobKey, Reservation]] = field(default_factory=dict)
     capacity: dict[str, PoolCapacity] = field(default_factory=dict)
     # The indexes each snapshot carries (Snapshot.pool_nodes, .holders, .markers): frozen values,
@@ -168,29 +171,28 @@ class Observed:
                 self.pools[name] = view
         self._read_reports(idx)
         found = [n for store in idx.nodes.values() if (n := _first(store)) is not None]
-        self.nodes = {n.name: n for n in self._judged(found, now, stale_after)}
+        self.nodes = Versioned((n.name, n) for n in self._judged(found, now, stale_after))
         self.judged = {name: seen for name, seen in self.judged.items() if name in self.nodes}
         self.pool_nodes = {p: {} for p in self.pools}
         for node in self.nodes.values():
             self._place_node(node)
         self.pool_names = {p: frozenset(m) for p, m in self.pool_nodes.items() if m}
-        self.used = {}
+        used: dict[str, int] = {}
         pods: dict[JobKey, list[PodView]] = {}
         for key, store in idx.pods.items():
             for pod in store:
                 if key == pod.node and not pod.ended:
-                    self.used[pod.node] = self.used.get(pod.node, 0) + pod.devices
+                    used[pod.node] = used.get(pod.node, 0) + pod.devices
                 elif isinstance(key, tuple) and pod.job is not None:
                     pods.setdefault(pod.job, []).append(pod)
-        self.pods_by_job = {k: tuple(v) for k, v in pods.items()}
-        self.jobs = {}
-        for key, store in idx.jobs.items():
-            raw = _first(store)
-            if raw is not None:
-                self.jobs[key] = job_view(raw)
+        self.used = Versioned(used)
+        self.pods_by_job = Versioned((k, tuple(v)) for k, v in pods.items())
+        self.jobs = Versioned(
+            (key, job_view(raw)) for key, store in idx.jobs.items() if (raw := _first(store)) is not None
+        )
         self.waiting = {key for key, job in self.jobs.items() if _waits(job)}
-        self.workloads = {key: w for key, store in idx.workloads.items() if (w := _first(store)) is not None}
-        self.reservations = {}
+        self.workloads = Versioned((key, w) for key, store in idx.workloads.items() if (w := _first(store)) is not None)
+        self.reservations = Versioned()
         self.pool_reservations = {p: {} for p in self.pools}
         for key, job in self.jobs.items():
             r = reservation(job, self.pods_by_job.get(key, ()), now)
@@ -301,25 +303,26 @@ class Observed:
         policy: PolicyInputs | None = None,
         preempted_nodes: frozenset[str] = frozenset(),
     ) -> Snapshot:
-        """A frozen snapshot of what is folded now (copies: later refreshes do not change it);
-        ``created`` are workloads this process made that the watch has not shown yet; ``policy``
-        the folded policies and namespace teams; ``preempted_nodes`` what a cloud API reports."""
-        workloads = dict(self.workloads)
-        for key, w in (created or {}).items():
-            workloads.setdefault(key, w)
+        """A frozen snapshot of what is folded now (frozen views and copies of the small maps: later
+        refreshes do not change it); ``created`` are workloads this process made that the watch has
+        not shown yet; ``policy`` the folded policies and namespace teams; ``preempted_nodes`` what a
+        cloud API reports. O(pools) and O(created): the large maps are views, not copies."""
+        workloads: Mapping[WorkloadKey, WorkloadView] = self.workloads.frozen()
+        if created:
+            workloads = Plus(workloads, created)
         return Snapshot(
             now=now,
             pools=MappingProxyType(dict(self.pools)),
             capacity=MappingProxyType(dict(self.capacity)),
-            jobs=MappingProxyType(dict(self.jobs)),
-            workloads=MappingProxyType(workloads),
-            pods_by_job=MappingProxyType(dict(self.pods_by_job)),
-            reservations=MappingProxyType(dict(self.reservations)),
+            jobs=self.jobs.frozen(),
+            workloads=workloads,
+            pods_by_job=self.pods_by_job.frozen(),
+            reservations=self.reservations.frozen(),
             plans={},
             policy=policy if policy is not None else PolicyInputs(),
-            reports=MappingProxyType(dict(self.reports)),
-            nodes=MappingProxyType(dict(self.nodes)),
-            node_used=MappingProxyType(dict(self.used)),
+            reports=MappingProxyType(self.reports),  # replaced whole by each refresh, never changed
+            nodes=self.nodes.frozen(),
+            node_used=self.used.frozen(),
             preempted_nodes=preempted_nodes,
             pool_nodes=MappingProxyType(dict(self.pool_names)),
             holders=MappingProxyType(dict(self.holders)),

@@ -1,12 +1,14 @@
 """The reservations a pass adds onto a snapshot (snapshot._Layered): each view is the mapping a
-plain dict copy would be, whether admissions chain, branch from an older view or re-add a key."""
+plain dict copy would be, whether admissions chain, branch from an older view or re-add a key;
+and a pool's reservations read by the holders index match a scan of every one."""
 
 from __future__ import annotations
 
+import datetime as dt
 import random
 from collections.abc import Mapping
 
-from accel_operator.reconcile.common.snapshot import JobKey, Reservation, _Layered
+from accel_operator.reconcile.common.snapshot import JobKey, Reservation, Snapshot, _Layered
 
 
 def _r(name: str, nodes: int) -> Reservation:
@@ -68,3 +70,26 @@ def test_random_chains_and_branches_match_dict_copies() -> None:
         wants.append({**wants[at], key: r})
     for view, want in zip(views, wants, strict=True):
         assert dict(view) == want and len(view) == len(want)
+
+
+def test_a_pools_reservations_by_the_holders_index_match_a_scan() -> None:
+    """``Snapshot.reservations_in`` (what ``decide.blocked_for`` reads per waiting head) answers
+    from the holders index and the pass's log what a scan of every reservation answers, through
+    chains, branches and keys re-added in another pool."""
+    rnd = random.Random(4)
+    pools = ("p", "q", "r")
+    base = {("ns", f"b{i}"): Reservation(("ns", f"b{i}"), rnd.choice(pools), 1, 8) for i in range(12)}
+    holders = {p: frozenset(k for k, r in base.items() if r.pool == p) for p in pools}
+    views: list[Mapping[JobKey, Reservation]] = [base]
+    for i in range(120):
+        under = rnd.choice(views[-3:])
+        key = rnd.choice([*base, *(("ns", f"j{j}") for j in range(i))] or [("ns", "j0")])
+        views.append(_Layered.on(under, key, Reservation(key, rnd.choice(pools), 1, 8)))
+    for view in views:
+        snap = Snapshot(dt.datetime(2026, 1, 1), {}, {}, {}, {}, {}, view, holders=holders)
+        scan = Snapshot(dt.datetime(2026, 1, 1), {}, {}, {}, {}, {}, view)
+        for pool in pools:
+            assert sorted(map(repr, snap.reservations_in(pool))) == sorted(map(repr, scan.reservations_in(pool)))
+            assert sorted(map(repr, scan.reservations_in(pool))) == sorted(
+                repr(r) for r in view.values() if r.pool == pool
+            )

@@ -321,3 +321,32 @@ def test_a_capacity_pass_decides_again_only_the_head_and_the_shapes_that_fit_now
     assert sched.applier.overlay[("ns", "one")].status.phase is JobPhase.ADMITTED
     for name in ("head", "big", "two"):
         assert w.jobs[("ns", name)][0].phase is JobPhase.PENDING, name
+
+
+def _contents(snap: Snapshot) -> dict[str, Any]:
+    """Everything a snapshot shows, copied out (what it showed when it was taken)."""
+    return {
+        name: {k: getattr(snap, name)[k] for k in getattr(snap, name)} | {"len": len(getattr(snap, name))}
+        for name in ("jobs", "workloads", "pods_by_job", "reservations", "nodes", "node_used", "capacity")
+    }
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_later_refresh_never_reaches_an_earlier_snapshot(seed: int) -> None:
+    """The pure pass decides on one picture (and the accountant reads its snapshot in a thread
+    while the next pass refreshes): snapshots are frozen views, not copies, so every one taken
+    along random events must still show, after all of them, exactly what it showed when taken.
+    Some are dropped along the way (the cache forgets what no live snapshot can ask for)."""
+    d = Driver(seed)
+    held: list[tuple[Snapshot, dict[str, Any]]] = []
+    for i in range(80):
+        for _ in range(d.rng.randrange(1, 4)):
+            d.step()
+        snap, _grown = d.sched._observe(T0)
+        held.append((snap, _contents(snap)))
+        if i % 3 == 0:
+            held.pop(d.rng.randrange(len(held)))  # dropped: its history may go
+        if i % 20 == 19:
+            d.sched.observed.invalidate()  # a rebuild: the maps are replaced, old views kept
+    for snap, then in held:
+        assert _contents(snap) == then

@@ -95,3 +95,27 @@ def test_the_plans_kept_stay_bounded_by_the_waiting_jobs(monkeypatch: pytest.Mon
         assert sched.plans.entry(w.jobs[("ns", "big")][0]) is not None  # the waiting job keeps its plan
 
     asyncio.run(run())
+
+
+def test_no_pass_keeps_its_snapshot_so_the_cache_keeps_no_history() -> None:
+    # A snapshot is a frozen view of the cache's maps (engine/versioned.py): while one is alive, each
+    # change keeps the value it replaced. Nothing the loop keeps may hold a pass's snapshot, or that
+    # history would grow with every change for as long as it is held.
+    async def run() -> None:
+        w = _burst(6)
+        sched = w.scheduler
+        await sched.step()
+        await asyncio.gather(*sched.applier.in_flight)
+        for i in range(3):  # jobs come and go between passes
+            w.job(f"n{i}", "p", devices=1)
+            sched.mark(("ns", f"n{i}"))
+            del w.jobs[("ns", f"j{i}")]
+            sched.forget(("ns", f"j{i}"))
+            await sched.step()
+            await asyncio.gather(*sched.applier.in_flight)
+        o = sched.observed
+        maps = (o.jobs, o.workloads, o.pods_by_job, o.reservations, o.nodes, o.used)
+        assert all(not m._views for m in maps)
+        assert all(not m._undo for m in maps)
+
+    asyncio.run(run())

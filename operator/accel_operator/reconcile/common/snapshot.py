@@ -405,23 +405,42 @@ class _Layered(Mapping[JobKey, Reservation]):
     Adding onto a view that is not the log's newest (a branch), or a key already added, copies
     the view's entries into a new log, so no older view ever sees a later admission."""
 
-    __slots__ = ("_base", "_log", "_n")
+    __slots__ = ("_base", "_by_pool", "_log", "_n")
 
-    def __init__(self, base: Mapping[JobKey, Reservation], log: dict[JobKey, tuple[int, Reservation]], n: int) -> None:
+    def __init__(
+        self,
+        base: Mapping[JobKey, Reservation],
+        log: dict[JobKey, tuple[int, Reservation]],
+        n: int,
+        by_pool: dict[str, list[tuple[int, JobKey]]],
+    ) -> None:
         self._base = base
         self._log = log  # key -> (position, reservation), positions 0..len-1 in insertion order
         self._n = n
+        # pool -> [(position, key)] of the log (shared with it): a pool's added reservations
+        # without a scan of everything the pass admitted (decide.blocked_for, per waiting head).
+        self._by_pool = by_pool
 
     @classmethod
     def on(cls, under: Mapping[JobKey, Reservation], key: JobKey, r: Reservation) -> _Layered:
         if not isinstance(under, _Layered):
-            return cls(under, {key: (0, r)}, 1)
-        log = under._log
+            return cls(under, {key: (0, r)}, 1, {r.pool: [(0, key)]})
+        log, by_pool = under._log, under._by_pool
         if len(log) != under._n or key in log:  # a branch, or a key the log holds: copy what it sees
             kept = [(k, v) for k, v in under._added_items() if k != key]
             log = {k: (i, v) for i, (k, v) in enumerate(kept)}
+            by_pool = {}
+            for i, (k, v) in enumerate(kept):
+                by_pool.setdefault(v.pool, []).append((i, k))
+        by_pool.setdefault(r.pool, []).append((len(log), key))
         log[key] = (len(log), r)
-        return cls(under._base, log, len(log))
+        return cls(under._base, log, len(log), by_pool)
+
+    def added_in(self, pool: str) -> Iterator[tuple[JobKey, Reservation]]:
+        """The reservations this view adds in ``pool``."""
+        for pos, key in self._by_pool.get(pool, ()):
+            if pos < self._n:
+                yield key, self._log[key][1]
 
     def _added_items(self) -> Iterator[tuple[JobKey, Reservation]]:
         for k, (pos, v) in self._log.items():
@@ -480,6 +499,18 @@ class Snapshot:
         cap[pool] = cap[pool].take(gang)
         added = Reservation(key, pool, gang.nodes, gang.per_node, 0, expected_end)
         return replace(self, capacity=MappingProxyType(cap), reservations=_Layered.on(self.reservations, key, added))
+
+    def reservations_in(self, pool: str) -> list[Reservation]:
+        """The reservations held in ``pool``, this pass's admissions included: by the holders
+        index and the pass's log when the snapshot has them (O(what the pool holds)), else a scan."""
+        res = self.reservations
+        if self.holders is None:
+            return [r for r in res.values() if r.pool == pool]
+        held = self.holders.get(pool, frozenset())
+        out = [r for k in held if (r := res.get(k)) is not None and r.pool == pool]
+        if isinstance(res, _Layered):
+            out.extend(r for k, r in res.added_in(pool) if k not in held)
+        return out
 
     def with_blocked(self, pool: str, blocked: Blocked) -> Snapshot:
         if pool in self.blocked:

@@ -113,9 +113,7 @@ def blocked_for(snapshot: Snapshot, job: JobView, pool: str, gang: Gang, now: dt
     free = cap.free_devices
     if free >= gang.devices:
         return Blocked(job.key, gang, now, free - gang.devices)
-    ends = sorted(
-        (r.expected_end, r.devices) for r in snapshot.reservations.values() if r.pool == pool and r.expected_end
-    )
+    ends = sorted((r.expected_end, r.devices) for r in snapshot.reservations_in(pool) if r.expected_end)
     for end, devices in ends:
         free += devices
         if free >= gang.devices:
