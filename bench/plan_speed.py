@@ -6,8 +6,11 @@ spot, with 1–16 nodes (270 pool × device-count candidates). Prints the median
 of ``selection.plan`` (target < 1.5 ms, the planner issue's), of a job planned again, and of ``plan`` followed by
 ``reconcile.status.plan_status`` (what the operator does, formatting every reason), then the CPU time of the
 process per new plan (``time.process_time_ns``: on a loaded machine the wall time also counts the time the
-process waited for a core; its CPU time does not) and the load averages. Timings on a shared machine are
-noisy: compare medians, and CPU times when the load is high.
+process waited for a core; its CPU time does not), the CPU time of a new job pinned to one of the pools
+(``placement.pools``) planned as the scheduler plans it, with the pools' index (``eligible.PoolIndex``:
+the 49 pools it leaves out are counted, not planned), alone and with its ``plan_write`` (its status
+form, as the scheduler keeps it), and the load averages. Timings on a shared machine are noisy:
+compare medians, and CPU times when the load is high.
 
 Run: ``PYTHONPATH=operator python bench/plan_speed.py [ITERATIONS]``
 """
@@ -24,9 +27,9 @@ from accel_api import catalog
 from accel_api.enums import CapacityType, Provider
 from accel_api.job import AcceleratorJobSpec
 from accel_api.pool import AcceleratorPoolSpec
-from accel_operator.planning import candidates, selection
+from accel_operator.planning import candidates, eligible, selection
 from accel_operator.planning.cache import PlanCache
-from accel_operator.reconcile.job.status import plan_status
+from accel_operator.reconcile.job.status import plan_status, plan_write
 
 TARGET_SECONDS = 0.0015
 
@@ -127,6 +130,21 @@ def main(argv: Sequence[str]) -> int:
         t0 = time.perf_counter()
         plan_status(selection.plan(unseen, offers, cat, cache=cache))
         status.append(time.perf_counter() - t0)
+    index = eligible.PoolIndex.of(((o.name, o.spec.accelerator) for o in offers), cat)
+    pinned, pinned_status = [], []
+    for i in range(2 * iterations):  # each to one pool in turn, another token count each
+        spec = job(10**12 + i)
+        spec = spec.model_copy(
+            update={"placement": spec.placement.model_copy(update={"pools": [offers[i % len(offers)].name]})}
+        )
+        c0 = time.process_time_ns()
+        plan = selection.plan(spec, offers, cat, cache=cache, index=index)
+        c1 = time.process_time_ns()
+        if i % 2:
+            plan_write(plan, cache=cache)
+            pinned_status.append((time.process_time_ns() - c0) / 1e9)
+        else:
+            pinned.append((c1 - c0) / 1e9)
     print(
         f"{len(offers)} pools, {len(first.candidates)} candidates (pool × device count) per plan, "
         f"{iterations} iterations; target < {TARGET_SECONDS * 1e3:.1f} ms"
@@ -135,6 +153,8 @@ def main(argv: Sequence[str]) -> int:
     print(_timed("plan(), the same job again:", warm))
     print(_timed("plan() + to_status(), new job:", status))
     print(_timed("plan(), new job, CPU time:", cpu))
+    print(_timed("pinned to a pool, index, CPU:", pinned))
+    print(_timed("the same + plan_write, CPU:", pinned_status))
     print("load averages (1, 5, 15 min): " + ", ".join(f"{x:.2f}" for x in os.getloadavg()))
     return 0 if _stats(cold)[1] < TARGET_SECONDS else 1
 

@@ -689,9 +689,36 @@ class Alternative(ApiModel):
     reason: bounds.Message
 
 
+class LeftOutReason(ApiModel):
+    """Pools the job's placement filters left out for the same reason: how many, and the first
+    few of them by name."""
+
+    reason: bounds.Message
+    count: Annotated[int, Field(ge=0, le=bounds.STATUS_COUNT_MAX)]
+    pools: Annotated[
+        list[bounds.ObjectName],
+        BeforeValidator(bounds.keep_first(bounds.STATUS_LEFT_OUT_SAMPLE)),
+        Field(max_length=bounds.STATUS_LEFT_OUT_SAMPLE),
+    ] = Field(default_factory=list)
+
+
+class LeftOut(ApiModel):
+    """The pools the job's placement filters (placement.pools, acceleratorKinds,
+    acceleratorTypes) left out, which the planner did not weigh: their count, and per reason
+    (the largest first, at most 8) a count and the first few names."""
+
+    count: Annotated[int, Field(ge=0, le=bounds.STATUS_COUNT_MAX)]
+    by_reason: Annotated[
+        list[LeftOutReason],
+        BeforeValidator(bounds.keep_first(bounds.STATUS_LEFT_OUT_REASONS)),
+        Field(max_length=bounds.STATUS_LEFT_OUT_REASONS),
+    ] = Field(default_factory=list)
+
+
 class PlanStatus(ApiModel):
     """The operator's decision. Explanations are clipped to 1024 characters and at most 20
-    alternatives (one per pool) are kept, so the status stays small whatever the cluster."""
+    alternatives (one per pool weighed) are kept, and the pools the placement left out are
+    counted per reason, so the status stays small whatever the cluster."""
 
     pool: bounds.ObjectName | None = None
     accelerator: bounds.ShortText | None = None
@@ -711,6 +738,7 @@ class PlanStatus(ApiModel):
         BeforeValidator(bounds.keep_first(bounds.STATUS_ALTERNATIVES)),
         Field(max_length=bounds.STATUS_ALTERNATIVES),
     ] = Field(default_factory=list)
+    left_out: LeftOut | None = None
 
 
 class CheckpointStatus(ApiModel):

@@ -207,3 +207,10 @@ class OperatorSettings(BaseSettings):
         description="A spot.policy prefer job preempted this often within the window falls back to on-demand; 0: off.",
     )
     spot_fallback_window_seconds: float = Field(default=3600.0, gt=0, le=7 * 86_400)
+    plans_kept: int = Field(
+        default=4096,
+        ge=0,
+        le=1_000_000,
+        description="Plans the scheduler keeps whole, the ones used last; a waiting job whose plan was let go is "
+        "planned again when it is decided (the same plan): memory against CPU.",
+    )

@@ -74,6 +74,7 @@ class World:
             )
             self._scheduler.indices = self.indices
             self._scheduler.plans = self.plans
+            self.plans.max_built = self.settings.plans_kept  # as the scheduler's own plans take it
         return self._scheduler
 
     def _policies_changed(self) -> None:

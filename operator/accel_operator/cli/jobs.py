@@ -129,6 +129,7 @@ def explain(job: dict[str, Any], pool: dict[str, Any] | None = None, nodes: list
             f"Not {_clip(alt.get('pool', '?'), 253)} ({alt.get('devices', '?')} × "
             f"{_clip(alt.get('accelerator', '?'), 63)}): {_clip(alt.get('reason', ''))}."
         )
+    out += _left_out(plan.get("leftOut"))
     ps = (pool or {}).get("status") or {}
     if pool is not None and ps.get("totalDevices"):  # only a pool status someone wrote: no made-up zeros
         pool_name = _clip((pool.get("metadata") or {}).get("name", ""), 253)
@@ -163,6 +164,25 @@ def explain(job: dict[str, Any], pool: dict[str, Any] | None = None, nodes: list
     if st.get("workload"):
         line = f"It runs as the batch Job {_clip(st['workload'], 253)}"
         out.append(line + (f" on node(s) {', '.join(_clip(n, 253) for n in nodes)}." if nodes else "."))
+    return out
+
+
+def _left_out(left: Any) -> list[str]:
+    """``status.plan.leftOut`` in sentences: per reason, how many pools and the first names (the
+    status keeps at most 5 names and 8 reasons; what is past them is counted)."""
+    if not isinstance(left, dict) or not left.get("count"):
+        return []
+    out, counted = [], 0
+    for r in (left.get("byReason") or [])[:8]:
+        if not isinstance(r, dict):
+            continue
+        count = int(r.get("count") or 0)
+        names = [_clip(n, 253) for n in (r.get("pools") or [])[:5]]
+        shown = ", ".join(names) + (f" and {count - len(names)} more" if count > len(names) else "")
+        out.append(f"Left out by the placement: {count} pool(s) ({shown}): {_clip(r.get('reason', ''))}.")
+        counted += count
+    if int(left["count"]) > counted:
+        out.append(f"Left out by the placement: {int(left['count']) - counted} more pool(s) for other reasons.")
     return out
 
 
@@ -270,6 +290,6 @@ def plan_from_cluster(args: argparse.Namespace) -> int:
     if not plan:
         print(f"{ns}/{args.job} has no plan yet (phase {(job.get('status') or {}).get('phase') or 'none'}).")
         return 0
-    lines = [ln for ln in explain(job) if ln.startswith(("Planned on", "Why this plan", "Not "))]
+    lines = [ln for ln in explain(job) if ln.startswith(("Planned on", "Why this plan", "Not ", "Left out"))]
     print("\n".join(lines) or f"{ns}/{args.job}: no placement ({_clip(plan.get('reason', ''))}).")
     return 0

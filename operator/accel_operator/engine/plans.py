@@ -5,7 +5,7 @@ each with its admission shapes beside it.
 A plan is a function of the job's effective spec and the pools (free capacity only adds notes), so
 thousands of jobs from one template share one plan and one tuple of shapes. A change of the pools
 (:meth:`Plans.pools_changed`) drops them all. Only the plans used last are kept whole
-(:data:`MAX_BUILT`): when jobs name their pools, nearly every waiting job has a plan of its own;
+(:attr:`Plans.max_built`): when jobs name their pools, nearly every waiting job has a plan of its own;
 the other entries keep what a pass reads of a job it skips, and their plan is made again when a
 job of theirs is decided. The shapes live in the same entry as their plan, so they are found by
 the job (never by the plan object's address, which a later plan may reuse).
@@ -42,10 +42,12 @@ MAX_JOB_PLANS = 1_000_000
 # stays within a quarter of what waits, and the pass costs O(1) per link made, amortised (at most
 # five links looked at per link dropped).
 KEEP_SLACK = 1_024
-# The plans kept whole, the ones used last (the others are planned again when a job of theirs is
-# decided, see :class:`Entry`). A plan holds a candidate per pool and device count, some 30 KB at a
-# hundred pools, and about one plan per waiting job when jobs name their pools: 100,000 waiting
-# jobs kept some 2 GB of plans. As many as the planner's own memos of plans keep (4,096).
+# The plans kept whole by default, the ones used last (the others are planned again when a job of
+# theirs is decided, see :class:`Entry`); the operator's setting ``plans_kept`` (its env
+# ACCEL_OPERATOR_PLANS_KEPT) sets it. A plan holds a candidate per device count of each pool the
+# job may use, and there is about one plan per waiting job when jobs name their pools: 100,000
+# waiting jobs kept some 2 GB of plans when a plan also held a candidate per pool left out. As
+# many as the planner's own memos of plans keep (4,096).
 MAX_BUILT = 4_096
 
 
@@ -60,7 +62,7 @@ class Entry:
     """One cached plan and, once asked for, its admission shapes (and each one's expected
     seconds, which decide whether it may backfill around a pool's head).
 
-    The plan itself is kept for the :data:`MAX_BUILT` entries used last only (``plan`` None for
+    The plan itself is kept for the :attr:`Plans.max_built` entries used last only (``plan`` None for
     the others): ``make`` plans it again from the very inputs it was planned from (the spec, the
     offers of that moment, the pools' index), which gives an equal plan, so a waiting job that is
     decided again reads the same plan whether it was kept or not. The shapes, the durations and
@@ -116,8 +118,9 @@ class Plans:
     # admission replaces its own pool's capacity and no other, so a new plan reads the free
     # devices of the pools that changed instead of every node of the fleet (O(N) per new plan).
     offers: dict[str, tuple[PoolView, PoolCapacity, PoolOffer]] = field(default_factory=dict)
-    # The entries whose plan is kept whole, the last used last (see MAX_BUILT).
+    # The entries whose plan is kept whole, the last used last, at most ``max_built`` of them.
     built: dict[tuple[bytes, int], Entry] = field(default_factory=dict)
+    max_built: int = MAX_BUILT
     # The list of offers :meth:`pool_offers` gave last: given again while no pool's offer changed,
     # so the entries planned meanwhile share one list to plan again from.
     _offered: list[PoolOffer] = field(default_factory=list)
@@ -215,7 +218,7 @@ class Plans:
 
     def _kept(self, entry: Entry) -> Plan:
         """``entry``'s plan, made again if it was let go, and kept as the one used last; the
-        plan used longest ago past :data:`MAX_BUILT` is let go."""
+        plan used longest ago past :attr:`max_built` is let go."""
         plan = entry.planned()
         entry.plan = plan
         key = entry.spec_key
@@ -225,7 +228,7 @@ class Plans:
         if old is not None and old is not entry:
             old.drop_plan(self.cache)  # an entry of the same key from before the plans were emptied
         self.built[key] = entry
-        while len(self.built) > MAX_BUILT:
+        while len(self.built) > self.max_built:
             oldest = next(iter(self.built))
             self.built.pop(oldest).drop_plan(self.cache)
         return plan

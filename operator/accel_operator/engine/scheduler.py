@@ -103,7 +103,7 @@ class Scheduler:
         node_writer: NodeWriter | None,
         checkpoints: CheckpointStore | None,
     ) -> None:
-        self.plans = Plans(self.catalog)
+        self.plans = Plans(self.catalog, max_built=self.settings.plans_kept)
         self.applier = Applier(
             engine=self, writer=writer, workloads=workloads, node_writer=node_writer, checkpoints=checkpoints
         )

@@ -11,6 +11,7 @@ import hashlib
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from accel_api import bounds
 from accel_api.catalog import Accelerator
 from accel_api.enums import CapacityType
 from accel_api.job import AcceleratorJobSpec
@@ -108,6 +109,37 @@ class Candidate(NamedTuple):
         return len(self.source.problems) + self.failed.bit_count()
 
 
+# Pools named per reason in a plan's summary of the pools its placement leaves out (the first,
+# in the order they were offered): the count says how many, the names say which kind of pool.
+LEFT_OUT_SAMPLE = bounds.STATUS_LEFT_OUT_SAMPLE
+
+
+class LeftOutGroup(NamedTuple):
+    """Pools the placement's filters leave out for the same reasons: the filters' sentences (as
+    the planner writes them for such a pool), how many pools, and the first few by name."""
+
+    reasons: tuple[str, ...]
+    total: int  # pools (a NamedTuple's ``count`` is tuple.count)
+    pools: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class LeftOut:
+    """The pools the job's placement filters leave out (``placement.pools``, ``acceleratorKinds``,
+    ``acceleratorTypes``), summarised: none of their placements may win, so the planner builds no
+    candidate for them (at a hundred pools most of a pinned job's pools), only this, one per
+    placement and set of offered pools, shared by every plan of that placement."""
+
+    count: int = 0
+    groups: tuple[LeftOutGroup, ...] = ()
+
+    def __bool__(self) -> bool:
+        return self.count > 0
+
+
+NO_LEFT_OUT = LeftOut()
+
+
 def spec_digest(spec: AcceleratorJobSpec) -> bytes:
     """An exact, cheap-to-compare name of ``spec``'s value: a digest of its canonical JSON. Equal
     specs have equal digests; specs that differ in any field (a team, a priority) do not."""
@@ -118,7 +150,8 @@ def spec_digest(spec: AcceleratorJobSpec) -> bytes:
 class Plan:
     """Where a job should run: every candidate (ranked feasible ones first, then the rest), the
     winner and the decision in one sentence. ``profile`` and ``spec`` are the job it is for;
-    ``digest`` is :func:`spec_digest` of ``spec`` (made here when not given)."""
+    ``digest`` is :func:`spec_digest` of ``spec`` (made here when not given); ``left_out`` the
+    pools the placement's filters left out, which have no candidates (planned with a pool index)."""
 
     spec: AcceleratorJobSpec
     profile: JobProfile
@@ -127,6 +160,7 @@ class Plan:
     winner: Candidate | None
     reason: str
     digest: bytes = b""
+    left_out: LeftOut = NO_LEFT_OUT
 
     def __post_init__(self) -> None:
         if not self.digest:
@@ -155,6 +189,7 @@ class Plan:
             and self.reason == other.reason
             and self.profile == other.profile
             and self.winner == other.winner
+            and self.left_out == other.left_out
             and self.candidates == other.candidates
         )
 

@@ -5,9 +5,10 @@ A job may only run on the pools its ``placement.pools`` names, of the kinds its
 ``placement.acceleratorKinds`` allows and the types its ``placement.acceleratorTypes`` lists. Any
 pool that fails one of these has a pool-level problem, so none of its placements can win: planning
 it (a skeleton of every device count, each priced) only filled its line in the status. With an
-index, :func:`selection.plan` plans the other pools in full and gives each left-out pool one
-candidate without figures that says which filter left it out — the sentences the full planner
-writes first for it — found here once per placement, not per job.
+index, :func:`selection.plan` plans the other pools in full and builds nothing per left-out pool:
+the plan carries a :class:`~candidates.LeftOut`, the left-out pools counted per reason (the
+sentences the full planner writes first for such a pool) with the first few names, made here
+once per placement and set of offered pools and shared by every plan of them, not per job.
 """
 
 from __future__ import annotations
@@ -18,9 +19,13 @@ from dataclasses import dataclass, field
 from accel_api.catalog import Catalog
 from accel_api.enums import AcceleratorKind
 from accel_api.job import Placement
+from accel_operator.planning.candidates import LEFT_OUT_SAMPLE, LeftOut, LeftOutGroup
 
 # Placements whose left-out pools are kept, per index (a bound on memory, not a tuning).
 MAX_PLACEMENTS = 4096
+# Summaries kept per placement, one per set of offered pools (the scheduler offers every pool, or
+# the ones a team's policies allow: a few sets); a bound on memory, not a tuning.
+MAX_SUMMARIES = 16
 
 # (pools, kinds, types) of a placement: all that decides which pools it leaves out.
 _Filters = tuple[tuple[str, ...], tuple[AcceleratorKind, ...], tuple[str, ...]]
@@ -36,6 +41,33 @@ class Pool:
 
 
 @dataclass
+class LeftOutPools:
+    """The pools one placement's filters leave out, each with the filters' sentences, and the
+    summaries of them made for the sets of pools offered (kept: a plan of that placement and
+    those pools shares one instead of building its own)."""
+
+    reasons: Mapping[str, tuple[str, ...]]
+    _summaries: dict[tuple[str, ...], LeftOut] = field(default_factory=dict)
+
+    def summary(self, names: tuple[str, ...]) -> LeftOut:
+        """The summary of ``names`` (pools of :attr:`reasons`, in the order offered): a count
+        and the first few names per distinct reasons, the largest groups first."""
+        found = self._summaries.get(names)
+        if found is None:
+            groups: dict[tuple[str, ...], list[str]] = {}
+            for name in names:
+                groups.setdefault(self.reasons[name], []).append(name)
+            ordered = sorted(groups.items(), key=lambda g: -len(g[1]))  # stable: first offered first
+            found = LeftOut(
+                len(names), tuple(LeftOutGroup(why, len(ns), tuple(ns[:LEFT_OUT_SAMPLE])) for why, ns in ordered)
+            )
+            if len(self._summaries) >= MAX_SUMMARIES:
+                self._summaries.clear()
+            self._summaries[names] = found
+        return found
+
+
+@dataclass
 class PoolIndex:
     """The pools by name, by accelerator and by kind, and per placement the pools it leaves out
     with the reasons (kept for the index's life: built anew when the pools change)."""
@@ -43,7 +75,7 @@ class PoolIndex:
     pools: Mapping[str, Pool]
     by_kind: Mapping[AcceleratorKind, frozenset[str]]
     by_accelerator: Mapping[str, frozenset[str]]
-    _left_out: dict[_Filters, Mapping[str, tuple[str, ...]]] = field(default_factory=dict)
+    _left_out: dict[_Filters, LeftOutPools] = field(default_factory=dict)
 
     @classmethod
     def of(cls, pools: Iterable[tuple[str, str]], catalog: Catalog) -> PoolIndex:
@@ -72,6 +104,10 @@ class PoolIndex:
     def left_out(self, placement: Placement) -> Mapping[str, tuple[str, ...]]:
         """The pools ``placement``'s filters leave out, each with the filters' sentences, worded
         and ordered as the planner's pool-level problems (:func:`selection._pool_problems`)."""
+        return self.left_out_pools(placement).reasons
+
+    def left_out_pools(self, placement: Placement) -> LeftOutPools:
+        """:meth:`left_out` with the summaries made of it (kept per placement)."""
         key: _Filters = (
             tuple(placement.pools),
             tuple(placement.accelerator_kinds),
@@ -81,7 +117,7 @@ class PoolIndex:
         if found is None:
             if len(self._left_out) >= MAX_PLACEMENTS:
                 self._left_out.clear()
-            found = self._left_out[key] = self._build(*key)
+            found = self._left_out[key] = LeftOutPools(self._build(*key))
         return found
 
     def _build(

@@ -136,8 +136,26 @@ def pool_reasons(plan: Plan) -> tuple[tuple[str, str], ...]:
     return tuple((c.pool, "; ".join(reasons(c)) or "chosen") for c in cand.best_per_pool(plan.candidates))
 
 
-def decision(job: JobTerms, ranked: list[Candidate], feasible: int) -> str:
-    """The plan's decision in one sentence."""
+def left_out_pools(group: cand.LeftOutGroup) -> str:
+    """The pools of ``group`` as a sentence names them: the first few, and how many more."""
+    names = ", ".join(group.pools)
+    more = group.total - len(group.pools)
+    return f"{names} and {more} more" if more > 0 else names
+
+
+def left_out(left: cand.LeftOut, groups: int = 3) -> str:
+    """The pools the placement left out, per reason (``groups`` reasons at most, the largest
+    first): "p1, p2 and 7 more: not in placement.pools (p0); ..."."""
+    shown = [f"{left_out_pools(g)}: {'; '.join(g.reasons)}" for g in left.groups[:groups]]
+    rest = sum(g.total for g in left.groups[groups:])
+    if rest:
+        shown.append(f"and {rest} more pools left out by the placement")
+    return "; ".join(shown)
+
+
+def decision(job: JobTerms, ranked: list[Candidate], feasible: int, left: cand.LeftOut = cand.NO_LEFT_OUT) -> str:
+    """The plan's decision in one sentence (``left``: the pools the placement left out, which
+    have no candidates)."""
     win = ranked[0] if ranked and ranked[0].rank == 1 else None
     if win is not None and win.cost is not None and win.memory is not None:
         why = "fastest" if job.by_time else "cheapest"
@@ -148,11 +166,12 @@ def decision(job: JobTerms, ranked: list[Candidate], feasible: int) -> str:
             f"{why} of {feasible} feasible placements: {money(win.cost.expected_usd)}, "
             f"{duration(win.cost.expected_seconds)}, {win.memory.footprint_bytes / GB:.1f} GB per device"
         )
-    if not ranked:
+    if not ranked and not left:
         return "no pools to consider"
     best = cand.best_per_pool(ranked)
     shown = [f"{c.pool}: {'; '.join(reasons(c))}" for c in best[:5]]
-    out = f"no feasible placement in {len(best)} pools: " + "; ".join(shown)
     if len(best) > 5:
-        out += f"; and {len(best) - 5} more pools (see alternatives)"
-    return out
+        shown.append(f"and {len(best) - 5} more pools (see alternatives)")
+    if left:
+        shown.append(left_out(left))
+    return f"no feasible placement in {len(best) + left.count} pools: " + "; ".join(shown)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import operator
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import NamedTuple, TypeVar
 
 from accel_api import bounds
@@ -416,19 +416,31 @@ def _decide(
     rest: list[Candidate],
     name: str | None,
     digest: bytes = b"",
+    *,
+    left_out: cand.LeftOut = cand.NO_LEFT_OUT,
 ) -> Plan:
     """Ranks the feasible candidates by the job's objective (the spot preference applied; ties by
-    devices, then pool name): the winner first, the ranked losers, then the rest as enumerated."""
+    devices, then pool name): the winner first, the ranked losers, then the rest as enumerated;
+    ``left_out`` (the pools the placement left out, not planned) goes with them into the plan."""
     feasible.sort(key=_RANK_KEY)  # stable: equal keys keep the pools' order
     win: Candidate | None = _new(Candidate, (*feasible[0][1], 1, None)) if feasible else None
     ranked = [win] if win is not None else []
     ranked += [_new(Candidate, (*fields, i, win)) for i, (_, fields) in enumerate(feasible[1:], 2)]
     ranked += rest
-    reason = explain.decision(job, ranked, len(feasible))
+    reason = explain.decision(job, ranked, len(feasible), left_out)
     w = job.profile
     if win is not None and w.knobs and win.source.accel is not None:
         w = dataclasses.replace(w, notes=(*w.notes, _knob_effect(w, win, win.source.accel)))
-    return Plan(spec=job.spec, profile=w, name=name, candidates=tuple(ranked), winner=win, reason=reason, digest=digest)
+    return Plan(
+        spec=job.spec,
+        profile=w,
+        name=name,
+        candidates=tuple(ranked),
+        winner=win,
+        reason=reason,
+        digest=digest,
+        left_out=left_out,
+    )
 
 
 def _knob_effect(w: JobProfile, win: Candidate, accel: Accelerator) -> str:
@@ -470,8 +482,9 @@ def plan(
     share the pieces of the memory and speed models), with the same result. ``spec_digest`` is
     :func:`candidates.spec_digest` of ``spec`` when the caller has it already (made here if not).
     With ``index`` (the pools' :class:`eligible.PoolIndex`), a pool the placement's filters leave
-    out is not planned: it gets one candidate without figures whose problems are the filters'
-    sentences (the same winner and the same ranked candidates, in fewer microseconds per pool)."""
+    out is not planned and has no candidate: the plan's ``left_out`` counts such pools per reason
+    (the filters' sentences) with the first few names (the same winner and the same ranked
+    candidates, with nothing built per left-out pool)."""
     if cache is None:
         cache = PlanCache()
     job = _terms(spec, profile.from_spec(spec), max_devices_from)
@@ -492,14 +505,16 @@ def plan(
     jc = _job_cache(job_key, cache)
     skeletons = jc.skeletons
     get = catalog.accelerators.get
-    todo: list[tuple[PoolOffer, _Skeleton | None]] = []
-    left_out = index.left_out(spec.placement) if index is not None else {}
+    todo: list[tuple[PoolOffer, _Skeleton]] = []
+    left = index.left_out_pools(spec.placement) if index is not None else None
+    reasons = left.reasons if left is not None else {}
+    out: list[str] = []  # the offered pools left out, in the order offered
     for offer in pools:
         pool = offer.spec
-        if left_out and offer.name in left_out and index is not None:
+        if reasons and offer.name in reasons and index is not None:
             known = index.pools.get(offer.name)
             if known is not None and known.accelerator == pool.accelerator:  # not a stale index
-                todo.append((offer, None))
+                out.append(offer.name)
                 continue
         key = _offer_key(offer, get(pool.accelerator), catalog)
         sk = skeletons.get(key)
@@ -509,19 +524,18 @@ def plan(
             )
             sk = skeletons[key] = _skeleton(job, offer, catalog, counts, steps=steps, jc=jc, cache=cache)
         todo.append((offer, sk))
-    return _price(job, todo, jc, name, spec_digest, left_out=left_out, catalog=catalog, cache=cache)
+    left_out = left.summary(tuple(out)) if left is not None and out else cand.NO_LEFT_OUT
+    return _price(job, todo, jc, name, spec_digest, left_out=left_out)
 
 
 def _price(
     job: JobTerms,
-    skeletons: Sequence[tuple[PoolOffer, _Skeleton | None]],
+    skeletons: Sequence[tuple[PoolOffer, _Skeleton]],
     jc: _JobCache,
     name: str | None,
     digest: bytes = b"",
     *,
-    left_out: Mapping[str, tuple[str, ...]] | None = None,
-    catalog: Catalog | None = None,
-    cache: PlanCache | None = None,
+    left_out: cand.LeftOut = cand.NO_LEFT_OUT,
 ) -> Plan:
     speeds: list[throughput.ThroughputEstimate | None] = [None] * len(jc.speeds)
     priced: list[_Priced | None] = [None] * len(jc.costs)
@@ -529,41 +543,8 @@ def _price(
     feasible: list[tuple[tuple[float, float, int, str], tuple[object, ...]]] = []
     rest: list[Candidate] = []
     for offer, sk in skeletons:
-        if sk is None:
-            assert left_out is not None and catalog is not None
-            rest.append(_left_out(job, offer, left_out[offer.name], catalog, cache))
-            continue
         _candidates(job, offer, sk, speeds=speeds, steps=steps, priced=priced, feasible=feasible, rest=rest)
-    return _decide(job, feasible, rest, name, digest)
-
-
-def _left_out(
-    job: JobTerms, offer: PoolOffer, problems: tuple[str, ...], cat: Catalog, cache: PlanCache | None = None
-) -> Candidate:
-    """The one candidate of a pool the placement's filters leave out: no figures, the filters'
-    sentences as its problems, and the pool's smallest device count at or above the job's
-    ``minDevices`` (its largest when it offers none that large), so that the status names what
-    the job would take there at least."""
-    pool = offer.spec
-    devices, nodes = _least(pool.devices_per_node, pool.max_nodes, pool.tpu_topology, job.min_devices, cache=cache)
-    src = _new(PoolTerms, (job, offer, cat.get(pool.accelerator), problems, None, None))
-    fields = (offer.name, pool.accelerator, devices, nodes, pool.capacity_type, *_NO_FIGURES, src, (), None, None)
-    return _new(Candidate, fields)
-
-
-@memoised(1024)
-def _least(
-    per_node: int, max_nodes: int, topology: str | None, min_devices: int, *, cache: PlanCache | None = None
-) -> tuple[int, int]:
-    """A left-out pool's device count (its smallest at or above ``min_devices``, else its
-    largest) and nodes: a pure function of four numbers, asked once per left-out pool of every
-    plan (most of a plan's pools at a hundred pools), so kept rather than enumerated each time."""
-    counts = sorted(_counts(per_node, max_nodes, topology))
-    devices = next((n for n in counts if n >= min_devices), counts[-1])
-    return devices, -(-devices // per_node)
-
-
-_NO_FIGURES = (None, None, None, 0)  # memory, speed, cost, failed checks
+    return _decide(job, feasible, rest, name, digest, left_out=left_out)
 
 
 def evaluate(

@@ -1,6 +1,7 @@
 """The plans let go and made again decide what the plans kept decide.
 
-The scheduler keeps whole only the plans used last (``plans.MAX_BUILT``); a waiting job whose
+The scheduler keeps whole only the plans used last (the setting ``plans_kept``, its env
+ACCEL_OPERATOR_PLANS_KEPT, which the bench's settings read); a waiting job whose
 plan was let go is planned again from the inputs its plan was made from. Over the fleet-size
 bench's world (pools of GPUs and TPUs, spot and on-demand, jobs naming one or two pools, a burst
 and then arrivals and endings on a virtual clock), the passes with every plan kept and the passes
@@ -25,7 +26,7 @@ _PLANNED = plans.Entry.planned
 
 def _run(monkeypatch: pytest.MonkeyPatch, seed: int, built: int) -> tuple[list[list[tuple[Any, ...]]], int]:
     """Every pass's writes as (job, phase, patch, actions), and how many plans were made again."""
-    monkeypatch.setattr(plans, "MAX_BUILT", built)
+    monkeypatch.setenv("ACCEL_OPERATOR_PLANS_KEPT", str(built))
     passes: list[list[tuple[Any, ...]]] = []
 
     def recording(*args: Any, **kwargs: Any) -> schedule.Pass:

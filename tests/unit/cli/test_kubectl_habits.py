@@ -342,6 +342,30 @@ def test_plan_name_shows_the_plan_in_the_jobs_status(cluster_of: Any, capsys: py
     assert json.loads(capsys.readouterr().out)["plan"]["alternatives"][0]["pool"] == "l4-od"
 
 
+def test_why_and_plan_name_count_the_pools_the_placement_left_out(
+    cluster_of: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    left = {
+        "count": 100,
+        "byReason": [
+            {"reason": "not in placement.pools (h3)", "count": 60, "pools": ["a", "b", "c", "d", "e"]},
+            {"reason": "tpu pool; placement.acceleratorKinds is gpu", "count": 2, "pools": ["t0", "t1"]},
+        ],
+    }
+    cluster_of({**WAITING, "status": {**WAITING["status"], "plan": {**WAITING["status"]["plan"], "leftOut": left}}})
+    assert main(["why", "llm"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    for sentence in (
+        "Left out by the placement: 60 pool(s) (a, b, c, d, e and 55 more): not in placement.pools (h3).",
+        "Left out by the placement: 2 pool(s) (t0, t1): tpu pool; placement.acceleratorKinds is gpu.",
+        "Left out by the placement: 38 more pool(s) for other reasons.",
+    ):
+        assert sentence in lines, (sentence, lines)
+    assert main(["plan", "llm"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1] == "Left out by the placement: 38 more pool(s) for other reasons."
+
+
 def test_resume_sets_the_annotation_only_on_a_stopped_job(cluster_of: Any, capsys: pytest.CaptureFixture[str]) -> None:
     patched = cluster_of(WAITING)
     assert main(["resume", "llm"]) == 1

@@ -56,10 +56,11 @@ def test_status_plan_keeps_a_few_alternatives_and_rounded_estimates() -> None:
     w = World()
     for name in [f"p{i:02d}" for i in range(12)]:
         w = w.pool(name, nodes=1)
-    d = decide(w.job("a", "p00", devices=8), w.snapshot(), T0)
+    d = decide(w.job("a", "p00", devices=8, pinned=False), w.snapshot(), T0)
     plan = d.status.to_wire()["plan"]  # as written
     assert plan["pool"] == "p00"
     assert 0 < len(plan["alternatives"]) <= STATUS_ALTERNATIVES < 11
+    assert plan["leftOut"] is None  # no pool left out (null: a merge patch clears an older one)
     assert all(alt["reason"] for alt in plan["alternatives"])
     for key in ("stepSeconds", "tokensPerSecond"):
         assert plan[key] == float(f"{plan[key]:.4g}"), plan[key]
@@ -67,3 +68,21 @@ def test_status_plan_keeps_a_few_alternatives_and_rounded_estimates() -> None:
     planned = next(c for c in d.conditions if c.type == "Planned")
     assert planned.ok and planned.message == "" and plan["reason"]
     assert len(json.dumps(plan, separators=(",", ":"))) < 1500
+
+
+def test_status_plan_counts_the_pools_the_placement_leaves_out() -> None:
+    # A job pinned to one pool of 40: the other 39 are counted with their reason and five names,
+    # not written one alternative each, and the status stays as small as with 12 pools.
+    w = World()
+    for name in [f"p{i:02d}" for i in range(40)]:
+        w = w.pool(name, nodes=1)
+    d = decide(w.job("a", "p07", devices=8), w.snapshot(), T0)
+    plan = d.status.to_wire()["plan"]
+    assert plan["pool"] == "p07" and plan["alternatives"] == []
+    assert plan["leftOut"] == {
+        "count": 39,
+        "byReason": [
+            {"reason": "not in placement.pools (p07)", "count": 39, "pools": ["p00", "p01", "p02", "p03", "p04"]}
+        ],
+    }
+    assert len(json.dumps(plan, separators=(",", ":"))) < 1000

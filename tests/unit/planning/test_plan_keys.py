@@ -45,7 +45,8 @@ def test_a_changed_spec_gets_its_own_plan_and_status_form() -> None:
     second = plans.plan(reprioritised, snap)
     assert second is not None and second is not first and second.spec.priority == 5
     assert second != first and second.digest != first.digest
-    assert plan_write(second, cache=plans.cache) is not plan_write(first, cache=plans.cache)
+    # Its status says what the first's says (the same figures): one status form, written once.
+    assert plan_write(second, cache=plans.cache) is plan_write(first, cache=plans.cache)
     # A change the figures show (another pool): a plan for the new spec, never the old one's.
     moved = dataclasses.replace(job, generation=3, spec=job.spec.model_copy(update={"placement": _pinned(job, "q")}))
     third = plans.plan(moved, snap)
@@ -109,3 +110,51 @@ def test_the_pools_offered_to_a_new_plan_are_read_again_only_where_capacity_chan
     second = plans.pool_offers(after)
     assert second[1] is first[1]  # q: the same capacity, the same offer
     assert second[0] is not first[0] and (second[0].free_devices, second[0].free_nodes) == (8, 1)
+
+
+def test_the_plans_kept_whole_are_the_operators_setting() -> None:
+    # ACCEL_OPERATOR_PLANS_KEPT bounds the plans kept whole: past it the plan used longest ago is
+    # let go (its entry keeps what a pass reads), and is made again, equal, when asked for.
+    from accel_operator.settings import OperatorSettings
+
+    w = _world()
+    w.settings = OperatorSettings(plans_kept=2)
+    plans = w.scheduler.plans
+    assert plans.max_built == 2
+    jobs = [w.job(f"j{i}", "p", devices=2**i) for i in range(4)]  # four specs, four plans
+    snap = w.snapshot()
+    made = [plans.plan(j, snap) for j in jobs]
+    assert len(plans.built) == 2 and [e.plan for e in plans.built.values()] == made[2:]
+    entry = plans.entry(jobs[0])
+    assert entry is not None and entry.plan is None and entry.shapes(plans.cache)
+    assert plans.plan(jobs[0], snap) == made[0]
+    with pytest.raises(ValueError, match="plans_kept"):
+        OperatorSettings(plans_kept=-1)
+
+
+def test_plans_that_say_the_same_share_one_status_form_and_others_do_not() -> None:
+    # Forty specs that differ in their priority and team only: forty plans, one serialisation of
+    # their status; a spec whose figures differ (more tokens) gets its own, with its figures.
+    w = _world()
+    plans = Plans(catalog=catalog.default())
+    jobs = [w.job(f"j{i}", "p", devices=8, priority=i, team=f"t{i % 3}") for i in range(40)]
+    snap = w.snapshot()
+    made = [plans.plan(j, snap) for j in jobs]
+    forms = {id(plan_write(p, cache=plans.cache)) for p in made if p is not None}
+    assert len({p.digest for p in made if p is not None}) == 40 and len(forms) == 1
+    seventh = made[7]
+    assert seventh is not None
+    fresh = plan_write(seventh, cache=None)  # made afresh: the same value
+    shared = plan_write(seventh, cache=plans.cache)
+    assert fresh.wire == shared.wire and fresh.model == shared.model and fresh.stored == shared.stored
+    spec = jobs[0].spec
+    assert spec is not None
+    longer = w.job("long", "p", devices=8)
+    longer = dataclasses.replace(
+        longer, spec=spec.model_copy(update={"workload": spec.workload.model_copy(update={"tokens": 10**10})})
+    )
+    other = plans.plan(longer, snap)
+    assert other is not None
+    form = plan_write(other, cache=plans.cache)
+    assert id(form) not in forms and form.wire["costUsd"] != shared.wire["costUsd"]
+    assert form.wire == plan_write(other, cache=None).wire

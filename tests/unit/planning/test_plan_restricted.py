@@ -2,12 +2,13 @@
 
 With a :class:`eligible.PoolIndex`, ``selection.plan`` plans only the pools that the job's
 placement filters (``placement.pools``, ``acceleratorKinds``, ``acceleratorTypes``) leave it, and
-gives each other pool one candidate without figures that says which filter left it out. Over
-random jobs and random fleets: the same winner (pool, devices, nodes, spot, price, duration), the
-same ranked candidates, every candidate of every pool left to the job unchanged (a pool the
-restriction dropped that the job could use fails here), the same pools in ``status.plan``'s
-alternatives in the same order, and for a left-out pool exactly the filters' sentences the full
-planner wrote first for it.
+builds nothing for the other pools: the plan's ``left_out`` counts them per reason (the filters'
+sentences) with the first few names. Over random jobs and random fleets: the same winner (pool,
+devices, nodes, spot, price, duration), the same ranked candidates, every candidate of every pool
+left to the job unchanged (a pool the restriction dropped that the job could use fails here),
+every other pool counted under exactly the filters' sentences the full planner wrote first for
+it, and ``status.plan`` with the same alternatives among the pools weighed and the left-out pools
+counted.
 """
 
 from __future__ import annotations
@@ -107,27 +108,35 @@ def _same_where_it_matters(spec: AcceleratorJobSpec, offers: list[candidates.Poo
         assert got.reason == full.reason
     else:
         assert got.reason.split(":")[0] == full.reason.split(":")[0]  # "no feasible placement in N pools"
-    # Every pool is still there; the ones the job may use are planned as before.
+    # The pools the filters leave out are counted, not planned; the others are planned as before.
     mine, theirs = _by_pool(got), _by_pool(full)
-    assert list(mine) == list(theirs)
-    for name, want in theirs.items():
-        filters = tuple(p for p in want[0].source.problems if any(f in p for f in FILTERS))
-        if not filters:  # a pool left to the job: planned in full
-            assert mine[name] == want, name
-            continue
-        [light] = mine[name]
-        assert light.source.problems == filters, name
-        assert light.cost is None and light.memory is None and light.rank is None
-        assert light.devices in selection.device_counts(light.source.offer.spec)
-        assert explain.reasons(light)
-    # status.plan: the same pick and figures, the same pools in the same order.
-    a, b = plan_status(got), plan_status(full)
+    filtered = {
+        name: why
+        for name, want in theirs.items()
+        if (why := tuple(p for p in want[0].source.problems if any(f in p for f in FILTERS)))
+    }
+    assert list(mine) == [name for name in theirs if name not in filtered]
+    for name in mine:
+        assert mine[name] == theirs[name], name
+    left = got.left_out
+    assert left.count == len(filtered) == sum(g.total for g in left.groups)
+    for g in left.groups:
+        members = [name for name in theirs if filtered.get(name) == g.reasons]  # in the order offered
+        assert g.total == len(members) and g.pools == tuple(members[: candidates.LEFT_OUT_SAMPLE])
+    assert [g.total for g in left.groups] == sorted((g.total for g in left.groups), reverse=True)
+    # status.plan: the same pick and figures, the same alternatives among the pools weighed, and
+    # the left-out pools counted per reason.
+    weighed = dataclasses.replace(full, candidates=tuple(c for c in full.candidates if c.pool not in filtered))
+    a, b = plan_status(got), plan_status(weighed)
     for key in ("pool", "devices", "nodes", "spot", "cost_usd", "duration_seconds", "accelerator"):
         assert getattr(a, key) == getattr(b, key), key
-    assert [x.pool for x in a.alternatives] == [x.pool for x in b.alternatives]
-    for x, y in zip(a.alternatives, b.alternatives, strict=True):
-        if not x.reason.startswith(FILTERS[0]) and FILTERS[1] not in x.reason and FILTERS[2] not in x.reason:
-            assert x == y
+    assert a.alternatives == b.alternatives
+    if filtered:
+        assert a.left_out is not None and a.left_out.count == len(filtered)
+        assert [r.reason for r in a.left_out.by_reason] == ["; ".join(g.reasons) for g in left.groups][:8]
+        assert explain.left_out(left)
+    else:
+        assert a.left_out is None
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -136,27 +145,46 @@ def test_random_jobs_and_fleets_plan_as_over_every_pool(case: tuple[AcceleratorJ
     _same_where_it_matters(*case)
 
 
-def test_a_pinned_job_plans_only_its_pool_and_names_the_others() -> None:
-    offers = [pool(f"h{i}", max_nodes=2) for i in range(6)]
+def test_a_pinned_job_plans_only_its_pool_and_counts_the_others() -> None:
+    offers = [pool(f"h{i}", max_nodes=2) for i in range(8)]
     offers.append(pool("t0", "tpu-v5e", devices_per_node=4, topology="2x4"))
     spec = job().arch(LLAMA_125M).placement(pools=["h3"]).spec()
     got = selection.plan(spec, offers, CAT, index=_index(offers))
     assert got.winner is not None and got.winner.pool == "h3"
-    others = [c for c in got.candidates if c.pool != "h3"]
-    assert len(others) == 6 and all(c.cost is None for c in others)  # one line each, no figures
-    assert all(c.source.problems == ("not in placement.pools (h3)",) for c in others)
+    assert {c.pool for c in got.candidates} == {"h3"}  # nothing built for the other pools
+    assert got.left_out == candidates.LeftOut(
+        8, (candidates.LeftOutGroup(("not in placement.pools (h3)",), 8, ("h0", "h1", "h2", "h4", "h5")),)
+    )
+    status = plan_status(got)
+    assert status.left_out is not None and status.left_out.model_dump(by_alias=True) == {
+        "count": 8,
+        "byReason": [{"reason": "not in placement.pools (h3)", "count": 8, "pools": ["h0", "h1", "h2", "h4", "h5"]}],
+    }
     _same_where_it_matters(spec, offers)
 
 
 def test_no_pool_of_the_kind_says_so() -> None:
-    offers = [pool("h0"), pool("a0", "a100-80gb")]
-    spec = job().arch(LLAMA_125M).placement(acceleratorKinds=["tpu"]).spec()
+    offers = [pool("h0"), pool("a0", "a100-80gb"), pool("t0", "tpu-v5e", devices_per_node=4, topology="2x4")]
+    spec = job().arch(LLAMA_125M).placement(acceleratorKinds=["tpu"], pools=["t0"]).spec()
     got = selection.plan(spec, offers, CAT, index=_index(offers))
-    assert not got.schedulable
-    assert got.reason == (
-        "no feasible placement in 2 pools: h0: gpu pool; placement.acceleratorKinds is tpu; "
-        "a0: gpu pool; placement.acceleratorKinds is tpu"
-    )
+    assert got.schedulable
+    spec = job().arch(LLAMA_125M).placement(acceleratorKinds=["tpu"]).spec()
+    got = selection.plan(spec, offers[:2], CAT, index=_index(offers))
+    assert not got.schedulable and not got.candidates
+    assert got.reason == "no feasible placement in 2 pools: h0, a0: gpu pool; placement.acceleratorKinds is tpu"
+
+
+def test_many_left_out_pools_are_named_in_a_bounded_sentence() -> None:
+    # 40 GPU pools of four accelerators, a job that takes TPUs only and names one pool that is
+    # not there: every pool is left out, the sentence names three groups and counts the rest.
+    kinds = ["h100-80gb", "a100-80gb", "l4", "h200-141gb"]
+    offers = [pool(f"g{i:02d}", kinds[i % 4]) for i in range(40)]
+    spec = job().arch(LLAMA_125M).placement(acceleratorTypes=["tpu-v5e"]).spec()
+    got = selection.plan(spec, offers, CAT, index=_index(offers))
+    assert got.left_out.count == 40 and len(got.left_out.groups) == 4
+    assert got.reason.startswith("no feasible placement in 40 pools: g00, g04, g08, g12, g16 and 5 more: ")
+    assert got.reason.endswith("; and 10 more pools left out by the placement")
+    assert len(got.reason) < 1000
 
 
 def test_a_stale_index_plans_the_pool_in_full() -> None:

@@ -1,6 +1,6 @@
-"""Status values: a plan as the job's ``status.plan`` (the winner's figures and at most 5
-alternatives), and a decision as the merge patch of the job's status (its ``StatusPatch`` put on
-the wire once, by ``to_wire``, here)."""
+"""Status values: a plan as the job's ``status.plan`` (the winner's figures, at most 5
+alternatives and the pools the placement left out, counted per reason), and a decision as the
+merge patch of the job's status (its ``StatusPatch`` put on the wire once, by ``to_wire``, here)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from typing import Any
 
 from accel_api.durations import stamp
 from accel_api.enums import CapacityType
-from accel_api.job import AcceleratorJobStatus, Alternative, PlanStatus
+from accel_api.job import AcceleratorJobStatus, Alternative, LeftOut, LeftOutReason, PlanStatus
+from accel_operator.planning import candidates as cand
 from accel_operator.planning import explain
 from accel_operator.planning.cache import Kind, PlanCache
 from accel_operator.planning.candidates import Candidate, Plan, best_per_pool
@@ -30,47 +31,121 @@ def _finite(x: float | None, digits: int | None = None) -> float | None:
     return float(f"{x:.{digits}g}") if digits is not None else x
 
 
-def plan_status(plan: Plan, chosen: Candidate | None = None) -> PlanStatus:
-    """The value the operator writes into ``status.plan``: the winner's figures (or those of
-    ``chosen``, a feasible candidate taken because the winner's pool is full) and the others."""
+# The status form of a plan's left-out pools: shared by the plans of one placement and pools.
+_LEFT_OUT: Kind[cand.LeftOut, LeftOut] = Kind("status.left_out", 256)
+
+
+def left_out_status(left: cand.LeftOut, cache: PlanCache | None = None) -> LeftOut | None:
+    """``status.plan.leftOut`` for ``left`` (None when the placement left no pool out): the count,
+    and per reason its count and first names, the largest first (the model keeps the first 8)."""
+    if not left:
+        return None
+    memo = cache.memo(_LEFT_OUT) if cache is not None else None
+    hit = memo.get(left) if memo is not None else None
+    if hit is None:
+        hit = LeftOut(
+            count=left.count,
+            by_reason=[
+                LeftOutReason(reason="; ".join(g.reasons), count=g.total, pools=list(g.pools)) for g in left.groups
+            ],
+        )
+        if memo is not None:
+            memo.put(left, hit)
+    return hit
+
+
+# What ``status.plan`` says, as plain values: the pick's figures (None: no pick with figures), the
+# reason, the alternatives as (pool, accelerator, devices, capacity, dollars, seconds, reason)
+# and the left-out pools. The status model and its wire form are functions of this alone.
+_Pick = tuple[str, str, int, int, CapacityType, int, int, float | None, float | None, float | None, float]
+_Alternative = tuple[str, str, int, CapacityType, float | None, float | None, str]
+_Said = tuple[_Pick | None, str, tuple[_Alternative, ...], cand.LeftOut]
+
+
+def _said(plan: Plan, chosen: Candidate | None) -> _Said:
+    """What :func:`plan_status` writes for ``plan`` and its pick, as plain values (the figures
+    rounded as written, the reasons as sentences): equal for plans that write the same status."""
     win = chosen or plan.winner
-    alternatives = []
+    alternatives: list[_Alternative] = []
     for c in best_per_pool(plan.candidates):
         if c is win or (win is not None and c.pool == win.pool):
             continue
         ce = c.cost
         usd = _finite(ce.expected_usd) if ce is not None else None
         alternatives.append(
-            Alternative(
-                pool=c.pool,
-                accelerator=c.accelerator,
-                devices=c.devices,
-                capacity_type=c.capacity_type,
-                cost_usd=round(usd, 2) if usd is not None else None,
-                duration_seconds=_finite(ce.expected_seconds, 4) if ce is not None else None,
-                reason="; ".join(explain.reasons(c)) or "not ranked",
+            (
+                c.pool,
+                c.accelerator,
+                c.devices,
+                c.capacity_type,
+                round(usd, 2) if usd is not None else None,
+                _finite(ce.expected_seconds, 4) if ce is not None else None,
+                "; ".join(explain.reasons(c)) or "not ranked",
             )
         )
         if len(alternatives) >= STATUS_ALTERNATIVES:
             break
-    if win is None or win.memory is None or win.speed is None or win.cost is None:
-        return PlanStatus(reason=plan.reason, alternatives=alternatives)
+    pick: _Pick | None = None
+    if win is not None and win.memory is not None and win.speed is not None and win.cost is not None:
+        pick = (
+            win.pool,
+            win.accelerator,
+            win.devices,
+            win.nodes,
+            win.capacity_type,
+            win.memory.peak_allocated_bytes,
+            win.memory.footprint_bytes,
+            _finite(win.speed.step_seconds, 4),
+            _finite(win.speed.tokens_per_second, 4),
+            _duration(win),
+            round(win.cost.expected_usd, 2),
+        )
+    return pick, plan.reason, tuple(alternatives), plan.left_out
+
+
+def _status(said: _Said, cache: PlanCache | None = None) -> PlanStatus:
+    """The status model of what :func:`_said` gave."""
+    pick, reason, said_alternatives, left = said
+    alternatives = [
+        Alternative(
+            pool=pool,
+            accelerator=accelerator,
+            devices=devices,
+            capacity_type=capacity,
+            cost_usd=usd,
+            duration_seconds=seconds,
+            reason=why,
+        )
+        for pool, accelerator, devices, capacity, usd, seconds, why in said_alternatives
+    ]
+    left_out = left_out_status(left, cache)
+    if pick is None:
+        return PlanStatus(reason=reason, alternatives=alternatives, left_out=left_out)
+    pool, accelerator, devices, nodes, capacity, peak, footprint, step, rate, duration, usd = pick
     return PlanStatus(
-        pool=win.pool,
-        accelerator=win.accelerator,
-        devices=win.devices,
-        nodes=win.nodes,
-        capacity_type=win.capacity_type,
-        spot=win.capacity_type is CapacityType.SPOT,
-        peak_allocated_bytes_per_device=win.memory.peak_allocated_bytes,
-        footprint_bytes_per_device=win.memory.footprint_bytes,
-        step_seconds=_finite(win.speed.step_seconds, 4),
-        tokens_per_second=_finite(win.speed.tokens_per_second, 4),
-        duration_seconds=_duration(win),
-        cost_usd=round(win.cost.expected_usd, 2),
-        reason=plan.reason,
+        pool=pool,
+        accelerator=accelerator,
+        devices=devices,
+        nodes=nodes,
+        capacity_type=capacity,
+        spot=capacity is CapacityType.SPOT,
+        peak_allocated_bytes_per_device=peak,
+        footprint_bytes_per_device=footprint,
+        step_seconds=step,
+        tokens_per_second=rate,
+        duration_seconds=duration,
+        cost_usd=usd,
+        reason=reason,
         alternatives=alternatives,
+        left_out=left_out,
     )
+
+
+def plan_status(plan: Plan, chosen: Candidate | None = None, *, cache: PlanCache | None = None) -> PlanStatus:
+    """The value the operator writes into ``status.plan``: the winner's figures (or those of
+    ``chosen``, a feasible candidate taken because the winner's pool is full), the other pools
+    weighed, and the pools the placement left out (per reason)."""
+    return _status(_said(plan, chosen), cache)
 
 
 def _duration(win: Candidate | None) -> float | None:
@@ -89,10 +164,24 @@ _WireKey = tuple[Plan, str | None, int, int | None]
 _WIRE: Kind[_WireKey, PlanWrite] = Kind("status.plan_wire", 4096)
 
 
-def _made(plan: Plan, chosen: Candidate | None) -> PlanWrite:
-    model = plan_status(plan, chosen)
-    wire = model.model_dump(by_alias=True, mode="json")
-    return PlanWrite(wire=wire, duration_seconds=_duration(chosen or plan.winner), stored=_pruned(wire), model=model)
+# The same, per what the status says (:func:`_said`): plans of specs that differ only where the
+# planner does not read (a team, a priority, an image) are other plans with equal figures, and
+# write one status form, serialised once.
+_SAID: Kind[_Said, PlanWrite] = Kind("status.plan_said", 4096)
+
+
+def _made(plan: Plan, chosen: Candidate | None, cache: PlanCache | None = None) -> PlanWrite:
+    said = _said(plan, chosen)
+    memo = cache.memo(_SAID) if cache is not None else None
+    hit = memo.get(said) if memo is not None else None
+    if hit is None:
+        model = _status(said, cache)
+        wire = model.model_dump(by_alias=True, mode="json")
+        duration = said[0][9] if said[0] is not None else None
+        hit = PlanWrite(wire=wire, duration_seconds=duration, stored=_pruned(wire), model=model)
+        if memo is not None:
+            memo.put(said, hit)
+    return hit
 
 
 def plan_write(plan: Plan, chosen: Candidate | None = None, *, cache: PlanCache | None = None) -> PlanWrite:
@@ -105,7 +194,7 @@ def plan_write(plan: Plan, chosen: Candidate | None = None, *, cache: PlanCache 
     key = (plan, None, 0, None) if chosen is None else (plan, chosen.pool, chosen.devices, chosen.rank)
     hit = memo.get(key)
     if hit is None:
-        hit = memo.put(key, _made(plan, chosen))
+        hit = memo.put(key, _made(plan, chosen, cache))
     return hit
 
 
