@@ -62,6 +62,7 @@ from accel_operator.adapters.kube.costs import FakeCostWriter
 from accel_operator.adapters.kube.jobs import FakeJobWriter
 from accel_operator.adapters.kube.workloads import FakeWorkloadClient
 from accel_operator.adapters.pricebook import PriceBook
+from accel_operator.engine import collector
 from accel_operator.engine.accountant import Accountant
 from accel_operator.engine.clock import ManualClock
 from accel_operator.reconcile.common.snapshot import JobKey, JobView, NodeView, PodView, PoolView, WorkloadView
@@ -578,6 +579,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tracemalloc", action="store_true", help="live bytes at the end: engine vs simulated cluster")
     args = p.parse_args(argv)
     sizes = [QUICK] if args.quick else _sizes(args.sizes)
+    collector.tune()  # the collector's thresholds the operator runs with (engine/collector.py)
     ticks = 40 if args.quick else args.ticks
     rows = []
     for i, (n, m) in enumerate(sizes):

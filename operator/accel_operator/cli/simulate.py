@@ -20,6 +20,7 @@ from pathlib import Path
 from accel_operator.cli import simhtml
 from accel_operator.cli.errors import UsageError
 from accel_operator.cli.progress import Progress
+from accel_operator.engine import collector
 from accel_operator.simulate import figures, generate, replay, runner, trace
 
 NAME = "simulate"
@@ -170,6 +171,7 @@ def run(args: argparse.Namespace) -> int:
     if not 1 <= workers <= MAX_WORKERS:
         raise UsageError(f"--workers: must be 1 to {MAX_WORKERS}")
     options = {"seed": args.seed, "disruptions": disruptions, "recorded": recorded}
+    collector.tune()  # the engine's heap, as in the operator (forked workers inherit it)
     with Progress("simulate") as bar:  # on stderr: -o json stays the document
         rows = runner.run(runner.Replays(pools, arrivals, strategies, options), workers=workers, bar=bar)
     if args.output == "html":
