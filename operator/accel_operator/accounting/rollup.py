@@ -200,10 +200,7 @@ def live_by_pool(cost: CostStatus, pending: Collection[int]) -> dict[tuple[str, 
 
 
 def _attempt_totals(entry: AttemptCost) -> ledger.Figures:
-    out = ledger.Figures()
-    for seg in ledger.segments(entry):
-        out = out + seg.totals()
-    return out
+    return ledger.attempt_totals(entry)  # the same sum, remembered by its inputs
 
 
 def attempt_days(entry: AttemptCost) -> dict[dt.date, ledger.Figures]:

@@ -19,8 +19,9 @@ carried figures of an older period fold into nothing (they are not in the curren
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 from accel_api.durations import parse_time_strict, stamp_exact
 from accel_api.enums import BudgetPeriod
@@ -87,6 +88,17 @@ def _key(periods: list[BudgetPeriod], starts: dict[BudgetPeriod, dt.datetime]) -
     return (*periods, *(starts[p] for p in periods))
 
 
+@dataclass(frozen=True, slots=True)
+class _Counted:
+    """A period's figures of a ledger that is counted and not carried (a running job's ledger as
+    this step computed it, new at every step): the fields ``_spend`` reads, with no model built."""
+
+    period: BudgetPeriod
+    spent_usd: float
+    lost_to_preemption_usd: float
+    idle_usd: float
+
+
 def _figures(
     uid: str,
     cost: CostStatus,
@@ -96,7 +108,11 @@ def _figures(
     now: dt.datetime,
     memo: Memo,
     stamps: Mapping[BudgetPeriod, str] | None = None,
+    shown: bool = False,
 ) -> list[PeriodFigures]:
+    """The ledger's figures in each of ``periods``, remembered in ``memo`` (by the ledger object)
+    when they cannot change: every attempt ended, or ``shown`` (the ledger a job's status holds:
+    accrued up to a time before now, so any later step windows it alike)."""
     key = _key(periods, starts)
     known = memo.get(uid)
     if known is not None and known[0] is cost and known[1] == key:
@@ -111,9 +127,19 @@ def _figures(
         )
         for p, t in zip(periods, ledger.windows(cost, [starts[p] for p in periods], now), strict=True)
     ]
-    if cost.attempts and all(a.end is not None for a in cost.attempts):
+    if shown or (cost.attempts and all(a.end is not None for a in cost.attempts)):
         memo[uid] = (cost, key, figures, None)
     return figures
+
+
+def _counted(
+    cost: CostStatus, periods: list[BudgetPeriod], starts: dict[BudgetPeriod, dt.datetime], now: dt.datetime
+) -> list[_Counted]:
+    """``_figures``' sums (rounded alike) for a ledger only counted: no model, nothing kept."""
+    return [
+        _Counted(p, round(t.spent_usd, 6), round(t.lost_to_preemption_usd, 6), round(t.idle_usd, 6))
+        for p, t in zip(periods, ledger.windows(cost, [starts[p] for p in periods], now), strict=True)
+    ]
 
 
 def _current(f: PeriodFigures, starts: dict[BudgetPeriod, dt.datetime]) -> bool:
@@ -180,7 +206,7 @@ def step(
 
     # The live jobs' figures in their team's current periods: counted as computed now, carried
     # as their status holds them.
-    counted: list[tuple[str, list[PeriodFigures]]] = []
+    counted: list[tuple[str, Sequence[PeriodFigures | _Counted]]] = []
     carried: list[CarriedJob] = []
     keys_of = {team: _key(periods, starts) for team, periods in periods_of.items()}
     for job in live:
@@ -203,19 +229,34 @@ def step(
                 carried.append(known[3][1])
             continue
         periods = periods_of[job.team]
-        figures = _figures(job.uid, job.cost, periods, starts, now=now, memo=memo, stamps=stamps)
+        if written is job.cost or (job.cost.attempts and all(a.end is not None for a in job.cost.attempts)):
+            figures: Sequence[PeriodFigures | _Counted] = _figures(
+                job.uid, job.cost, periods, starts, now=now, memo=memo, stamps=stamps
+            )
+        else:
+            # A running job's ledger as this step computed it (a new one each step): counted
+            # only; what is carried is its shown ledger's, kept while that ledger is the same.
+            figures = _counted(job.cost, periods, starts, now)
         counted.append((job.team, figures))
         kept = (
             figures
             if written is job.cost
-            else _figures(job.uid, written, periods, starts, now=now, memo=memo, stamps=stamps)
+            else _figures(job.uid, written, periods, starts, now=now, memo=memo, stamps=stamps, shown=True)
         )
-        entry = CarriedJob(uid=job.uid, team=job.team, periods=kept) if any(f.spent_usd > 0 for f in kept) else None
+        known = memo.get(job.uid)
+        if known is not None and known[2] is kept and known[3] is not None and known[3][0] == job.team:
+            entry = known[3][1]  # the same figures of the same team: the same carried entry
+        else:
+            shown_figures = cast(list[PeriodFigures], kept)  # _figures' own: models
+            entry = (
+                CarriedJob(uid=job.uid, team=job.team, periods=shown_figures)
+                if any(f.spent_usd > 0 for f in shown_figures)
+                else None
+            )
+            if known is not None and known[2] is kept:
+                memo[job.uid] = (known[0], known[1], shown_figures, (job.team, entry))
         if entry is not None:
             carried.append(entry)
-        known = memo.get(job.uid)
-        if kept is figures and known is not None and known[2] is figures:
-            memo[job.uid] = (known[0], known[1], figures, (job.team, entry))
 
     spend = _spend(policy, settled, counted, starts)
     # Bounded: the biggest spenders are carried (ties by uid, so the order is stable).
@@ -245,7 +286,7 @@ def step(
 def _spend(
     policy: AcceleratorPolicySpec,
     settled: dict[Key, _Sum],
-    counted: list[tuple[str, list[PeriodFigures]]],
+    counted: list[tuple[str, Sequence[PeriodFigures | _Counted]]],
     starts: dict[BudgetPeriod, dt.datetime],
 ) -> list[TeamSpend]:
     # Plain floats, added in the same order as ``_Sum.plus`` would (the same sums to the last bit):
