@@ -60,14 +60,7 @@ PG_TIMEOUT_S = 60
 
 
 @dataclass(frozen=True)
-class Config:
-    name: str
-    hidden: int
-    layers: int
-    heads: int
-    kv_heads: int
-    inter: int
-    vocab: int
+class Config(common.ModelShape):
     micro_batch: int
     seq: int
     grad_accum: int
@@ -86,6 +79,7 @@ def _c(
     tags = [model, f"pp2-{schedule}", f"b{micro_batch}x{seq}", f"m{grad_accum}"] + (["ckpt"] if ckpt else [])
     return Config(
         name="-".join(tags),
+        kind="llama",
         hidden=hidden,
         layers=layers,
         heads=heads,
@@ -230,7 +224,7 @@ def _measure(c: Config, torch: Any, transformers: Any, rank: int, dist: Any) -> 
 def _row(c: Config, ranks: list[dict[str, Any]], env: dict[str, Any]) -> dict[str, Any]:
     row: dict[str, Any] = {
         "mode": "train",
-        "kind": "llama",
+        "kind": c.kind,
         **common.shape_fields(c),
         "precision": c.precision,
         "optimizer": "adamw",
