@@ -19,7 +19,7 @@ Inference: weights, the KV cache of Hugging Face's dynamic cache (which grows by
 and the prefill's transient activations, or the decode's per-step buffers.
 
 The device footprint NVML shows is the caching allocator's reserve (the peak plus what the
-allocator strands) plus the runtime context.
+allocator strands) plus the runtime context, and on a rank of several GPUs NCCL's buffers.
 """
 
 from __future__ import annotations
@@ -29,7 +29,17 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from accel_api.catalog import Accelerator
-from accel_api.enums import Attention, BaseWeights, Framework, LossKernel, Optimizer, Precision, Recompute, Sharding
+from accel_api.enums import (
+    AcceleratorKind,
+    Attention,
+    BaseWeights,
+    Framework,
+    LossKernel,
+    Optimizer,
+    Precision,
+    Recompute,
+    Sharding,
+)
 from accel_operator.planning import adapter, blocks, stacks
 from accel_operator.planning.cache import PlanCache, memoised
 from accel_operator.planning.layout import Layout
@@ -44,6 +54,14 @@ SAFETY = 0.02
 # H100 with PyTorch 2.11: reserved − allocated is 6–9 % of the per-step transient bytes without
 # gradient checkpointing; with it 14–38 %, which this constant underestimates).
 TRAINING_STRANDED = 0.08
+# A rank of several GPUs holds NCCL's communicator buffers (per channel and peer, for each
+# protocol) outside PyTorch's caching allocator: NVML's used memory less the allocator's reserved is
+# 0.30 GB more on every DDP and FSDP2 rank than on one GPU alone on the same host (H100 hosts: 2.20-2.21
+# GB over 43 several-GPU rows against 1.90-1.91 over 13 lone ones; 4 x H200: 2.34 against 2.04 GB;
+# NCCL 2.28.9; the same at 2 and 4 ranks; tests/data/calibration/multi-gpu/). cudaMalloc'd by NCCL,
+# the allocator cannot give it back: it counts in what the step needs. Measured with one process
+# group; Megatron's several groups (tensor, pipeline, data) are not.
+NCCL_BYTES = 300_000_000
 # bitsandbytes' 8-bit Adam: two 1-byte states plus an fp32 absmax per 2048-element block for
 # tensors of at least 4096 elements; smaller tensors keep 32-bit states.
 ADAM8_BLOCK = 2048
@@ -944,9 +962,22 @@ def estimate(
 ) -> MemoryEstimate:
     """Per-device memory of ``job`` on ``layout``; ``cache`` keeps what other layouts and jobs of
     the same shape share (None: computed afresh)."""
-    if job.training:
-        return _training(job, accelerator, layout, cache=cache)
-    return _inference(job, accelerator, layout, cache=cache)
+    est = (
+        _training(job, accelerator, layout, cache=cache)
+        if job.training
+        else _inference(job, accelerator, layout, cache=cache)
+    )
+    if layout.devices > 1 and accelerator.kind is not AcceleratorKind.TPU:
+        return _with_nccl(est, accelerator)
+    return est
+
+
+def _with_nccl(est: MemoryEstimate, accel: Accelerator) -> MemoryEstimate:
+    """``est`` on a rank of several GPUs: NCCL's memory beside the allocator's (NCCL_BYTES), in
+    the footprint and in what the step needs."""
+    footprint = est.footprint_bytes + NCCL_BYTES
+    required = est.required_bytes + NCCL_BYTES
+    return est._replace(footprint_bytes=footprint, required=required, fits=required <= est.usable_bytes)
 
 
 def _tape(checkpointing: bool, layer_input: float, one_layer: float, layers: float) -> tuple[float, float]:

@@ -18,7 +18,7 @@ from types import ModuleType
 import pytest
 
 from accel_api import catalog
-from accel_operator.planning import adapter, blocks, profile, throughput
+from accel_operator.planning import adapter, blocks, memory, profile, throughput
 
 ROOT = Path(__file__).resolve().parents[3]
 DATA = ROOT / "tests" / "data" / "calibration"
@@ -118,6 +118,19 @@ def test_h200_runtime_context_is_the_measured_one() -> None:
     assert len(single) >= 4
     measured = statistics.median(r["nvml_used_after"] - r["peak_reserved"] for r in single)
     assert h200.context_bytes == pytest.approx(measured, rel=0.02)
+
+
+def test_several_gpu_ranks_hold_nccls_memory_as_measured() -> None:
+    # NVML used - the allocator's reserve, per host file: every DDP and FSDP2 rank holds the same
+    # amount more than a lone GPU of that host (NCCL's communicator), what memory.NCCL_BYTES adds.
+    for prefix in ("h200-ddp-fsdp", "h100x4-ddp-fsdp-2026-11-28"):
+        rows = [c.row for c in MULTI if c.row["_source"].startswith(prefix) and not c.oom]
+        lone = [r["nvml_used_after"] - r["peak_reserved"] for r in rows if r["devices"] == 1]
+        ranks = [r["nvml_used_after"] - r["peak_reserved"] for r in rows if r["devices"] > 1]
+        assert len(lone) >= 4 and len(ranks) >= 25, prefix
+        assert max(ranks) - min(ranks) <= 0.02e9, prefix  # the same on 2 and 4 ranks, DDP and FSDP2
+        excess = statistics.median(ranks) - statistics.median(lone)
+        assert excess == pytest.approx(memory.NCCL_BYTES, abs=0.02e9), prefix
 
 
 def test_multi_gpu_runs_are_predicted_to_fit() -> None:
