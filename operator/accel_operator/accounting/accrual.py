@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from accel_api.durations import parse_time, parse_time_strict, stamp_exact
 from accel_api.enums import CapacityType, FailureKind, JobPhase
-from accel_api.job import CostStatus, OverBudget
+from accel_api.job import AttemptFailure, CostStatus, OverBudget
 from accel_api.policy import TeamSpend
 from accel_operator.accounting import ledger
 from accel_operator.reconcile.common import attempt_held
@@ -89,14 +89,16 @@ def completion_end(job: JobView, workload: WorkloadView | None) -> dt.datetime |
     )
 
 
-def _unseen(cost: ledger.Draft, job: JobView, price_of: Callable[[str], Price | None]) -> None:
+def _unseen(
+    cost: ledger.Draft, job: JobView, failures: Sequence[AttemptFailure], price_of: Callable[[str], Price | None]
+) -> None:
     """Every ended attempt that the ledger has no entry for (it never saw it running: it ran
     between two ticks, or while the operator was down) charged from its failure record
     (``lastFailure``, ``earlierFailures``): from its admission (else its batch Job's start) to its
     end, at its pool's price (``price_of``; None: the pool is gone, nothing is charged).
     Idempotent: once the entry exists this adds nothing (the ledger's watermark)."""
     st = job.status
-    for failure in attempt_held.failures(st):
+    for failure in failures:  # attempt_held.failures of the status
         if failure.held is None or failure.attempt >= st.attempt:
             continue  # the current attempt is charged from the status itself
         if any(e.attempt == failure.attempt for e in cost.entries):
@@ -167,7 +169,8 @@ def accrue(job: JobView, known: CostStatus | None, tick: Tick, *, base: CostStat
     prices = dict(tick.held_prices)
     if failure is not None and failure.held is not None and tick.failed_price is not None:
         prices[failure.held.pool] = tick.failed_price
-    _unseen(cost, job, prices.get)
+    failures = attempt_held.failures(st)
+    _unseen(cost, job, failures, prices.get)
     # What the pods in view say of every attempt they belong to (an ended attempt's pods stay in
     # view until the ledger holds their times: vocabulary.FINALIZER_LEDGER): nothing is charged
     # outside them, whatever stood in for them before they were seen.
@@ -179,7 +182,7 @@ def accrue(job: JobView, known: CostStatus | None, tick: Tick, *, base: CostStat
             cost.mark_pods_end(attempt, sp.end)
     if tick.pool_of is not None:
         _forgotten(cost, job, pods, spans, tick.pool_of)
-    recorded = {f.attempt: f for f in attempt_held.failures(st)}
+    recorded = {f.attempt: f for f in failures}
     # Attempts before the current one have ended.
     for entry in list(cost.entries):
         if entry.get("end") is not None or entry.attempt >= st.attempt:
@@ -200,8 +203,8 @@ def accrue(job: JobView, known: CostStatus | None, tick: Tick, *, base: CostStat
             continue
         _close(cost, entry.attempt, end, preempted, _checkpoint(job), reported=lost)
     plan = st.plan
-    span = attempt_held.pod_span(pods, st.attempt)
-    seen = any(p.attempt == st.attempt for p in pods)
+    seen = st.attempt in spans  # a pod of the current attempt is in view
+    span = spans[st.attempt] if seen else attempt_held.pod_span(pods, st.attempt)
     began = _began(cost, job, span, workload, pods_seen=seen, now=now)
     if price is not None and plan is not None and plan.pool and plan.devices and began is not None:
         until: dt.datetime | None = None
