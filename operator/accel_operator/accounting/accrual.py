@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from accel_api.durations import parse_time, parse_time_strict, stamp_exact
 from accel_api.enums import CapacityType, FailureKind, JobPhase
-from accel_api.job import CostStatus, OverBudget
+from accel_api.job import AttemptFailure, CostStatus, OverBudget
 from accel_api.policy import TeamSpend
 from accel_operator.accounting import ledger
 from accel_operator.reconcile.common import attempt_held
@@ -89,17 +89,19 @@ def completion_end(job: JobView, workload: WorkloadView | None) -> dt.datetime |
     )
 
 
-def unseen(cost: CostStatus, job: JobView, price_of: Callable[[str], Price | None]) -> CostStatus:
-    """``cost`` with every ended attempt that the ledger has no entry for (it never saw it running:
-    it ran between two ticks, or while the operator was down) charged from its failure record
+def _unseen(
+    cost: ledger.Draft, job: JobView, failures: Sequence[AttemptFailure], price_of: Callable[[str], Price | None]
+) -> None:
+    """Every ended attempt that the ledger has no entry for (it never saw it running: it ran
+    between two ticks, or while the operator was down) charged from its failure record
     (``lastFailure``, ``earlierFailures``): from its admission (else its batch Job's start) to its
     end, at its pool's price (``price_of``; None: the pool is gone, nothing is charged).
     Idempotent: once the entry exists this adds nothing (the ledger's watermark)."""
     st = job.status
-    for failure in attempt_held.failures(st):
+    for failure in failures:  # attempt_held.failures of the status
         if failure.held is None or failure.attempt >= st.attempt:
             continue  # the current attempt is charged from the status itself
-        if any(a.attempt == failure.attempt for a in cost.attempts):
+        if any(e.attempt == failure.attempt for e in cost.entries):
             continue
         price = price_of(failure.held.pool)
         held = failure.held
@@ -109,8 +111,7 @@ def unseen(cost: CostStatus, job: JobView, price_of: Callable[[str], Price | Non
         end = attempt_held.failure_end(failure)
         if price is None or start is None or end is None or end <= start or not held.devices:
             continue
-        cost = ledger.record(
-            cost,
+        cost.record(
             ledger.Observation(
                 attempt=failure.attempt,
                 pool=held.pool,
@@ -123,7 +124,6 @@ def unseen(cost: CostStatus, job: JobView, price_of: Callable[[str], Price | Non
                 team=job.team or None,
             ),
         )
-    return cost
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,52 +151,60 @@ class Tick:
 def accrue(job: JobView, known: CostStatus | None, tick: Tick, *, base: CostStatus | None = None) -> CostStatus:
     """The job's ledger after this step. ``known``: what this process wrote last (the watch may
     not show it yet); ``tick``: what the step reads besides; ``base``: ``known`` and the status's
-    ledger merged, when the caller has it already (``step``)."""
+    ledger merged, when the caller has it already (``step``).
+
+    The steps below change one ``ledger.Draft`` (plain values) and the models are made once at
+    the end: each step used to copy the ledger's models (the pods' marks, the record, the close,
+    the figures: a dozen copies and a few validations a job), which was most of the cost of a job
+    that started or ended since the last step. The ledger is the one the model functions give,
+    to the last bit (``tests/unit/operator/test_accrual_draft.py``)."""
     price, idle, now, workload, pods = tick.price, tick.idle, tick.now, tick.workload, tick.pods
     st = job.status
     # The top-level figures are derived once, at the end (ledger.with_totals): the steps between
-    # leave them as they were (each derivation walks every interval; four a job a step, before).
-    cost = base if base is not None else ledger.merge(known, st.cost, totals=False)
-    if cost.forecast_usd is None and st.plan is not None and st.plan.cost_usd is not None:
-        cost = cost.model_copy(update={"forecast_usd": st.plan.cost_usd})
+    # leave them as they were.
+    cost = ledger.Draft.of(base if base is not None else ledger.merge(known, st.cost, totals=False))
+    if cost.get("forecast_usd") is None and st.plan is not None and st.plan.cost_usd is not None:
+        cost.changed["forecast_usd"] = st.plan.cost_usd
     failure = st.last_failure
     prices = dict(tick.held_prices)
     if failure is not None and failure.held is not None and tick.failed_price is not None:
         prices[failure.held.pool] = tick.failed_price
-    cost = unseen(cost, job, prices.get)
+    failures = attempt_held.failures(st)
+    _unseen(cost, job, failures, prices.get)
     # What the pods in view say of every attempt they belong to (an ended attempt's pods stay in
     # view until the ledger holds their times: vocabulary.FINALIZER_LEDGER): nothing is charged
     # outside them, whatever stood in for them before they were seen.
     spans = {a: attempt_held.pod_span(pods, a) for a in sorted({p.attempt for p in pods if p.attempt is not None})}
     for attempt, sp in spans.items():
         if sp.start is not None:
-            cost = ledger.mark_pods_start(cost, attempt, sp.start, totals=False)
+            cost.mark_pods_start(attempt, sp.start)
         if sp.end is not None and attempt < st.attempt:
-            cost = ledger.mark_pods_end(cost, attempt, sp.end, totals=False)
+            cost.mark_pods_end(attempt, sp.end)
     if tick.pool_of is not None:
-        cost = forgotten(cost, job, pods, spans, tick.pool_of)
-    recorded = {f.attempt: f for f in attempt_held.failures(st)}
+        _forgotten(cost, job, pods, spans, tick.pool_of)
+    recorded = {f.attempt: f for f in failures}
     # Attempts before the current one have ended.
-    for entry in list(cost.attempts):
-        if entry.end is not None or entry.attempt >= st.attempt:
+    for entry in list(cost.entries):
+        if entry.get("end") is not None or entry.attempt >= st.attempt:
             continue  # the current attempt ends below, if the job has finished
         record = recorded.get(entry.attempt)
         if record is not None:
             end, preempted = attempt_held.failure_end(record), record.kind is FailureKind.PREEMPTION
         else:
             end, preempted = None, False
-        if entry.pods_end is not None:  # its last pod's end (a gang's may outlive its batch Job's failure)
-            end = parse_time(entry.pods_end)
+        pods_end = entry.get("pods_end")
+        if pods_end is not None:  # its last pod's end (a gang's may outlive its batch Job's failure)
+            end = parse_time(pods_end)
         lost = _reported_lost(job, entry.attempt)
         if preempted and lost is None and entry.attempt == st.attempt - 1 and _resume_pending(job):
             # The resume decision (its S3 checkpoint lookup) is what fixes the work this
             # preemption lost: closed now, the ledger would count the whole attempt as lost, and a
             # close is never redone. Nothing accrues to an earlier attempt meanwhile.
             continue
-        cost = _close(cost, entry.attempt, end, preempted, _checkpoint(job), reported=lost)
+        _close(cost, entry.attempt, end, preempted, _checkpoint(job), reported=lost)
     plan = st.plan
-    span = attempt_held.pod_span(pods, st.attempt)
-    seen = any(p.attempt == st.attempt for p in pods)
+    seen = st.attempt in spans  # a pod of the current attempt is in view
+    span = spans[st.attempt] if seen else attempt_held.pod_span(pods, st.attempt)
     began = _began(cost, job, span, workload, pods_seen=seen, now=now)
     if price is not None and plan is not None and plan.pool and plan.devices and began is not None:
         until: dt.datetime | None = None
@@ -205,8 +213,7 @@ def accrue(job: JobView, known: CostStatus | None, tick: Tick, *, base: CostStat
         elif st.phase in TERMINAL:
             until = span.end or completion_end(job, workload)
         if until is not None and until >= began:  # an attempt of no length still gets its (empty) entry
-            cost = ledger.record(
-                cost,
+            cost.record(
                 ledger.Observation(
                     attempt=st.attempt,
                     pool=plan.pool,
@@ -219,18 +226,17 @@ def accrue(job: JobView, known: CostStatus | None, tick: Tick, *, base: CostStat
                     idle_fraction=idle,
                     team=job.team or None,
                 ),
-                totals=False,
             )
     if span.start is not None:
-        cost = ledger.mark_pods_start(cost, st.attempt, span.start, totals=False)
+        cost.mark_pods_start(st.attempt, span.start)
     if span.end is not None:
-        cost = ledger.mark_pods_end(cost, st.attempt, span.end, totals=False)
+        cost.mark_pods_end(st.attempt, span.end)
     if st.phase in TERMINAL:
         end = span.end or completion_end(job, workload)
         preempted = failure is not None and failure.attempt == st.attempt and failure.kind is FailureKind.PREEMPTION
         lost = _reported_lost(job, st.attempt)
-        cost = _close(cost, st.attempt, end, preempted and st.phase is JobPhase.FAILED, _checkpoint(job), reported=lost)
-    return ledger.with_totals(cost.model_copy(update={"updated": stamp_exact(now)}))
+        _close(cost, st.attempt, end, preempted and st.phase is JobPhase.FAILED, _checkpoint(job), reported=lost)
+    return cost.build({"updated": ledger.stamp(now)})
 
 
 # --- the running job's open interval, extended ---------------------------------------------------
@@ -318,12 +324,13 @@ def extend(cost: CostStatus, attempt: int, price: Price, idle: float, now: dt.da
     end = parse_time_strict(last.end)
     if now < end:
         return None
+    updated = ledger.stamp(now)
+    attempts = cost.attempts
     if now > end:
-        grown = last.model_copy(update={"end": stamp_exact(now)})
-        entry = entry.model_copy(update={"intervals": [*entry.intervals[:-1], grown]})
+        grown = ledger.copy(last, {"end": updated})
+        entry = ledger.copy(entry, {"intervals": [*entry.intervals[:-1], grown]})
         attempts = [entry if a.attempt == attempt else a for a in cost.attempts]
-        cost = cost.model_copy(update={"attempts": attempts})
-    return ledger.with_totals(cost.model_copy(update={"updated": stamp_exact(now)}))
+    return ledger.with_totals(cost, {"attempts": attempts, "updated": updated})
 
 
 @dataclass(frozen=True, slots=True)
@@ -333,31 +340,30 @@ class PoolPrice:
     price: Price
 
 
-def forgotten(
-    cost: CostStatus,
+def _forgotten(
+    cost: ledger.Draft,
     job: JobView,
     pods: Sequence[PodView],
     spans: Mapping[int, attempt_held.PodSpan],
     pool_of: Callable[[str], PoolPrice | None],
-) -> CostStatus:
-    """``cost`` with every earlier attempt whose pods ran and ended in view, though neither the
-    ledger nor a failure record holds it (a gang released for its bind timeout on a view that did
-    not show its late pod yet), charged from those pods: their span, their devices, their pool."""
+) -> None:
+    """Every earlier attempt whose pods ran and ended in view, though neither the ledger nor a
+    failure record holds it (a gang released for its bind timeout on a view that did not show its
+    late pod yet), charged from those pods: their span, their devices, their pool."""
     st = job.status
-    oldest = min((a.attempt for a in cost.attempts), default=None)
+    oldest = min((e.attempt for e in cost.entries), default=None)
     for attempt, sp in spans.items():
         if attempt >= st.attempt or sp.start is None or sp.end is None:
             continue
-        if any(a.attempt == attempt for a in cost.attempts):
+        if any(e.attempt == attempt for e in cost.entries):
             continue
-        if cost.folded is not None and oldest is not None and attempt < oldest:
+        if cost.get("folded") is not None and oldest is not None and attempt < oldest:
             continue  # folded with the oldest attempts
         mine = [p for p in pods if p.attempt == attempt]
         found = pool_of(mine[0].pool or "") if mine else None
         if found is None:
             continue
-        cost = ledger.record(
-            cost,
+        cost.record(
             ledger.Observation(
                 attempt=attempt,
                 pool=found.pool,
@@ -370,12 +376,12 @@ def forgotten(
                 team=job.team or None,
             ),
         )
-        cost = ledger.mark_pods_end(ledger.mark_pods_start(cost, attempt, sp.start), attempt, sp.end)
-    return cost
+        cost.mark_pods_start(attempt, sp.start)
+        cost.mark_pods_end(attempt, sp.end)
 
 
 def _began(
-    cost: CostStatus,
+    cost: ledger.Draft,
     job: JobView,
     span: attempt_held.PodSpan,
     workload: WorkloadView | None,
@@ -391,9 +397,9 @@ def _began(
     if span.start is not None:
         return span.start
     st = job.status
-    entry = next((a for a in cost.attempts if a.attempt == st.attempt and a.intervals), None)
+    entry = next((e for e in cost.entries if e.attempt == st.attempt and e.any_interval()), None)
     if entry is not None:
-        return parse_time_strict(entry.intervals[0].start)
+        return entry.ivs[0].start
     if st.phase is not JobPhase.RUNNING and st.phase not in TERMINAL:
         return None
     if pods_seen:
@@ -472,48 +478,47 @@ def _checkpoint(job: JobView) -> dt.datetime | None:
 def at_deletion(cost: CostStatus, end: dt.datetime) -> CostStatus:
     """A deleted job's ledger with every open attempt closed at ``end`` (when the operator saw the
     deletion): the time since the last accrual is charged at the attempt's last price."""
+    draft = ledger.Draft.of(cost)
     for entry in cost.attempts:
         if entry.end is None:
-            cost = _close(cost, entry.attempt, end, False, None, reported=None)
-    return ledger.with_totals(cost)
+            _close(draft, entry.attempt, end, False, None, reported=None)
+    return draft.build({})
 
 
 def _close(
-    cost: CostStatus,
+    cost: ledger.Draft,
     attempt: int,
     end: dt.datetime | None,
     preempted: bool,
     checkpoint: dt.datetime | None,
     *,
     reported: float | None,
-) -> CostStatus:
-    entry = next((a for a in cost.attempts if a.attempt == attempt), None)
-    if entry is None or entry.end is not None:
-        return cost
-    ivs = entry.intervals
+) -> None:
+    entry = cost.find(attempt)
+    if entry is None or entry.get("end") is not None:
+        return
+    ivs = entry.ivs
     if end is None:  # ended without a recorded time (a released gang): at what was accrued
-        end = parse_time_strict(ivs[-1].end) if ivs else None
+        end = ivs[-1].end if ivs else None
         if end is None:
-            return cost
-    elif ivs and parse_time_strict(ivs[-1].end) < end:
+            return
+    elif ivs and ivs[-1].end < end:
         # The tail between the last tick and the end, at the attempt's last price.
         last = ivs[-1]
-        cost = ledger.record(
-            cost,
+        cost.record(
             ledger.Observation(
                 attempt,
-                entry.pool,
-                entry.capacity_type,
-                entry.devices,
-                parse_time_strict(ivs[0].start),
+                entry.get("pool"),
+                entry.get("capacity_type"),
+                entry.get("devices"),
+                ivs[0].start,
                 end,
-                last.usd_per_device_hour,
-                entry.on_demand_usd_per_device_hour,
-                last.idle_fraction,
+                last.price,
+                entry.get("on_demand_usd_per_device_hour"),
+                last.idle,
             ),
         )
-    return ledger.close(
-        cost,
+    cost.close(
         ledger.AttemptEnd(
             attempt,
             end,

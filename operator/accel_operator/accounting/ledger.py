@@ -23,8 +23,10 @@ from __future__ import annotations
 import datetime as dt
 import functools
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from typing import Any, TypeVar
 
+from accel_api.base import ApiModel
 from accel_api.durations import parse_time_strict, stamp_exact
 from accel_api.enums import CapacityType
 from accel_api.job import (
@@ -37,6 +39,7 @@ from accel_api.job import (
 )
 
 HOUR = 3600.0
+M = TypeVar("M", bound=ApiModel)
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,7 +170,7 @@ def mark_pods_end(cost: CostStatus, attempt: int, end: dt.datetime, *, totals: b
     if entry is None or entry.pods_end is not None:
         return cost
     ivs = [_Iv(i.start, min(i.end, end), i.price, i.idle) for i in _ivs(entry) if i.start < end]
-    entry = entry.model_copy(update={"pods_end": stamp_exact(end), "intervals": _wire(ivs)})
+    entry = copy(entry, {"pods_end": stamp_exact(end), "intervals": _wire(ivs)})
     return _totalled(_replace(cost, entry), totals)
 
 
@@ -180,7 +183,7 @@ def mark_pods_start(cost: CostStatus, attempt: int, start: dt.datetime, *, total
     if entry is None or entry.pods_start is not None:
         return cost
     ivs = [_Iv(max(i.start, start), i.end, i.price, i.idle) for i in _ivs(entry) if i.end > start]
-    entry = entry.model_copy(update={"pods_start": stamp_exact(start), "intervals": _wire(ivs)})
+    entry = copy(entry, {"pods_start": stamp_exact(start), "intervals": _wire(ivs)})
     return _totalled(_replace(cost, entry), totals)
 
 
@@ -191,7 +194,7 @@ def _find(cost: CostStatus, attempt: int) -> AttemptCost | None:
 def _replace(cost: CostStatus, entry: AttemptCost) -> CostStatus:
     others = [a for a in cost.attempts if a.attempt != entry.attempt]
     attempts = sorted([*others, entry], key=lambda a: a.attempt)
-    return _fold(cost.model_copy(update={"attempts": attempts}))
+    return _fold(copy(cost, {"attempts": attempts}))
 
 
 def record(cost: CostStatus | None, obs: Observation, *, totals: bool = True) -> CostStatus:
@@ -223,7 +226,7 @@ def _record(cost: CostStatus, obs: Observation) -> CostStatus:
     new = [_Iv(s, e, price, idle) for s, e in _uncovered(start, end, ivs)]
     if not new:
         return _replace(cost, entry)
-    entry = entry.model_copy(update={"intervals": _wire(_bounded(_merge_touching(ivs + new)))})
+    entry = copy(entry, {"intervals": _wire(_bounded(_merge_touching(ivs + new)))})
     return _replace(cost, entry)
 
 
@@ -246,13 +249,14 @@ def close(cost: CostStatus | None, ended: AttemptEnd) -> CostStatus:
             since = max(ivs[0].start, ended.checkpoint) if ended.checkpoint is not None else ivs[0].start
             lost = max(0.0, (ended.end - since).total_seconds()) * entry.devices
         lost = min(max(lost, 0.0), held)
-    entry = entry.model_copy(
-        update={
+    entry = copy(
+        entry,
+        {
             "intervals": _wire(ivs),
             "end": stamp_exact(ended.end),
             "preempted": ended.preempted,
             "lost_device_seconds": lost,
-        }
+        },
     )
     return with_totals(_replace(cost, entry))
 
@@ -288,7 +292,7 @@ def merge(a: CostStatus | None, b: CostStatus | None, *, totals: bool = True) ->
         if entry.rolled_up:
             out = mark_rolled_up(out, [entry.attempt])
     if out.forecast_usd is None and b.forecast_usd is not None:
-        out = out.model_copy(update={"forecast_usd": b.forecast_usd})
+        out = copy(out, {"forecast_usd": b.forecast_usd})
     return _totalled(out, totals)
 
 
@@ -297,8 +301,8 @@ def mark_rolled_up(cost: CostStatus, attempts: Iterable[int]) -> CostStatus:
     wanted = set(attempts)
     if not any(a.attempt in wanted and not a.rolled_up for a in cost.attempts):
         return cost
-    marked = [a.model_copy(update={"rolled_up": True}) if a.attempt in wanted else a for a in cost.attempts]
-    return cost.model_copy(update={"attempts": marked})
+    marked = [copy(a, {"rolled_up": True}) if a.attempt in wanted else a for a in cost.attempts]
+    return copy(cost, {"attempts": marked})
 
 
 def _close_as(cost: CostStatus, entry: AttemptCost) -> CostStatus:
@@ -325,13 +329,195 @@ def _fold(cost: CostStatus) -> CostStatus:
             rolled = rolled + _attempt_totals(old)
         else:
             folded = folded + _attempt_totals(old)
-    return cost.model_copy(
-        update={
+    return copy(
+        cost,
+        {
             "attempts": attempts,
             "folded": folded.wire() if cost.folded is not None or folded != Figures() else None,
             "rolled_up_folded": rolled.wire() if cost.rolled_up_folded is not None or rolled != Figures() else None,
-        }
+        },
     )
+
+
+def copy(model: M, update: dict[str, Any]) -> M:
+    """``model.model_copy(update=update)`` without pydantic's generic copy (a ``copy.copy`` of each
+    of the model's dicts): the same values, and, as with ``model_copy``, nothing validated. A
+    running job's accrual copied its ledger's models a dozen times; this is most of that time."""
+    cls = type(model)
+    out = cls.__new__(cls)
+    values = dict(model.__dict__)
+    values.update(update)
+    object.__setattr__(out, "__dict__", values)
+    extra = model.__pydantic_extra__
+    object.__setattr__(out, "__pydantic_extra__", None if extra is None else dict(extra))
+    object.__setattr__(out, "__pydantic_fields_set__", model.__pydantic_fields_set__ | update.keys())
+    private = getattr(model, "__pydantic_private__", None)
+    object.__setattr__(out, "__pydantic_private__", None if private is None else dict(private))
+    return out
+
+
+def stamp(t: dt.datetime) -> str:
+    """``stamp_exact(t)``, remembered for UTC times (as the ledger's own intervals are stamped)."""
+    return _stamp(t)
+
+
+@dataclass(slots=True)
+class Entry:
+    """One attempt of a :class:`Draft`: its model as read (or as first made), the fields changed
+    since (``changed``), and its intervals parsed once (``parsed``), stamped again only when
+    they moved (``moved``: the model functions restamp an attempt's intervals whenever they change
+    any of them, and only then)."""
+
+    model: AttemptCost
+    changed: dict[str, Any] = field(default_factory=dict)
+    parsed: list[_Iv] | None = None
+    moved: bool = False
+
+    @property
+    def attempt(self) -> int:
+        return self.model.attempt  # never changed
+
+    def get(self, name: str) -> Any:
+        """The field as it stands (changed, else as read)."""
+        return self.changed[name] if name in self.changed else self.model.__dict__[name]
+
+    @property
+    def ivs(self) -> list[_Iv]:
+        """The intervals as they stand (never changed in place: each change sets a new list)."""
+        if self.parsed is None:
+            self.parsed = _ivs(self.model)
+        return self.parsed
+
+    def any_interval(self) -> bool:
+        return bool(self.parsed) if self.parsed is not None else bool(self.model.intervals)
+
+    def set_ivs(self, ivs: list[_Iv]) -> None:
+        self.parsed, self.moved = ivs, True
+
+    def build(self) -> AttemptCost:
+        """The model, made once for all the changes since the last build."""
+        if self.moved:
+            assert self.parsed is not None
+            self.changed["intervals"] = _wire(self.parsed)
+            self.moved = False
+        if self.changed:
+            self.model = copy(self.model, self.changed)
+            self.changed = {}
+        return self.model
+
+
+@dataclass(slots=True)
+class Draft:
+    """A ledger changed by several steps in a row (an accrual: the pods' marks, the records, the
+    closes), as plain values: what :func:`record`, :func:`close`, :func:`mark_pods_start` and
+    :func:`mark_pods_end` do to a ``CostStatus``, done with no model copied or validated between
+    the steps; :meth:`build` makes the models once. Each method is its function's arithmetic on
+    the same values in the same order, so the ledger built is the one the functions give, to
+    the last bit (``tests/unit/operator/test_accrual_draft.py`` holds them side by side over
+    random ledgers and pods)."""
+
+    base: CostStatus
+    entries: list[Entry]
+    changed: dict[str, Any] = field(default_factory=dict)  # top-level fields changed
+
+    @classmethod
+    def of(cls, cost: CostStatus) -> Draft:
+        return cls(cost, [Entry(a) for a in cost.attempts])
+
+    def get(self, name: str) -> Any:
+        return self.changed[name] if name in self.changed else self.base.__dict__[name]
+
+    def find(self, attempt: int) -> Entry | None:
+        return next((e for e in self.entries if e.attempt == attempt), None)
+
+    def _put(self, entry: Entry) -> None:
+        """As ``_replace``: the attempt's entry in its place (others of its number dropped), the
+        entries sorted by attempt, the oldest folded past ``COST_ATTEMPTS``."""
+        others = [e for e in self.entries if e.attempt != entry.attempt]
+        self.entries = sorted([*others, entry], key=lambda e: e.attempt)
+        if len(self.entries) > COST_ATTEMPTS:
+            # Rare (a job past its 16th attempt): the models, folded by ``_fold`` itself.
+            folded = _fold(copy(self.base, {**self.changed, "attempts": [e.build() for e in self.entries]}))
+            self.base, self.changed = folded, {}
+            self.entries = [Entry(a) for a in folded.attempts]
+
+    def mark_pods_start(self, attempt: int, start: dt.datetime) -> None:
+        """As :func:`mark_pods_start`."""
+        entry = self.find(attempt)
+        if entry is None or entry.get("pods_start") is not None:
+            return
+        entry.set_ivs([_Iv(max(i.start, start), i.end, i.price, i.idle) for i in entry.ivs if i.end > start])
+        entry.changed["pods_start"] = _stamp(start)
+        self._put(entry)
+
+    def mark_pods_end(self, attempt: int, end: dt.datetime) -> None:
+        """As :func:`mark_pods_end`."""
+        entry = self.find(attempt)
+        if entry is None or entry.get("pods_end") is not None:
+            return
+        entry.set_ivs([_Iv(i.start, min(i.end, end), i.price, i.idle) for i in entry.ivs if i.start < end])
+        entry.changed["pods_end"] = _stamp(end)
+        self._put(entry)
+
+    def record(self, obs: Observation) -> None:
+        """As :func:`record`."""
+        entry = self.find(obs.attempt)
+        if entry is None:
+            if any(e.attempt > obs.attempt for e in self.entries) and len(self.entries) >= COST_ATTEMPTS:
+                return  # an attempt old enough to have been folded already
+            entry = Entry(
+                AttemptCost(
+                    attempt=obs.attempt,
+                    pool=obs.pool,
+                    team=obs.team,
+                    capacity_type=obs.capacity_type,
+                    devices=obs.devices,
+                    on_demand_usd_per_device_hour=obs.on_demand_usd_per_device_hour,
+                )
+            )
+        stops = [_parse(t) for t in (entry.get("end"), entry.get("pods_end")) if t is not None]
+        end = min([obs.end, *stops])
+        pods_start = entry.get("pods_start")
+        start = max(obs.start, _parse(pods_start)) if pods_start is not None else obs.start
+        if end <= start:
+            self._put(entry)
+            return
+        ivs = entry.ivs
+        price = min(max(obs.usd_per_device_hour, 0.0), 1000.0)
+        idle = min(max(obs.idle_fraction, 0.0), 1.0)
+        new = [_Iv(s, e, price, idle) for s, e in _uncovered(start, end, ivs)]
+        if new:
+            entry.set_ivs(_bounded(_merge_touching(ivs + new)))
+        self._put(entry)
+
+    def close(self, ended: AttemptEnd) -> None:
+        """As :func:`close`."""
+        entry = self.find(ended.attempt)
+        if entry is None or entry.get("end") is not None:
+            return
+        pods_end = entry.get("pods_end")
+        if pods_end is not None:  # its pods said when it ended: the recorded end cannot be later
+            ended = replace(ended, end=min(ended.end, _parse(pods_end)))
+        ivs = [_Iv(i.start, min(i.end, ended.end), i.price, i.idle) for i in entry.ivs if i.start < ended.end]
+        devices = entry.get("devices")
+        lost = 0.0
+        if ended.preempted and ivs:
+            held = sum(i.seconds for i in ivs) * devices
+            if ended.reported_lost_device_seconds is not None:
+                lost = ended.reported_lost_device_seconds
+            else:
+                since = max(ivs[0].start, ended.checkpoint) if ended.checkpoint is not None else ivs[0].start
+                lost = max(0.0, (ended.end - since).total_seconds()) * devices
+            lost = min(max(lost, 0.0), held)
+        entry.set_ivs(ivs)
+        entry.changed.update(end=_stamp(ended.end), preempted=ended.preempted, lost_device_seconds=lost)
+        self._put(entry)
+
+    def build(self, update: dict[str, Any]) -> CostStatus:
+        """The ledger with ``update`` (its own fields: when it was updated) and its top-level
+        figures derived, as ``with_totals`` gives them, in one copy."""
+        attempts = [e.build() for e in self.entries]
+        return with_totals(self.base, {**self.changed, "attempts": attempts, **update})
 
 
 # --- figures ------------------------------------------------------------------------------------
@@ -452,8 +638,12 @@ _attempt_totals = attempt_totals
 def totals(cost: CostStatus | None) -> Figures:
     if cost is None:
         return Figures()
-    out = Figures.of(cost.folded) + Figures.of(cost.rolled_up_folded)
-    for entry in cost.attempts:
+    return _sum(cost.folded, cost.rolled_up_folded, cost.attempts)
+
+
+def _sum(folded: CostTotals | None, rolled: CostTotals | None, attempts: Iterable[AttemptCost]) -> Figures:
+    out = Figures.of(folded) + Figures.of(rolled)
+    for entry in attempts:
         out = add(out, _attempt_totals(entry))
     return out
 
@@ -517,11 +707,17 @@ def _totalled(cost: CostStatus, totals: bool) -> CostStatus:
     return with_totals(cost) if totals else cost
 
 
-def with_totals(cost: CostStatus) -> CostStatus:
-    """``cost`` with its top-level figures derived from its attempts."""
-    t = totals(cost)
+def with_totals(cost: CostStatus, update: dict[str, Any] | None = None) -> CostStatus:
+    """``cost`` with ``update`` (fields of its own: its attempts, when it was updated) and its
+    top-level figures derived from its attempts as updated, in one copy."""
+    update = update or {}
+    t = _sum(
+        update.get("folded", cost.folded),
+        update.get("rolled_up_folded", cost.rolled_up_folded),
+        update.get("attempts", cost.attempts),
+    )
     # Rounded to a millionth: exact enough for any sum of cents, short in `kubectl get`.
-    return cost.model_copy(update={f: round(getattr(t, f), 6) for f in Figures.__slots__})
+    return copy(cost, {**update, **{f: round(getattr(t, f), 6) for f in Figures.__slots__}})
 
 
 def period_start(period: str, now: dt.datetime) -> dt.datetime:
