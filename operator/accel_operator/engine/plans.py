@@ -124,9 +124,16 @@ class Plans:
     # The list of offers :meth:`pool_offers` gave last: given again while no pool's offer changed,
     # so the entries planned meanwhile share one list to plan again from.
     _offered: list[PoolOffer] = field(default_factory=list)
+    # For the index of waiting jobs (engine/waiting.py), once it follows (``track``): the jobs
+    # linked to a plan since it last looked, and a count of the times links were dropped (then it
+    # reads every waiting job again).
+    track: bool = False
+    planned: set[JobKey] = field(default_factory=set)
+    epoch: int = 0
 
     def pools_changed(self) -> None:
         self.pools_version += 1
+        self.epoch += 1
         self.by_job.clear()
         self.by_spec.clear()
         self.built.clear()
@@ -213,7 +220,10 @@ class Plans:
                 self.by_spec[same] = entry
             if len(self.by_job) >= MAX_JOB_PLANS:
                 self.by_job.clear()
+                self.epoch += 1
             self.by_job[key] = entry
+            if self.track:
+                self.planned.add(job.key)
         return self._kept(entry)
 
     def _kept(self, entry: Entry) -> Plan:
@@ -239,6 +249,7 @@ class Plans:
         without its plan, and a job that waits again is planned again through its spec): a link
         per job ever planned and a plan per spec ever seen held memory for the fleet's history."""
         uids = set(waiting)
+        self.epoch += 1
         self.by_job = {k: e for k, e in self.by_job.items() if k[0] in uids}
         live = {e.spec_key for e in self.by_job.values()}
         self.by_spec = {s: e for s, e in self.by_spec.items() if s in live}
