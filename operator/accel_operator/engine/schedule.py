@@ -184,16 +184,16 @@ def order(snap: Snapshot, keys: Iterable[JobKey]) -> list[JobView]:
 
 
 def _jobs(
-    snap: Snapshot, keys: Iterable[JobKey], queue: Queue | None, blocked: Callable[[], Mapping[str, Any]]
+    snap: Snapshot, keys: Iterable[JobKey], woken: Queue | None, current: Callable[[], Snapshot], now: dt.datetime
 ) -> Iterator[JobView]:
-    """:func:`order` of ``keys``, merged with ``queue``'s waiting jobs (:func:`.waiting.ordered`)."""
+    """:func:`order` of ``keys``, merged with ``woken``'s waiting jobs (:func:`.waiting.ordered`)."""
     jobs = order(snap, keys)
-    if queue is None:
+    if woken is None:
         yield from jobs
         return
     holding = [j for j in jobs if j.phase in HOLDING]
     yield from holding
-    yield from ordered(snap.jobs, jobs[len(holding) :], queue, blocked)
+    yield from ordered(snap.jobs, jobs[len(holding) :], woken, current, now)
 
 
 def waiting_for(
@@ -290,7 +290,7 @@ def schedule_pass(
     queue: dict[str, int] = {}
     phases: dict[str, int] = {}
     # The heads are asked of the pass's snapshot as it is at each job's turn (hence late binding).
-    for job in _jobs(snap, keys, woken, lambda: snap.blocked):  # noqa: B023
+    for job in _jobs(snap, keys, woken, lambda: snap, now):  # noqa: B023
         if job.key in tally.acting:
             tally.retry.add(job.key)  # its last decision is still being written: next pass
             continue

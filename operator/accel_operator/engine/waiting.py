@@ -10,9 +10,14 @@ decides a handful. Of those jobs, a pass decides only:
 
 * the ones :func:`may_wait` does not file as waiting already (not planned, a status that says
   something else, a plan that is not schedulable, or no shape): the *must* jobs;
-* a job with a shape that fits what is free at the start of the pass (the capacity only shrinks
-  during a pass, so a shape that does not fit then never fits in it): found by pool and shape,
-  each shape's fit tested once per capacity object of its pool;
+* a job with a shape that may be taken at its turn: the shape fits what is free (the capacity
+  only shrinks during a pass, so the shapes that do not fit at its start are never looked at),
+  and the pool's head, if it has one by then, does not hold it against the job (a gang larger
+  than what the head leaves spare that would not end before the head may start,
+  ``decide.held_against``). Per pool and shape the jobs are kept sorted in queue order with that
+  shape's expected seconds; the pass walks each fitting shape's list, passing over a job that
+  would end too late in O(1), and drops the list once the shape no longer fits or is held
+  against any job (a head with no known start);
 * the first-choice pool's head: the first waiting job, in queue order, whose first-choice pool
   no decision of the pass has blocked yet. Per first-choice pool the jobs are kept sorted in
   queue order, and the pass walks them only while that pool is not blocked (once it is, it
@@ -24,19 +29,21 @@ decides a handful. Of those jobs, a pass decides only:
 again (:attr:`.cache.Observed.changed`) and the jobs linked to a plan since (:attr:`.plans.Plans.planned`),
 and filed again whole after a rebuild of the picture or when the plans' links were dropped.
 :meth:`WaitingIndex.queue` gives the pass its :class:`Queue`: the jobs it must look at, and per
-first-choice pool the sorted lists it walks. The pass decides them exactly as it decided the
-whole set (the same decisions, in the same order, with the same statuses): every job left out
-is one :func:`.schedule.still_waits` would have skipped.
+first-choice pool and per fitting shape the sorted lists it walks. The pass decides them exactly
+as it decided the whole set (the same decisions, in the same order, with the same statuses):
+every job left out is one :func:`.schedule.still_waits` would have skipped.
 """
 
 from __future__ import annotations
 
 import bisect
+import datetime as dt
 import heapq
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from accel_api.durations import later
 from accel_api.enums import JobPhase
 from accel_operator.engine.plans import Entry, Plans, Shapes
 from accel_operator.reconcile.common.decision import ADMITTED
@@ -44,6 +51,7 @@ from accel_operator.reconcile.common.snapshot import Gang, JobKey, JobView, Pool
 
 Order = tuple[Any, ...]  # JobView.queue_order()
 Item = tuple[Order, JobKey]
+Timed = tuple[Order, JobKey, float]  # with the expected seconds of the shape it is filed under
 
 
 def may_wait(job: JobView, plans: Plans) -> tuple[Entry, Shapes] | None:
@@ -71,16 +79,22 @@ class _Filed:
     order: Order
     pools: frozenset[str] | None
     shapes: Shapes | None
+    seconds: tuple[float, ...] = ()  # each shape's expected seconds (the entry's durations)
 
 
 @dataclass
 class Queue:
     """What a pass woken by capacity looks at beyond the jobs an event named: ``keys``, each
-    looked at, and ``firsts``: per first-choice pool, the sorted lists of the jobs it heads
-    (walked while that pool is not blocked)."""
+    looked at; ``firsts``: per first-choice pool, the sorted lists of the jobs it heads (walked
+    while that pool is not blocked); ``fitting``: per shape that fits its pool at the start of
+    the pass, the sorted list of the jobs that rank it (walked while it fits, each job looked at
+    only when that shape is not held against it by the pool's head)."""
 
     keys: set[JobKey]
     firsts: dict[str, list[list[Item]]]
+    fitting: list[tuple[str, Gang, list[Timed]]] = field(default_factory=list)
+    grown: set[str] | None = None  # the pools that grew (None: any): a fitting job must rank one
+    filed: Mapping[JobKey, _Filed] = field(default_factory=dict)  # the index's, read during the pass
 
     def walk(self, first: str) -> Iterator[Item]:
         """The jobs of ``first``'s lists in queue order, each once."""
@@ -96,45 +110,81 @@ class Queue:
 
 
 def ordered(
-    jobs: Mapping[JobKey, JobView], waiting: Iterable[JobView], queue: Queue, blocked: Callable[[], Mapping[str, Any]]
+    jobs: Mapping[JobKey, JobView],
+    waiting: Iterable[JobView],
+    queue: Queue,
+    current: Callable[[], Snapshot],
+    now: dt.datetime,
 ) -> Iterator[JobView]:
     """``waiting`` (the jobs the pass must look at, in queue order) merged with the queue's: its
-    keys, and from each first-choice pool's lists the next job while ``blocked()`` (asked when
-    that job's turn comes, after every job before it was decided) does not hold the pool."""
+    keys; from each first-choice pool's lists the next job while that pool has no head; from each
+    fitting shape's list the next job while the shape fits and its pool's head does not hold it
+    against that job (``decide.held_against``). Each is asked of ``current()``, the pass's
+    snapshot when that job's turn comes (every job before it decided): as
+    :func:`.schedule.still_waits` asks, so every job left out is one it would have skipped."""
     listed = {j.key for j in waiting}
     for key in queue.keys:
         job = jobs.get(key)
         if job is not None and not job.deleting and key not in listed:
             listed.add(key)
     explicit = sorted((jobs[k] for k in listed), key=JobView.queue_order)
-    heap: list[tuple[Order, JobKey, int]] = []
-    walks: list[Iterator[Item]] = [iter([(j.queue_order(), j.key) for j in explicit])]
-    firsts = [""]
+    heap: list[tuple[Order, JobKey, int, float]] = []  # the walk's next job, with its shape's seconds
+    walks: list[Iterator[tuple[Any, ...]]] = [iter([(j.queue_order(), j.key) for j in explicit])]
+    firsts: list[str | None] = [None]
+    shapes: list[tuple[str, Gang] | None] = [None]
     for first in queue.firsts:
         walks.append(queue.walk(first))
         firsts.append(first)
+        shapes.append(None)
+    for pool, gang, members in queue.fitting:
+        walks.append(iter(members))
+        firsts.append(None)
+        shapes.append((pool, gang))
     for i, walk in enumerate(walks):
         head = next(walk, None)
         if head is not None:
-            heap.append((head[0], head[1], i))
+            heap.append((head[0], head[1], i, head[2] if len(head) > 2 else 0.0))
     heapq.heapify(heap)
     seen: set[JobKey] = set()
+    fits: dict[tuple[str, Gang], tuple[PoolCapacity, bool]] = {}
+    grown, filed = queue.grown, queue.filed
     while heap:
-        _order, key, i = heapq.heappop(heap)
-        if i == 0:
-            if key not in seen:
-                seen.add(key)
-                yield jobs[key]
-        else:
-            if firsts[i] in blocked():
-                continue  # blocked by now, so for every later job of that pool: the list is done
+        _order, key, i, seconds = heapq.heappop(heap)
+        take, done = True, False
+        if i != 0:
             job = jobs.get(key)
-            if key not in seen and key not in listed and job is not None and not job.deleting:
-                seen.add(key)
-                yield job
-        nxt = next(walks[i], None)
-        if nxt is not None:
-            heapq.heappush(heap, (nxt[0], nxt[1], i))
+            take = key not in seen and key not in listed and job is not None and not job.deleting
+            first_pool, shape = firsts[i], shapes[i]
+            if first_pool is not None:
+                if first_pool in current().blocked:
+                    take, done = False, True  # blocked by now, so for every later job of that pool
+            elif shape is not None and take:
+                snap = current()
+                pool, gang = shape
+                cap = snap.capacity.get(pool)
+                memo = fits.get(shape)
+                if cap is not None and (memo is None or memo[0] is not cap):
+                    memo = fits[shape] = (cap, cap.fits(gang))
+                if cap is None or memo is None or not memo[1]:
+                    take, done = False, True  # it no longer fits: not later in the pass either
+                else:
+                    pools = filed[key].pools
+                    if grown is not None and pools is not None and pools.isdisjoint(grown):
+                        take = False  # not of the pass's set (no shape in a pool that grew)
+                    else:
+                        b = snap.blocked.get(pool)
+                        if b is not None and b.job != key and gang.devices > b.extra:
+                            if b.shadow is None:
+                                take, done = False, True  # held against this shape and every later job's
+                            elif later(now, seconds) > b.shadow:  # it would not end before the head may start
+                                take = False
+        if take and key not in seen:
+            seen.add(key)
+            yield jobs[key]
+        if not done:
+            nxt = next(walks[i], None)
+            if nxt is not None:
+                heapq.heappush(heap, (nxt[0], nxt[1], i, nxt[2] if len(nxt) > 2 else 0.0))
 
 
 @dataclass
@@ -148,7 +198,8 @@ class WaitingIndex:
     # (pool, first-choice pool) -> the jobs that may wait with a shape in that pool, in queue order
     lists: dict[tuple[str, str], list[Item]] = field(default_factory=dict)
     firsts: dict[str, set[str]] = field(default_factory=dict)  # pool -> first-choice pools of its lists
-    shapes: dict[str, dict[Gang, set[JobKey]]] = field(default_factory=dict)  # pool -> shape -> jobs
+    # pool -> shape -> the jobs that may wait ranking it, in queue order, with its expected seconds
+    shapes: dict[str, dict[Gang, list[Timed]]] = field(default_factory=dict)
     # pool -> (the capacity its shapes were tested on, each shape's fit): tested again only
     # when the pool's capacity is another object.
     fits: dict[str, tuple[PoolCapacity, dict[Gang, bool]]] = field(default_factory=dict)
@@ -195,7 +246,8 @@ class WaitingIndex:
         entry = plans.entry(job) if found is None else found[0]
         shapes = None if found is None else found[1]
         pools = None if entry is None else frozenset(p for p, _g in entry.shapes(plans.cache))
-        new = _Filed(job.queue_order(), pools, shapes)
+        seconds = () if found is None else found[0].durations(plans.cache)
+        new = _Filed(job.queue_order(), pools, shapes, seconds)
         self.filed[key] = new
         if shapes is None:
             if pools is None:
@@ -210,8 +262,8 @@ class WaitingIndex:
         for pool in pools or ():
             bisect.insort(self.lists.setdefault((pool, first), []), item)
             self.firsts.setdefault(pool, set()).add(first)
-        for pool, gang in shapes:
-            self.shapes.setdefault(pool, {}).setdefault(gang, set()).add(key)
+        for (pool, gang), secs in zip(shapes, seconds, strict=True):
+            bisect.insort(self.shapes.setdefault(pool, {}).setdefault(gang, []), (new.order, key, secs))
 
     def _unfile(self, key: JobKey, old: _Filed) -> None:
         if old.shapes is None:
@@ -230,11 +282,14 @@ class WaitingIndex:
                 self.firsts[pool].discard(first)
                 if not self.firsts[pool]:
                     del self.firsts[pool]
-        for pool, gang in old.shapes:
+        for (pool, gang), secs in zip(old.shapes, old.seconds, strict=True):
             by_gang = self.shapes[pool]
-            _drop(by_gang, gang, key)
-            if not by_gang:
-                del self.shapes[pool]
+            members = by_gang[gang]
+            del members[bisect.bisect_left(members, (old.order, key, secs))]
+            if not members:
+                del by_gang[gang]
+                if not by_gang:
+                    del self.shapes[pool]
 
     def queue(self, snap: Snapshot, grown: set[str] | None, busy: Iterable[JobKey]) -> Queue:
         """What a pass woken because ``grown`` grew (None: any pool may have) looks at beyond the
@@ -252,6 +307,7 @@ class WaitingIndex:
         else:
             for pool in grown:
                 keys |= self.must.get(pool, set())
+        fitting: list[tuple[str, Gang, list[Timed]]] = []
         for pool, by_gang in self.shapes.items():
             cap = snap.capacity.get(pool)
             if cap is None:
@@ -259,12 +315,12 @@ class WaitingIndex:
             tested = self.fits.get(pool)
             if tested is None or tested[0] is not cap:
                 tested = self.fits[pool] = (cap, {})
-            for gang, members in by_gang.items():
+            for gang, ranking in by_gang.items():
                 fit = tested[1].get(gang)
                 if fit is None:
                     fit = tested[1][gang] = cap.fits(gang)
                 if fit:
-                    keys.update(k for k in members if concerned(k))
+                    fitting.append((pool, gang, ranking))
         keys.update(k for k in busy if k in self.filed and concerned(k))
         firsts: dict[str, list[list[Item]]] = {}
         for pool in self.firsts if grown is None else grown:
@@ -273,7 +329,7 @@ class WaitingIndex:
                     firsts[first] = [self.lists[(first, first)]]  # every job of that first choice
                 else:
                     firsts.setdefault(first, []).append(self.lists[(pool, first)])
-        return Queue(keys, firsts)
+        return Queue(keys, firsts, fitting, None if grown is None else set(grown), self.filed)
 
 
 def _drop(index: dict[Any, set[JobKey]], at: Any, key: JobKey) -> None:

@@ -158,6 +158,40 @@ def test_the_index_kept_by_syncs_equals_one_filed_afresh(seed: int) -> None:
     fresh = _filed(snap, w)
     assert kept.filed == fresh.filed
     assert {k: v for k, v in kept.lists.items() if v} == fresh.lists
-    assert kept.shapes == fresh.shapes
+    assert {p: {g: m for g, m in by.items() if m} for p, by in kept.shapes.items()} == fresh.shapes
     assert (kept.unplanned, kept.must, kept.must_else) == (fresh.unplanned, fresh.must, fresh.must_else)
     assert not changed and not w.plans.planned
+
+
+def test_a_short_job_behind_long_ones_of_the_same_shape_still_backfills() -> None:
+    """A head of 16 devices holds a pool of two nodes with 12 devices free (16 once its running job
+    ends in 10 minutes); behind it wait two long jobs and then a short one, all three of the same
+    shape (one node, 4 devices, the same memory). A pass after the pool grew, over the index,
+    decides the head and the short job, which backfills, and not the long ones: the list of a
+    shape is walked past jobs that would end too late, since a later one may end in time."""
+    w = World().pool("p", nodes=2, free=[8, 8])
+    w.job("r", "p", devices=4, status=_running("p", devices=4, seconds=600))
+    w.pod("r", 0, 0, node="p-0", devices=4)
+    w.workload("r", 0, active=1)
+    w.job("head", "p", devices=16, priority=10)
+    for name in ("long1", "long2"):
+        w.job(name, "p", devices=4, workload={**SHORT, "tokens": 100_000_000_000})
+    w.job("short", "p", devices=4, workload=SHORT)
+    first = w.schedule_pass(T0)
+    assert [(j.name, d.phase) for j, d in first.decisions if d.admitted] == [("short", JobPhase.ADMITTED)]
+    for write in first.writes:  # every job waits, the short one too (as if it came after the pass)
+        status = write.status if write.job.name != "short" else _pending(first)
+        w.jobs[write.job.key] = [replace(write.job, status=AcceleratorJobStatus.model_validate(status))]
+    snap = w.observe(T0)
+    rules = schedule.rules_from(w.settings, snap)
+    woken = _filed(snap, w).queue(snap, {"p"}, ())
+    indexed = schedule.schedule_pass(snap, (), T0, rules, w.plans, woken=woken)
+    assert [j.name for j, _d in indexed.decisions] == ["head", "short"]
+    assert _admissions(indexed) == [("short", indexed.decisions[1][1].admitted)]
+
+
+def _pending(p: Pass) -> dict[str, Any]:
+    """The status a long job waiting behind the head was given (the short job's, had it waited)."""
+    [status] = [x.status for x in p.writes if x.job.name == "long1"]
+    assert status is not None
+    return status
