@@ -115,6 +115,12 @@ class Observed:
     stale_pods: set[Any] = field(default_factory=set)  # pods index keys: node names and job keys
     stale_nodes: set[str] = field(default_factory=set)
     stale_workloads: set[WorkloadKey] = field(default_factory=set)
+    # For the index of waiting jobs (engine/waiting.py), once it follows: how many rebuilds there
+    # were (each folds every job again) and the jobs read since it last looked (``track``: it
+    # follows; else nothing is kept, so a picture no index reads keeps no log).
+    rebuilds: int = 0
+    track: bool = False
+    changed: set[JobKey] = field(default_factory=set)
 
     # --- what changed (from the event handlers and the scheduler) ---------------------------------
 
@@ -160,6 +166,8 @@ class Observed:
     ) -> None:
         """Fold every index entry (``idx`` is the scheduler's ``Indices``)."""
         self.stale = False
+        self.rebuilds += 1
+        self.changed.clear()
         self.stale_jobs.clear()
         self.stale_pods.clear()
         self.stale_nodes.clear()
@@ -249,6 +257,8 @@ class Observed:
                     else:
                         self.used.pop(key, None)
                     pools.update(p for p, m in self.pool_nodes.items() if key in m)
+        if self.track:
+            self.changed |= self.stale_jobs
         for key in self.stale_jobs:
             raw = _first(idx.jobs.get(key))
             if raw is None:

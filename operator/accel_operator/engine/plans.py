@@ -124,21 +124,43 @@ class Plans:
     # The list of offers :meth:`pool_offers` gave last: given again while no pool's offer changed,
     # so the entries planned meanwhile share one list to plan again from.
     _offered: list[PoolOffer] = field(default_factory=list)
+    # The (name, accelerator) of each pool of ``_offered``, in order: the planner finds the pools
+    # a placement leaves out once per such tuple (``eligible.LeftOutPools.split``).
+    offered_names: eligible.Offered = ()
+    # The pools and capacity ``_offered`` was made of, and the pools by name of the last pools.
+    _offered_for: tuple[Mapping[str, PoolView], Mapping[str, PoolCapacity]] | None = None
+    _sorted: tuple[Mapping[str, PoolView], list[tuple[str, PoolView]]] | None = None
+    # For the index of waiting jobs (engine/waiting.py), once it follows (``track``): the jobs
+    # linked to a plan since it last looked, and a count of the times links were dropped (then it
+    # reads every waiting job again).
+    track: bool = False
+    planned: set[JobKey] = field(default_factory=set)
+    epoch: int = 0
 
     def pools_changed(self) -> None:
         self.pools_version += 1
+        self.epoch += 1
         self.by_job.clear()
         self.by_spec.clear()
         self.built.clear()
         self.index = None
         self.offers.clear()
         self._offered = []
+        self._offered_for = self._sorted = None
+        self.offered_names = ()
 
     def pool_offers(self, snap: Snapshot) -> list[PoolOffer]:
         """``snap``'s pools by name as the planner is offered them (their free devices and whole
-        free nodes now), each made again only when its pool or its capacity is another object."""
+        free nodes now), each made again only when its pool or its capacity is another object;
+        the same list while ``snap``'s pools and capacity are the same objects (a pass's plans
+        between two admissions), so a new plan costs no look at every pool."""
+        made = self._offered_for
+        if made is not None and made[0] is snap.pools and made[1] is snap.capacity:
+            return self._offered
+        if self._sorted is None or self._sorted[0] is not snap.pools:
+            self._sorted = (snap.pools, sorted(snap.pools.items()))
         out = []
-        for name, pool in sorted(snap.pools.items()):
+        for name, pool in self._sorted[1]:
             cap = snap.capacity[name]
             kept = self.offers.get(name)
             if kept is None or kept[0] is not pool or kept[1] is not cap:
@@ -147,10 +169,14 @@ class Plans:
                 )
                 kept = self.offers[name] = (pool, cap, offer)
             out.append(kept[2])
+        self._offered_for = (snap.pools, snap.capacity)
         last = self._offered
         if len(last) == len(out) and all(a is b for a, b in zip(last, out, strict=True)):
             return last  # shared, never changed: callers only read it
         self._offered = out
+        names = tuple((o.name, o.spec.accelerator) for o in out)
+        if names != self.offered_names:
+            self.offered_names = names  # the same object while the offered pools are the same
         return out
 
     def pool_index(self, snap: Snapshot) -> eligible.PoolIndex:
@@ -191,7 +217,8 @@ class Plans:
                 restricted, allowed = policy.restrict(spec, offers, pols)
                 # The list shared by the plans made since the last change of an offer, when the
                 # policies leave every pool (``restrict`` only filters): one list, not one a plan.
-                offers = offers if len(allowed) == len(offers) else allowed
+                every = len(allowed) == len(offers)
+                offers = offers if every else allowed
                 capped = restricted.placement.max_devices != spec.placement.max_devices
                 source = policy.cap_source(pols) if capped else OWN_MAX_DEVICES
                 # Everything the plan is made from, bound: it is made again from these when a job of
@@ -205,6 +232,7 @@ class Plans:
                     cache=self.cache,
                     spec_digest=digest if restricted is spec else b"",  # the plan's key, made once
                     index=self.pool_index(snap),
+                    offered=self.offered_names if every else None,
                 )
                 plan = make()
                 entry = Entry(plan, make, plan.schedulable, spec_key=same)
@@ -213,7 +241,10 @@ class Plans:
                 self.by_spec[same] = entry
             if len(self.by_job) >= MAX_JOB_PLANS:
                 self.by_job.clear()
+                self.epoch += 1
             self.by_job[key] = entry
+            if self.track:
+                self.planned.add(job.key)
         return self._kept(entry)
 
     def _kept(self, entry: Entry) -> Plan:
@@ -239,6 +270,7 @@ class Plans:
         without its plan, and a job that waits again is planned again through its spec): a link
         per job ever planned and a plan per spec ever seen held memory for the fleet's history."""
         uids = set(waiting)
+        self.epoch += 1
         self.by_job = {k: e for k, e in self.by_job.items() if k[0] in uids}
         live = {e.spec_key for e in self.by_job.values()}
         self.by_spec = {s: e for s, e in self.by_spec.items() if s in live}

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -24,8 +24,9 @@ from accel_api.durations import later
 from accel_api.enums import JobPhase
 from accel_api.job import PlanStatus
 from accel_operator.engine.plans import Plans
+from accel_operator.engine.waiting import Queue, may_wait, ordered
 from accel_operator.planning.candidates import Plan
-from accel_operator.reconcile.common.decision import ADMITTED, Decision, PlanWrite
+from accel_operator.reconcile.common.decision import Decision, PlanWrite
 from accel_operator.reconcile.common.snapshot import AT_REST, HOLDING, Gang, JobKey, JobView, Snapshot
 from accel_operator.reconcile.job import fallback, resume
 from accel_operator.reconcile.job.decide import DECISION_FAILED, decide, failed, held_against
@@ -182,6 +183,19 @@ def order(snap: Snapshot, keys: Iterable[JobKey]) -> list[JobView]:
     return holding + waiting
 
 
+def _jobs(
+    snap: Snapshot, keys: Iterable[JobKey], woken: Queue | None, current: Callable[[], Snapshot], now: dt.datetime
+) -> Iterator[JobView]:
+    """:func:`order` of ``keys``, merged with ``woken``'s waiting jobs (:func:`.waiting.ordered`)."""
+    jobs = order(snap, keys)
+    if woken is None:
+        yield from jobs
+        return
+    holding = [j for j in jobs if j.phase in HOLDING]
+    yield from holding
+    yield from ordered(snap.jobs, jobs[len(holding) :], woken, current, now)
+
+
 def waiting_for(
     snap: Snapshot, plans: Plans, pools: set[str] | None, waiting: Iterable[JobKey] | None = None
 ) -> set[JobKey]:
@@ -200,25 +214,19 @@ def waiting_for(
 
 def still_waits(job: JobView, snap: Snapshot, refused: set[tuple[str, Gang]], plans: Plans, now: dt.datetime) -> bool:
     """Whether deciding ``job`` again in this pass can only repeat that it waits: it waits
-    already, its first-choice pool already has its head (the first waiter in queue order blocks
-    the pool: it must be decided to do so), and no placement its plan ranks may be taken now:
-    each either does not fit what is free, or is in a pool held for a head ahead of it that it
-    may not backfill around (``decide._may_use``'s two refusals, in its order; the backfill rule
-    is ``decide.held_against``, shared). A shape that does
-    not fit is refused for the rest of the pass (capacity only shrinks during a pass), so the
-    jobs behind with that shape cost a set lookup; a pool's head, once set, stays for the pass.
-    Only for a job whose decision is left to the capacity (:func:`settled`, or no event named
-    it)."""
-    if job.phase is not JobPhase.PENDING:
+    already (:func:`.waiting.may_wait`), its first-choice pool already has its head (the first waiter in
+    queue order blocks the pool: it must be decided to do so), and no placement its plan ranks
+    may be taken now: each either does not fit what is free, or is in a pool held for a head
+    ahead of it that it may not backfill around (``decide._may_use``'s two refusals, in its order;
+    the backfill rule is ``decide.held_against``, shared). A shape that does not fit is refused
+    for the rest of the pass (capacity only shrinks during a pass), so the jobs behind with that
+    shape cost a set lookup; a pool's head, once set, stays for the pass. Only for a job whose
+    decision is left to the capacity (:func:`settled`, or no event named it)."""
+    found = may_wait(job, plans)
+    if found is None:
         return False
-    waiting = next((c for c in job.status.conditions if c.type == ADMITTED), None)
-    if waiting is None or waiting.status != "False" or waiting.reason not in ("QueuedBehind", "WaitingForCapacity"):
-        return False
-    entry = plans.entry(job)
-    if entry is None or not entry.schedulable:
-        return False
-    shapes = entry.shapes(plans.cache)
-    if not shapes or shapes[0][0] not in snap.blocked:
+    entry, shapes = found
+    if shapes[0][0] not in snap.blocked:
         return False
 
     def end_of(i: int) -> dt.datetime:
@@ -266,11 +274,13 @@ def schedule_pass(
     busy: Iterable[JobKey] = (),
     lookups: Mapping[JobKey, resume.Lookup] | None = None,
     full: bool = False,
+    woken: Queue | None = None,
 ) -> Pass:
     """Decide ``keys`` on ``snapshot`` at ``now``. ``marked``: the jobs an event named (a job at
     rest is decided only then); ``busy``: the jobs whose last decision is still being written;
     ``lookups``: the last checkpoint lookup per job; ``full``: a full pass (every job decided,
-    none skipped as still waiting)."""
+    none skipped as still waiting); ``woken``: the waiting jobs of a pass woken by capacity, from
+    the index (:mod:`.waiting`), looked at beyond ``keys`` (which then hold only what events named)."""
     snap = snapshot
     dirty = set(marked)
     lookups = lookups or {}
@@ -279,7 +289,8 @@ def schedule_pass(
     refused: set[tuple[str, Gang]] = set()  # shapes that did not fit a pool in this pass
     queue: dict[str, int] = {}
     phases: dict[str, int] = {}
-    for job in order(snap, keys):
+    # The heads are asked of the pass's snapshot as it is at each job's turn (hence late binding).
+    for job in _jobs(snap, keys, woken, lambda: snap, now):  # noqa: B023
         if job.key in tally.acting:
             tally.retry.add(job.key)  # its last decision is still being written: next pass
             continue

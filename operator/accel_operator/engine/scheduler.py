@@ -32,7 +32,7 @@ from accel_operator.adapters.kube import workloads as wl_mod
 from accel_operator.adapters.kube.jobs import JobWriter
 from accel_operator.adapters.kube.lease import AlwaysLeader, Elector
 from accel_operator.adapters.kube.nodes import NodeWriter
-from accel_operator.engine import calls, loop, schedule
+from accel_operator.engine import calls, loop, schedule, waiting
 from accel_operator.engine.apply import CREATED_TTL_SECONDS, Applier
 from accel_operator.engine.cache import Observed
 from accel_operator.engine.clock import Clock, SystemClock
@@ -94,6 +94,8 @@ class Scheduler:
     marks: Marks = field(default_factory=Marks)
     observed: Observed = field(default_factory=Observed)
     plans: Plans = field(init=False)
+    # The waiting jobs by pool and shape: what a pass after a pool grew looks at (engine/waiting.py).
+    index: waiting.WaitingIndex = field(default_factory=waiting.WaitingIndex)
     applier: Applier = field(init=False)
 
     def __post_init__(
@@ -248,11 +250,18 @@ class Scheduler:
         self.plans.keep_waiting(snap.jobs, self.observed.waiting)  # links of jobs gone from the queue
         capacity, marks.capacity_pass = marks.capacity_pass, False
         dirty, marks.dirty = marks.dirty, set()
+        self.observed.track = True
+        self.index.sync(
+            snap.jobs, self.observed.waiting, self.observed.changed, self.plans, rebuilds=self.observed.rebuilds
+        )
+        queue: waiting.Queue | None = None
         if full:
             keys: set[JobKey] = set(snap.jobs)
         elif capacity or grown:
-            pools = None if capacity else grown
-            keys = dirty | schedule.waiting_for(snap, self.plans, pools, self.observed.waiting)
+            # The waiting jobs of the pools that grew (every pool on a capacity pass) that the
+            # pass may decide, from the index by pool and shape, instead of all of them.
+            keys = dirty
+            queue = self.index.queue(snap, None if capacity else grown, self.applier.acting)
         else:
             keys = dirty
         rules = schedule.rules_from(self.settings, snap)
@@ -268,6 +277,7 @@ class Scheduler:
             busy=self.applier.acting,
             lookups=self.applier.lookups,
             full=full,
+            woken=queue,
         )
         marks.dirty |= result.retry
         for key, error in result.failed:

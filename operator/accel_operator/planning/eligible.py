@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from accel_api.catalog import Catalog
 from accel_api.enums import AcceleratorKind
 from accel_api.job import Placement
-from accel_operator.planning.candidates import LEFT_OUT_SAMPLE, LeftOut, LeftOutGroup
+from accel_operator.planning.candidates import LEFT_OUT_SAMPLE, NO_LEFT_OUT, LeftOut, LeftOutGroup
 
 # Placements whose left-out pools are kept, per index (a bound on memory, not a tuning).
 MAX_PLACEMENTS = 4096
@@ -27,6 +27,8 @@ MAX_PLACEMENTS = 4096
 # the ones a team's policies allow: a few sets); a bound on memory, not a tuning.
 MAX_SUMMARIES = 16
 
+# The pools offered to the planner, in order, as (name, accelerator id) pairs.
+Offered = tuple[tuple[str, str], ...]
 # (pools, kinds, types) of a placement: all that decides which pools it leaves out.
 _Filters = tuple[tuple[str, ...], tuple[AcceleratorKind, ...], tuple[str, ...]]
 
@@ -48,6 +50,36 @@ class LeftOutPools:
 
     reasons: Mapping[str, tuple[str, ...]]
     _summaries: dict[tuple[str, ...], LeftOut] = field(default_factory=dict)
+    # Per list of offered pools (as (name, accelerator) pairs): the positions of the pools left
+    # to the job and the summary of the others; the last one answered by identity.
+    _splits: dict[Offered, tuple[tuple[int, ...], LeftOut]] = field(default_factory=dict)
+    _last: tuple[Offered, tuple[tuple[int, ...], LeftOut]] | None = None
+
+    def split(self, offered: Offered, known: Mapping[str, Pool]) -> tuple[tuple[int, ...], LeftOut]:
+        """The positions in ``offered`` (the (name, accelerator) of each pool offered, in order)
+        of the pools left to the job, and the :meth:`summary` of those left out; a pool ``known``
+        (the index's pools) under another accelerator is left to the job (planned in full). Made
+        once per placement and list of offered pools, so a plan costs what its own pools cost,
+        not a look at every pool of the fleet."""
+        last = self._last
+        if last is not None and last[0] is offered:
+            return last[1]
+        found = self._splits.get(offered)
+        if found is None:
+            kept: list[int] = []
+            out: list[str] = []
+            for i, (name, accelerator) in enumerate(offered):
+                pool = known.get(name)
+                if name in self.reasons and pool is not None and pool.accelerator == accelerator:
+                    out.append(name)
+                else:
+                    kept.append(i)
+            found = (tuple(kept), self.summary(tuple(out)) if out else NO_LEFT_OUT)
+            if len(self._splits) >= MAX_SUMMARIES:
+                self._splits.clear()
+            self._splits[offered] = found
+        self._last = (offered, found)
+        return found
 
     def summary(self, names: tuple[str, ...]) -> LeftOut:
         """The summary of ``names`` (pools of :attr:`reasons`, in the order offered): a count

@@ -293,7 +293,8 @@ def restrict(
     if not policies:
         return job, list(offers)
     grants = [g for pol in policies if (g := allowed_pools(job.team, pol.spec)) is not None and ANY not in g]
-    allowed = [o for o in offers if all(o.name in g for g in grants)]  # pool_allowed, each grant built once
+    # pool_allowed, each grant built once (none: every pool, without a look at each)
+    allowed = [o for o in offers if all(o.name in g for g in grants)] if grants else list(offers)
     cap = device_cap(policies)
     place = job.placement
     if cap is None or cap < place.min_devices or (place.max_devices is not None and place.max_devices <= cap):

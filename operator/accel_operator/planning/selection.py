@@ -35,7 +35,7 @@ from accel_operator.planning import candidates as cand
 from accel_operator.planning import cost, explain, memory, profile, throughput
 from accel_operator.planning.cache import Kind, PlanCache, memoised
 from accel_operator.planning.candidates import Candidate, JobTerms, Plan, PoolOffer, PoolTerms
-from accel_operator.planning.eligible import PoolIndex
+from accel_operator.planning.eligible import Offered, PoolIndex
 from accel_operator.planning.layout import Layout
 from accel_operator.planning.profile import JobProfile
 
@@ -474,6 +474,7 @@ def plan(
     cache: PlanCache | None = None,
     spec_digest: bytes = b"",
     index: PoolIndex | None = None,
+    offered: Offered | None = None,
 ) -> Plan:
     """Where ``spec`` should run among ``pools``, with the alternatives and why they lost;
     ``max_devices_from`` names what set ``maxDevices`` (a policy's cap: ``policy.cap_source``).
@@ -484,7 +485,9 @@ def plan(
     With ``index`` (the pools' :class:`eligible.PoolIndex`), a pool the placement's filters leave
     out is not planned and has no candidate: the plan's ``left_out`` counts such pools per reason
     (the filters' sentences) with the first few names (the same winner and the same ranked
-    candidates, with nothing built per left-out pool)."""
+    candidates, with nothing built per left-out pool). ``offered``: the (name, accelerator) of
+    each of ``pools`` in order, when the caller keeps it (the same object while the offered pools
+    are): with ``index``, the pools left out are then found once per placement and such list."""
     if cache is None:
         cache = PlanCache()
     job = _terms(spec, profile.from_spec(spec), max_devices_from)
@@ -506,16 +509,9 @@ def plan(
     skeletons = jc.skeletons
     get = catalog.accelerators.get
     todo: list[tuple[PoolOffer, _Skeleton]] = []
-    left = index.left_out_pools(spec.placement) if index is not None else None
-    reasons = left.reasons if left is not None else {}
-    out: list[str] = []  # the offered pools left out, in the order offered
-    for offer in pools:
+
+    def add(offer: PoolOffer) -> None:
         pool = offer.spec
-        if reasons and offer.name in reasons and index is not None:
-            known = index.pools.get(offer.name)
-            if known is not None and known.accelerator == pool.accelerator:  # not a stale index
-                out.append(offer.name)
-                continue
         key = _offer_key(offer, get(pool.accelerator), catalog)
         sk = skeletons.get(key)
         if sk is None:
@@ -524,6 +520,24 @@ def plan(
             )
             sk = skeletons[key] = _skeleton(job, offer, catalog, counts, steps=steps, jc=jc, cache=cache)
         todo.append((offer, sk))
+
+    left = index.left_out_pools(spec.placement) if index is not None else None
+    if left is not None and index is not None and offered is not None and len(offered) == len(pools):
+        # The pools left to the job by position, found once per placement and list of offered
+        # pools: a plan looks at its own pools, not at every pool of the fleet.
+        positions, left_out = left.split(offered, index.pools)
+        for i in positions:
+            add(pools[i])
+        return _price(job, todo, jc, name, spec_digest, left_out=left_out)
+    reasons = left.reasons if left is not None else {}
+    out: list[str] = []  # the offered pools left out, in the order offered
+    for offer in pools:
+        if reasons and offer.name in reasons and index is not None:
+            known = index.pools.get(offer.name)
+            if known is not None and known.accelerator == offer.spec.accelerator:  # not a stale index
+                out.append(offer.name)
+                continue
+        add(offer)
     left_out = left.summary(tuple(out)) if left is not None and out else cand.NO_LEFT_OUT
     return _price(job, todo, jc, name, spec_digest, left_out=left_out)
 

@@ -5,6 +5,7 @@ small worlds folded by the engine's own cache (``Observed``)."""
 from __future__ import annotations
 
 import datetime as dt
+import random
 from dataclasses import replace
 from typing import Any
 
@@ -330,3 +331,26 @@ def test_a_pod_that_ended_before_the_next_report_frees_its_devices_at_once() -> 
     cap = w.snapshot().capacity["p"]
     assert cap.node_free == (8,) and cap.node_memory == ((),)
     assert cap.fits(Gang(1, 8, 70 * GIB))  # not listed as clean: not refused for memory
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_fits_counts_the_nodes_that_hold_the_gang(seed: int) -> None:
+    """``fits`` (which stops at the nodes it needs, and reads the free counts alone when no
+    memory is to be checked) answers as counting every node that holds the gang, over random
+    pools with and without reported memory and random gangs."""
+    rng = random.Random(seed)
+    pool = PoolView("p", World().pool("p").pools["p"][0][0].spec)
+    for _ in range(200):
+        n = rng.randint(0, 6)
+        free = tuple(rng.randint(0, 8) for _ in range(n))
+        memory: tuple[tuple[int, ...] | None, ...] = ()
+        if rng.random() < 0.5:
+            memory = tuple(
+                None
+                if rng.random() < 0.3
+                else tuple(sorted((rng.randint(1, 80) * GIB for _ in range(rng.randint(0, f))), reverse=True))
+                for f in free[: rng.randint(0, n)]
+            )
+        cap = PoolCapacity(pool, free, n, n, 0, 0, node_memory=memory)
+        gang = Gang(rng.randint(0, 4), rng.randint(1, 8), rng.choice((0, 0, rng.randint(1, 80) * GIB)))
+        assert cap.fits(gang) is (sum(1 for i in range(n) if cap.holds(i, gang)) >= gang.nodes)

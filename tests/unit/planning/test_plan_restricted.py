@@ -99,7 +99,14 @@ def _by_pool(plan: candidates.Plan) -> dict[str, list[candidates.Candidate]]:
 
 def _same_where_it_matters(spec: AcceleratorJobSpec, offers: list[candidates.PoolOffer]) -> None:
     full = selection.plan(spec, offers, CAT)
-    got = selection.plan(spec, offers, CAT, cache=CACHE, index=_index(offers))
+    index = _index(offers)
+    got = selection.plan(spec, offers, CAT, cache=CACHE, index=index)
+    # The scheduler's way (the offered pools' names kept, the pools left out found once per
+    # placement and list of offered pools) plans the same, candidate for candidate.
+    names = tuple((o.name, o.spec.accelerator) for o in offers)
+    for _ in range(2):  # made, then found again
+        kept = selection.plan(spec, offers, CAT, cache=CACHE, index=index, offered=names)
+        assert kept == got and kept.candidates == got.candidates and kept.left_out == got.left_out
     # The same decision: winner and every ranked candidate (figures, rank, who it lost to).
     assert got.winner == full.winner
     ranked = [c for c in got.candidates if c.rank is not None]
@@ -195,3 +202,6 @@ def test_a_stale_index_plans_the_pool_in_full() -> None:
     got = selection.plan(spec, new, CAT, index=_index(old))
     assert got.winner is not None and got.winner.pool == "p1"
     assert got == selection.plan(spec, new, CAT)
+    names = tuple((o.name, o.spec.accelerator) for o in new)
+    kept = selection.plan(spec, new, CAT, index=_index(old), offered=names)
+    assert kept == got and kept.candidates == got.candidates

@@ -288,8 +288,26 @@ class PoolCapacity:
         return sum(1 for m in memory if m >= gang.memory_bytes) + unlisted >= gang.per_node
 
     def fits(self, gang: Gang) -> bool:
-        """Whether all of ``gang`` can be placed now, each of its pods on its own node."""
-        return sum(1 for i in range(len(self.node_free)) if self.holds(i, gang)) >= gang.nodes
+        """Whether all of ``gang`` can be placed now, each of its pods on its own node (counted
+        until enough nodes hold it: a decision reads this for each shape it weighs)."""
+        need = gang.nodes
+        if need <= 0:
+            return True
+        found = 0
+        if gang.memory_bytes <= 0 or not self.node_memory:  # no memory to check: the free count alone
+            per_node = gang.per_node
+            for free in self.node_free:
+                if free >= per_node:
+                    found += 1
+                    if found >= need:
+                        return True
+            return False
+        for i in range(len(self.node_free)):
+            if self.holds(i, gang):
+                found += 1
+                if found >= need:
+                    return True
+        return False
 
     def take(self, gang: Gang) -> PoolCapacity:
         """This capacity after ``gang`` is placed (best fit: the fullest nodes that still fit)."""
