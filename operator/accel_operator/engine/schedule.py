@@ -209,8 +209,8 @@ def still_waits(job: JobView, snap: Snapshot, refused: set[tuple[str, Gang]], pl
     jobs behind with that shape cost a set lookup; a pool's head, once set, stays for the pass.
     Only for a job whose decision is left to the capacity (:func:`settled`, or no event named
     it)."""
-    if job.phase is not JobPhase.PENDING:
-        return False
+    if job.phase is not JobPhase.PENDING or job.key in snap.reservations:
+        return False  # (a reservation: its batch Job records an admission its status does not say yet)
     waiting = next((c for c in job.status.conditions if c.type == ADMITTED), None)
     if waiting is None or waiting.status != "False" or waiting.reason not in ("QueuedBehind", "WaitingForCapacity"):
         return False
