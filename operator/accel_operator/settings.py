@@ -35,7 +35,7 @@ class OperatorSettings(BaseSettings):
         "gather into one pass (each pass also costs in proportion to the jobs it holds). 0: a pass per wake.",
     )
     admitted_status_seconds: float = Field(
-        default=5.0,
+        default=30.0,
         ge=0,
         le=600,
         description=(
