@@ -87,7 +87,7 @@ def add_running(
 def scheduler(idx: Index) -> Scheduler:
     """The operator's scheduler with fakes for every write, reading ``idx``."""
     sched = Scheduler(
-        settings=OperatorSettings(),
+        settings=OperatorSettings(admitted_status_seconds=0),  # statuses as the passes decide them
         catalog=catalog.default(),
         writer=FakeJobWriter(),
         workloads=FakeWorkloadClient(),

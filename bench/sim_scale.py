@@ -109,7 +109,10 @@ class Sim:
         self.rng = random.Random(self.seed)
         w = self.world
         w.clock = self.clock
-        w.settings = OperatorSettings(cost_rollup="", cost_interval_seconds=TICK_SECONDS * COST_EVERY)
+        # An admission's status at once (a held-back one waits on real time; this clock is virtual).
+        w.settings = OperatorSettings(
+            cost_rollup="", cost_interval_seconds=TICK_SECONDS * COST_EVERY, admitted_status_seconds=0
+        )
         self.writer = RecordingJobWriter()
         self.workloads = RecordingWorkloads()
         sched = w.scheduler  # built over the world's indexes with the unit tests' fakes ...

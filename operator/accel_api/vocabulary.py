@@ -23,6 +23,9 @@ LABEL_MANAGED_BY: Final = "app.kubernetes.io/managed-by"
 MANAGED_BY_VALUE: Final = "accel-operator"
 # A job may report its progress by annotating its own pod or the AcceleratorJob.
 ANNOTATION_JOB_NAME: Final = f"{GROUP}/job-name"  # on workloads and their pods: the AcceleratorJob's whole name
+# On an attempt's batch Job: its admission (pool, shape, attempt, admitted time, the plan's figures) as JSON,
+# written with the Job before the job's status says Admitted (docs/scale.md, "The batch Job as the admission record").
+ANNOTATION_ADMISSION: Final = f"{GROUP}/admission"
 ANNOTATION_CHECKPOINT: Final = f"{GROUP}/last-checkpoint"
 ANNOTATION_CHECKPOINT_STEP: Final = f"{GROUP}/last-checkpoint-step"
 # The operator's request to a running job: "write a checkpoint now" (before a preemption). The

@@ -34,6 +34,16 @@ class OperatorSettings(BaseSettings):
         description="The least time from one scheduling pass's start to the next: the marks of a burst of events "
         "gather into one pass (each pass also costs in proportion to the jobs it holds). 0: a pass per wake.",
     )
+    admitted_status_seconds: float = Field(
+        default=30.0,
+        ge=0,
+        le=600,
+        description=(
+            "An admission's batch Job records it (its accel.dev/admission annotation) and is created first; the job's "
+            "status is written with Running when the pods have their nodes within this long, else Admitted then "
+            "(0: Admitted at once, after the Job)."
+        ),
+    )
     bind_timeout_seconds: float = Field(
         default=120.0,
         gt=0,

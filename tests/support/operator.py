@@ -64,14 +64,16 @@ def running_operator(settings: OperatorSettings, *, timeout: float = 60) -> Iter
 def settings_for(namespace: str, **overrides: Any) -> OperatorSettings:
     """Settings of an operator under test: it watches ``namespace`` only (cluster-scoped pools and
     nodes as always), serves no liveness or metrics port, decides every job again every 3 s and
-    releases an unbound gang after 8 s, and keeps its cost rollup in ``namespace``; ``overrides``
-    (any settings field) on top."""
+    releases an unbound gang after 8 s, writes an admission held back for its pods' nodes after
+    5 s (within the 8 s: tests see Admitted before a gang is released), and keeps its cost rollup
+    in ``namespace``; ``overrides`` (any settings field) on top."""
     base: dict[str, Any] = {
         "namespaces": [namespace],
         "liveness_port": 0,
         "metrics_port": 0,
         "resync_seconds": 3.0,
         "bind_timeout_seconds": 8.0,
+        "admitted_status_seconds": 5.0,
         "cost_rollup_namespace": namespace,  # the durable cost rollup: one per test
     }
     return OperatorSettings(**{**base, **overrides})

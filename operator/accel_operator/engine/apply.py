@@ -1,8 +1,16 @@
-"""Applying a pass's writes: the status first (the record of an admission survives a crash), then
-the workload, deletions and requests in the decision's order, then its events in their own
-threads (a repeated Event coalesced into a series: :mod:`.events`); node taints; checkpoint
-lookups. Every call runs in a thread of the call pools, retried
-with bounded backoff while the API server is unavailable.
+"""Applying a pass's writes: the status first, then the workload, deletions and requests in the
+decision's order, then its events in their own threads (a repeated Event coalesced into a series:
+:mod:`.events`); node taints; checkpoint lookups. Every call runs in a thread of the call pools,
+retried with bounded backoff while the API server is unavailable.
+
+An admission of a new or waiting job (``Decision.status_after_workload``) is the exception: its
+batch Job records the admission (its ``accel.dev/admission`` annotation) and is created first, and
+its status merge patch is held back in the overlay: the job's next status write (Running, once the
+pods have their nodes) carries it, composed with its own, or, when the pods have not all got their
+nodes within ``admitted_status_seconds``, it is written by itself (:meth:`Applier._release`), so
+an admitted job whose pods start writes one status, not two. Until it is written, the Job's
+annotation is the admission's record: the snapshot's reservations read it, and a restarted
+operator adopts it (``reconcile.job.decide.recorded``).
 
 A decision's status is kept in an in-memory overlay (:meth:`Applier.job_view`) until the watch
 shows it, so a pass that runs before the watch caught up never admits a job twice; a workload
@@ -76,6 +84,10 @@ class _Pending:
 
     status: AcceleratorJobStatus  # validated once, when the decision is applied
     revision: int | None = None  # the resourceVersion the write returned; None while in flight
+    # An admission's status merge patch held back (its batch Job, which records the admission, is
+    # created first): written with the job's next status write (Running, when the pods have their
+    # nodes) or by itself after ``admitted_status_seconds``. None: nothing held.
+    held: dict[str, Any] | None = None
 
 
 class Engine(Protocol):
@@ -186,13 +198,21 @@ class Applier:
         if (new is None and not decision.actions) or self.closed:
             return
         self.engine.metrics.decisions.labels(decision.phase.value).inc()
+        hold = False
         if w.status is not None:
-            self.overlay[job.key] = _Pending(views.job_status(w.status, plan_model=w.plan))  # plan, conditions shared
+            before = self.overlay.get(job.key)
+            if new is not None and before is not None and before.held is not None:
+                new = compose(before.held, new)  # the admission held back goes with this write
+            hold = (
+                new is not None and decision.status_after_workload and self.engine.settings.admitted_status_seconds > 0
+            )
+            status = views.job_status(w.status, plan_model=w.plan)  # plan, conditions shared
+            self.overlay[job.key] = _Pending(status, held=new if hold else None)
             self.engine.observed.touch_job(job.key)
         self.acting.add(job.key)
         # The write keeps the pools only: a pass's snapshots (one per admission, each with the
         # reservations admitted before it) would all live as long as their writes were queued.
-        task = asyncio.create_task(self._write(job, decision, new, pools))
+        task = asyncio.create_task(self._write(job, decision, None if hold else new, pools, hold=hold))
         self.in_flight.add(task)
         task.add_done_callback(self.in_flight.discard)
         task.add_done_callback(lambda _: self._acted(job.key))
@@ -203,8 +223,17 @@ class Applier:
             self.engine.marks.wake.set()  # a pass skipped it while its decision was being applied
 
     async def _write(
-        self, job: JobView, decision: Decision, new: dict[str, Any] | None, pools: Mapping[str, PoolView]
+        self,
+        job: JobView,
+        decision: Decision,
+        new: dict[str, Any] | None,
+        pools: Mapping[str, PoolView],
+        *,
+        hold: bool = False,
     ) -> None:
+        """Write ``new`` (the status), then the decision's actions; with ``hold``, the status is
+        held back (its batch Job records the admission) and written by :meth:`_release` when no
+        write of the job's has taken it first."""
         ref = JobRef(job.namespace, job.name, job.uid, job.resource_version or None)
         events: list[act.RecordEvent] = []
         assert self.slots is not None
@@ -226,6 +255,9 @@ class Applier:
                         events.append(action)
                     else:
                         await self._act(job, ref, action, pools)
+            if hold:
+                delay = self.engine.settings.admitted_status_seconds
+                asyncio.get_running_loop().call_later(delay, self._release, job.key)
         except JobGone:
             self.overlay.pop(job.key, None)
             self.engine.observed.touch_job(job.key)
@@ -245,6 +277,46 @@ class Applier:
                 task = asyncio.create_task(self._record(job, ref, events))
                 self.in_flight.add(task)
                 task.add_done_callback(self.in_flight.discard)
+
+    def _release(self, key: JobKey) -> None:
+        """Write the admission held back for ``key`` if no write of the job's took it (its pods
+        did not all have their nodes within ``admitted_status_seconds``): ``kubectl get`` then
+        says Admitted, not Pending, while the Job waits for nodes."""
+        pending = self.overlay.get(key)
+        if pending is None or pending.held is None or self.closed:
+            return
+        if key in self.acting:  # a decision of the job is being written: look again after it
+            asyncio.get_running_loop().call_later(1.0, self._release, key)
+            return
+        self.acting.add(key)
+        task = asyncio.create_task(self._write_held(key, pending))
+        self.in_flight.add(task)
+        task.add_done_callback(self.in_flight.discard)
+        task.add_done_callback(lambda _: self._acted(key))
+
+    async def _write_held(self, key: JobKey, pending: _Pending) -> None:
+        assert self.slots is not None and pending.held is not None
+        job = self.engine.observed.jobs.get(key)
+        if job is None:  # gone: its Job is the garbage collector's (an owner reference)
+            self.overlay.pop(key, None)
+            return
+        ref = JobRef(job.namespace, job.name, job.uid, job.resource_version or None)
+        try:
+            async with self.slots.slot(calls.URGENT):
+                revision = await self._retrying("patch_status", self.writer.patch_status, ref, pending.held)
+            self.engine.metrics.api_writes.labels("status").inc()
+            if self.overlay.get(key) is pending:
+                pending.held, pending.revision = None, _int(revision)
+            self.engine.observed.touch_job(key)
+        except JobGone:
+            self.overlay.pop(key, None)
+            self.engine.observed.touch_job(key)
+        except calls.NotLeading:
+            self._fenced(key)
+        except Exception as exc:  # noqa: BLE001 - count it; the Job records the admission, try again
+            self.engine.metrics.reconcile_errors.labels(type(exc).__name__).inc()
+            log.warning("writing the admission of %s/%s failed (%s); it will be tried again", *key, exc)
+            asyncio.get_running_loop().call_later(5.0, self._release, key)
 
     def _fenced(self, key: JobKey) -> None:
         self.engine.metrics.fenced_writes.inc()
@@ -310,12 +382,15 @@ class Applier:
                 nodes=action.nodes,
                 resume_from=action.resume_from,
                 avoid_nodes=consolidate.avoid_nodes(job),
+                admission=action.admission,
             )
             batch_job, service = wl_mod.build(spec)
             created = await self._retrying("create_workload", self.workloads.create, batch_job, service)
             self.engine.metrics.api_writes.labels("workload").inc()
             name = str(batch_job["metadata"]["name"])
-            view = WorkloadView(namespace=job.namespace, name=name, job=job.key, attempt=action.attempt)
+            view = WorkloadView(
+                namespace=job.namespace, name=name, job=job.key, attempt=action.attempt, admission=action.admission
+            )
             self.created[(job.namespace, name)] = (view, self.engine.clock.monotonic())
             if created:
                 self.engine.metrics.workloads_created.inc()
@@ -459,8 +534,9 @@ class Applier:
         assert self.slots is not None
         key = job.key
         async with self.slots.slot(calls.BACKGROUND):
-            if key in self.acting or self.closed:
-                return False
+            held = self.overlay.get(key)
+            if key in self.acting or self.closed or (held is not None and held.held is not None):
+                return False  # an admission held back: its status goes first (its precondition is the watch's)
             self.acting.add(key)  # the scheduler's pass leaves the job to the pass after this write
             try:
                 pending = self.overlay.get(key)
@@ -524,6 +600,16 @@ class Applier:
             self.engine.metrics.reconcile_errors.labels(type(exc).__name__).inc()
             log.warning("changing the taints of node %s failed (%s); it will be taken again", action.node, exc)
             self.node_acting.pop((action.node, type(action).__name__), None)
+
+
+def compose(first: Mapping[str, Any], then: Mapping[str, Any]) -> dict[str, Any]:
+    """One merge patch (RFC 7386) that does what ``first`` then ``then`` do: ``then``'s fields
+    over ``first``'s, objects merged field by field, anything else (lists, nulls) replaced."""
+    out = dict(first)
+    for k, v in then.items():
+        was = out.get(k)
+        out[k] = compose(was, v) if isinstance(was, Mapping) and isinstance(v, Mapping) else v
+    return out
 
 
 def _present(snap: Snapshot, ident: tuple[str, str, str], key: JobKey) -> bool:

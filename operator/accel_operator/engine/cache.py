@@ -27,6 +27,7 @@ from typing import Any
 
 from accel_api.durations import later, parse_time
 from accel_operator.engine.versioned import Plus, Versioned
+from accel_operator.reconcile.common import actions as act
 from accel_operator.reconcile.common import node_capacity
 from accel_operator.reconcile.common.policy_inputs import PolicyInputs
 from accel_operator.reconcile.common.reports import ReportView
@@ -55,13 +56,29 @@ def _first(store: Iterable[Any] | None) -> Any:
     return None
 
 
-def reservation(job: JobView, pods: Iterable[PodView], now: dt.datetime) -> Reservation | None:
-    """The devices ``job`` holds in its pool (None when it holds none)."""
+_HELD_OR_AT_REST = HOLDING | AT_REST
+
+
+def reservation(
+    job: JobView, pods: Iterable[PodView], now: dt.datetime, workload: WorkloadView | None = None
+) -> Reservation | None:
+    """The devices ``job`` holds in its pool (None when it holds none): as its status says, or,
+    while the status does not say it yet, as the batch Job of its current attempt (``workload``)
+    records its admission. The Job is created before the status that says Admitted is written
+    (docs/scale.md, "The batch Job as the admission record"), so its devices are held from the
+    create on, for every pass of this process or of one started after a crash."""
     st = job.status
-    if st.phase not in HOLDING or st.plan is None or not st.plan.pool or not st.plan.devices:
-        return None
-    nodes_n = st.plan.nodes or 1
     bound = sum(1 for p in pods if p.attempt == st.attempt and p.node and not p.ended)
+    if st.phase not in HOLDING or st.plan is None or not st.plan.pool or not st.plan.devices:
+        a = workload.admission if workload is not None and st.phase not in _HELD_OR_AT_REST else None
+        if a is None or a.attempt != st.attempt or workload is None or workload.attempt != st.attempt:
+            return None
+        if workload.owner_uid is not None and workload.owner_uid != job.uid:
+            return None  # another job's of the same name (deleted and created again): the sweep's
+        admitted = parse_time(a.admitted_time) or now
+        end = later(admitted, a.duration_seconds) if a.duration_seconds else None
+        return Reservation(job.key, a.pool, a.nodes, a.per_node, min(bound, a.nodes), end)
+    nodes_n = st.plan.nodes or 1
     start = parse_time(st.start_time) or parse_time(st.admitted_time) or now
     end = later(start, st.plan.duration_seconds) if st.plan.duration_seconds else None
     return Reservation(job.key, st.plan.pool, nodes_n, st.plan.devices // nodes_n, min(bound, nodes_n), end)
@@ -94,6 +111,9 @@ class Observed:
     # The jobs that wait (neither holding devices nor at rest): what a pass after a pool grew
     # looks through, without a scan of every job the cluster keeps (most of them at rest).
     waiting: set[JobKey] = field(default_factory=set)
+    # The waiting jobs that hold a reservation all the same: their batch Job records an admission
+    # their status does not say yet (a held admission); the pass decides them whatever the index says.
+    held: set[JobKey] = field(default_factory=set)
     workloads: Versioned[WorkloadKey, WorkloadView] = field(default_factory=Versioned)
     reservations: Versioned[JobKey, Reservation] = field(default_factory=Versioned)
     pool_reservations: dict[str, dict[JobKey, Reservation]] = field(default_factory=dict)
@@ -203,10 +223,11 @@ class Observed:
         self.reservations = Versioned()
         self.pool_reservations = {p: {} for p in self.pools}
         for key, job in self.jobs.items():
-            r = reservation(job, self.pods_by_job.get(key, ()), now)
+            r = reservation(job, self.pods_by_job.get(key, ()), now, self._current(job))
             if r is not None:
                 self.reservations[key] = r
                 self.pool_reservations.setdefault(r.pool, {})[key] = r
+        self.held = {key for key in self.reservations if _waits(self.jobs[key])}
         self.holders = {p: frozenset(rs) for p, rs in self.pool_reservations.items() if rs}
         self.marked, self.markers = {}, {}
         for key, job in self.jobs.items():
@@ -272,27 +293,33 @@ class Observed:
                 else:
                     self.waiting.discard(key)
                 self._mark(key, view)
+        for key in self.stale_workloads:
+            w = _first(idx.workloads.get(key))
+            gone = self.workloads.pop(key, None) if w is None else None
+            if w is not None:
+                self.workloads[key] = w
+            for seen in (w, gone):
+                if seen is not None and seen.admission is not None:
+                    jobs.add(seen.job)  # a Job that records an admission holds devices while its status does not
         for key in jobs:
             old = self.reservations.pop(key, None)
             if old is not None:
                 self.pool_reservations.get(old.pool, {}).pop(key, None)
             job = self.jobs.get(key)
-            new = reservation(job, self.pods_by_job.get(key, ()), now) if job is not None else None
+            new = reservation(job, self.pods_by_job.get(key, ()), now, self._current(job)) if job is not None else None
             if new is not None:
                 self.reservations[key] = new
                 self.pool_reservations.setdefault(new.pool, {})[key] = new
+            if new is not None and job is not None and _waits(job):
+                self.held.add(key)
+            else:
+                self.held.discard(key)
             if old != new:
                 pools.update(r.pool for r in (old, new) if r is not None)
             if (old.pool if old else None) != (new.pool if new else None):
                 for r in (old, new):
                     if r is not None:
                         self._index(self.holders, r.pool, frozenset(self.pool_reservations.get(r.pool, {})))
-        for key in self.stale_workloads:
-            w = _first(idx.workloads.get(key))
-            if w is None:
-                self.workloads.pop(key, None)
-            else:
-                self.workloads[key] = w
         self.stale_jobs.clear()
         self.stale_pods.clear()
         self.stale_nodes.clear()
@@ -304,6 +331,16 @@ class Observed:
             if grew(before_cap, self.capacity[name]):
                 grown.add(name)
         return grown
+
+    def _current(self, job: JobView) -> WorkloadView | None:
+        """The batch Job of ``job``'s current attempt, when the job waits (the only jobs whose
+        reservation a Job's admission annotation may give) and the watch shows it."""
+        if job.phase in HOLDING or job.phase in AT_REST or not self.workloads:
+            return None
+        found: WorkloadView | None = self.workloads.get(
+            (job.namespace, act.workload_name(job.name, job.status.attempt))
+        )
+        return found
 
     def snapshot(
         self,

@@ -222,6 +222,8 @@ def still_waits(job: JobView, snap: Snapshot, refused: set[tuple[str, Gang]], pl
     for the rest of the pass (capacity only shrinks during a pass), so the jobs behind with that
     shape cost a set lookup; a pool's head, once set, stays for the pass. Only for a job whose
     decision is left to the capacity (:func:`settled`, or no event named it)."""
+    if job.key in snap.reservations:
+        return False  # (a reservation: its batch Job records an admission its status does not say yet)
     found = may_wait(job, plans)
     if found is None:
         return False

@@ -8,8 +8,9 @@ our workloads and the AcceleratorJobs; their event handlers only mark what chang
 the changed index entries into the folded picture (:mod:`.cache`; all of them on a full pass), take
 one :class:`~accel_operator.reconcile.common.snapshot.Snapshot`, decide the jobs that need it
 (:func:`.schedule.schedule_pass`, pure, with the plan cache of :mod:`.plans`) and apply each
-decision (:mod:`.apply`): the status first (the record of an admission survives a crash), then the
-workload and the events. Waiting jobs are decided again when a pool they can use gained devices.
+decision (:mod:`.apply`): the status first, then the workload and the events (an admission's batch
+Job, which records it, goes first, and its status may follow with Running). Waiting jobs are
+decided again when a pool they can use gained devices.
 
 A decision's status is kept in an in-memory overlay until the watch shows it, so a pass that
 runs before the watch caught up never admits a job twice. Everything persistent is in the
@@ -260,7 +261,9 @@ class Scheduler:
         elif capacity or grown:
             # The waiting jobs of the pools that grew (every pool on a capacity pass) that the
             # pass may decide, from the index by pool and shape, instead of all of them.
-            keys = dirty
+            # A held admission (its batch Job records it, its status does not yet) is decided whatever
+            # the index says (schedule.still_waits never skips it).
+            keys = dirty | {k for k in self.observed.held if k in snap.jobs}
             queue = self.index.queue(snap, None if capacity else grown, self.applier.acting)
         else:
             keys = dirty

@@ -297,7 +297,9 @@ class Replay:
         self.workloads_idx: dict[Any, Any] = {}
         self.jobs: dict[Any, Any] = {}
         self.teams: dict[str, list[str | None]] = {}
-        settings = OperatorSettings(cost_rollup="", cost_interval_seconds=COST_EVERY)
+        # An admission's status is written at once (with its Job after it): the held-back status
+        # waits on the event loop's real time, and the replay's clock is virtual.
+        settings = OperatorSettings(cost_rollup="", cost_interval_seconds=COST_EVERY, admitted_status_seconds=0)
         self.writer = RecordingJobWriter()
         self.workloads = RecordingWorkloads()
         self.checkpoints = FakeCheckpointStore()  # answers the checkpoints this simulator "wrote"

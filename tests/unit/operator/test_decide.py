@@ -60,7 +60,11 @@ def test_a_job_that_fits_is_admitted_with_its_workload() -> None:
     assert d.phase is JobPhase.ADMITTED
     assert _cond(d, "Admitted") == (True, "Admitted")
     create = [a for a in d.actions if isinstance(a, act.CreateWorkload)]
-    assert create == [act.CreateWorkload(0, "a-a0", "p", 8, 1)]
+    assert [replace(c, admission=None) for c in create] == [act.CreateWorkload(0, "a-a0", "p", 8, 1)]
+    # The Job records the admission (its status may be written after it, with Running).
+    adm = create[0].admission
+    assert adm is not None and (adm.attempt, adm.pool, adm.devices, adm.nodes) == (0, "p", 8, 1)
+    assert adm.admitted_time == d.status.admitted_time and d.status_after_workload
     assert d.status.workload == "a-a0" and plan_of(d).pool == "p"
     assert d.admitted is not None and d.admitted[0] == "p"
     assert (d.admitted[1].nodes, d.admitted[1].per_node) == (1, 8) and d.admitted[1].memory_bytes > 0
@@ -171,7 +175,9 @@ def test_admitted_without_a_workload_creates_it_again() -> None:
     job = w.job("a", "p", devices=8, status=_admitted("a", "p"))
     d = decide(job, w.snapshot(), T0)
     assert d.phase is JobPhase.ADMITTED
-    assert [a for a in d.actions if isinstance(a, act.CreateWorkload)] == [act.CreateWorkload(0, "a-a0", "p", 8, 1)]
+    creates = [a for a in d.actions if isinstance(a, act.CreateWorkload)]
+    assert [replace(c, admission=None) for c in creates] == [act.CreateWorkload(0, "a-a0", "p", 8, 1)]
+    assert not d.status_after_workload  # the status says it already
 
 
 def test_admitted_becomes_running_when_every_pod_has_a_node() -> None:

@@ -4,6 +4,7 @@ and the fallback from spot to on-demand pools, as tables of small worlds."""
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -43,7 +44,8 @@ def _cond(d: Decision, type_: str) -> tuple[bool, str] | None:
 
 
 def _creates(d: Decision) -> list[act.CreateWorkload]:
-    return [a for a in d.actions if isinstance(a, act.CreateWorkload)]
+    """The creates, without the admission their Job records."""
+    return [replace(a, admission=None) for a in d.actions if isinstance(a, act.CreateWorkload)]
 
 
 def _running(**extra: Any) -> dict[str, Any]:
@@ -118,6 +120,8 @@ def test_the_latest_complete_checkpoint_is_resumed_and_the_lost_work_counted_onc
     assert d.phase is JobPhase.ADMITTED
     assert _creates(d) == [act.CreateWorkload(1, "a-a1", "p", 8, 1, "s3://ckpt/team/run/step-1")]
     assert d.status.resume == ResumeStatus(attempt=1, resume_from="s3://ckpt/team/run/step-1", source="s3")
+    # The resume point is decided with the admission: its status goes before the Job, as ever.
+    assert not d.status_after_workload
     assert d.status.last_checkpoint == CheckpointStatus(uri="s3://ckpt/team/run/step-1", step=1, time=_ts(STEP_1.time))
     lost = 8 * (PREEMPTED - STEP_1.time).total_seconds()  # 8 devices × 30 s
     assert failure_of(d).lost_device_seconds == lost == 240

@@ -95,10 +95,11 @@ class _LosesLease:
         return self.leading()
 
 
-def _world(threads: int) -> tuple[World, Scheduler]:
+def _world(threads: int, held: float = 0.0) -> tuple[World, Scheduler]:
+    """``held``: ``admitted_status_seconds`` (0: an admission's status goes first, before its Job)."""
     w = World()
     sched = w.scheduler
-    sched.settings = OperatorSettings(api_threads=threads)
+    sched.settings = OperatorSettings(api_threads=threads, admitted_status_seconds=held)
     sched.applier.slots = calls.Slots(threads)
     return w, sched
 
@@ -127,3 +128,29 @@ def test_a_replica_that_loses_the_lease_mid_burst_drops_the_rest_of_it() -> None
     # The dropped decisions' overlays went with them: the next leader decides from the cluster.
     assert set(sched.applier.overlay) <= set(writer.statuses)
     assert (sched.metrics.registry.get_sample_value("accel_operator_fenced_writes_total") or 0) >= 5
+
+
+def test_a_held_admission_is_not_written_by_a_replica_that_lost_the_lease() -> None:
+    """The batch Job records the admission and goes out; the Lease is lost before the held status
+    is written: it is dropped with its overlay (the next leader adopts the Job's admission), not
+    written after the new leader."""
+    w, sched = _world(threads=1, held=0.05)
+    w.pool("p", nodes=4)
+    for i in range(3):
+        w.job(f"j{i}", "p")
+    sched.elector = _LosesLease(calls=1)  # the first Job's create only
+    writer, workloads = sched.applier.writer, sched.applier.workloads
+    assert isinstance(writer, FakeJobWriter) and isinstance(workloads, FakeWorkloadClient)
+
+    async def run() -> None:
+        await sched.step()
+        while sched.applier.in_flight:
+            await asyncio.gather(*list(sched.applier.in_flight))
+        await asyncio.sleep(0.2)  # the held status's turn
+        while sched.applier.in_flight:
+            await asyncio.gather(*list(sched.applier.in_flight))
+
+    asyncio.run(run())
+    assert [c[0] for c in workloads.calls] == ["create"]
+    assert writer.statuses == {} and writer.events == []
+    assert not sched.applier.overlay

@@ -46,11 +46,13 @@ class RecordingWorkloads(FakeWorkloadClient):
         return super().create(job, service)
 
 
-def _world(threads: int = 16) -> tuple[World, Scheduler, Calls]:
+def _world(threads: int = 16, held: float = 0.0) -> tuple[World, Scheduler, Calls]:
+    """``held``: the settings' ``admitted_status_seconds`` (0: an admission's status is written
+    at once, before its batch Job)."""
     w = World()
     log = Calls()
     sched = w.scheduler
-    sched.settings = OperatorSettings(api_threads=threads)
+    sched.settings = OperatorSettings(api_threads=threads, admitted_status_seconds=held)
     sched.applier.slots = calls.Slots(threads)
     sched.applier.writer = RecordingWriter(log)
     sched.applier.workloads = RecordingWorkloads(log)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import json
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -21,7 +22,7 @@ from accel_api.job import AcceleratorJobSpec, AcceleratorJobStatus, PlanStatus
 from accel_api.loader import parse_as
 from accel_api.pool import AcceleratorPool
 from accel_operator.adapters.kube.interned import Interner
-from accel_operator.reconcile.common.snapshot import JobView, NodeView, PodView, PoolView, WorkloadView
+from accel_operator.reconcile.common.snapshot import Admission, JobView, NodeView, PodView, PoolView, WorkloadView
 
 # Job specs, plans and conditions: one parsed value per distinct wire value (see ``interned``).
 SHARED = Interner()
@@ -195,6 +196,68 @@ def workload_view(body: Mapping[str, Any]) -> WorkloadView | None:
         or _maybe_time(_true_since(failed)),
         owner_uid=_owner_uid(meta),
         created=_maybe_time(meta.get("creationTimestamp")),
+        admission=admission_of((meta.get("annotations") or {}).get(v.ANNOTATION_ADMISSION)),
+    )
+
+
+def admission_note(a: Admission) -> str:
+    """The ``accel.dev/admission`` annotation of an attempt's batch Job (compact JSON)."""
+    body: dict[str, Any] = {
+        "attempt": a.attempt,
+        "pool": a.pool,
+        "devices": a.devices,
+        "nodes": a.nodes,
+        "admittedTime": a.admitted_time,
+    }
+    if a.accelerator:
+        body["accelerator"] = a.accelerator
+    if a.capacity_type:
+        body["capacityType"] = a.capacity_type
+    if a.duration_seconds is not None:
+        body["durationSeconds"] = a.duration_seconds
+    if a.cost_usd is not None:
+        body["costUsd"] = a.cost_usd
+    return json.dumps(body, separators=(",", ":"))
+
+
+def admission_of(text: object) -> Admission | None:
+    """The admission an ``accel.dev/admission`` annotation says (None: absent, or not one the
+    operator wrote: it is then no admission, and the job is decided from its status alone)."""
+    if not isinstance(text, str) or len(text) > 2048:
+        return None
+    try:
+        body = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(body, dict):
+        return None
+    attempt, pool, devices, nodes, admitted = (
+        body.get(k) for k in ("attempt", "pool", "devices", "nodes", "admittedTime")
+    )
+    ints = all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in (attempt, devices, nodes))
+    if not ints or not nodes or not isinstance(pool, str) or not 0 < len(pool) <= 253 or not isinstance(admitted, str):
+        return None
+    if parse_time(admitted) is None:
+        return None
+
+    def number(key: str) -> float | None:
+        x = body.get(key)
+        return float(x) if isinstance(x, int | float) and not isinstance(x, bool) and x >= 0 else None
+
+    def text_of(key: str) -> str:
+        x = body.get(key)
+        return x[: bounds.SHORT_TEXT_LENGTH] if isinstance(x, str) else ""
+
+    return Admission(
+        attempt=int(attempt),  # type: ignore[arg-type]  # checked: an int
+        pool=pool,
+        devices=int(devices),  # type: ignore[arg-type]
+        nodes=int(nodes),
+        admitted_time=admitted,
+        accelerator=text_of("accelerator"),
+        capacity_type=text_of("capacityType"),
+        duration_seconds=number("durationSeconds"),
+        cost_usd=number("costUsd"),
     )
 
 

@@ -53,8 +53,10 @@ from accel_api.catalog import Accelerator
 from accel_api.enums import AcceleratorKind, TaintEffect, TolerationOperator
 from accel_api.job import AcceleratorJobSpec
 from accel_api.pool import AcceleratorPoolSpec, Toleration
+from accel_operator.adapters.kube import views
 from accel_operator.adapters.kube.client import ClusterUnavailable, api_client
 from accel_operator.reconcile.common import actions
+from accel_operator.reconcile.common.snapshot import Admission
 
 CONTAINER: Final = "main"
 # podFailurePolicy rules, in this order: the Job's FailureTarget/Failed condition names the index.
@@ -120,6 +122,9 @@ class WorkloadSpec:
     resume_from: str | None = None  # the latest complete checkpoint, or None
     reserved_env: tuple[str, ...] = ()  # a policy's additions (spec.reservedEnv), same notation
     avoid_nodes: tuple[str, ...] = ()  # nodes kept for a gang this attempt must not take (consolidation)
+    # The admission the Job records in its accel.dev/admission annotation (the Job is created before
+    # the job's status says Admitted: docs/scale.md, "The batch Job as the admission record").
+    admission: Admission | None = None
 
     @property
     def name(self) -> str:
@@ -376,6 +381,7 @@ def build(w: WorkloadSpec) -> tuple[dict[str, Any], dict[str, Any] | None]:
     # The label holds the job's name only up to 63 characters (then a hash): the annotation holds
     # it whole, so the operator maps pods and workloads back to their AcceleratorJob exactly.
     notes = {v.ANNOTATION_JOB_NAME: w.job_name}
+    job_notes = {**notes, v.ANNOTATION_ADMISSION: views.admission_note(w.admission)} if w.admission else notes
     meta = {
         "name": name,
         "namespace": w.namespace,
@@ -386,7 +392,7 @@ def build(w: WorkloadSpec) -> tuple[dict[str, Any], dict[str, Any] | None]:
     job = {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": copy.deepcopy(meta),
+        "metadata": {**copy.deepcopy(meta), "annotations": dict(job_notes)},
         "spec": {
             "completionMode": "Indexed",
             "completions": w.nodes,

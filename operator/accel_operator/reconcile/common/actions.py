@@ -8,6 +8,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Final
 
+from accel_operator.reconcile.common.snapshot import Admission
+
 
 @dataclass(frozen=True, slots=True)
 class CreateWorkload:
@@ -19,6 +21,8 @@ class CreateWorkload:
     devices: int
     nodes: int
     resume_from: str | None = None
+    # The admission the Job carries in its annotation (None: none, a Job made by an older decision).
+    admission: Admission | None = None
 
 
 @dataclass(frozen=True, slots=True)

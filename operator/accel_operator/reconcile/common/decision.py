@@ -155,6 +155,10 @@ class Decision:
     # Set when the job waits for its first-choice pool: later jobs may only backfill around it.
     blocks: tuple[str, Blocked] | None = None
     admitted: tuple[str, Gang] | None = None
+    # An admission whose batch Job records it (CreateWorkload.admission): the applier creates the
+    # Job first and may hold the status back until the pods have their nodes, so that Admitted and
+    # Running are one write (engine/apply.py). False: the status is written first, as for any decision.
+    status_after_workload: bool = False
 
     @property
     def message(self) -> str:

@@ -107,6 +107,27 @@ class PodView:
 
 
 @dataclass(frozen=True, slots=True)
+class Admission:
+    """The admission an attempt's batch Job carries in its ``accel.dev/admission`` annotation,
+    written with the Job before the job's status says Admitted (the Job is the admission's first
+    record): where, how large, when, and the plan's figures a restarted operator adopts it with."""
+
+    attempt: int
+    pool: str
+    devices: int
+    nodes: int
+    admitted_time: str  # as the status writes it (RFC 3339, seconds)
+    accelerator: str = ""
+    capacity_type: str = ""
+    duration_seconds: float | None = None
+    cost_usd: float | None = None
+
+    @property
+    def per_node(self) -> int:
+        return self.devices // max(1, self.nodes)
+
+
+@dataclass(frozen=True, slots=True)
 class WorkloadView:
     """A batch/v1 Job the operator made for one attempt of one AcceleratorJob."""
 
@@ -128,6 +149,7 @@ class WorkloadView:
     # and metadata.creationTimestamp: what the sweep (reconcile/job/sweep.py) tells a stray by.
     owner_uid: str | None = None
     created: dt.datetime | None = None
+    admission: Admission | None = None  # its accel.dev/admission annotation (None: absent or unreadable)
 
     @property
     def running(self) -> bool:

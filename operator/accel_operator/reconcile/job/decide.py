@@ -58,6 +58,7 @@ from accel_operator.reconcile.common.decision import (
 from accel_operator.reconcile.common.decision import clip as _clip
 from accel_operator.reconcile.common.snapshot import (
     HOLDING,
+    Admission,
     Blocked,
     Gang,
     JobKey,
@@ -68,7 +69,7 @@ from accel_operator.reconcile.common.snapshot import (
     WorkloadView,
 )
 from accel_operator.reconcile.job import bind_clock, fallback, invalid, policy_gate, resume, user_stop
-from accel_operator.reconcile.job.status import plan_write
+from accel_operator.reconcile.job.status import admission_plan, plan_write
 
 
 def _event_if_new(job: JobView, phase: JobPhase, reason: str, type_: str, message: str) -> tuple[act.Action, ...]:
@@ -236,13 +237,27 @@ def _admit(
                 _clip(f"took {c.pool} because the planned pool cannot run it now: {why_not[0] if why_not else ''}"),
             )
         )
+    written = plan_write(plan, chosen=c, cache=cache)
+    admitted = _ts(now)
     status = StatusPatch(
-        plan=plan_write(plan, chosen=c, cache=cache),
+        plan=written,
         attempt=attempt,
         workload=workload,
-        admitted_time=_ts(now),
+        admitted_time=admitted,
         message=_clip(message),
     )
+    record = Admission(
+        attempt=attempt,
+        pool=c.pool,
+        devices=c.devices,
+        nodes=c.nodes,
+        admitted_time=admitted,
+        accelerator=c.accelerator,
+        capacity_type=c.capacity_type.value,
+        duration_seconds=written.duration_seconds,
+        cost_usd=round(c.cost.expected_usd, 2) if c.cost is not None else None,
+    )
+    create = act.CreateWorkload(attempt, workload, c.pool, c.devices, c.nodes, resume.resume_from(job), record)
     return Decision(
         phase=JobPhase.ADMITTED,
         conditions=(
@@ -253,9 +268,68 @@ def _admit(
             Cond(RUNNING, False, "WaitingForNodes", f"0 of {c.nodes} pod(s) placed"),
         ),
         status=status,
-        actions=(*events, act.CreateWorkload(attempt, workload, c.pool, c.devices, c.nodes, resume.resume_from(job))),
+        actions=(*events, create),
         reason=message,
         admitted=(c.pool, gang),
+        # The Job records the admission: created first, the status may follow with Running.
+        status_after_workload=True,
+    )
+
+
+# The phases a job may show while its admission is recorded on its batch Job alone (a new job, a
+# waiting one): an admission decided from any other (a stopped job resumed, a failed one started
+# over) writes its status first, as before.
+ADOPTABLE = frozenset({None, JobPhase.PENDING, JobPhase.UNSCHEDULABLE})
+
+
+def recorded(job: JobView, snapshot: Snapshot) -> tuple[WorkloadView, Admission] | None:
+    """The admission the batch Job of ``job``'s current attempt records, when the job's status
+    does not say it (the operator stopped between the Job's create and the status write): that
+    admission stands, and is adopted as it is, never planned again."""
+    st = job.status
+    name = act.workload_name(job.name, st.attempt)
+    wl = snapshot.workloads.get((job.namespace, name))
+    a = wl.admission if wl is not None else None
+    if wl is None or a is None or a.attempt != st.attempt or wl.attempt != st.attempt:
+        return None
+    if wl.owner_uid is not None and wl.owner_uid != job.uid:
+        return None  # another job's of the same name (deleted and created again): the sweep's
+    return wl, a
+
+
+def _adopt(job: JobView, wl: WorkloadView, a: Admission, plan: Plan | None, cache: PlanCache | None) -> Decision:
+    """The admission ``wl`` records, written to the job's status as it stands: its pool, shape
+    and admitted time (the gang clock's start) are the Job's, whatever the job's plan says now."""
+    chosen = None
+    if plan is not None and plan.schedulable:
+        chosen = next(
+            (
+                c
+                for c in ranked_per_pool(plan, cache=cache)
+                if (c.pool, c.devices, c.nodes) == (a.pool, a.devices, a.nodes)
+            ),
+            None,
+        )
+    written = plan_write(plan, chosen=chosen, cache=cache) if plan is not None and chosen is not None else None
+    what = f"{a.devices} × {a.accelerator or 'device'} on {a.nodes} node(s)"
+    message = f"admitted attempt {a.attempt} on {a.pool}: {what}, as its batch Job {wl.name} records"
+    return Decision(
+        phase=JobPhase.ADMITTED,
+        conditions=(
+            Cond(VALID, True, "SpecValid"),
+            Cond(PLANNED, True, "Planned"),
+            Cond(ADMITTED, True, "Admitted", message),
+            Cond(RUNNING, False, "WaitingForNodes", f"0 of {a.nodes} pod(s) placed"),
+        ),
+        status=StatusPatch(
+            plan=written or admission_plan(a),
+            attempt=a.attempt,
+            workload=wl.name,
+            admitted_time=a.admitted_time,
+            message=_clip(message),
+        ),
+        actions=_event_if_new(job, JobPhase.ADMITTED, "Admitted", "Normal", message),
+        reason=message,
     )
 
 
@@ -410,7 +484,18 @@ def _holding(
             return _after_failure(job, failure, now, rules)
         # Admitted, but the workload is not there (yet): create it; a retry of a lost create.
         assert plan is not None and plan.pool is not None and plan.devices is not None
-        create = act.CreateWorkload(st.attempt, name, plan.pool, plan.devices, nodes, resume.resume_from(job))
+        record = Admission(
+            attempt=st.attempt,
+            pool=plan.pool,
+            devices=plan.devices,
+            nodes=nodes,
+            admitted_time=st.admitted_time or _ts(now),
+            accelerator=plan.accelerator or "",
+            capacity_type=plan.capacity_type.value if plan.capacity_type is not None else "",
+            duration_seconds=plan.duration_seconds,
+            cost_usd=plan.cost_usd,
+        )
+        create = act.CreateWorkload(st.attempt, name, plan.pool, plan.devices, nodes, resume.resume_from(job), record)
         return Decision(
             phase=JobPhase.ADMITTED,
             conditions=(*base, Cond(RUNNING, False, "WaitingForNodes")),
@@ -532,6 +617,9 @@ def _resuming(
         conditions=(*(c for c in d.conditions if c.type != RESUMED), cond),
         status=patch.merged(d.status),
         actions=(*events, *d.actions),
+        # The resume point is decided with the admission: the status (which records it) is
+        # written before the Job that resumes from it, as before.
+        status_after_workload=False,
     )
 
 
@@ -571,6 +659,9 @@ def decide(
         cache=cache,
         checkpoint_grace=checkpoint_grace,
     )
+    if decision.status_after_workload and job.status.phase not in ADOPTABLE:
+        # Only from the phases a restarted operator adopts a recorded admission in.
+        decision = replace(decision, status_after_workload=False)
     return _sticky(job, decision)
 
 
@@ -592,6 +683,10 @@ def _decide(
         phase = None  # a spec that was invalid and is valid now: start over
     if phase in (JobPhase.SUCCEEDED, JobPhase.FAILED):
         return _terminal(job)
+    if job.status.phase in ADOPTABLE:
+        found = recorded(job, snapshot)
+        if found is not None:  # before a stop or a policy is looked at: the Job runs, the job holds it
+            return policy_gate.holding(job, snapshot, _adopt(job, *found, snapshot.plans.get(job.key), cache))
     # The policies are checked again here.
     if phase in HOLDING:
         held = _holding(job, snapshot, now, bind_timeout, rules)

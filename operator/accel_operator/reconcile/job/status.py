@@ -16,6 +16,7 @@ from accel_operator.planning import explain
 from accel_operator.planning.cache import Kind, PlanCache
 from accel_operator.planning.candidates import Candidate, Plan, best_per_pool
 from accel_operator.reconcile.common.decision import CLEAR, Decision, PlanWrite, StatusPatch
+from accel_operator.reconcile.common.snapshot import Admission
 
 # The operator writes at most this many alternatives (one per pool, the best ranked first; the
 # schema allows bounds.STATUS_ALTERNATIVES): every status write re-encodes the whole object, so
@@ -210,6 +211,26 @@ def _shared(plan: Plan, chosen: Candidate | None, cache: PlanCache) -> dict[str,
 
 
 # --- a decision as a status write --------------------------------------------------------------
+
+
+def admission_plan(a: Admission) -> PlanWrite:
+    """``status.plan`` of an admission adopted from its batch Job's annotation when the job's plan
+    no longer ranks the placement the Job records: the pick's figures the annotation keeps (the
+    alternatives weighed at the admission are not kept there)."""
+    capacity = next((c for c in CapacityType if c.value == a.capacity_type), None)
+    model = PlanStatus(
+        pool=a.pool,
+        accelerator=a.accelerator or None,
+        devices=a.devices,
+        nodes=a.nodes,
+        capacity_type=capacity,
+        spot=capacity is CapacityType.SPOT if capacity is not None else None,
+        duration_seconds=a.duration_seconds,
+        cost_usd=a.cost_usd,
+        reason=f"the placement its batch Job records (attempt {a.attempt}), adopted after a restart",
+    )
+    wire = model.model_dump(by_alias=True, mode="json")
+    return PlanWrite(wire=wire, duration_seconds=a.duration_seconds, stored=_pruned(wire), model=model)
 
 
 def _pruned(value: Any) -> Any:
