@@ -26,9 +26,11 @@ wall time several-fold. Printed, and written as JSON with ``--out``: pass CPU p5
 state and for the burst pass (with how many it admitted), the pass that decides one new job
 arriving into the full queue, admitted jobs per CPU second of the engine, the accountant's step,
 and peak RSS. ``--profile`` prints the top functions of the run by own time (largest size).
-``--tracemalloc`` adds the bytes live at the end by who allocated them (``traced_mb``): the engine
-(code under ``operator/``) apart from the simulated cluster (this script, ``tests/support``, the
-fakes' classes); its tracing costs several times the CPU, so its CPU figures are not comparable.
+``--stores`` adds the bytes each store holds at the end (``stores_mb``: a walk of its objects, fast
+enough for the largest size). ``--tracemalloc`` adds the bytes live at the end by who allocated
+them (``traced_mb``): the engine (code under ``operator/``) apart from the simulated cluster (this
+script, ``tests/support``, the fakes' classes); its tracing costs several times the CPU (some 30
+times at 2,000 nodes), so its CPU figures are not comparable.
 
 Run: python bench/sim_scale.py [--sizes 500x5000,2000x20000,10000x100000 | --quick] [--out FILE]
 """
@@ -40,6 +42,7 @@ import asyncio
 import copy
 import cProfile
 import dataclasses
+import gc
 import heapq
 import inspect
 import io
@@ -51,6 +54,8 @@ import resource
 import sys
 import time
 import tracemalloc
+import types
+import zlib
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -59,7 +64,7 @@ from accel_api.job import AcceleratorJobSpec, AcceleratorJobStatus
 from accel_api.pool import AcceleratorPoolSpec
 from accel_operator.adapters.kube import views
 from accel_operator.adapters.kube.costs import FakeCostWriter
-from accel_operator.adapters.kube.jobs import FakeJobWriter
+from accel_operator.adapters.kube.jobs import FakeJobWriter, JobRef
 from accel_operator.adapters.kube.workloads import FakeWorkloadClient
 from accel_operator.adapters.pricebook import PriceBook
 from accel_operator.engine import collector
@@ -80,6 +85,40 @@ TICK_SECONDS = 30.0  # virtual seconds between passes
 COST_EVERY = 10  # ticks between accountant steps
 PROBES = 20  # single new jobs decided into the full queue at the end
 _EXAMPLES: dict[str, dict[str, Any]] = {}  # parsed example documents by accelerator kind
+
+
+class StoredStatuses(RecordingJobWriter):
+    """The simulated API server's statuses kept as an API server keeps them, serialized (compact
+    JSON, compressed: etcd holds them in another process), not as live dicts in this one. The
+    fake merges each patch into what changed since the watch last looked (``statuses``); the watch
+    (:meth:`show`) folds that into the stored form and hands over the whole status. At 10,000
+    nodes and 100,000 jobs the live dicts were a tenth of the process's peak RSS that the operator
+    never holds (it keeps the parsed views the jobs watch makes: docs/scale.md)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stored: dict[tuple[str, str], bytes] = {}
+        self.removed: dict[tuple[str, str], set[str]] = {}  # fields a patch since the last look removed
+
+    def patch_status(self, ref: JobRef, status: dict[str, Any]) -> str:
+        out = super().patch_status(ref, status)
+        gone = self.removed.setdefault((ref.namespace, ref.name), set())
+        for k, val in status.items():
+            if val is None:
+                gone.add(k)
+            else:
+                gone.discard(k)
+        return out
+
+    def show(self, key: tuple[str, str]) -> dict[str, Any]:
+        """The whole status as the watch delivers it (and stored serialized again)."""
+        packed = self.stored.get(key)
+        whole: dict[str, Any] = json.loads(zlib.decompress(packed)) if packed is not None else {}
+        for k in self.removed.pop(key, ()):
+            whole.pop(k, None)
+        whole.update(self.statuses.pop(key, {}))
+        self.stored[key] = zlib.compress(json.dumps(whole, separators=(",", ":")).encode(), 1)
+        return whole
 
 
 @dataclasses.dataclass
@@ -113,7 +152,7 @@ class Sim:
         w.settings = OperatorSettings(
             cost_rollup="", cost_interval_seconds=TICK_SECONDS * COST_EVERY, admitted_status_seconds=0
         )
-        self.writer = RecordingJobWriter()
+        self.writer = StoredStatuses()
         self.workloads = RecordingWorkloads()
         sched = w.scheduler  # built over the world's indexes with the unit tests' fakes ...
         sched.applier.writer = self.writer  # ... which these record what the watch would show
@@ -245,7 +284,7 @@ class Sim:
             if not entries:
                 continue
             job: JobView = entries[0]
-            status = views.job_status(self.writer.statuses[key])  # as the jobs watch parses it
+            status = views.job_status(self.writer.show(key))  # as the jobs watch parses it
             w.jobs[key] = [dataclasses.replace(job, status=status, resource_version=str(self.writer.revision))]
             sched.mark(key)
             before = self.seen.get(key, (None, -1))
@@ -412,6 +451,44 @@ def _traced(snapshot: tracemalloc.Snapshot) -> dict[str, float]:
     return {k: round(v / 1e6, 1) for k, v in sums.items()}
 
 
+_NOT_HELD = (type, types.ModuleType, types.FunctionType, types.BuiltinFunctionType, types.MethodType, types.CodeType)
+
+
+def _stores(sim: Sim) -> dict[str, float]:
+    """The bytes (MB, ``sys.getsizeof`` over every object reachable, each counted once) each store
+    holds at the end, in this order: an object two stores share counts in the first. Modules,
+    classes and functions are not counted (the imports, the same in every run)."""
+    sched = sim.sched
+    seen = {id(m) for m in list(sys.modules.values())}
+    parts: list[tuple[str, object]] = [
+        ("jobs index: job views, specs, statuses", sim.world.jobs),
+        ("simulated API server: statuses, Events", sim.writer),
+        (
+            "pods, workloads, nodes indexes",
+            (sim.world.pods, sim.world.workloads, sim.world.nodes, sim.world.indices.reports),
+        ),
+        ("simulated cluster: binder, trace", (sim.ends, sim.seen, sim.specs, sim.free, sim.pool_members)),
+        ("engine: parsed values shared (views.SHARED)", views.SHARED),
+        ("engine: folded cache (Observed)", sched.observed),
+        ("engine: plans and the planner's memos", sched.plans),
+        ("engine: policy inputs and their memo", sched.folded_policies),
+        ("engine: writes, overlay, Event series", (sched.applier, sched.marks)),
+        ("engine: accountant", sim.accountant),
+    ]
+    out = {}
+    for name, root in parts:
+        total, stack = 0, [root]
+        while stack:
+            obj = stack.pop()
+            if id(obj) in seen or isinstance(obj, _NOT_HELD):
+                continue
+            seen.add(id(obj))
+            total += sys.getsizeof(obj)
+            stack.extend(gc.get_referents(obj))
+        out[name] = round(total / 1e6, 1)
+    return out
+
+
 def _phases(world: World) -> dict[str, int]:
     out: dict[str, int] = {}
     for entries in world.jobs.values():
@@ -422,7 +499,14 @@ def _phases(world: World) -> dict[str, int]:
 
 
 async def simulate(
-    nodes: int, jobs: int, *, pools: int | None = None, ticks: int = 120, seed: int = 1, trace: bool = False
+    nodes: int,
+    jobs: int,
+    *,
+    pools: int | None = None,
+    ticks: int = 120,
+    seed: int = 1,
+    trace: bool = False,
+    stores: bool = False,
 ) -> dict[str, Any]:
     """One run at (``nodes``, ``jobs``); the figures as a dict (the JSON's row). ``trace``: with
     the live bytes by owner (``traced_mb``, tracemalloc: slow)."""
@@ -496,6 +580,7 @@ async def simulate(
         sim.settle()
     engine_cpu = sum(pass_cpu) + sum(apply_cpu)
     phases = _phases(sim.world)
+    held = _stores(sim) if stores else None
     traced: dict[str, float] | None = None
     if trace:
         traced = _traced(tracemalloc.take_snapshot())
@@ -527,6 +612,7 @@ async def simulate(
         "accountant_step": _ms(cost),
         "peak_rss_mb": _rss_mb(),
         **({"traced_mb": traced} if traced is not None else {}),
+        **({"stores_mb": held} if held is not None else {}),
         "phases": phases,
     }
 
@@ -580,6 +666,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--profile", action="store_true", help="cProfile the last size: top functions by own time")
     p.add_argument("--top", type=int, default=30)
     p.add_argument("--tracemalloc", action="store_true", help="live bytes at the end: engine vs simulated cluster")
+    p.add_argument("--stores", action="store_true", help="bytes each store holds at the end (an object walk)")
     args = p.parse_args(argv)
     sizes = [QUICK] if args.quick else _sizes(args.sizes)
     collector.tune()  # the collector's thresholds the operator runs with (engine/collector.py)
@@ -589,7 +676,7 @@ def main(argv: list[str] | None = None) -> int:
         profiler = cProfile.Profile() if args.profile and i == len(sizes) - 1 else None
         if profiler:
             profiler.enable()
-        row = asyncio.run(simulate(n, m, ticks=ticks, seed=args.seed, trace=args.tracemalloc))
+        row = asyncio.run(simulate(n, m, ticks=ticks, seed=args.seed, trace=args.tracemalloc, stores=args.stores))
         if profiler:
             profiler.disable()
             out = io.StringIO()

@@ -45,6 +45,7 @@ from accel_api.job import AcceleratorJobSpec, AcceleratorJobStatus
 from accel_api.policy import AcceleratorPolicy, AcceleratorPolicyStatus
 from accel_api.pool import AcceleratorPool
 from accel_operator.adapters.aws.checkpoints import FakeCheckpointStore
+from accel_operator.adapters.kube import views
 from accel_operator.adapters.kube.costs import FakeCostWriter
 from accel_operator.adapters.kube.jobs import FakeJobWriter, JobRef
 from accel_operator.adapters.kube.workloads import FakeWorkloadClient
@@ -475,7 +476,7 @@ class Replay:
             entries = self.jobs.get(key)
             if not entries:
                 continue
-            status = AcceleratorJobStatus.model_validate(self.writer.statuses[key])
+            status = views.job_status(self.writer.statuses[key])  # as the jobs watch parses it: plans shared
             self.jobs[key] = [
                 dataclasses.replace(entries[0], status=status, resource_version=str(self.writer.revision))
             ]

@@ -7,6 +7,7 @@ import pytest
 from accel_api import AcceleratorJob, InvalidResource, parse_resource
 from accel_api.durations import parse_seconds
 from accel_api.enums import MlpKind
+from accel_api.job import AcceleratorJobStatus
 
 
 def job(**spec_overrides: Any) -> dict[str, Any]:
@@ -155,3 +156,20 @@ def test_wire_round_trip_keeps_camel_case() -> None:
     wire = res.to_wire()
     assert wire["spec"]["checkpoint"] == {"uri": "s3://b/p", "intervalMinutes": 15.0}
     assert parse_resource(wire) == res
+
+
+def test_models_with_the_same_fields_set_share_one_set_of_their_names() -> None:
+    # pydantic keeps a set of the names set per model instance (216-728 bytes); the engine holds
+    # a spec, a status and a ledger of models per job, so ApiModel shares one set per combination.
+    a = AcceleratorJobStatus.model_validate({"phase": "Pending", "attempt": 0})
+    b = AcceleratorJobStatus.model_validate({"phase": "Running", "attempt": 2})
+    assert a.model_fields_set == b.model_fields_set == {"phase", "attempt"}
+    assert a.__pydantic_fields_set__ is b.__pydantic_fields_set__
+    # A copy with an update sets one more name, and changes neither the original's set nor the shared one.
+    c = a.model_copy(update={"retries": 1})
+    d = b.model_copy(update={"retries": 3})
+    assert c.model_fields_set == {"phase", "attempt", "retries"}
+    assert c.__pydantic_fields_set__ is d.__pydantic_fields_set__
+    assert a.model_fields_set == {"phase", "attempt"}
+    assert c.model_dump(exclude_unset=True) == {"phase": a.phase, "attempt": 0, "retries": 1}
+    assert a.model_dump(exclude_unset=True) == {"phase": a.phase, "attempt": 0}

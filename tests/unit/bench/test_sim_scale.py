@@ -5,10 +5,13 @@ the docs quote. No timing is asserted here: the figures are read from the printe
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 
 import pytest
 from bench import sim_scale
+
+from accel_operator.adapters.kube.jobs import FakeJobWriter, JobRef
 
 
 def test_quick_run_admits_and_ends_jobs_and_writes_every_figure(
@@ -40,3 +43,29 @@ def test_quick_run_admits_and_ends_jobs_and_writes_every_figure(
 def test_a_malformed_size_is_refused_with_the_expected_form() -> None:
     with pytest.raises(SystemExit, match="NODESxJOBS"):
         sim_scale.main(["--sizes", "500by5000"])
+
+
+def test_the_stored_statuses_show_what_the_fake_merges_whatever_the_looks() -> None:
+    # The simulated API server keeps statuses serialized; what its watch shows after any sequence
+    # of patches (fields set, changed, removed with None, set again) and looks in between must be
+    # the whole status the fake writer's plain merge holds (a removal since the last look included).
+    rng = random.Random(5)
+    stored, plain = sim_scale.StoredStatuses(), FakeJobWriter()
+    refs = [JobRef("ns", f"j{i}", f"uid-{i}") for i in range(3)]
+    fields = ("phase", "plan", "conditions", "attempt")
+    values = (None, "Pending", 3, {"pool": "p", "devices": 8}, [{"type": "Admitted", "status": "True"}])
+    removals = 0
+    for _ in range(400):
+        ref = rng.choice(refs)
+        patch = {f: rng.choice(values) for f in rng.sample(fields, rng.randint(1, 3))}
+        removals += sum(v is None for v in patch.values())
+        stored.patch_status(ref, patch)
+        plain.patch_status(ref, patch)
+        if rng.random() < 0.3:
+            key = (ref.namespace, ref.name)
+            assert stored.show(key) == plain.statuses[key]
+    for ref in refs:
+        key = (ref.namespace, ref.name)
+        assert stored.show(key) == plain.statuses.get(key, {})
+    assert removals > 0
+    assert not stored.statuses  # nothing kept as live dicts once shown

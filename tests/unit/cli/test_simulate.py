@@ -547,3 +547,20 @@ def test_a_replay_hands_back_no_task_result_to_format() -> None:
     run = replay.Replay(trace.read_pools(POOLS), trace.read_trace(_line()), seed=1, strategy=engine)
     assert asyncio.run(run.run()) is None
     assert run.result is not None and len(run.result.records) == 1
+
+
+def test_the_replays_statuses_share_equal_plans_as_the_jobs_watch_does() -> None:
+    # The replay shows the engine's writes back parsed as the operator's jobs watch parses them
+    # (adapters.kube.views.job_status): jobs with equal plans hold one plan object, not one each
+    # (a parse of the whole status per job held its own plan: memory at 100,000 jobs).
+    small = {"model": "tinyllama-1.1b", "tokens": 10**8, "devices": 1, "spot": "never"}
+    lines = "\n".join(_line(submit=i, **small) for i in range(4))
+    result = replay.replay(
+        trace.read_pools(POOLS), trace.read_trace(lines), seed=1, strategy=replay.STRATEGIES["engine"]
+    )
+    plans = [s.plan for s in result.statuses.values() if s.plan is not None]
+    assert len(plans) == 4
+    first = plans[0]
+    same = [p for p in plans if p == first]
+    assert len(same) >= 2
+    assert all(p is first for p in same)

@@ -119,3 +119,29 @@ def test_no_pass_keeps_its_snapshot_so_the_cache_keeps_no_history() -> None:
         assert all(not m._undo for m in maps)
 
     asyncio.run(run())
+
+
+def test_policy_memo_keys_share_one_set_of_pool_names() -> None:
+    # Every job a pass judges against the policies is judged over the same pools: the memo of
+    # evaluations keeps one frozenset of their names for all its keys, not a copy per job (at 100
+    # pools a copy is 8 KB, and the memo keeps up to 50,000 keys). Also across passes with equal pools.
+    async def run() -> None:
+        w = World().pool("p", nodes=1).pool("q", nodes=1).pool("r", nodes=1)
+        w.policy("rules", maxDevicesPerJob=64)
+        for i in range(6):
+            w.job(f"j{i}", "p", devices=8)
+            w.scheduler.mark(("ns", f"j{i}"))
+        sched = w.scheduler
+        await sched.step()
+        await asyncio.gather(*sched.applier.in_flight)
+        w.job("late", "q", devices=8)
+        sched.mark(("ns", "late"))
+        await sched.step()
+        assert sched.folded_policies is not None
+        memo = sched.folded_policies[1].memo
+        assert len(memo) >= 7
+        names = {id(key[2]) for key in memo}
+        assert len(names) == 1
+        assert next(iter(memo))[2] == frozenset({"p", "q", "r"})
+
+    asyncio.run(run())

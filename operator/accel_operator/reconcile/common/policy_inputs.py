@@ -32,6 +32,11 @@ class PolicyInputs:
     memo: dict[tuple[str, int | None, frozenset[str]], list[policy.Violation]] = field(
         default_factory=dict, compare=False, repr=False
     )
+    # The pool names of the memo's keys, one frozenset per distinct set: every job of a pass (and
+    # of the passes until a pool changes) is judged over the same pools, and a key's own copy of
+    # the names (8 KB at 100 pools) made the memo the largest store at fleet size (400 MB at
+    # 50,000 entries, docs/scale.md).
+    pool_sets: dict[frozenset[str], frozenset[str]] = field(default_factory=dict, compare=False, repr=False)
 
     def team_of(self, namespace: str) -> str | None:
         """The namespace's team label; None when unlabelled or not known."""

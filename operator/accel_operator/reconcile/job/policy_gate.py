@@ -41,11 +41,14 @@ def violations(job: JobView, snapshot: Snapshot) -> list[policy.Violation]:
     inputs = snapshot.policy
     if job.spec is None or not inputs.binds(job.namespace):
         return []
-    key = (job.uid, job.generation, frozenset(snapshot.pools))
+    names = frozenset(snapshot.pools)
+    key = (job.uid, job.generation, inputs.pool_sets.setdefault(names, names))
     found = inputs.memo.get(key)
     if found is None:
         if len(inputs.memo) > MEMO_LIMIT:
             inputs.memo.clear()
+            inputs.pool_sets.clear()
+            inputs.pool_sets[names] = key[2]
         found = inputs.memo[key] = policy.evaluate(
             job.spec,
             inputs.team_of(job.namespace),
