@@ -210,3 +210,20 @@ def test_an_annotation_the_operator_did_not_write_is_no_admission(text: str) -> 
 )
 def test_two_merge_patches_compose_into_one(first: Any, then: Any, both: Any) -> None:
     assert compose(first, then) == both
+
+
+def test_a_recorded_admission_is_kept_apart_for_passes_woken_by_capacity() -> None:
+    """A pass woken by capacity looks only at the waiting jobs the index by pool and shape gives
+    (engine/waiting.py), filed by their status; a job whose batch Job records an admission its
+    status does not say yet is kept in ``Observed.held`` and decided on such a pass whatever the
+    index says, and leaves it once its status holds the devices."""
+    w = _restarted(other=False)
+    sched = w.scheduler
+    sched.observe(T0)
+    assert sched.observed.held == {("ns", "a")}
+    w.job(
+        "a", "p", devices=8, status={"phase": "Admitted", "attempt": 0, "plan": {"pool": "p", "devices": 8, "nodes": 1}}
+    )
+    sched.observed.invalidate()
+    sched.observe(T0)
+    assert sched.observed.held == set()
