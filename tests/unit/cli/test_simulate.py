@@ -547,3 +547,35 @@ def test_a_replay_hands_back_no_task_result_to_format() -> None:
     run = replay.Replay(trace.read_pools(POOLS), trace.read_trace(_line()), seed=1, strategy=engine)
     assert asyncio.run(run.run()) is None
     assert run.result is not None and len(run.result.records) == 1
+
+
+def test_a_status_parsed_again_field_by_field_is_the_whole_parse(twenty: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The simulated watch validates again only the fields written since it last looked: at every
+    look of a replay (decisions' writes, the accountant's cost writes, fields removed), the status
+    it shows equals ``model_validate`` of the whole status the fake holds."""
+    looks: list[tuple[str, ...]] = []
+    kept = replay.reparsed
+
+    def checked(before: Any, wire: dict[str, Any], written: set[str]) -> Any:
+        out = kept(before, wire, written)
+        assert out == replay.AcceleratorJobStatus.model_validate(wire), sorted(written)
+        looks.append(tuple(sorted(written)))
+        return out
+
+    monkeypatch.setattr(replay, "reparsed", checked)
+    out = _run(twenty, "engine")
+    assert out["succeeded"] == 20
+    assert ("cost",) in looks  # a cost write alone: the plan and conditions kept, not parsed
+    assert len(looks) > 40 and len(set(looks)) > 3
+
+
+def test_a_field_removed_by_a_patch_is_its_default_again() -> None:
+    wire = {"phase": "Running", "attempt": 2, "message": "running", "cost": {"spentUsd": 1.5}}
+    before = replay.AcceleratorJobStatus.model_validate(wire)
+    del wire["message"]  # a patch that writes message: null (FakeJobWriter drops the key)
+    wire["attempt"] = 3
+    after = replay.reparsed(before, wire, {"message", "attempt"})
+    assert after == replay.AcceleratorJobStatus.model_validate(wire)
+    assert after.message is None and after.attempt == 3 and after.cost == before.cost
+    with pytest.raises(ValueError, match="notAField"):
+        replay.reparsed(before, {**wire, "notAField": 1}, {"notAField"})
