@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from accel_api.job import AcceleratorJobStatus
 from accel_operator.cli import main, simhtml
 from accel_operator.simulate import figures, generate, replay, runner, trace
 
@@ -558,7 +559,7 @@ def test_a_status_parsed_again_field_by_field_is_the_whole_parse(twenty: str, mo
 
     def checked(before: Any, wire: dict[str, Any], written: set[str]) -> Any:
         out = kept(before, wire, written)
-        assert out == replay.AcceleratorJobStatus.model_validate(wire), sorted(written)
+        assert out == AcceleratorJobStatus.model_validate(wire), sorted(written)
         looks.append(tuple(sorted(written)))
         return out
 
@@ -571,11 +572,11 @@ def test_a_status_parsed_again_field_by_field_is_the_whole_parse(twenty: str, mo
 
 def test_a_field_removed_by_a_patch_is_its_default_again() -> None:
     wire = {"phase": "Running", "attempt": 2, "message": "running", "cost": {"spentUsd": 1.5}}
-    before = replay.AcceleratorJobStatus.model_validate(wire)
+    before = AcceleratorJobStatus.model_validate(wire)
     del wire["message"]  # a patch that writes message: null (FakeJobWriter drops the key)
     wire["attempt"] = 3
     after = replay.reparsed(before, wire, {"message", "attempt"})
-    assert after == replay.AcceleratorJobStatus.model_validate(wire)
+    assert after == AcceleratorJobStatus.model_validate(wire)
     assert after.message is None and after.attempt == 3 and after.cost == before.cost
     with pytest.raises(ValueError, match="notAField"):
         replay.reparsed(before, {**wire, "notAField": 1}, {"notAField"})
