@@ -196,17 +196,35 @@ class Recorded:
 
 
 class RecordingJobWriter(FakeJobWriter):
-    """The fake, noting which jobs were written since the simulated watch last looked (also
-    bench/sim_scale.py's)."""
+    """The fake, noting which jobs were written since the simulated watch last looked, and which
+    fields of their statuses (also bench/sim_scale.py's)."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.written: set[tuple[str, str]] = set()
+        self.written: dict[tuple[str, str], set[str]] = {}
 
     def patch_status(self, ref: JobRef, status: dict[str, Any]) -> str:
         out = super().patch_status(ref, status)
-        self.written.add((ref.namespace, ref.name))
+        self.written.setdefault((ref.namespace, ref.name), set()).update(status)
         return out
+
+
+STATUS_FIELDS = {info.alias or name: name for name, info in AcceleratorJobStatus.model_fields.items()}
+
+
+def reparsed(before: AcceleratorJobStatus, wire: dict[str, Any], written: set[str]) -> AcceleratorJobStatus:
+    """The status ``wire`` holds, given ``before``, the model of what it held before the fields
+    ``written`` (wire names) were patched: those fields validated again, the others kept. What
+    ``model_validate(wire)`` gives (the status has no rule across its fields, each field is
+    validated on its own), without validating again the plan and conditions a cost write left as
+    they were (the accountant writes ``cost`` alone, hourly, for every running job). A name the
+    model does not know is validated whole, to be refused as a full parse refuses it. Parsed as
+    the jobs watch parses a status (``views.job_status``: equal plans and conditions shared)."""
+    names = [STATUS_FIELDS.get(k) for k in written]
+    if not written or None in names or AcceleratorJobStatus.cel_rules:
+        return views.job_status(wire)
+    part = views.job_status({k: wire[k] for k in written if k in wire})
+    return before.model_copy(update={n: getattr(part, n) for n in names if n is not None})
 
 
 class RecordingWorkloads(FakeWorkloadClient):
@@ -472,11 +490,12 @@ class Replay:
     def _settle(self) -> bool:
         """Show the writes since the last look; True when there were any."""
         changed = bool(self.writer.written or self.workloads.created)
-        for key in sorted(self.writer.written):
+        for key, fields in sorted(self.writer.written.items()):
             entries = self.jobs.get(key)
             if not entries:
                 continue
-            status = views.job_status(self.writer.statuses[key])  # as the jobs watch parses it: plans shared
+            # As the watch shows it (a parse of the whole status), the fields not written since kept.
+            status = reparsed(entries[0].status, self.writer.statuses[key], fields)
             self.jobs[key] = [
                 dataclasses.replace(entries[0], status=status, resource_version=str(self.writer.revision))
             ]

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from accel_api.job import AcceleratorJobStatus
 from accel_operator.cli import main, simhtml
 from accel_operator.simulate import figures, generate, replay, runner, trace
 
@@ -564,3 +565,35 @@ def test_the_replays_statuses_share_equal_plans_as_the_jobs_watch_does() -> None
     same = [p for p in plans if p == first]
     assert len(same) >= 2
     assert all(p is first for p in same)
+
+
+def test_a_status_parsed_again_field_by_field_is_the_whole_parse(twenty: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The simulated watch validates again only the fields written since it last looked: at every
+    look of a replay (decisions' writes, the accountant's cost writes, fields removed), the status
+    it shows equals ``model_validate`` of the whole status the fake holds."""
+    looks: list[tuple[str, ...]] = []
+    kept = replay.reparsed
+
+    def checked(before: Any, wire: dict[str, Any], written: set[str]) -> Any:
+        out = kept(before, wire, written)
+        assert out == AcceleratorJobStatus.model_validate(wire), sorted(written)
+        looks.append(tuple(sorted(written)))
+        return out
+
+    monkeypatch.setattr(replay, "reparsed", checked)
+    out = _run(twenty, "engine")
+    assert out["succeeded"] == 20
+    assert ("cost",) in looks  # a cost write alone: the plan and conditions kept, not parsed
+    assert len(looks) > 40 and len(set(looks)) > 3
+
+
+def test_a_field_removed_by_a_patch_is_its_default_again() -> None:
+    wire = {"phase": "Running", "attempt": 2, "message": "running", "cost": {"spentUsd": 1.5}}
+    before = AcceleratorJobStatus.model_validate(wire)
+    del wire["message"]  # a patch that writes message: null (FakeJobWriter drops the key)
+    wire["attempt"] = 3
+    after = replay.reparsed(before, wire, {"message", "attempt"})
+    assert after == AcceleratorJobStatus.model_validate(wire)
+    assert after.message is None and after.attempt == 3 and after.cost == before.cost
+    with pytest.raises(ValueError, match="notAField"):
+        replay.reparsed(before, {**wire, "notAField": 1}, {"notAField"})

@@ -6,6 +6,7 @@ wait."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime as dt
 import functools
 import random
@@ -24,6 +25,7 @@ from accel_operator.reconcile.common.snapshot import (
     PodView,
     Snapshot,
     WorkloadView,
+    pool_capacity,
 )
 from accel_operator.reconcile.job.decide import decide
 from tests.support.reconcile import T0, World
@@ -163,6 +165,12 @@ def test_incremental_snapshot_equals_a_full_fold(seed: int) -> None:
         full.pools, full.nodes, full.pods, full.workloads, full.jobs = d.w.pools, d.w.nodes, d.w.pods, {}, {}
         full.scheduler.indices = d.sched.indices
         _same(incremental, full.scheduler.observe(T0))
+        # Each pool's capacity, folded from the nodes' entries the refreshes kept, is what a fold
+        # of every node of the pool gives now (each entry follows its node and its devices in use).
+        obs = d.sched.observed
+        for name, cap in incremental.capacity.items():
+            nodes, reserved = obs.pool_nodes.get(name, {}).values(), obs.pool_reservations.get(name, {}).values()
+            assert cap == pool_capacity(obs.pools[name], nodes, obs.used, reserved), name
         # The waiting jobs a pass after a pool grew looks through, kept as the jobs change.
         assert d.sched.observed.waiting == full.scheduler.observed.waiting
         assert d.sched.observed.waiting == {
@@ -239,6 +247,25 @@ def test_grew_means_some_gang_shape_fits_that_did_not(old: Any, new: Any, expect
     from dataclasses import replace
 
     assert grew(replace(cap, node_free=old), replace(cap, node_free=new)) is expected
+
+
+def _grew_by_every_shape(old: tuple[int, ...], new: tuple[int, ...]) -> bool:
+    """The definition: some k (free devices per node) has more nodes with at least k free."""
+    top = max((*old, *new), default=0)
+    return any(sum(1 for f in new if f >= k) > sum(1 for f in old if f >= k) for k in range(1, top + 1))
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_grew_counts_as_the_definition_does(seed: int) -> None:
+    rng = random.Random(seed)
+    cap = World().pool("p", nodes=2, per_node=8).scheduler.observe(T0).capacity["p"]
+    for _ in range(400):
+        old = tuple(rng.randrange(9) for _ in range(rng.randrange(6)))
+        new = tuple(rng.randrange(9) for _ in range(rng.randrange(6)))
+        if rng.random() < 0.3:
+            new = tuple(sorted(old, reverse=rng.random() < 0.5))
+        expected = _grew_by_every_shape(old, new)
+        assert grew(dataclasses.replace(cap, node_free=old), dataclasses.replace(cap, node_free=new)) is expected
 
 
 def test_a_capacity_pass_skips_only_jobs_that_can_only_wait(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -16,7 +16,7 @@ does not fit there; a node without a fresh report is counted from Kubernetes' vi
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
@@ -382,6 +382,26 @@ def _place(
     return node_free
 
 
+# What one node gives its pool's capacity before reservations: (devices its bound, running pods
+# use, devices free, the free devices' memory as PoolCapacity.node_memory has it); None for a node
+# that is not usable (it counts in the pool's nodes, not in what is free).
+NodeEntry = tuple[int, int, tuple[int, ...] | None]
+
+
+def node_entry(node: NodeView, used: int) -> NodeEntry | None:
+    """``node``'s part of its pool's capacity when its bound, running pods use ``used`` devices."""
+    if not node.usable:
+        return None
+    k8s_free = max(0, node.devices - used)
+    if node.clean_memory is None:
+        return (used, k8s_free, None)
+    # What Kubernetes counts free, less what the agent sees used by something Kubernetes does
+    # not know of. A device the report attributes to a pod is Kubernetes' to count (a pod
+    # that ended a moment ago is free there before the agent's next report says so).
+    left = max(0, k8s_free - node.stray_devices)
+    return (used, left, _trim(tuple(UNMEASURED if m is None else m for m in node.clean_memory), left))
+
+
 def pool_capacity(
     pool: PoolView,
     nodes: Iterable[NodeView],
@@ -389,37 +409,32 @@ def pool_capacity(
     reservations: Iterable[Reservation],
 ) -> PoolCapacity:
     mine = [n for n in nodes if pool.owns(n)]
-    usable = [n for n in mine if n.usable]
-    allocated = 0
-    free: list[int] = []
-    memory: list[tuple[int, ...] | None] = []
-    for n in usable:
-        used = used_by_node.get(n.name, 0)
-        allocated += used
-        k8s_free = max(0, n.devices - used)
-        if n.clean_memory is None:
-            free.append(k8s_free)
-            memory.append(None)
-        else:
-            # What Kubernetes counts free, less what the agent sees used by something Kubernetes does
-            # not know of. A device the report attributes to a pod is Kubernetes' to count (a pod
-            # that ended a moment ago is free there before the agent's next report says so).
-            left = max(0, k8s_free - n.stray_devices)
-            free.append(left)
-            memory.append(_trim(tuple(UNMEASURED if m is None else m for m in n.clean_memory), left))
-    unreported = sum(1 for m in memory if m is None)
+    return capacity_of(pool, [node_entry(n, used_by_node.get(n.name, 0)) for n in mine], reservations)
+
+
+def capacity_of(
+    pool: PoolView, entries: Collection[NodeEntry | None], reservations: Iterable[Reservation]
+) -> PoolCapacity:
+    """The pool's capacity from the entries of its nodes (:func:`node_entry`, in the pool's order)
+    and the reservations: what :func:`pool_capacity` folds, for a caller that keeps each node's
+    entry between calls (engine/cache.py: recomputed only where a node or its pods changed)."""
+    usable = [e for e in entries if e is not None]
+    allocated = sum(e[0] for e in usable)
+    free = [e[1] for e in usable]
+    memory = [e[2] for e in usable]
+    unreported = memory.count(None)
     if pool.autoscaled:
         # Nodes the autoscaler will bring for pending pods, up to maxNodes.
-        extra = max(0, pool.spec.max_nodes - len(mine))
+        extra = max(0, pool.spec.max_nodes - len(entries))
         free += [pool.spec.devices_per_node] * extra
         memory += [None] * extra
     gangs = [(r.unbound_nodes, r.per_node) for r in reservations if r.pool == pool.name and r.unbound_nodes]
     reserved = sum(n * p for n, p in gangs)
-    reported = any(m is not None for m in memory)
+    reported = unreported < len(usable)  # some usable node's memory is listed (the extra nodes' never is)
     return PoolCapacity(
         pool=pool,
         node_free=tuple(_place(free, gangs, memory)),
-        total_nodes=len(mine),
+        total_nodes=len(entries),
         usable_nodes=len(usable),
         allocated=allocated,
         reserved=reserved,
