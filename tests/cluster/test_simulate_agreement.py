@@ -203,6 +203,7 @@ def test_a_trace_replayed_on_the_cluster_costs_what_the_simulator_says(
         bind_timeout_seconds=60.0,
         cost_interval_seconds=2.0,
         cost_write_seconds=2.0,
+        admitted_status_seconds=0.0,  # the product default, and the simulator's (its clock is virtual)
     )
     try:
         player.setup()
