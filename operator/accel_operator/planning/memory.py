@@ -604,6 +604,24 @@ def _fsdp_peak(w: JobProfile, tp: int, dp: int, *, cache: PlanCache | None = Non
     embedding, the LM head, the final norm) stay gathered from forward to backward, and their
     bf16 gradients until the end of backward. A layer's backward makes its bf16 gradients, a
     fp32 copy to reduce-scatter and the fp32 shard it accumulates into.
+
+    The reserve NVML shows (docs/planner.md, "FSDP2's reserve: one pool per stream"): FSDP2
+    allocates on two streams beside the default one, and PyTorch's caching allocator keeps the
+    cached blocks of each stream apart (``CUDACachingAllocator.cpp``: a free block is found only
+    among those of the allocation's stream). ``foreach_reduce``
+    (``torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py``) allocates the reduce-scatter's
+    output on the reduce-scatter stream, and the sharded gradients are views of it ("the GPU
+    sharded gradient is allocated in the RS stream"); ``foreach_all_gather`` allocates the flat
+    all-gather output on the copy-in stream; the unsharded parameters it is copied out to, the
+    activations and the reduce-scatter's input are the default stream's. So the reserve is the sum
+    of each pool's own peak, not the peak of the sum: the sharded gradients (reduce dtype × Ψ/N)
+    never reuse the activations or grad-op's gathered weights that backward frees, nor the next
+    forward the gradients' blocks. Measured per stream on 2 and 4 H200
+    (``bench/gpu/measure_fsdp_pools.py``, tests/data/calibration/fsdp-pools/): the peak reserved is
+    the three pools' reserves to the byte; the reduce-scatter pool is the sharded gradients (plus
+    under 2 MB a layer of rounding), the copy-in pool the root's and one layer's gathered bytes
+    plus the larger one's cast shard under a mixed-precision policy (0.49 GB for Llama 1.1B on 2
+    GPUs, 1.20 GB for 6.7B).
     """
     s, num = w.shape, w.numerics
     prm = _params(w, tp)
@@ -676,8 +694,21 @@ def _fsdp_peak(w: JobProfile, tp: int, dp: int, *, cache: PlanCache | None = Non
         head_saved=final,
     )
     peak = max(sum(parts.values()) for _, parts in moments)
-    stranded = TRAINING_STRANDED * max(0.0, peak - _persistent(moments))
-    return _peak(moments, stranded)
+    # One pool per stream (the docstring's last paragraph): the sharded gradients are the
+    # reduce-scatter stream's; the default stream's pool peaks at its own moment (the forward's
+    # activations or grad-op's gathered weights) and strands its share of that moment's transients.
+    if dp == 1:
+        return _peak(moments, TRAINING_STRANDED * max(0.0, peak - _persistent(moments)))
+    on_rs = {"layer backward": (root + layer) * reduce / dp, "end of backward": grads, "optimizer step": grads}
+    default = max(
+        sum(parts.values()) - min(on_rs.get(name, 0.0), parts.get("gradients", 0.0)) for name, parts in moments
+    )
+    stranded = TRAINING_STRANDED * max(0.0, default - _persistent(moments))
+    rs_pool = grads if not w.optimizer_offload else (root + layer) * reduce / dp
+    # The all-gather's flat output (the root's, then a layer's prefetched beside it) on the
+    # copy-in stream; under a mixed-precision policy, the cast shards copied in beside it.
+    cast = max(root, layer) * gather / dp if gather != num.param else 0.0
+    return _peak(moments, default + stranded + rs_pool + (root + layer) * gather + cast - peak)
 
 
 @memoised(128)
