@@ -607,8 +607,8 @@ def _fsdp_peak(w: JobProfile, tp: int, dp: int, *, cache: PlanCache | None = Non
 
     The reserve NVML shows (docs/planner.md, "FSDP2's reserve: one pool per stream"): FSDP2
     allocates on two streams beside the default one, and PyTorch's caching allocator keeps the
-    cached blocks of each stream apart (``CUDACachingAllocator.cpp``: a free block is found only
-    among those of the allocation's stream). ``foreach_reduce``
+    cached blocks of each stream apart (``CUDACachingAllocator.cpp``, ``get_free_block``: a best fit
+    on another stream is refused). ``foreach_reduce``
     (``torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py``) allocates the reduce-scatter's
     output on the reduce-scatter stream, and the sharded gradients are views of it ("the GPU
     sharded gradient is allocated in the RS stream"); ``foreach_all_gather`` allocates the flat
