@@ -4,17 +4,22 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import replace
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 import pytest
 
 from accel_api.enums import CapacityType, FailureKind, JobPhase
 from accel_api.job import AcceleratorJobStatus, AttemptHeld
+from accel_operator.planning import memory
+from accel_operator.planning.candidates import Candidate
+from accel_operator.planning.layout import Layout
 from accel_operator.reconcile.common import actions as act
 from accel_operator.reconcile.common.decision import CLEAR, Decision
 from accel_operator.reconcile.common.snapshot import Blocked, Gang
-from accel_operator.reconcile.job.decide import decide
+from accel_operator.reconcile.job.decide import decide, gang_of
 from accel_operator.reconcile.job.status import holds, settle_status
+from tests.support.builders import JobBuilder, accel
 from tests.support.decisions import failure_of, plan_of
 from tests.support.reconcile import T0, World
 
@@ -470,3 +475,14 @@ def test_holding_an_admission_writes_no_status_until_something_changes() -> None
     assert not holds(AcceleratorJobStatus.model_validate(running), moved, 1) and _settled(running, moved) is not None
     assert not holds(AcceleratorJobStatus.model_validate(running), held, 2)  # a new generation is written
     assert next(c["message"] for c in running["conditions"] if c["type"] == "Admitted").startswith("admitted")
+
+
+def test_a_gang_asks_each_device_for_what_the_step_needs_not_the_roomy_reserve() -> None:
+    # An FSDP rank's footprint holds the reduce-scatter stream's pool of gradient shards (2.2 GB
+    # here) beside the default pool's peak: cached blocks the allocator frees and retries with, so
+    # a device with the step's need free holds the gang. Before, the gang asked for the footprint
+    # and a near-full device that runs the step was refused.
+    w = JobBuilder().workload(framework="fsdp", sharding="zero2", microBatch=4, seqLen=2048).profile()
+    est = memory.estimate(w, accel("h100-80gb"), Layout(2, 1))
+    gang = gang_of(cast(Candidate, SimpleNamespace(nodes=1, devices=2, memory=est)))
+    assert gang.memory_bytes == est.required_bytes < est.footprint_bytes

@@ -96,8 +96,11 @@ def _keep(job: JobView) -> list[Cond]:
 
 
 def gang_of(c: Candidate) -> Gang:
-    """The admission shape of ``c``: nodes × devices per node, with the per-device memory need."""
-    memory = c.memory.footprint_bytes if c.memory is not None else 0
+    """The admission shape of ``c``: nodes × devices per node, with the per-device memory need:
+    what the step needs (``required_bytes``: the peak allocated, the context, NCCL's buffers), not
+    the roomy footprint, whose cached blocks the allocator gives back when cudaMalloc fails (an
+    FSDP rank's gradient-shard pool: docs/planner.md, "FSDP2's reserve: one pool per stream")."""
+    memory = c.memory.required_bytes if c.memory is not None else 0
     return Gang(nodes=c.nodes, per_node=c.devices // max(1, c.nodes), memory_bytes=memory)
 
 
