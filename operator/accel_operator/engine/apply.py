@@ -88,6 +88,10 @@ class _Pending:
     # created first): written with the job's next status write (Running, when the pods have their
     # nodes) or by itself after ``admitted_status_seconds``. None: nothing held.
     held: dict[str, Any] | None = None
+    # When the held admission goes out by itself (the engine clock's monotonic seconds): its Job
+    # was created ``admitted_status_seconds`` before. A replay on a virtual clock releases it at
+    # that time (:meth:`Applier.release_due`), the operator by a timer on the event loop.
+    due: float | None = None
 
 
 class Engine(Protocol):
@@ -143,6 +147,9 @@ class Applier:
     rechecks: set[JobKey] = field(default_factory=set)  # jobs with a sweep recheck already timed
     # Repeated Events coalesced per (job, type, reason), as client-go's recorder does.
     event_series: events_mod.EventSeries = field(default_factory=events_mod.EventSeries)
+    # Held admissions -> when each goes out by itself (``_Pending.due``); entries of those written
+    # since are dropped by :meth:`next_release`.
+    held_due: dict[JobKey, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.pools is None:
@@ -203,6 +210,7 @@ class Applier:
             before = self.overlay.get(job.key)
             if new is not None and before is not None and before.held is not None:
                 new = compose(before.held, new)  # the admission held back goes with this write
+                self.held_due.pop(job.key, None)
             hold = (
                 new is not None and decision.status_after_workload and self.engine.settings.admitted_status_seconds > 0
             )
@@ -257,6 +265,9 @@ class Applier:
                         await self._act(job, ref, action, pools)
             if hold:
                 delay = self.engine.settings.admitted_status_seconds
+                pending = self.overlay.get(job.key)
+                if pending is not None and pending.held is not None:
+                    pending.due = self.held_due[job.key] = self.engine.clock.monotonic() + delay
                 asyncio.get_running_loop().call_later(delay, self._release, job.key)
         except JobGone:
             self.overlay.pop(job.key, None)
@@ -285,6 +296,10 @@ class Applier:
         pending = self.overlay.get(key)
         if pending is None or pending.held is None or self.closed:
             return
+        left = (pending.due or 0.0) - self.engine.clock.monotonic()
+        if left > 0:  # not due on the engine's clock (a replay's virtual one: release_due writes it)
+            asyncio.get_running_loop().call_later(left, self._release, key)
+            return
         if key in self.acting:  # a decision of the job is being written: look again after it
             asyncio.get_running_loop().call_later(1.0, self._release, key)
             return
@@ -293,6 +308,30 @@ class Applier:
         self.in_flight.add(task)
         task.add_done_callback(self.in_flight.discard)
         task.add_done_callback(lambda _: self._acted(key))
+
+    def next_release(self) -> float | None:
+        """When (the engine clock's monotonic seconds) the next held admission goes out by itself;
+        None: none is held."""
+        for key in [k for k in self.held_due if not self._holds(k)]:
+            del self.held_due[key]  # written (with Running, or by itself), dropped, or gone
+        return min(self.held_due.values()) if self.held_due else None
+
+    def release_due(self) -> int:
+        """Write every held admission that is due on the engine's clock (a replay calls it as its
+        virtual clock moves: the event loop's timers run on real time); the number started."""
+        now = self.engine.clock.monotonic()
+        due = [k for k, at in self.held_due.items() if at <= now]
+        released = 0
+        for key in due:
+            del self.held_due[key]
+            if self._holds(key):
+                self._release(key)
+                released += 1
+        return released
+
+    def _holds(self, key: JobKey) -> bool:
+        pending = self.overlay.get(key)
+        return pending is not None and pending.held is not None
 
     async def _write_held(self, key: JobKey, pending: _Pending) -> None:
         assert self.slots is not None and pending.held is not None
