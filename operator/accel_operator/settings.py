@@ -45,6 +45,16 @@ class OperatorSettings(BaseSettings):
             "before its Job)."
         ),
     )
+    waiting_status_seconds: float = Field(
+        default=5.0,
+        ge=0,
+        le=600,
+        description=(
+            "A new job that waits for capacity has its status (Pending, why) and its Event written once it has "
+            "waited this long since its creation, not at once: a job admitted within it writes neither "
+            "(docs/scale.md). 0: written at once."
+        ),
+    )
     bind_timeout_seconds: float = Field(
         default=120.0,
         gt=0,

@@ -204,8 +204,10 @@ def test_a_trace_replayed_on_the_cluster_costs_what_the_simulator_says(
         bind_timeout_seconds=60.0,
         cost_interval_seconds=2.0,
         cost_write_seconds=2.0,
-        # The product default (the admission's status held), as the simulator replays it.
+        # The product defaults (the admission's status held, a new job's waiting status held), as
+        # the simulator replays them.
         admitted_status_seconds=OperatorSettings().admitted_status_seconds,
+        waiting_status_seconds=OperatorSettings().waiting_status_seconds,
     )
     try:
         player.setup()
