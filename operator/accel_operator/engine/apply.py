@@ -382,7 +382,10 @@ class Applier:
             return
         ref = JobRef(job.namespace, job.name, job.uid, job.resource_version or None)
         try:
-            async with self.slots.slot(calls.URGENT):
+            # A held admission writes before waiting jobs; a held "still waiting" status after the
+            # writes that change what runs, as when it was decided (_priority).
+            priority = calls.WAITING if pending.waiting is not None else calls.URGENT
+            async with self.slots.slot(priority):
                 revision = await self._retrying("patch_status", self.writer.patch_status, ref, pending.held)
             self.engine.metrics.api_writes.labels("status").inc()
             events = pending.waiting
