@@ -87,7 +87,8 @@ def add_running(
 def scheduler(idx: Index) -> Scheduler:
     """The operator's scheduler with fakes for every write, reading ``idx``."""
     sched = Scheduler(
-        settings=OperatorSettings(admitted_status_seconds=0),  # statuses as the passes decide them
+        # Statuses as the passes decide them.
+        settings=OperatorSettings(admitted_status_seconds=0, waiting_status_seconds=0),
         catalog=catalog.default(),
         writer=FakeJobWriter(),
         workloads=FakeWorkloadClient(),

@@ -150,7 +150,10 @@ class Sim:
         w.clock = self.clock
         # An admission's status at once (a held-back one waits on real time; this clock is virtual).
         w.settings = OperatorSettings(
-            cost_rollup="", cost_interval_seconds=TICK_SECONDS * COST_EVERY, admitted_status_seconds=0
+            cost_rollup="",
+            cost_interval_seconds=TICK_SECONDS * COST_EVERY,
+            admitted_status_seconds=0,
+            waiting_status_seconds=0,
         )
         self.writer = StoredStatuses()
         self.workloads = RecordingWorkloads()

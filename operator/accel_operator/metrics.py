@@ -62,6 +62,12 @@ class OperatorMetrics:
             "counted into its series (engine/events.py).",
             registry=r,
         )
+        self.waiting_held = Counter(
+            "accel_operator_waiting_held_total",
+            "New jobs whose first 'still waiting' status and Event were held back (waiting_status_seconds from "
+            "the job's creation); those admitted meanwhile never write them (engine/apply.py).",
+            registry=r,
+        )
         for write in ("status", "event", "event_series", "workload"):
             self.api_writes.labels(write)
         self.workloads_created = Counter(

@@ -35,13 +35,24 @@ class OperatorSettings(BaseSettings):
         "gather into one pass (each pass also costs in proportion to the jobs it holds). 0: a pass per wake.",
     )
     admitted_status_seconds: float = Field(
-        default=0.0,
+        default=30.0,
         ge=0,
         le=600,
         description=(
             "An admission's batch Job records it (its accel.dev/admission annotation) and is created first; the job's "
             "status is written with Running when the pods have their nodes within this long, else Admitted then "
-            "(0, the default: Admitted at once; 30 takes a status write off most admissions, docs/scale.md)."
+            "(30, the default, takes a status write off most admissions, docs/scale.md; 0: Admitted at once, "
+            "before its Job)."
+        ),
+    )
+    waiting_status_seconds: float = Field(
+        default=5.0,
+        ge=0,
+        le=600,
+        description=(
+            "A new job that waits for capacity has its status (Pending, why) and its Event written once it has "
+            "waited this long since its creation, not at once: a job admitted within it writes neither "
+            "(docs/scale.md). 0: written at once."
         ),
     )
     bind_timeout_seconds: float = Field(

@@ -54,7 +54,7 @@ def test_the_operator_killed_between_the_batch_job_and_the_status_adopts_the_adm
         "ACCEL_OPERATOR_RESYNC_SECONDS": "3",
         "ACCEL_OPERATOR_NAMESPACES": f'["{namespace}"]',
         "ACCEL_OPERATOR_COST_ROLLUP_NAMESPACE": namespace,
-        "ACCEL_OPERATOR_ADMITTED_STATUS_SECONDS": "30",  # the hold on (off by default): the Job first
+        "ACCEL_OPERATOR_ADMITTED_STATUS_SECONDS": "30",  # the hold (the default): the Job first
     }
     log = tmp_path / "first.log"
     with gpu_pool(api, pool, count=1, capacityType="on-demand", price={"onDemandPerDeviceHour": PRICE}):

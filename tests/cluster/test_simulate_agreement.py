@@ -27,6 +27,7 @@ from kubernetes import client
 
 from accel_api import vocabulary as v
 from accel_localcluster import Cluster, kubeapi
+from accel_operator.settings import OperatorSettings
 from accel_operator.simulate import replay as sim
 from accel_operator.simulate import trace
 from tests.support.jobs import pool_doc
@@ -203,7 +204,10 @@ def test_a_trace_replayed_on_the_cluster_costs_what_the_simulator_says(
         bind_timeout_seconds=60.0,
         cost_interval_seconds=2.0,
         cost_write_seconds=2.0,
-        admitted_status_seconds=0.0,  # the product default, and the simulator's (its clock is virtual)
+        # The product defaults (the admission's status held, a new job's waiting status held), as
+        # the simulator replays them.
+        admitted_status_seconds=OperatorSettings().admitted_status_seconds,
+        waiting_status_seconds=OperatorSettings().waiting_status_seconds,
     )
     try:
         player.setup()

@@ -65,7 +65,8 @@ def settings_for(namespace: str, **overrides: Any) -> OperatorSettings:
     """Settings of an operator under test: it watches ``namespace`` only (cluster-scoped pools and
     nodes as always), serves no liveness or metrics port, decides every job again every 3 s and
     releases an unbound gang after 8 s, writes an admission held back for its pods' nodes after
-    5 s (within the 8 s: tests see Admitted before a gang is released), and keeps its cost rollup
+    5 s (within the 8 s: tests see Admitted before a gang is released), writes a waiting job's
+    status at once, and keeps its cost rollup
     in ``namespace``; ``overrides`` (any settings field) on top."""
     base: dict[str, Any] = {
         "namespaces": [namespace],
@@ -74,6 +75,7 @@ def settings_for(namespace: str, **overrides: Any) -> OperatorSettings:
         "resync_seconds": 3.0,
         "bind_timeout_seconds": 8.0,
         "admitted_status_seconds": 5.0,
+        "waiting_status_seconds": 0.0,  # a waiting job's status at once: the tests read it
         "cost_rollup_namespace": namespace,  # the durable cost rollup: one per test
     }
     return OperatorSettings(**{**base, **overrides})

@@ -54,7 +54,7 @@ class World:
         # The status of an admission written at once, before its Job (the tests here show the
         # statuses the engine writes by hand); the held-back admission has its own tests
         # (tests/unit/operator/test_admission_record.py).
-        self.settings = OperatorSettings(admitted_status_seconds=0)
+        self.settings = OperatorSettings(admitted_status_seconds=0, waiting_status_seconds=0)
         self.indices = Indices(self.pools, self.nodes, self.pods, self.workloads, self.jobs, self.policies, self.teams)
         self.observed = Observed()
         self.plans = Plans(catalog.default())

@@ -31,6 +31,8 @@ from accel_api import registry
 from accel_api import vocabulary as v
 from accel_api.pool import AcceleratorPool
 from accel_localcluster import kubeapi, nodes, preempt
+from accel_operator.adapters.kube import views
+from accel_operator.reconcile.common.actions import workload_name
 from accel_operator.simulate.replay import run_seconds, saved_seconds
 from accel_operator.simulate.trace import Arrival, Disruption
 
@@ -62,6 +64,7 @@ class Player:
     ) -> None:
         self.api, self.core = api, client.CoreV1Api(api)
         self.custom = client.CustomObjectsApi(api)
+        self.batch = client.BatchV1Api(api)
         self.pools = {p.metadata.name: p.spec for p in pools if p.metadata.name}
         self.pool_docs = list(pool_docs)
         self.arrivals = sorted(arrivals, key=lambda a: (a.submit, a.index))
@@ -136,16 +139,39 @@ class Player:
                 starts[key] = min(starts.get(key, start), start)
             for (name, attempt), start in sorted(starts.items()):
                 job = self.jobs[name]
-                if attempt not in job.seen:
+                if attempt not in job.seen and self._schedule(job, attempt, start):
                     job.seen.add(attempt)
-                    self._schedule(job, attempt, start)
 
-    def _schedule(self, job: _Job, attempt: int, start: float) -> None:
+    def _admission(self, job: _Job, attempt: int) -> tuple[str, float | None] | None:
+        """The pool and planned duration of ``attempt``, from the admission its batch Job records
+        (``accel.dev/admission``, written with the Job, before its pods), else from the job's
+        status when the status says that attempt. With the operator's admission status held
+        (``admitted_status_seconds``), the pods may run before the status has the attempt's
+        plan: the status alone then gave no duration (the simulator's floor of 60 s stood in for
+        it) or the previous attempt's plan. None: neither says it yet."""
+        name = job.arrival.name
+        with kubeapi.ignoring(404):
+            batch = self.batch.read_namespaced_job(workload_name(name, attempt), job.namespace)
+            note = views.admission_of((batch.metadata.annotations or {}).get(v.ANNOTATION_ADMISSION))
+            if note is not None and note.attempt == attempt:
+                return note.pool, note.duration_seconds
+        st = self.custom.get_namespaced_custom_object(v.GROUP, v.VERSION, job.namespace, registry.JOB.plural, name)
+        status = st.get("status") or {}
+        plan = status.get("plan") or {}
+        if status.get("attempt", 0) != attempt or not plan.get("pool"):
+            return None
+        return str(plan["pool"]), plan.get("durationSeconds")
+
+    def _schedule(self, job: _Job, attempt: int, start: float) -> bool:
+        """Schedule what happens to ``attempt``, whose pods started at ``start``; False (nothing
+        scheduled, asked again at the next poll) while its admission is not readable yet."""
         a = job.arrival
-        st = self.custom.get_namespaced_custom_object(v.GROUP, v.VERSION, job.namespace, registry.JOB.plural, a.name)
-        plan = (st.get("status") or {}).get("plan") or {}
-        duration = max(float(plan.get("durationSeconds") or 60.0), 1.0)  # the simulator's floor
-        restart = self.pools[plan["pool"]].restart_seconds if attempt > 0 else 0.0
+        found = self._admission(job, attempt)
+        if found is None:
+            return False
+        pool, planned = found
+        duration = max(float(planned or 60.0), 1.0)  # the simulator's floor
+        restart = self.pools[pool].restart_seconds if attempt > 0 else 0.0
         run = run_seconds(duration, job.done, restart)
         cut = self.disrupt.get((a.name, attempt))
         interval = a.spec.checkpoint.interval_minutes if a.spec.checkpoint is not None else None
@@ -162,6 +188,7 @@ class Player:
             share = min(1.0, base + k * interval * 60.0 / duration)
             self._push(start + restart + k * interval * 60.0, "checkpoint", a.name, attempt, round(share * 1_000_000))
             k += 1
+        return True
 
     def _push(self, at: float, kind: str, name: str, attempt: int, step: int = 0) -> None:
         self.seq += 1

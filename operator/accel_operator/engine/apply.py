@@ -88,6 +88,14 @@ class _Pending:
     # created first): written with the job's next status write (Running, when the pods have their
     # nodes) or by itself after ``admitted_status_seconds``. None: nothing held.
     held: dict[str, Any] | None = None
+    # When the held admission goes out by itself (the engine clock's monotonic seconds): its Job
+    # was created ``admitted_status_seconds`` before. A replay on a virtual clock releases it at
+    # that time (:meth:`Applier.release_due`), the operator by a timer on the event loop.
+    due: float | None = None
+    # A new job's first "still waiting" write held back (``waiting_status_seconds``): the Events
+    # of its decisions meanwhile, posted with the held status when it goes out, dropped when an
+    # admission (or any other decision) takes the held status first. None: no waiting write held.
+    waiting: tuple[act.RecordEvent, ...] | None = None
 
 
 class Engine(Protocol):
@@ -143,6 +151,9 @@ class Applier:
     rechecks: set[JobKey] = field(default_factory=set)  # jobs with a sweep recheck already timed
     # Repeated Events coalesced per (job, type, reason), as client-go's recorder does.
     event_series: events_mod.EventSeries = field(default_factory=events_mod.EventSeries)
+    # Held admissions -> when each goes out by itself (``_Pending.due``); entries of those written
+    # since are dropped by :meth:`next_release`.
+    held_due: dict[JobKey, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.pools is None:
@@ -197,12 +208,17 @@ class Applier:
         job, decision, new = w.job, w.decision, w.patch
         if (new is None and not decision.actions) or self.closed:
             return
+        before = self.overlay.get(job.key)
+        wait = self._quiet_seconds(job, decision, new, before)
+        if wait is not None and new is not None and w.status is not None:
+            self._hold_waiting(w, new, before, wait)
+            return
         self.engine.metrics.decisions.labels(decision.phase.value).inc()
         hold = False
         if w.status is not None:
-            before = self.overlay.get(job.key)
             if new is not None and before is not None and before.held is not None:
-                new = compose(before.held, new)  # the admission held back goes with this write
+                new = compose(before.held, new)  # the admission (or the waiting status) held back goes with this write
+                self.held_due.pop(job.key, None)
             hold = (
                 new is not None and decision.status_after_workload and self.engine.settings.admitted_status_seconds > 0
             )
@@ -216,6 +232,39 @@ class Applier:
         self.in_flight.add(task)
         task.add_done_callback(self.in_flight.discard)
         task.add_done_callback(lambda _: self._acted(job.key))
+
+    def _quiet_seconds(
+        self, job: JobView, decision: Decision, new: dict[str, Any] | None, before: _Pending | None
+    ) -> float | None:
+        """How much longer a new job's "still waiting" decision is held back before its status and
+        Event are written (``waiting_status_seconds`` from the job's creation); None: written now.
+        Only a job whose status this process has not written and the watch shows empty (a new
+        job) or whose first waiting write is held already; only a decision that says it waits
+        (Pending, Events only): an admission soon after the job arrived then costs no waiting write."""
+        quiet = self.engine.settings.waiting_status_seconds
+        if quiet <= 0 or new is None or _priority(decision) != calls.WAITING:
+            return None
+        if before is not None and before.waiting is None:
+            return None  # a write of this process's is pending: not a new job's first
+        if before is None and job.status.phase is not None:
+            return None  # its status was written: the transition shows at once
+        left = quiet - (self.engine.clock.now() - job.created).total_seconds()
+        return left if left > 0 else None
+
+    def _hold_waiting(self, w: Write, new: dict[str, Any], before: _Pending | None, wait: float) -> None:
+        job, decision = w.job, w.decision
+        events = tuple(a for a in decision.actions if isinstance(a, act.RecordEvent))
+        status = views.job_status(w.status, plan_model=w.plan) if w.status is not None else job.status
+        if before is not None and before.held is not None and before.waiting is not None:
+            # Waiting still (its reason may have changed): one status and its Events, when due.
+            before.status, before.held = status, compose(before.held, new)
+            before.waiting = (*before.waiting, *(e for e in events if e not in before.waiting))
+        else:
+            due = self.held_due[job.key] = self.engine.clock.monotonic() + wait
+            self.overlay[job.key] = _Pending(status, held=new, due=due, waiting=events)
+            asyncio.get_running_loop().call_later(wait, self._release, job.key)
+            self.engine.metrics.waiting_held.inc()
+        self.engine.observed.touch_job(job.key)
 
     def _acted(self, key: JobKey) -> None:
         self.acting.discard(key)
@@ -257,6 +306,9 @@ class Applier:
                         await self._act(job, ref, action, pools)
             if hold:
                 delay = self.engine.settings.admitted_status_seconds
+                pending = self.overlay.get(job.key)
+                if pending is not None and pending.held is not None:
+                    pending.due = self.held_due[job.key] = self.engine.clock.monotonic() + delay
                 asyncio.get_running_loop().call_later(delay, self._release, job.key)
         except JobGone:
             self.overlay.pop(job.key, None)
@@ -285,6 +337,10 @@ class Applier:
         pending = self.overlay.get(key)
         if pending is None or pending.held is None or self.closed:
             return
+        left = (pending.due or 0.0) - self.engine.clock.monotonic()
+        if left > 0:  # not due on the engine's clock (a replay's virtual one: release_due writes it)
+            asyncio.get_running_loop().call_later(left, self._release, key)
+            return
         if key in self.acting:  # a decision of the job is being written: look again after it
             asyncio.get_running_loop().call_later(1.0, self._release, key)
             return
@@ -294,6 +350,30 @@ class Applier:
         task.add_done_callback(self.in_flight.discard)
         task.add_done_callback(lambda _: self._acted(key))
 
+    def next_release(self) -> float | None:
+        """When (the engine clock's monotonic seconds) the next held admission goes out by itself;
+        None: none is held."""
+        for key in [k for k in self.held_due if not self._holds(k)]:
+            del self.held_due[key]  # written (with Running, or by itself), dropped, or gone
+        return min(self.held_due.values()) if self.held_due else None
+
+    def release_due(self) -> int:
+        """Write every held admission that is due on the engine's clock (a replay calls it as its
+        virtual clock moves: the event loop's timers run on real time); the number started."""
+        now = self.engine.clock.monotonic()
+        due = [k for k, at in self.held_due.items() if at <= now]
+        released = 0
+        for key in due:
+            del self.held_due[key]
+            if self._holds(key):
+                self._release(key)
+                released += 1
+        return released
+
+    def _holds(self, key: JobKey) -> bool:
+        pending = self.overlay.get(key)
+        return pending is not None and pending.held is not None
+
     async def _write_held(self, key: JobKey, pending: _Pending) -> None:
         assert self.slots is not None and pending.held is not None
         job = self.engine.observed.jobs.get(key)
@@ -302,12 +382,22 @@ class Applier:
             return
         ref = JobRef(job.namespace, job.name, job.uid, job.resource_version or None)
         try:
-            async with self.slots.slot(calls.URGENT):
+            # A held admission writes before waiting jobs; a held "still waiting" status after the
+            # writes that change what runs, as when it was decided (_priority).
+            priority = calls.WAITING if pending.waiting is not None else calls.URGENT
+            async with self.slots.slot(priority):
                 revision = await self._retrying("patch_status", self.writer.patch_status, ref, pending.held)
             self.engine.metrics.api_writes.labels("status").inc()
+            events = pending.waiting
+            if events is not None:
+                self.engine.metrics.decisions.labels(JobPhase.PENDING.value).inc()
             if self.overlay.get(key) is pending:
-                pending.held, pending.revision = None, _int(revision)
+                pending.held, pending.revision, pending.waiting = None, _int(revision), None
             self.engine.observed.touch_job(key)
+            if events and not self.closed:  # the held waiting decisions' Events, after their status
+                task = asyncio.create_task(self._record(job, ref, list(events)))
+                self.in_flight.add(task)
+                task.add_done_callback(self.in_flight.discard)
         except JobGone:
             self.overlay.pop(key, None)
             self.engine.observed.touch_job(key)

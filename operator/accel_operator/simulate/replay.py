@@ -39,7 +39,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from typing import Any, TypeVar, TypeVarTuple
 
-from accel_api import bounds, catalog
+from accel_api import bounds, catalog, vocabulary
 from accel_api.enums import BudgetPeriod, CapacityType, JobPhase, SpotPolicy
 from accel_api.job import AcceleratorJobSpec, AcceleratorJobStatus
 from accel_api.policy import AcceleratorPolicy, AcceleratorPolicyStatus
@@ -58,7 +58,15 @@ from accel_operator.metrics import OperatorMetrics
 from accel_operator.planning import cost
 from accel_operator.reconcile.common.checkpoints import Checkpoint
 from accel_operator.reconcile.common.decision import DISRUPTION_RULE
-from accel_operator.reconcile.common.snapshot import JobKey, JobView, NodeView, PodView, PoolView, WorkloadView
+from accel_operator.reconcile.common.snapshot import (
+    Admission,
+    JobKey,
+    JobView,
+    NodeView,
+    PodView,
+    PoolView,
+    WorkloadView,
+)
 from accel_operator.reconcile.job import policy_gate
 from accel_operator.settings import OperatorSettings
 from accel_operator.simulate.trace import Arrival, Disruption, Point
@@ -169,6 +177,28 @@ STRATEGIES = {
 
 _RULE = re.compile(r"\(rule ([a-z0-9-]{1,63})\)")
 MAX_RULES = 8  # rule ids kept per refused job
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Placement:
+    """Where and how long an attempt's gang runs, as its batch Job says."""
+
+    pool: str
+    devices: int
+    nodes: int
+    duration_seconds: float | None
+
+
+def _placement(admission: Admission | None, status: AcceleratorJobStatus, attempt: int) -> Placement | None:
+    """The placement of ``attempt`` from the admission its batch Job records (the job's status
+    may not say it yet: the operator holds an admission's status until its pods are bound), else
+    from the status when it says that attempt; None: neither does."""
+    if admission is not None and admission.attempt == attempt and admission.devices:
+        return Placement(admission.pool, admission.devices, admission.nodes or 1, admission.duration_seconds)
+    plan = status.plan
+    if status.attempt != attempt or plan is None or not plan.pool or not plan.devices:
+        return None
+    return Placement(plan.pool, plan.devices, plan.nodes or 1, plan.duration_seconds)
 
 
 def _refusing_rules(status: AcceleratorJobStatus) -> tuple[str, ...]:
@@ -316,9 +346,13 @@ class Replay:
         self.workloads_idx: dict[Any, Any] = {}
         self.jobs: dict[Any, Any] = {}
         self.teams: dict[str, list[str | None]] = {}
-        # An admission's status is written at once (with its Job after it): the held-back status
-        # waits on the event loop's real time, and the replay's clock is virtual.
-        settings = OperatorSettings(cost_rollup="", cost_interval_seconds=COST_EVERY, admitted_status_seconds=0)
+        # An admission's status is held as the operator holds it (``admitted_status_seconds``, the
+        # operator's default): its batch Job, which records it, first; the status with Running in
+        # the pass after its pods are bound, or by itself once due on the virtual clock
+        # (``Applier.release_due``, called as the clock moves). The simulated cluster reads an
+        # attempt's placement from its Job's admission, as the real Job controller never reads
+        # the AcceleratorJob's status.
+        settings = OperatorSettings(cost_rollup="", cost_interval_seconds=COST_EVERY)
         self.writer = RecordingJobWriter()
         self.workloads = RecordingWorkloads()
         self.checkpoints = FakeCheckpointStore()  # answers the checkpoints this simulator "wrote"
@@ -378,6 +412,7 @@ class Replay:
         # (at, seq, kind, job, attempt, node): "end" or "preempt" of one attempt
         self.events: list[tuple[float, int, str, JobKey, int, str]] = []
         self.unbound: list[tuple[str, str]] = []  # workloads whose gang waits for devices
+        self.placements: dict[tuple[str, str], Placement] = {}  # their admissions, until they start
         self.live: dict[JobKey, int] = {}  # jobs with an attempt running (an event due): the attempt
         self.open = 0  # jobs submitted to the engine and not ended
         # ordered-flavors: the flavors in order (spot pools first, then on-demand, each in the
@@ -521,17 +556,26 @@ class Replay:
         self.writer.written.clear()
         self.writer.events.clear()
         for wkey in self.workloads.created:
-            self.workloads.jobs.pop(wkey, None)  # the simulated API server keeps no bodies
+            body = self.workloads.jobs.pop(wkey, None)  # the simulated API server keeps no bodies
             job_key = (wkey[0], wkey[1].rsplit("-a", 1)[0])
             attempt = int(wkey[1].rsplit("-a", 1)[1])
             job = self.jobs[job_key][0]
-            plan = job.status.plan
-            if plan is None or not plan.pool or not plan.devices:
+            note = (body or {}).get("metadata", {}).get("annotations", {}).get(vocabulary.ANNOTATION_ADMISSION)
+            admission = views.admission_of(note)
+            placed = _placement(admission, job.status, attempt)
+            if placed is None:
                 continue
-            nodes_n = plan.nodes or 1
+            self.placements[wkey] = placed
             self.workloads_idx[wkey] = [
                 WorkloadView(
-                    wkey[0], wkey[1], job_key, attempt, active=nodes_n, owner_uid=job.uid, created=self.clock.now()
+                    wkey[0],
+                    wkey[1],
+                    job_key,
+                    attempt,
+                    active=placed.nodes,
+                    owner_uid=job.uid,
+                    created=self.clock.now(),
+                    admission=admission,
                 )
             ]
             self.sched.workload_changed(wkey, job_key)
@@ -554,11 +598,11 @@ class Replay:
         attempt = int(wkey[1].rsplit("-a", 1)[1])
         wl = self.workloads_idx.get(wkey)
         job = self.jobs[job_key][0]
-        if not wl or not wl[0].running or job.status.attempt != attempt or job.status.plan is None:
+        plan = self.placements.get(wkey)
+        if not wl or not wl[0].running or job.status.attempt > attempt or plan is None:
+            self.placements.pop(wkey, None)
             return True  # superseded: nothing to bind
-        plan = job.status.plan
-        assert plan.pool is not None and plan.devices is not None
-        nodes_n = plan.nodes or 1
+        nodes_n = plan.nodes
         per_node = plan.devices // nodes_n
         fits = self.fits.get(plan.pool, [])
         places = fits[max(0, per_node)][:nodes_n] if per_node < len(fits) else []
@@ -593,6 +637,7 @@ class Replay:
         rec.pool = plan.pool
         rec.attempt_devices = plan.devices
         rec.attempt_duration = max(plan.duration_seconds or 60.0, 1.0)
+        del self.placements[wkey]
         rec.attempt_restart = spec.restart_seconds if attempt > 0 else 0.0  # attempt 0 is the first
         run = run_seconds(rec.attempt_duration, rec.done, rec.attempt_restart)
         self.seq += 1
@@ -766,6 +811,9 @@ class Replay:
                 nexts.append(prices[pi].at)
             if ii < len(interruptions) and (self.live or i < n):
                 nexts.append(interruptions[ii].at)
+            held = self.sched.applier.next_release()
+            if held is not None:  # a held admission goes out by itself then (its gang unbound)
+                nexts.append(self.t + max(0.0, held - self.clock.monotonic()))
             waiting = self._waiting()
             if waiting and self._marked():
                 nexts.append(self.t + IDLE_STEP)  # the engine's timers: a retry, a job to decide again
@@ -780,6 +828,10 @@ class Replay:
                 at = next_cost
             self._advance(at)
             event = False
+            if self.sched.applier.release_due():
+                while self.sched.applier.in_flight:
+                    await asyncio.gather(*list(self.sched.applier.in_flight))
+                event = self._settle() or event
             while i < n and self.arrivals[i].submit <= self.t:
                 self._arrive(self.arrivals[i])
                 i += 1

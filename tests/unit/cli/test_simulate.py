@@ -14,6 +14,7 @@ import pytest
 
 from accel_api.job import AcceleratorJobStatus
 from accel_operator.cli import main, simhtml
+from accel_operator.settings import OperatorSettings
 from accel_operator.simulate import figures, generate, replay, runner, trace
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -597,3 +598,45 @@ def test_a_field_removed_by_a_patch_is_its_default_again() -> None:
     assert after.message is None and after.attempt == 3 and after.cost == before.cost
     with pytest.raises(ValueError, match="notAField"):
         replay.reparsed(before, {**wire, "notAField": 1}, {"notAField"})
+
+
+def _held_replay(text: str, held: float) -> tuple[replay.Result, list[tuple[str, str | None, bool]]]:
+    """A replay with the operator's ``admitted_status_seconds`` at ``held``, and its status
+    writes in order: (job, the phase written, whether the write says the admission)."""
+    run = replay.Replay(trace.read_pools(POOLS), trace.read_trace(text), seed=5, strategy=replay.STRATEGIES["engine"])
+    run.sched.settings = run.sched.settings.model_copy(update={"admitted_status_seconds": held})
+    writes: list[tuple[str, str | None, bool]] = []
+    patch = run.writer.patch_status
+
+    def recording(ref: Any, status: dict[str, Any]) -> str:
+        writes.append((ref.name, status.get("phase"), "admittedTime" in status))
+        return patch(ref, status)
+
+    run.writer.patch_status = recording  # type: ignore[method-assign]
+    with asyncio.Runner(loop_factory=replay.InlineLoop) as runner:
+        runner.run(run.run())
+    assert run.result is not None
+    return run.result, writes
+
+
+def test_the_replay_holds_an_admissions_status_as_the_operator_does() -> None:
+    """The operator's default holds an admission's status until its pods have their nodes (one
+    status write says Admitted and Running); the replay does the same, and its simulated
+    cluster places each gang from its batch Job's admission (the status does not say it yet).
+    Before, the replay wrote Admitted by itself first whatever the operator's setting: with the
+    hold on, its cluster read the placement from a status that did not hold it, and no job ran."""
+    text = "\n".join(_line(submit=i * 60, name=f"j{i}", tokens=10**7 * (i + 1)) for i in range(6)) + "\n"
+    held, writes = _held_replay(text, 30.0)
+    assert OperatorSettings().admitted_status_seconds == 30.0  # the operator's default
+    admissions = [(name, phase) for name, phase, admitted in writes if admitted]
+    assert sorted(admissions) == [(f"j{i}", "Running") for i in range(6)]  # Admitted and Running, one write
+    assert not any(phase == "Admitted" for _name, phase, _ in writes)
+    at_once, writes_at_once = _held_replay(text, 0.0)
+    assert sorted((n, p) for n, p, a in writes_at_once if a) == [(f"j{i}", "Admitted") for i in range(6)]
+    assert len(writes) == len(writes_at_once) - 6  # one status write fewer per admission
+    # The same runs and ledgers either way.
+    for key, st in held.statuses.items():
+        other = at_once.statuses[key]
+        assert (st.phase, st.attempt, st.admitted_time) == (other.phase, other.attempt, other.admitted_time)
+        assert st.cost is not None and other.cost is not None
+        assert st.cost.spent_usd == pytest.approx(other.cost.spent_usd, abs=1e-9)

@@ -17,12 +17,14 @@ from accel_api import vocabulary as v
 from accel_api.enums import JobPhase
 from accel_operator.adapters.kube import views, workloads
 from accel_operator.engine.apply import compose
+from accel_operator.engine.clock import ManualClock
 from accel_operator.reconcile.common import actions as act
 from accel_operator.reconcile.common.snapshot import Admission
 from accel_operator.reconcile.job.decide import decide
+from accel_operator.settings import OperatorSettings
 from tests.support.reconcile import T0, World
 from tests.unit.operator.test_workloads import spec
-from tests.unit.operator.test_write_order import Calls, _drain, _world
+from tests.unit.operator.test_write_order import Calls, RecordingWorkloads, RecordingWriter, _drain, _world
 
 ADMISSION = Admission(
     attempt=0,
@@ -96,6 +98,39 @@ def test_an_admission_whose_pods_do_not_get_their_nodes_in_time_is_written_by_it
     st = sched.applier.writer.statuses[("ns", "j")]  # type: ignore[attr-defined]
     assert st["phase"] == "Admitted" and st["plan"]["pool"] == "p" and st["workload"] == "j-a0"
     assert sched.applier.overlay[("ns", "j")].held is None
+
+
+def test_a_held_admission_is_due_on_the_engine_clock_so_a_replay_releases_it_at_its_virtual_time() -> None:
+    """The simulator replays the hold on a virtual clock: the held status goes out when the
+    engine's clock says it is due (``release_due``, which the replay calls as its clock moves),
+    never when the event loop's real-time timer fires first. Before, the timer alone wrote it,
+    after 30 real seconds whatever the replay's clock said, and ``release_due`` did not exist."""
+    w = World()
+    w.clock = clock = ManualClock(T0)
+    log = Calls()
+    sched = w.scheduler
+    sched.settings = OperatorSettings(admitted_status_seconds=0.05)
+    sched.applier.writer = RecordingWriter(log)
+    sched.applier.workloads = RecordingWorkloads(log)
+    w.pool("p", nodes=1)
+    w.job("j", "p", devices=8)
+
+    async def run() -> None:
+        await sched.step()
+        await _drain(sched)
+        due = sched.applier.next_release()
+        assert due == pytest.approx(clock.monotonic() + 0.05)
+        await asyncio.sleep(0.2)  # the loop's timer fired: not due on the engine's clock
+        await _drain(sched)
+        assert _statuses(log) == 0 and sched.applier.release_due() == 0
+        clock.advance(0.05)
+        assert sched.applier.release_due() == 1
+        await _drain(sched)
+        assert sched.applier.next_release() is None
+
+    asyncio.run(run())
+    assert _writes(log) == [("workload", "j"), ("status", "j")]
+    assert sched.applier.writer.statuses[("ns", "j")]["phase"] == "Admitted"
 
 
 def test_no_cost_write_goes_before_a_held_admission() -> None:
