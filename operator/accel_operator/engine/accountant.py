@@ -379,7 +379,7 @@ class Accountant:
         self._memo_keys = {uid: key for uid, (key, _) in memos.items()}
         # Team spending per policy: the deleted jobs' settled figures and every live job's ledger;
         # what the policy carries for a job is its ledger as its status holds it after this step.
-        chosen = self._choose(snap, ledgers)
+        chosen, kinds = self._choose(snap, ledgers)
         written = {key: ledgers[key] for key in chosen}
         live = self._live(snap, ledgers, written)
         steps = self._teams(snap, live, now)
@@ -393,7 +393,8 @@ class Accountant:
             over = accrual.over_budget(job.team, spends, before, now) if job.phase in HOLDING else None
             cost = accrued if accrued.over_budget == over else accrued.model_copy(update={"over_budget": over})
             ledgers[key] = cost
-            kind = self._due(job, cost)
+            # Decided once a step (``_choose``) unless the budget entry changed the ledger since.
+            kind = kinds.get(key) if cost is accrued else self._due(job, cost)
             if kind is URGENT or (kind is DUE and key in chosen):
                 writes.append((key, cost, before))
         return ledgers, steps, writes, quotes
@@ -433,10 +434,13 @@ class Accountant:
             return max(0.0, (self._now - parse_time_strict(stored.updated)).total_seconds())
         return math.inf
 
-    def _choose(self, snap: Snapshot, ledgers: Mapping[JobKey, CostStatus]) -> set[JobKey]:
+    def _choose(self, snap: Snapshot, ledgers: Mapping[JobKey, CostStatus]) -> tuple[set[JobKey], dict[JobKey, str]]:
         """The ledgers written this step: every urgent one, and of those due at most
         ``write_rate`` x the tick's interval, the longest unwritten first (a burst of new jobs
-        is written over several ticks instead of one status patch per admission at once)."""
+        is written over several ticks instead of one status patch per admission at once); and
+        what ``_due`` found of each ledger that is urgent or due (the step's writes read it
+        instead of deciding it again)."""
+        kinds: dict[JobKey, str] = {}
         urgent: set[JobKey] = set()
         due: list[tuple[float, JobKey]] = []
         stable = self._stable_keys
@@ -445,13 +449,16 @@ class Accountant:
                 continue  # its status holds this very ledger: never due
             job = snap.jobs[key]
             kind = self._due(job, cost)
+            if kind is None:
+                continue
+            kinds[key] = kind
             if kind is URGENT:
                 urgent.add(key)
             elif kind is DUE:
                 due.append((self._age(job), key))
         room = max(1, int(self.settings.cost_writes_per_second * self.settings.cost_interval_seconds))
         due.sort(key=lambda item: -item[0])  # the oldest (never written: infinite) first
-        return urgent | {key for _, key in due[:room]}
+        return urgent | {key for _, key in due[:room]}, kinds
 
     def _live(
         self, snap: Snapshot, ledgers: Mapping[JobKey, CostStatus], written: Mapping[JobKey, CostStatus]
