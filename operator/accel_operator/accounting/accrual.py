@@ -300,10 +300,37 @@ def step(memo: Memo | None, job: JobView, known: CostStatus | None, tick: Tick) 
         # The last step's base: its result stands for it. Its result or what it wrote: itself.
         start = memo.out if base is memo.base else base if base is memo.out or base is memo.final else None
         out = extend(start, job.status.attempt, tick.price, tick.idle, tick.now) if start is not None else None
+        if out is None and start is not None and _waiting(start, job, tick):
+            out = restamp(start, tick.now)
         if out is not None:
             return out, Memo(inputs, base, out)
     out = accrue(job, known, tick, base=base)
     return out, (Memo(inputs, base, out) if inputs is not None else None)
+
+
+def _waiting(cost: CostStatus, job: JobView, tick: Tick) -> bool:
+    """Whether ``accrue`` charges nothing to the job's current attempt at any time while its inputs
+    stay as they are (``inputs_of``: holding devices, every pod in view of the current attempt and
+    none ended): no pod of it has started, its ledger holds no interval of it, and it is admitted
+    (nothing accrues before a pod runs) or running with its pods in view (none started: nothing
+    ran yet). Not for a running job with no pod in view: after the pods' grace its batch Job's
+    start or its admission stands in for theirs, so the time matters."""
+    st = job.status
+    if any(p.started is not None for p in tick.pods):
+        return False
+    if st.phase is JobPhase.RUNNING and not tick.pods:
+        return False
+    return not any(a.attempt == st.attempt and a.intervals for a in cost.attempts)
+
+
+def restamp(cost: CostStatus, now: dt.datetime) -> CostStatus:
+    """``cost`` (a ledger ``accrue`` made, or one made from it) accrued again at ``now`` when its
+    job's inputs did not move and nothing is charged to its current attempt (``_waiting``): what
+    ``accrue`` gives then, since its other steps (the earlier attempts' closes, the unseen and
+    forgotten attempts, the forecast) were done by the accrual that made ``cost`` and do nothing
+    the second time. An admitted job whose pods have not started was recomputed in full at
+    every step."""
+    return ledger.with_totals(cost, {"attempts": cost.attempts, "updated": ledger.stamp(now)})
 
 
 def extend(cost: CostStatus, attempt: int, price: Price, idle: float, now: dt.datetime) -> CostStatus | None:

@@ -201,6 +201,8 @@ class Accountant:
     # restart (empty) or a change counts nothing twice.
     carry: dict[str, tuple[str, CostStatus, ByPool]] = field(default_factory=dict)
     carry_sum: dict[CostKey, list[float]] = field(default_factory=dict)
+    _jobs: dict[JobKey, JobView] = field(default_factory=dict)  # this step's snapshot's jobs, as a plain dict
+    _uids: frozenset[str] = frozenset()  # and their uids
 
     def __post_init__(self) -> None:
         self._now = self.scheduler.clock.now()
@@ -298,7 +300,7 @@ class Accountant:
         """The CPU (and live price) part of a step, run in a thread so the event loop stays free."""
         stale_after = self.scheduler.settings.report_stale_seconds
         self._now = now
-        running = sum(1 for job in snap.jobs.values() if job.phase in HOLDING)
+        running = sum(1 for job in self._jobs.values() if job.phase in HOLDING)
         self._every = max(self.settings.cost_write_seconds, running / self.settings.cost_writes_per_second)
         quotes: dict[str, Quote | None] = {}
         ledgers: dict[JobKey, CostStatus] = {}
@@ -319,7 +321,7 @@ class Accountant:
         unchanged: set[JobKey] = set()
         fresh: list[str] = []
         rollup_on = bool(self.settings.cost_rollup)
-        for key, job in snap.jobs.items():
+        for key, job in self._jobs.items():
             st = job.status
             if st.cost is None and st.admitted_time is None:
                 continue
@@ -379,7 +381,7 @@ class Accountant:
         self._memo_keys = {uid: key for uid, (key, _) in memos.items()}
         # Team spending per policy: the deleted jobs' settled figures and every live job's ledger;
         # what the policy carries for a job is its ledger as its status holds it after this step.
-        chosen = self._choose(snap, ledgers)
+        chosen, kinds = self._choose(snap, ledgers)
         written = {key: ledgers[key] for key in chosen}
         live = self._live(snap, ledgers, written)
         steps = self._teams(snap, live, now)
@@ -388,12 +390,13 @@ class Accountant:
         for key, accrued in list(ledgers.items()):
             if key in stable_keys:
                 continue  # finished, no budget entry, shown: nothing to set or write
-            job = snap.jobs[key]
+            job = self._jobs[key]
             before = job.status.cost.over_budget if job.status.cost is not None else None
             over = accrual.over_budget(job.team, spends, before, now) if job.phase in HOLDING else None
             cost = accrued if accrued.over_budget == over else accrued.model_copy(update={"over_budget": over})
             ledgers[key] = cost
-            kind = self._due(job, cost)
+            # Decided once a step (``_choose``) unless the budget entry changed the ledger since.
+            kind = kinds.get(key) if cost is accrued else self._due(job, cost)
             if kind is URGENT or (kind is DUE and key in chosen):
                 writes.append((key, cost, before))
         return ledgers, steps, writes, quotes
@@ -433,32 +436,38 @@ class Accountant:
             return max(0.0, (self._now - parse_time_strict(stored.updated)).total_seconds())
         return math.inf
 
-    def _choose(self, snap: Snapshot, ledgers: Mapping[JobKey, CostStatus]) -> set[JobKey]:
+    def _choose(self, snap: Snapshot, ledgers: Mapping[JobKey, CostStatus]) -> tuple[set[JobKey], dict[JobKey, str]]:
         """The ledgers written this step: every urgent one, and of those due at most
         ``write_rate`` x the tick's interval, the longest unwritten first (a burst of new jobs
-        is written over several ticks instead of one status patch per admission at once)."""
+        is written over several ticks instead of one status patch per admission at once); and
+        what ``_due`` found of each ledger that is urgent or due (the step's writes read it
+        instead of deciding it again)."""
+        kinds: dict[JobKey, str] = {}
         urgent: set[JobKey] = set()
         due: list[tuple[float, JobKey]] = []
         stable = self._stable_keys
         for key, cost in ledgers.items():
             if key in stable:
                 continue  # its status holds this very ledger: never due
-            job = snap.jobs[key]
+            job = self._jobs[key]
             kind = self._due(job, cost)
+            if kind is None:
+                continue
+            kinds[key] = kind
             if kind is URGENT:
                 urgent.add(key)
             elif kind is DUE:
                 due.append((self._age(job), key))
         room = max(1, int(self.settings.cost_writes_per_second * self.settings.cost_interval_seconds))
         due.sort(key=lambda item: -item[0])  # the oldest (never written: infinite) first
-        return urgent | {key for _, key in due[:room]}
+        return urgent | {key for _, key in due[:room]}, kinds
 
     def _live(
         self, snap: Snapshot, ledgers: Mapping[JobKey, CostStatus], written: Mapping[JobKey, CostStatus]
     ) -> list[teamspend.LiveJob]:
         out = []
         for key, cost in ledgers.items():
-            job = snap.jobs[key]
+            job = self._jobs[key]
             shown = written.get(key) or self.known.get(job.uid) or job.status.cost or CostStatus()
             out.append(teamspend.LiveJob(job.uid, job.team, cost, written=shown))
         for uid, (who, cost) in self._orphans().items():  # carried until its close is folded
@@ -471,7 +480,7 @@ class Accountant:
         return {uid: (who, accrual.at_deletion(cost, seen)) for uid, (who, cost, seen) in self.orphaned.items()}
 
     def _teams(self, snap: Snapshot, live: list[teamspend.LiveJob], now: dt.datetime) -> dict[str, teamspend.Step]:
-        existing = {job.uid for job in snap.jobs.values()} | set(self.orphaned)
+        existing = self._uids | set(self.orphaned)
         steps: dict[str, teamspend.Step] = {}
         for pol in snap.policy.policies:
             name, uid = pol.metadata.name or "", pol.metadata.uid or ""
@@ -488,13 +497,17 @@ class Accountant:
     async def step(self, now: dt.datetime) -> None:
         t0 = self.scheduler.clock.monotonic()
         snap = self.scheduler.current(now)
+        # The snapshot's jobs read once into a plain dict: a lookup in its view walks the view's
+        # change log, and the step looked every job up five or six times.
+        self._jobs = dict(snap.jobs.items())
+        self._uids = frozenset(job.uid for job in self._jobs.values())
         self._note_gone(snap, now)
         ledgers, steps, writes, quotes = await asyncio.to_thread(self._compute, snap, now)
         ledgers, writes = await self._fold(snap, ledgers, writes, now)
         for uid, memo in self.accrued.items():
             memo.final = ledgers.get(self._memo_keys[uid])  # what is written: the next step's base
         await asyncio.gather(*(self._write_job(snap, key, cost, before) for key, cost, before in writes))
-        if any(self.known.get(snap.jobs[key].uid) is not cost for key, cost, _ in writes):
+        if any(self.known.get(self._jobs[key].uid) is not cost for key, cost, _ in writes):
             # A job's write failed: the policies carry its ledger as its status still holds it.
             live = self._live(snap, ledgers, {})
             steps = await asyncio.to_thread(self._teams, snap, live, now)
@@ -511,7 +524,7 @@ class Accountant:
         """Jobs the last step computed that the snapshot no longer holds were deleted: each is
         closed at its deletion (the DELETED event's time, else now) and queued for the rollup
         and the policies' settled totals."""
-        uids = {job.uid for job in snap.jobs.values()}
+        uids = self._uids
         candidates = {uid: (who, cost) for uid, (who, cost, _) in self.orphaned.items()}
         candidates.update(self.previous)
         for uid, (who, cost) in candidates.items():
@@ -570,7 +583,7 @@ class Accountant:
         last, self.previous = self.previous, {}
         unchanged = self._unchanged
         for key, cost in ledgers.items():
-            job = snap.jobs[key]
+            job = self._jobs[key]
             seen = last.get(job.uid) if key in unchanged else None
             if seen is not None and seen[1] is cost:
                 self.previous[job.uid] = seen  # a stable job: the same ledger, the same entry
@@ -586,7 +599,7 @@ class Accountant:
         pending = rollup.pending_of(value)
         items: list[rollup.FoldItem] = []
         for key, cost in ledgers.items():
-            job = snap.jobs[key]
+            job = self._jobs[key]
             ended = rollup.foldable(cost, pending.get(job.uid, ()))
             if ended and job.uid in self.previous:
                 items.append(rollup.item(self.previous[job.uid][0], ended))
@@ -596,18 +609,18 @@ class Accountant:
         if await self._load_open():
             assert self.open_shards is not None
             entries = [e for shard in self.open_shards for e in shard.attempts]
-            vanished = rollup.vanished(entries, {j.uid for j in snap.jobs.values()}, skip={*self.gone, *self.orphaned})
+            vanished = rollup.vanished(entries, self._uids, skip={*self.gone, *self.orphaned})
             items.extend(vanished)
         value = rollup.fold_many(value, items)
         marked = {
             job.uid: [a.attempt for a in job.status.cost.attempts if a.rolled_up]
-            for job in snap.jobs.values()
+            for job in self._jobs.values()
             if job.status.cost is not None
         }
         # The jobs the open attempts as stored still hold keep their keys (folded from there again
         # otherwise, by the next leader).
         in_open = {e.uid for shard in self.open_shards or () for e in shard.attempts}
-        existing = {j.uid for j in snap.jobs.values()}
+        existing = set(self._uids)
         value = rollup.prune(value, marked, existing, now, held=in_open, gone_max=self.settings.cost_rollup_gone)
         value = rollup.bound(value, now)
         if value is not self.stored:
@@ -652,7 +665,7 @@ class Accountant:
         pending = rollup.pending_of(self.stored)
         out = {k: (c, b) for k, c, b in writes}
         for key, cost in list(ledgers.items()):
-            job = snap.jobs[key]
+            job = self._jobs[key]
             held = pending.get(job.uid, frozenset())
             todo = [a.attempt for a in cost.attempts if a.attempt in held and not a.rolled_up]
             if not todo:
@@ -694,7 +707,7 @@ class Accountant:
             return
         entries = []
         for key, cost in ledgers.items():
-            job = snap.jobs[key]
+            job = self._jobs[key]
             who = rollup.JobId(job.uid, job.namespace, job.name, job.team, cost.forecast_usd)
             entries.extend(rollup.open_attempts(who, cost, pending.get(job.uid, ()), now))
         for uid, (who, cost) in self._orphans().items():  # deleted, still running: still open
@@ -751,7 +764,7 @@ class Accountant:
             del self.policy_known[name]
 
     async def _write_job(self, snap: Snapshot, key: JobKey, cost: CostStatus, before: OverBudget | None) -> None:
-        job = snap.jobs[key]
+        job = self._jobs[key]
         ref = JobRef(job.namespace, job.name, job.uid, job.resource_version or None)
         try:
             # Behind every admission's writes: the ledger is bookkeeping, a burst of it waits. Not
@@ -790,7 +803,7 @@ class Accountant:
         for key, pods in snap.pods_by_job.items():
             if not any(p.held for p in pods):
                 continue
-            job = snap.jobs.get(key)
+            job = self._jobs.get(key)
             cost = job.status.cost if job is not None else None
             for pod in accrual.releasable(cost, pods, now, job_gone=job is None):
                 if (pod.namespace, pod.name) not in self.released:
@@ -855,7 +868,7 @@ class Accountant:
         for key, cost in ledgers.items():
             if key in self._stable_keys:
                 continue  # in the carry
-            job = snap.jobs[key]
+            job = self._jobs[key]
             live.append((job.uid, job.team, cost))
         for k, (s, lo, i) in self.carry_sum.items():
             spent[k] = spent.get(k, 0.0) + s

@@ -38,21 +38,24 @@ OPS = st.lists(
         st.tuples(st.just("show"), st.just(0)),  # the watch shows the last write
         st.tuples(st.just("restart"), st.just(0)),  # a new process: no memo, nothing known
         st.tuples(st.just("finish"), st.just(0)),  # the job succeeded
+        st.tuples(st.just("run"), st.just(0)),  # an admitted job seen running
     ),
     max_size=60,
 )
 
 
-def _job() -> tuple[JobView, list[PodView]]:
+def _job(phase: str = "Running", pods_in_view: int = 3) -> tuple[JobView, list[PodView]]:
     world = World().pool("spot", capacityType="spot", price={"spotPerDeviceHour": 3.6})
     status = {
-        "phase": "Running",
+        "phase": phase,
         "attempt": 0,
         "admittedTime": "2026-11-26T12:00:00Z",
         "plan": {"pool": "spot", "devices": 3, "nodes": 3, "capacityType": "spot", "costUsd": 20.0},
     }
     job = world.job("a", "spot", devices=3, status=status)
-    pods = [PodView("ns", f"a-a0-{i}", f"spot-{i}", "Running", 1, ("ns", "a"), 0, uid=f"p{i}") for i in range(3)]
+    pods = [
+        PodView("ns", f"a-a0-{i}", f"spot-{i}", "Running", 1, ("ns", "a"), 0, uid=f"p{i}") for i in range(pods_in_view)
+    ]
     return job, pods
 
 
@@ -60,11 +63,19 @@ def _wire(cost: CostStatus) -> str:
     return cost.model_dump_json(by_alias=True, exclude_none=True)
 
 
-@settings(max_examples=300, deadline=None)
+# Admitted or running, its pods in view or not (none in view: after their grace its batch Job's
+# start or its admission stands in for them, so the time matters to a job whose pods never ran).
+SHAPES = [("Running", 3), ("Admitted", 3), ("Admitted", 1), ("Running", 0), ("Admitted", 0)]
+
+
+@pytest.mark.parametrize(("phase", "in_view"), SHAPES)
+@settings(max_examples=200, deadline=None)
 @given(ops=OPS)
-def test_extending_the_open_interval_gives_the_full_recomputes_ledger(ops: list[tuple[str, Any]]) -> None:
-    job, pods = _job()
-    now = T0 + dt.timedelta(minutes=5)
+def test_extending_the_open_interval_gives_the_full_recomputes_ledger(
+    phase: str, in_view: int, ops: list[tuple[str, Any]]
+) -> None:
+    job, pods = _job(phase, in_view)
+    now = T0 + dt.timedelta(seconds=10)  # 10 s after its admission: its pods' grace runs
     price = accrual.Price(3.6, 8.0)
     idle = 0.0
     known: CostStatus | None = None
@@ -73,6 +84,8 @@ def test_extending_the_open_interval_gives_the_full_recomputes_ledger(ops: list[
     for op, arg in [*ops, ("tick", 60)]:
         if op == "tick":
             now += dt.timedelta(seconds=arg)
+        elif op in ("start", "end") and arg >= len(pods):
+            pass  # fewer pods in view
         elif op == "start" and pods[arg].started is None:
             pods[arg] = dataclasses.replace(pods[arg], started=now - dt.timedelta(seconds=7))
         elif op == "end" and pods[arg].started is not None and pods[arg].finished is None:
@@ -87,6 +100,8 @@ def test_extending_the_open_interval_gives_the_full_recomputes_ledger(ops: list[
             # As the watch delivers it: parsed from the wire, a copy equal to what was written.
             copy = CostStatus.model_validate_json(_wire(written))
             job = dataclasses.replace(job, status=job.status.model_copy(update={"cost": copy}))
+        elif op == "run" and job.phase is JobPhase.ADMITTED:
+            job = dataclasses.replace(job, status=job.status.model_copy(update={"phase": JobPhase.RUNNING}))
         elif op == "finish" and job.phase is JobPhase.RUNNING:
             done = {"phase": JobPhase.SUCCEEDED, "completion_time": stamp_exact(now)}
             job = dataclasses.replace(job, status=job.status.model_copy(update=done))
@@ -136,3 +151,30 @@ def test_the_shortcut_is_taken_when_only_the_time_moved(monkeypatch: pytest.Monk
     assert len(calls) == 1  # a new price: the full recompute
     accrual.step(None, job, second, accrual.Tick(price, 0.0, later + HOUR, pods=pods))
     assert len(calls) == 2  # no memo (a restart): the full recompute
+
+
+def test_a_job_whose_pods_have_not_started_is_not_recomputed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Admitted (or running with its pods in view) and none of its pods started: nothing accrues
+    to it at any time, and a step whose inputs did not move restamps the last ledger instead of
+    the full recompute, which it still is for a running job with no pod in view (the grace)."""
+    price = accrual.Price(3.6, 8.0)
+    calls: list[object] = []
+    real = accrual.accrue
+
+    def counting(*a: Any, **kw: Any) -> CostStatus:
+        calls.append(a)
+        return real(*a, **kw)
+
+    monkeypatch.setattr(accrual, "accrue", counting)
+    for phase, in_view, shortcut in [("Admitted", 3, True), ("Running", 3, True), ("Running", 0, False)]:
+        calls.clear()
+        job, pods = _job(phase, in_view)
+        now = dt.datetime(2026, 11, 26, 12, 0, 10, tzinfo=dt.UTC)  # 10 s after its admission: in the grace
+        first, memo = accrual.step(None, job, None, accrual.Tick(price, 0.0, now, pods=pods))
+        assert memo is not None and len(calls) == 1
+        memo.final = first
+        later = now + HOUR
+        second, _ = accrual.step(memo, job, None, accrual.Tick(price, 0.0, later, pods=pods))
+        assert len(calls) == (1 if shortcut else 2), phase
+        assert _wire(second) == _wire(real(job, None, accrual.Tick(price, 0.0, later, pods=pods)))
+        assert second.updated == stamp_exact(later)
