@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from accel_api import bounds
 from accel_api.catalog import Accelerator
@@ -146,14 +146,26 @@ def spec_digest(spec: AcceleratorJobSpec) -> bytes:
     return hashlib.blake2b(spec.model_dump_json().encode(), digest_size=16).digest()
 
 
-# The fields of a job's spec the planner reads (``selection.plan`` and everything it calls): a plan
-# is a function of these and of the pools offered, so specs equal in them (jobs of one template
-# in other teams, at other priorities, with another image) get one plan. The team and the
-# policies act before the planner, through what they restrict (``policy.restrict``: the pools
-# offered and ``maxDevices``), which :func:`plan_key`'s callers add to the key.
-# ``tests/unit/planning/test_plan_keys.py`` records every field the planner reads of a spec and
-# fails when one is missing here.
-PLANNED_FIELDS: set[str] = {"model", "workload", "placement", "objective", "deadline", "max_cost", "spot", "checkpoint"}
+# The fields of a job's spec the planner reads (``selection.plan`` and everything it calls), as
+# pydantic's ``include``: a whole field, or the sub-fields read of it (of ``checkpoint`` only
+# whether there is one and its interval: its ``uri``, which holds the team in many a template, is
+# the policies' to read, not the planner's). A plan is a function of these and of the pools
+# offered, so specs equal in them (jobs of one template in other teams, at other priorities,
+# with another image or checkpoint path) get one plan. The team and the policies act before the
+# planner, through what they restrict (``policy.restrict``: the pools offered and
+# ``maxDevices``), which :func:`plan_key`'s callers add to the key.
+# ``tests/unit/planning/test_plan_keys.py`` records every field and sub-field the planner reads
+# of a spec and fails when one is missing here.
+PLANNED_FIELDS: dict[str, Any] = {
+    "model": True,
+    "workload": True,
+    "placement": True,
+    "objective": True,
+    "deadline": True,
+    "max_cost": True,
+    "spot": True,
+    "checkpoint": {"interval_minutes": True},
+}
 
 
 def plan_key(spec: AcceleratorJobSpec, *more: str) -> bytes:

@@ -171,20 +171,33 @@ def test_plans_that_say_the_same_share_one_status_form_and_others_do_not() -> No
 # --- what the planner reads of a spec, and the plans it shares -----------------------------------
 
 
-def _recording(spec: AcceleratorJobSpec, read: set[str]) -> AcceleratorJobSpec:
-    """``spec`` as an instance that records each of its fields read (top level: a sub-model read
-    counts its field)."""
-    fields = set(AcceleratorJobSpec.model_fields)
+def _recording(model: Any, read: set[str], prefix: str = "") -> Any:
+    """``model`` (a spec) as an instance that records each of its fields read, as ``name``; a
+    field whose sub-fields alone are in the key (``PLANNED_FIELDS`` maps it to those) is itself
+    recorded, its sub-fields read as ``name.sub``."""
+    cls = type(model)
+    fields = set(cls.model_fields)
 
-    class Recording(AcceleratorJobSpec):
+    class Recording(cls):  # type: ignore[misc, valid-type]
         def __getattribute__(self, name: str) -> Any:
             if name in fields:
-                read.add(name)
+                read.add(prefix + name)
             return super().__getattribute__(name)
 
-    out = Recording.model_construct(**{k: getattr(spec, k) for k in fields})
-    out.__pydantic_fields_set__ = set(spec.model_fields_set)
+    values = {k: getattr(model, k) for k in fields}
+    if not prefix:
+        for name, sub in candidates.PLANNED_FIELDS.items():
+            if isinstance(sub, dict) and values.get(name) is not None:
+                values[name] = _recording(values[name], read, f"{name}.")
+    out = Recording.model_construct(**values)
+    out.__pydantic_fields_set__ = set(model.model_fields_set)
     return out
+
+
+def _in_key(name: str) -> bool:
+    top, _, sub = name.partition(".")
+    want = candidates.PLANNED_FIELDS.get(top)
+    return want is True or (isinstance(want, dict) and (not sub or sub in want))
 
 
 def _specs() -> list[AcceleratorJobSpec]:
@@ -199,9 +212,10 @@ def _specs() -> list[AcceleratorJobSpec]:
 
 
 def test_the_plan_key_holds_every_field_the_planner_reads() -> None:
-    # Every field the planner (selection.plan and what it calls) reads of a spec is one the key
-    # digests: a field read but left out of PLANNED_FIELDS would let two specs that plan
-    # differently share one plan. Fails when a read field is dropped from the key.
+    # Every field (and every sub-field of the checkpoint) the planner (selection.plan and what it
+    # calls) reads of a spec is one the key digests: a field read but left out of PLANNED_FIELDS
+    # would let two specs that plan differently share one plan. Fails when a read field is
+    # dropped from the key (or the checkpoint's interval from its sub-fields).
     offers = [
         builders.pool("h0", max_nodes=2),
         builders.pool("s0", spot=True, max_nodes=4, preemption_rate=0.1),
@@ -216,9 +230,19 @@ def test_the_plan_key_holds_every_field_the_planner_reads() -> None:
             for kw in ({}, {"index": index}, {"index": index, "offered": names}):
                 digest = candidates.plan_key(spec)
                 selection.plan(_recording(spec, read), offers, cat, cache=cache, spec_digest=digest, **kw)
-    assert read, "the recording saw no read"
-    assert read <= candidates.PLANNED_FIELDS, sorted(read - candidates.PLANNED_FIELDS)
-    assert {"model", "workload", "placement", "spot", "checkpoint"} <= read  # the recording works
+    assert sorted(r for r in read if not _in_key(r)) == []
+    # The recording works: it sees the fields and the checkpoint's interval read.
+    assert {"model", "workload", "placement", "spot", "checkpoint", "checkpoint.interval_minutes"} <= read
+
+
+def test_a_checkpoint_path_is_not_in_the_key_and_its_interval_is() -> None:
+    spec = builders.job().checkpoint(30.0).spec()
+    assert spec.checkpoint is not None
+    moved = spec.model_copy(update={"checkpoint": spec.checkpoint.model_copy(update={"uri": "s3://other/team"})})
+    oftener = spec.model_copy(update={"checkpoint": spec.checkpoint.model_copy(update={"interval_minutes": 10.0})})
+    assert candidates.plan_key(moved) == candidates.plan_key(spec)
+    assert candidates.plan_key(oftener) != candidates.plan_key(spec)
+    assert candidates.plan_key(builders.job().spec()) != candidates.plan_key(spec)  # none at all
 
 
 @pytest.mark.parametrize("field", sorted(candidates.PLANNED_FIELDS))
