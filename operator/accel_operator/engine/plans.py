@@ -1,9 +1,10 @@
 """The plans the scheduler keeps between passes: one per job (its uid, generation, the pools'
-version and whether it fell back to on-demand), shared by every job with the same effective spec,
-each with its admission shapes beside it.
+version and whether it fell back to on-demand), shared by every job whose effective spec is the
+same where the planner reads it (``candidates.plan_key``), each with its admission shapes beside it.
 
-A plan is a function of the job's effective spec and the pools (free capacity only adds notes), so
-thousands of jobs from one template share one plan and one tuple of shapes. A change of the pools
+A plan is a function of what the planner reads of the job's effective spec, of what the policies
+restrict and of the pools (free capacity only adds notes), so thousands of jobs from one template,
+whatever their team, priority, image or checkpoint path, share one plan and one tuple of shapes. A change of the pools
 (:meth:`Plans.pools_changed`) drops them all. Only the plans used last are kept whole
 (:attr:`Plans.max_built`): when jobs name their pools, nearly every waiting job has a plan of its own;
 the other entries keep what a pass reads of a job it skips, and their plan is made again when a
