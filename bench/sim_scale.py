@@ -30,7 +30,10 @@ and peak RSS. ``--profile`` prints the top functions of the run by own time (lar
 enough for the largest size). ``--tracemalloc`` adds the bytes live at the end by who allocated
 them (``traced_mb``): the engine (code under ``operator/``) apart from the simulated cluster (this
 script, ``tests/support``, the fakes' classes); its tracing costs several times the CPU (some 30
-times at 2,000 nodes), so its CPU figures are not comparable.
+times at 2,000 nodes), so its CPU figures are not comparable. ``--fingerprint`` adds
+``writes_sha256``: a digest of every write the engine applied, in order (the job, its status
+patch, the phase, the admission and block decided, the actions), to compare two trees' decisions
+(run both with the same ``PYTHONHASHSEED``: the holding jobs of a pass come in the order of a set).
 
 Run: python bench/sim_scale.py [--sizes 500x5000,2000x20000,10000x100000 | --quick] [--out FILE]
 """
@@ -43,6 +46,7 @@ import copy
 import cProfile
 import dataclasses
 import gc
+import hashlib
 import heapq
 import inspect
 import io
@@ -510,6 +514,7 @@ async def simulate(
     seed: int = 1,
     trace: bool = False,
     stores: bool = False,
+    fingerprint: bool = False,
 ) -> dict[str, Any]:
     """One run at (``nodes``, ``jobs``); the figures as a dict (the JSON's row). ``trace``: with
     the live bytes by owner (``traced_mb``, tracemalloc: slow)."""
@@ -517,6 +522,19 @@ async def simulate(
         tracemalloc.start(32)
     pools = pools or max(4, min(100, nodes // 50))  # 10 pools at 500 nodes (as bench/scale.py), 100 at 10k
     sim = Sim(nodes=nodes, jobs=jobs, pools=pools, seed=seed)
+    writes = hashlib.sha256() if fingerprint else None
+    if writes is not None:
+        apply = sim.sched.applier.apply
+
+        def recorded(w: Any, pools: Any) -> None:
+            d = w.decision
+            acts = [(type(a).__name__, getattr(a, "pool", None), getattr(a, "devices", None)) for a in d.actions]
+            seen = [list(w.job.key), w.patch, d.phase.value, repr(d.admitted), repr(d.blocks), acts]
+            assert writes is not None
+            writes.update(json.dumps(seen, sort_keys=True, default=str).encode() + b"\n")
+            apply(w, pools)
+
+        sim.sched.applier.apply = recorded  # type: ignore[method-assign]
     t_build = time.process_time()
     sim.build()
     burst_n = jobs // 4
@@ -616,6 +634,7 @@ async def simulate(
         "peak_rss_mb": _rss_mb(),
         **({"traced_mb": traced} if traced is not None else {}),
         **({"stores_mb": held} if held is not None else {}),
+        **({"writes_sha256": writes.hexdigest()} if writes is not None else {}),
         "phases": phases,
     }
 
@@ -670,6 +689,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--top", type=int, default=30)
     p.add_argument("--tracemalloc", action="store_true", help="live bytes at the end: engine vs simulated cluster")
     p.add_argument("--stores", action="store_true", help="bytes each store holds at the end (an object walk)")
+    p.add_argument("--fingerprint", action="store_true", help="a digest of every write applied, in order")
     args = p.parse_args(argv)
     sizes = [QUICK] if args.quick else _sizes(args.sizes)
     collector.tune()  # the collector's thresholds the operator runs with (engine/collector.py)
@@ -679,7 +699,17 @@ def main(argv: list[str] | None = None) -> int:
         profiler = cProfile.Profile() if args.profile and i == len(sizes) - 1 else None
         if profiler:
             profiler.enable()
-        row = asyncio.run(simulate(n, m, ticks=ticks, seed=args.seed, trace=args.tracemalloc, stores=args.stores))
+        row = asyncio.run(
+            simulate(
+                n,
+                m,
+                ticks=ticks,
+                seed=args.seed,
+                trace=args.tracemalloc,
+                stores=args.stores,
+                fingerprint=args.fingerprint,
+            )
+        )
         if profiler:
             profiler.disable()
             out = io.StringIO()

@@ -1,9 +1,10 @@
 """The plans the scheduler keeps between passes: one per job (its uid, generation, the pools'
-version and whether it fell back to on-demand), shared by every job with the same effective spec,
-each with its admission shapes beside it.
+version and whether it fell back to on-demand), shared by every job whose effective spec is the
+same where the planner reads it (``candidates.plan_key``), each with its admission shapes beside it.
 
-A plan is a function of the job's effective spec and the pools (free capacity only adds notes), so
-thousands of jobs from one template share one plan and one tuple of shapes. A change of the pools
+A plan is a function of what the planner reads of the job's effective spec, of what the policies
+restrict and of the pools (free capacity only adds notes), so thousands of jobs from one template,
+whatever their team, priority, image or checkpoint path, share one plan and one tuple of shapes. A change of the pools
 (:meth:`Plans.pools_changed`) drops them all. Only the plans used last are kept whole
 (:attr:`Plans.max_built`): when jobs name their pools, nearly every waiting job has a plan of its own;
 the other entries keep what a pass reads of a job it skips, and their plan is made again when a
@@ -20,7 +21,7 @@ from dataclasses import dataclass, field
 from accel_api import catalog as catalog_mod
 from accel_operator.planning import eligible, policy, selection
 from accel_operator.planning.cache import PlanCache
-from accel_operator.planning.candidates import OWN_MAX_DEVICES, Plan, PoolOffer, ranked_per_pool, spec_digest
+from accel_operator.planning.candidates import OWN_MAX_DEVICES, Plan, PoolOffer, plan_key, ranked_per_pool
 from accel_operator.reconcile.common.snapshot import Gang, JobKey, JobView, PoolCapacity, PoolView, Snapshot
 from accel_operator.reconcile.job import fallback
 from accel_operator.reconcile.job.decide import gang_of
@@ -107,7 +108,7 @@ class Plans:
     catalog: catalog_mod.Catalog
     pools_version: int = 0
     by_job: dict[PlanKey, Entry] = field(default_factory=dict)
-    by_spec: dict[tuple[bytes, int], Entry] = field(default_factory=dict)  # by (effective spec digest, pools_version)
+    by_spec: dict[tuple[bytes, int], Entry] = field(default_factory=dict)  # by (plan key, pools_version)
     # The planner's memo (step estimates, pool skeletons, each plan's ranking and status form),
     # keyed on values: passed to every planning call and decision.
     cache: PlanCache = field(default_factory=PlanCache)
@@ -208,19 +209,22 @@ class Plans:
             # spec and the pools (free capacity only adds notes), so jobs with the same effective
             # spec share one: thousands of jobs from one template, one plan.
             spec = fallback.effective_spec(job.spec, job.status, snap.pools)
-            digest = spec_digest(spec)
+            offers = self.pool_offers(snap)
+            pols = snap.policy.policies
+            restricted, allowed = policy.restrict(spec, offers, pols)
+            # The list shared by the plans made since the last change of an offer, when the
+            # policies leave every pool (``restrict`` only filters): one list, not one a plan.
+            every = len(allowed) == len(offers)
+            offers = offers if every else allowed
+            capped = restricted.placement.max_devices != spec.placement.max_devices
+            source = policy.cap_source(pols) if capped else OWN_MAX_DEVICES
+            # The plan's key: what the planner reads of the restricted spec, where its cap came
+            # from and the pools a grant left (none: every pool offered). Jobs of one template in
+            # other teams or at other priorities share it (the team acts through ``restrict``).
+            digest = plan_key(restricted, source, *(() if every else ("", *(o.name for o in offers))))
             same = (digest, self.pools_version)
             entry = self.by_spec.get(same)
             if entry is None:
-                offers = self.pool_offers(snap)
-                pols = snap.policy.policies
-                restricted, allowed = policy.restrict(spec, offers, pols)
-                # The list shared by the plans made since the last change of an offer, when the
-                # policies leave every pool (``restrict`` only filters): one list, not one a plan.
-                every = len(allowed) == len(offers)
-                offers = offers if every else allowed
-                capped = restricted.placement.max_devices != spec.placement.max_devices
-                source = policy.cap_source(pols) if capped else OWN_MAX_DEVICES
                 # Everything the plan is made from, bound: it is made again from these when a job of
                 # its spec is decided after the plan was let go (an equal plan: the planner is pure).
                 make = functools.partial(
@@ -230,7 +234,7 @@ class Plans:
                     self.catalog,
                     max_devices_from=source,
                     cache=self.cache,
-                    spec_digest=digest if restricted is spec else b"",  # the plan's key, made once
+                    spec_digest=digest,  # the plan's key, made once
                     index=self.pool_index(snap),
                     offered=self.offered_names if every else None,
                 )

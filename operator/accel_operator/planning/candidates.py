@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from accel_api import bounds
 from accel_api.catalog import Accelerator
@@ -146,11 +146,44 @@ def spec_digest(spec: AcceleratorJobSpec) -> bytes:
     return hashlib.blake2b(spec.model_dump_json().encode(), digest_size=16).digest()
 
 
+# The fields of a job's spec the planner reads (``selection.plan`` and everything it calls), as
+# pydantic's ``include``: a whole field, or the sub-fields read of it (of ``checkpoint`` only
+# whether there is one and its interval: its ``uri``, which holds the team in many a template, is
+# the policies' to read, not the planner's). A plan is a function of these and of the pools
+# offered, so specs equal in them (jobs of one template in other teams, at other priorities,
+# with another image or checkpoint path) get one plan. The team and the policies act before the
+# planner, through what they restrict (``policy.restrict``: the pools offered and
+# ``maxDevices``), which :func:`plan_key`'s callers add to the key.
+# ``tests/unit/planning/test_plan_keys.py`` records every field and sub-field the planner reads
+# of a spec and fails when one is missing here.
+PLANNED_FIELDS: dict[str, Any] = {
+    "model": True,
+    "workload": True,
+    "placement": True,
+    "objective": True,
+    "deadline": True,
+    "max_cost": True,
+    "spot": True,
+    "checkpoint": {"interval_minutes": True},
+}
+
+
+def plan_key(spec: AcceleratorJobSpec, *more: str) -> bytes:
+    """A digest of what the planner reads of ``spec`` (:data:`PLANNED_FIELDS`, canonical JSON)
+    and of ``more`` (what else the plan was made from: the source of a policy's device cap, the
+    pools a grant left). Equal for specs that differ only where the planner does not read."""
+    h = hashlib.blake2b(spec.model_dump_json(include=PLANNED_FIELDS).encode(), digest_size=16)
+    for part in more:
+        h.update(b"\0" + part.encode())
+    return h.digest()
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class Plan:
     """Where a job should run: every candidate (ranked feasible ones first, then the rest), the
-    winner and the decision in one sentence. ``profile`` and ``spec`` are the job it is for;
-    ``digest`` is :func:`spec_digest` of ``spec`` (made here when not given); ``left_out`` the
+    winner and the decision in one sentence. ``profile`` and ``spec`` are the job it is for (a
+    plan is shared by every spec equal in what the planner reads: ``spec`` is the first of them);
+    ``digest`` is :func:`plan_key` of ``spec`` (made here when not given); ``left_out`` the
     pools the placement's filters left out, which have no candidates (planned with a pool index)."""
 
     spec: AcceleratorJobSpec
@@ -164,7 +197,7 @@ class Plan:
 
     def __post_init__(self) -> None:
         if not self.digest:
-            object.__setattr__(self, "digest", spec_digest(self.spec))
+            object.__setattr__(self, "digest", plan_key(self.spec))
 
     @property
     def schedulable(self) -> bool:

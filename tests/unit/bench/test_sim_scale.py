@@ -69,3 +69,23 @@ def test_the_stored_statuses_show_what_the_fake_merges_whatever_the_looks() -> N
         assert stored.show(key) == plain.statuses.get(key, {})
     assert removals > 0
     assert not stored.statuses  # nothing kept as live dicts once shown
+
+
+def test_the_fingerprint_is_the_same_for_the_same_decisions_and_catches_a_wrong_plan_key(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # --fingerprint digests every write applied, in order: two runs of one trace in one process
+    # (one hash seed) give one digest, and a plan key that leaves out the placement (jobs pinned
+    # to other pools then share one plan) changes the writes, and the digest.
+    import asyncio
+
+    from accel_operator.planning import candidates
+
+    def run() -> dict[str, object]:
+        return asyncio.run(sim_scale.simulate(16, 160, ticks=3, seed=3, fingerprint=True))
+
+    first, again = run(), run()
+    assert first["writes_sha256"] == again["writes_sha256"] and first["admitted"] == again["admitted"]
+    planned = {k: v for k, v in candidates.PLANNED_FIELDS.items() if k != "placement"}
+    monkeypatch.setattr(candidates, "PLANNED_FIELDS", planned)
+    assert run()["writes_sha256"] != first["writes_sha256"]
