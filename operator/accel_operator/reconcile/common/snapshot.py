@@ -555,6 +555,13 @@ class Snapshot:
         added = Reservation(key, pool, gang.nodes, gang.per_node, 0, expected_end)
         return replace(self, capacity=MappingProxyType(cap), reservations=_Layered.on(self.reservations, key, added))
 
+    def nodes_in(self, pool: str) -> Iterable[NodeView]:
+        """The nodes that may belong to ``pool``: those the pool-nodes index names when the snapshot
+        keeps one (O(the pool's nodes)), else every node; the caller still asks ``PoolView.owns``."""
+        if self.pool_nodes is None:
+            return self.nodes.values()
+        return [n for name in self.pool_nodes.get(pool, ()) if (n := self.nodes.get(name)) is not None]
+
     def reservations_in(self, pool: str) -> list[Reservation]:
         """The reservations held in ``pool``, this pass's admissions included: by the holders
         index and the pass's log when the snapshot has them (O(what the pool holds)), else a scan."""
