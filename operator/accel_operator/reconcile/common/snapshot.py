@@ -362,9 +362,31 @@ def _place(
     node_free: list[int], gangs: Iterable[tuple[int, int]], memory: list[tuple[int, ...] | None] | None = None
 ) -> list[int]:
     """Subtract reservations (nodes, per_node) from per-node free devices, best fit (and from
-    ``memory``, the free devices' memory aligned with ``node_free``, in place)."""
-    for nodes, per_node in sorted(gangs, key=lambda g: -g[1]):
-        for _ in range(nodes):
+    ``memory``, the free devices' memory aligned with ``node_free``, in place).
+
+    Each pod of a gang goes to the fitting node with the fewest free devices (the first of
+    equals), the largest pods first. That node then has fewer free devices than any other, so it
+    takes the next pod of the same size too, until it no longer fits: the pods of one size fill
+    the fitting nodes in (free devices, index) order, walked once (O(nodes log nodes) a size)
+    instead of a scan of every node per pod (a pool's capacity is folded on most passes, and in a
+    burst its unbound reservations are hundreds). A node's memory is trimmed once, to what is left
+    on it: trimming to ``a`` then to ``b`` <= ``a`` keeps the same ``b`` smallest entries."""
+    units: dict[int, int] = {}
+    for nodes, per_node in gangs:
+        if nodes > 0:
+            units[per_node] = units.get(per_node, 0) + nodes
+    for per_node in sorted(units, reverse=True):
+        left = units[per_node]
+        if per_node > 0:
+            for free, i in sorted((f, i) for i, f in enumerate(node_free) if f >= per_node):
+                if not left:
+                    break
+                taken = min(left, free // per_node)
+                node_free[i] = free - taken * per_node
+                left -= taken
+                if memory is not None:
+                    memory[i] = _trim(memory[i], node_free[i])
+        for _ in range(left):  # over-committed (no node fits any more), or pods of no devices
             fitting = [i for i, f in enumerate(node_free) if f >= per_node]
             if not fitting:
                 # Over-committed (a reservation outlived its capacity): take what is left.
