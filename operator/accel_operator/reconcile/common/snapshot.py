@@ -378,14 +378,14 @@ def _place(
     for per_node in sorted(units, reverse=True):
         left = units[per_node]
         if per_node > 0:
-            for free, i in sorted((f, i) for i, f in enumerate(node_free) if f >= per_node):
+            for free, at in sorted((f, n) for n, f in enumerate(node_free) if f >= per_node):
                 if not left:
                     break
                 taken = min(left, free // per_node)
-                node_free[i] = free - taken * per_node
+                node_free[at] = free - taken * per_node
                 left -= taken
                 if memory is not None:
-                    memory[i] = _trim(memory[i], node_free[i])
+                    memory[at] = _trim(memory[at], node_free[at])
         for _ in range(left):  # over-committed (no node fits any more), or pods of no devices
             fitting = [i for i, f in enumerate(node_free) if f >= per_node]
             if not fitting:
