@@ -268,8 +268,12 @@ class Applier:
 
     def _acted(self, key: JobKey) -> None:
         self.acting.discard(key)
-        if key in self.engine.marks.dirty:
-            self.engine.marks.wake.set()  # a pass skipped it while its decision was being applied
+        marks = self.engine.marks
+        if key in marks.deferred:  # marked while its decision was being applied: the next pass's
+            marks.deferred.discard(key)
+            marks.dirty.add(key)
+        if key in marks.dirty:
+            marks.wake.set()  # a pass skipped it while its decision was being applied
 
     async def _write(
         self,

@@ -779,8 +779,7 @@ class Replay:
     def _marked(self) -> bool:
         """Whether the engine has anything to decide (what makes the operator's loop run a pass:
         ``engine.loop.run``): a pass with nothing marked decides no job, so none is run."""
-        m = self.sched.marks
-        return m.full_pass or m.capacity_pass or bool(m.dirty)
+        return self.sched.marks.pending()
 
     async def run(self) -> None:
         """Replay to the end; the outcome is :attr:`result`. (Not returned: ``asyncio.run``

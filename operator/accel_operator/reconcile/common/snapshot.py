@@ -362,9 +362,31 @@ def _place(
     node_free: list[int], gangs: Iterable[tuple[int, int]], memory: list[tuple[int, ...] | None] | None = None
 ) -> list[int]:
     """Subtract reservations (nodes, per_node) from per-node free devices, best fit (and from
-    ``memory``, the free devices' memory aligned with ``node_free``, in place)."""
-    for nodes, per_node in sorted(gangs, key=lambda g: -g[1]):
-        for _ in range(nodes):
+    ``memory``, the free devices' memory aligned with ``node_free``, in place).
+
+    Each pod of a gang goes to the fitting node with the fewest free devices (the first of
+    equals), the largest pods first. That node then has fewer free devices than any other, so it
+    takes the next pod of the same size too, until it no longer fits: the pods of one size fill
+    the fitting nodes in (free devices, index) order, walked once (O(nodes log nodes) a size)
+    instead of a scan of every node per pod (a pool's capacity is folded on most passes, and in a
+    burst its unbound reservations are hundreds). A node's memory is trimmed once, to what is left
+    on it: trimming to ``a`` then to ``b`` <= ``a`` keeps the same ``b`` smallest entries."""
+    units: dict[int, int] = {}
+    for nodes, per_node in gangs:
+        if nodes > 0:
+            units[per_node] = units.get(per_node, 0) + nodes
+    for per_node in sorted(units, reverse=True):
+        left = units[per_node]
+        if per_node > 0:
+            for free, at in sorted((f, n) for n, f in enumerate(node_free) if f >= per_node):
+                if not left:
+                    break
+                taken = min(left, free // per_node)
+                node_free[at] = free - taken * per_node
+                left -= taken
+                if memory is not None:
+                    memory[at] = _trim(memory[at], node_free[at])
+        for _ in range(left):  # over-committed (no node fits any more), or pods of no devices
             fitting = [i for i, f in enumerate(node_free) if f >= per_node]
             if not fitting:
                 # Over-committed (a reservation outlived its capacity): take what is left.
@@ -554,6 +576,13 @@ class Snapshot:
         cap[pool] = cap[pool].take(gang)
         added = Reservation(key, pool, gang.nodes, gang.per_node, 0, expected_end)
         return replace(self, capacity=MappingProxyType(cap), reservations=_Layered.on(self.reservations, key, added))
+
+    def nodes_in(self, pool: str) -> Iterable[NodeView]:
+        """The nodes that may belong to ``pool``: those the pool-nodes index names when the snapshot
+        keeps one (O(the pool's nodes)), else every node; the caller still asks ``PoolView.owns``."""
+        if self.pool_nodes is None:
+            return self.nodes.values()
+        return [n for name in self.pool_nodes.get(pool, ()) if (n := self.nodes.get(name)) is not None]
 
     def reservations_in(self, pool: str) -> list[Reservation]:
         """The reservations held in ``pool``, this pass's admissions included: by the holders

@@ -537,7 +537,10 @@ def _holding(
         pool = snapshot.pools.get(plan.pool or "") if plan is not None else None
         timeout = pool.spec.scale_up_timeout_seconds if pool is not None and pool.autoscaled else bind_timeout
         per_node = plan.devices // nodes if plan is not None and plan.devices else 0
-        ran_out = bind_clock.nodes_gone(pool, snapshot.nodes.values(), nodes, per_node) or bind_clock.expired(
+        # The pool's nodes from the snapshot's index, not every node of the cluster: this runs for
+        # each decision of an admitted gang whose pods are not all bound (about three per admission).
+        members = snapshot.nodes_in(pool.name) if pool is not None else ()
+        ran_out = bind_clock.nodes_gone(pool, members, nodes, per_node) or bind_clock.expired(
             pods, nodes, admitted, now, timeout
         )
         if ran_out is not None:
