@@ -222,7 +222,15 @@ class Applier:
             hold = (
                 new is not None and decision.status_after_workload and self.engine.settings.admitted_status_seconds > 0
             )
-            status = views.job_status(w.status, plan_model=w.plan)  # plan, conditions shared
+            # The status it leaves is the job's as decided with the patch's fields: only those
+            # are validated (plan, conditions shared), the rest kept from the model the job held
+            # (``w.status`` is that model's dump with the patch merged: parsing it whole validated
+            # every field again, for each write).
+            status = (
+                views.job_status_patched(job.status, w.status, w.patch, plan_model=w.plan)
+                if w.patch is not None
+                else views.job_status(w.status, plan_model=w.plan)
+            )
             self.overlay[job.key] = _Pending(status, held=new if hold else None)
             self.engine.observed.touch_job(job.key)
         self.acting.add(job.key)

@@ -232,29 +232,43 @@ class RecordingJobWriter(FakeJobWriter):
     def __init__(self) -> None:
         super().__init__()
         self.written: dict[tuple[str, str], set[str]] = {}
+        # Per job written since the last look: how many patches, and the revision of the last.
+        self.patches: dict[tuple[str, str], tuple[int, int]] = {}
 
     def patch_status(self, ref: JobRef, status: dict[str, Any]) -> str:
         out = super().patch_status(ref, status)
-        self.written.setdefault((ref.namespace, ref.name), set()).update(status)
+        key = (ref.namespace, ref.name)
+        self.written.setdefault(key, set()).update(status)
+        count, _last = self.patches.get(key, (0, 0))
+        self.patches[key] = (count + 1, self.revision)
         return out
-
-
-STATUS_FIELDS = {info.alias or name: name for name, info in AcceleratorJobStatus.model_fields.items()}
 
 
 def reparsed(before: AcceleratorJobStatus, wire: dict[str, Any], written: set[str]) -> AcceleratorJobStatus:
     """The status ``wire`` holds, given ``before``, the model of what it held before the fields
-    ``written`` (wire names) were patched: those fields validated again, the others kept. What
-    ``model_validate(wire)`` gives (the status has no rule across its fields, each field is
-    validated on its own), without validating again the plan and conditions a cost write left as
-    they were (the accountant writes ``cost`` alone, hourly, for every running job). A name the
-    model does not know is validated whole, to be refused as a full parse refuses it. Parsed as
-    the jobs watch parses a status (``views.job_status``: equal plans and conditions shared)."""
-    names = [STATUS_FIELDS.get(k) for k in written]
-    if not written or None in names or AcceleratorJobStatus.cel_rules:
-        return views.job_status(wire)
-    part = views.job_status({k: wire[k] for k in written if k in wire})
-    return before.model_copy(update={n: getattr(part, n) for n in names if n is not None})
+    ``written`` (wire names) were patched: those fields validated again, the others kept
+    (``views.job_status_patched``). What ``model_validate(wire)`` gives, without validating again
+    the plan and conditions a cost write left as they were (the accountant writes ``cost`` alone,
+    hourly, for every running job). Parsed as the jobs watch parses a status (``views.job_status``:
+    equal plans and conditions shared)."""
+    return views.job_status_patched(before, wire, written)
+
+
+@dataclasses.dataclass
+class NotingScheduler(Scheduler):
+    """The engine, noting the model of each background status write (the accountant's ledger:
+    ``{"cost": CostStatus}``, what it wrote as its wire form) by job, with the fields it wrote,
+    until the simulated watch looks (:meth:`Replay._shown`)."""
+
+    noted: dict[JobKey, tuple[frozenset[str], dict[str, Any]]] = dataclasses.field(default_factory=dict)
+
+    async def background_status(
+        self, patch_status: Callable[..., str], job: JobView, patch: dict[str, Any], shown: dict[str, Any]
+    ) -> bool:
+        written = await super().background_status(patch_status, job, patch, shown)
+        if written:
+            self.noted[job.key] = (frozenset(patch), shown)
+        return written
 
 
 class RecordingWorkloads(FakeWorkloadClient):
@@ -356,7 +370,7 @@ class Replay:
         self.writer = RecordingJobWriter()
         self.workloads = RecordingWorkloads()
         self.checkpoints = FakeCheckpointStore()  # answers the checkpoints this simulator "wrote"
-        self.sched = Scheduler(
+        self.sched = NotingScheduler(
             settings=settings,
             catalog=catalog.default(),
             writer=self.writer,
@@ -529,8 +543,7 @@ class Replay:
             entries = self.jobs.get(key)
             if not entries:
                 continue
-            # As the watch shows it (a parse of the whole status), the fields not written since kept.
-            status = reparsed(entries[0].status, self.writer.statuses[key], fields)
+            status = self._shown(key, entries[0].status, fields)
             self.jobs[key] = [
                 dataclasses.replace(entries[0], status=status, resource_version=str(self.writer.revision))
             ]
@@ -554,7 +567,10 @@ class Replay:
                 self.open -= 1
                 self._release(key)
         self.writer.written.clear()
+        self.writer.patches.clear()
+        self.sched.noted.clear()
         self.writer.events.clear()
+        self.writer.series.clear()
         for wkey in self.workloads.created:
             body = self.workloads.jobs.pop(wkey, None)  # the simulated API server keeps no bodies
             job_key = (wkey[0], wkey[1].rsplit("-a", 1)[0])
@@ -584,6 +600,25 @@ class Replay:
         self.workloads.calls.clear()
         self._bind_waiting()
         return changed
+
+    def _shown(self, key: JobKey, before: AcceleratorJobStatus, fields: set[str]) -> AcceleratorJobStatus:
+        """The status of ``key`` as the watch shows it after the writes since the last look:
+        ``before`` with the fields written since validated again (:func:`reparsed`). When those
+        writes were one status patch whose model the engine holds, that model is taken instead of
+        parsing the same fields a second time: a decision's status is the applier's overlay (the
+        status the job was decided on, which is ``before``, as every write is shown before the
+        next pass, with the patch's fields validated: ``views.job_status_patched``), a ledger's
+        write is ``before`` with the accountant's own ``CostStatus`` (``NotingScheduler``). At
+        every look that is what the parse gives (a unit test compares them over a replay)."""
+        count, revision = self.writer.patches.get(key, (0, 0))
+        if count == 1:
+            pending = self.sched.applier.overlay.get(key)
+            if pending is not None and pending.revision == revision:
+                return pending.status
+            noted = self.sched.noted.get(key)
+            if pending is None and noted is not None and noted[0] == fields:
+                return before.model_copy(update=noted[1])
+        return reparsed(before, self.writer.statuses[key], fields)
 
     def _bind_waiting(self) -> None:
         still = []

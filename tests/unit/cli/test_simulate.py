@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from accel_api.job import AcceleratorJobStatus
+from accel_operator.adapters.kube import views
 from accel_operator.cli import main, simhtml
 from accel_operator.settings import OperatorSettings
 from accel_operator.simulate import figures, generate, replay, runner, trace
@@ -571,7 +572,8 @@ def test_the_replays_statuses_share_equal_plans_as_the_jobs_watch_does() -> None
 def test_a_status_parsed_again_field_by_field_is_the_whole_parse(twenty: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """The simulated watch validates again only the fields written since it last looked: at every
     look of a replay (decisions' writes, the accountant's cost writes, fields removed), the status
-    it shows equals ``model_validate`` of the whole status the fake holds."""
+    it shows equals ``model_validate`` of the whole status the fake holds. (Every look parsed
+    here: the replay takes the model the engine holds where it holds one, the next test.)"""
     looks: list[tuple[str, ...]] = []
     kept = replay.reparsed
 
@@ -581,7 +583,11 @@ def test_a_status_parsed_again_field_by_field_is_the_whole_parse(twenty: str, mo
         looks.append(tuple(sorted(written)))
         return out
 
+    def parsed(self: replay.Replay, key: Any, before: AcceleratorJobStatus, fields: set[str]) -> AcceleratorJobStatus:
+        return replay.reparsed(before, self.writer.statuses[key], fields)
+
     monkeypatch.setattr(replay, "reparsed", checked)
+    monkeypatch.setattr(replay.Replay, "_shown", parsed)
     out = _run(twenty, "engine")
     assert out["succeeded"] == 20
     assert ("cost",) in looks  # a cost write alone: the plan and conditions kept, not parsed
@@ -640,3 +646,58 @@ def test_the_replay_holds_an_admissions_status_as_the_operator_does() -> None:
         assert (st.phase, st.attempt, st.admitted_time) == (other.phase, other.attempt, other.admitted_time)
         assert st.cost is not None and other.cost is not None
         assert st.cost.spent_usd == pytest.approx(other.cost.spent_usd, abs=1e-9)
+
+
+def test_a_status_the_engine_holds_the_model_of_is_shown_unparsed_and_is_the_whole_parse(
+    twenty: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A look that shows one status patch whose model the engine holds (a decision's, in the
+    applier's overlay; a ledger's, the accountant's ``CostStatus``) takes that model instead of
+    parsing the written fields again; at every look of a replay that is what ``model_validate`` of
+    the whole status the fake holds gives, and so is the applier's model of each status it writes
+    (``views.job_status_patched``: the patch's fields validated, the rest kept from the model the
+    job was decided on)."""
+    kept_shown, kept_reparsed = replay.Replay._shown, replay.reparsed
+    looks: list[tuple[str, ...]] = []
+    parsed: list[tuple[str, ...]] = []
+
+    def shown(self: replay.Replay, key: Any, before: AcceleratorJobStatus, fields: set[str]) -> AcceleratorJobStatus:
+        out = kept_shown(self, key, before, fields)
+        assert out == AcceleratorJobStatus.model_validate(self.writer.statuses[key]), sorted(fields)
+        looks.append(tuple(sorted(fields)))
+        return out
+
+    def reparsed(before: AcceleratorJobStatus, wire: dict[str, Any], written: set[str]) -> AcceleratorJobStatus:
+        parsed.append(tuple(sorted(written)))
+        return kept_reparsed(before, wire, written)
+
+    kept_patched = views.job_status_patched
+    applied: list[tuple[str, ...]] = []
+
+    def patched(before: AcceleratorJobStatus, wire: Any, fields: Any, **kw: Any) -> AcceleratorJobStatus:
+        out = kept_patched(before, wire, fields, **kw)
+        assert out == AcceleratorJobStatus.model_validate(wire), sorted(fields)
+        applied.append(tuple(sorted(fields)))
+        return out
+
+    monkeypatch.setattr(replay.Replay, "_shown", shown)
+    monkeypatch.setattr(replay, "reparsed", reparsed)
+    monkeypatch.setattr(views, "job_status_patched", patched)
+    out = _run(twenty, "engine")
+    assert out["succeeded"] == 20
+    assert len(looks) > 100 and len(set(looks)) > 3
+    assert ("cost",) in looks and len(parsed) < len(looks) / 10  # decisions' and ledgers' writes taken
+    assert len(applied) > 20 and len(set(applied)) > 3
+
+
+def test_a_status_patched_keeps_what_the_patch_left_and_refuses_what_a_full_parse_refuses() -> None:
+    wire = {"phase": "Running", "attempt": 2, "message": "running", "cost": {"spentUsd": 1.5}}
+    before = views.job_status(wire)
+    after_wire = {k: v for k, v in wire.items() if k != "message"} | {"attempt": 3}
+    after = views.job_status_patched(before, after_wire, {"message": None, "attempt": 3})
+    assert after == AcceleratorJobStatus.model_validate(after_wire)
+    assert after.message is None and after.attempt == 3 and after.cost is before.cost
+    with pytest.raises(ValueError, match="attempt"):
+        views.job_status_patched(before, {**after_wire, "attempt": "x"}, {"attempt"})
+    with pytest.raises(ValueError, match="notAField"):
+        views.job_status_patched(before, {**after_wire, "notAField": 1}, {"notAField"})

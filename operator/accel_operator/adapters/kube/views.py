@@ -11,7 +11,7 @@ import datetime as dt
 import hashlib
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from accel_api import InvalidResource, bounds, patterns
@@ -323,6 +323,30 @@ def job_status(wire: Mapping[str, Any], *, plan_model: PlanStatus | None = None)
             raise ValueError("status.conditions: not a list")
         update["conditions"] = [SHARED.get("condition", c, _condition) for c in conditions[: bounds.CONDITIONS_ITEMS]]
     return status.model_copy(update=update) if update else status
+
+
+STATUS_FIELDS = {info.alias or name: name for name, info in AcceleratorJobStatus.model_fields.items()}
+
+
+def job_status_patched(
+    before: AcceleratorJobStatus,
+    wire: Mapping[str, Any],
+    fields: Iterable[str],
+    *,
+    plan_model: PlanStatus | None = None,
+) -> AcceleratorJobStatus:
+    """The status ``wire`` holds, given ``before``, the model of what it held before the fields
+    ``fields`` (wire names) were patched: those fields validated again (as :func:`job_status`
+    does: equal plans and conditions shared, ``plan_model`` taken for the plan), the others kept.
+    What ``job_status(wire)`` gives, as the status has no rule across its fields (each is validated
+    on its own), without validating again what the patch left as it was. A name the model does not
+    know is validated whole, to be refused as a full parse refuses it; no field: a full parse."""
+    written = list(fields)
+    names = [STATUS_FIELDS.get(k) for k in written]
+    if not written or None in names or AcceleratorJobStatus.cel_rules:
+        return job_status(wire, plan_model=plan_model)
+    part = job_status({k: wire[k] for k in written if k in wire}, plan_model=plan_model)
+    return before.model_copy(update={n: getattr(part, n) for n in names if n is not None})
 
 
 def job_view(body: Mapping[str, Any]) -> JobView:
