@@ -8,7 +8,9 @@ job's ``status.plan``, ``accelctl plan -o json``) outside the planner, where the
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, NamedTuple
 
 from accel_api import bounds
@@ -156,23 +158,27 @@ def spec_digest(spec: AcceleratorJobSpec) -> bytes:
 # ``maxDevices``), which :func:`plan_key`'s callers add to the key.
 # ``tests/unit/planning/test_plan_keys.py`` records every field and sub-field the planner reads
 # of a spec and fails when one is missing here.
-PLANNED_FIELDS: dict[str, Any] = {
-    "model": True,
-    "workload": True,
-    "placement": True,
-    "objective": True,
-    "deadline": True,
-    "max_cost": True,
-    "spot": True,
-    "checkpoint": {"interval_minutes": True},
-}
+PLANNED_FIELDS: Mapping[str, Any] = MappingProxyType(
+    {
+        "model": True,
+        "workload": True,
+        "placement": True,
+        "objective": True,
+        "deadline": True,
+        "max_cost": True,
+        "spot": True,
+        "checkpoint": MappingProxyType({"interval_minutes": True}),
+    }
+)
 
 
 def plan_key(spec: AcceleratorJobSpec, *more: str) -> bytes:
     """A digest of what the planner reads of ``spec`` (:data:`PLANNED_FIELDS`, canonical JSON)
     and of ``more`` (what else the plan was made from: the source of a policy's device cap, the
     pools a grant left). Equal for specs that differ only where the planner does not read."""
-    h = hashlib.blake2b(spec.model_dump_json(include=PLANNED_FIELDS).encode(), digest_size=16)
+    # pydantic reads sub-field includes only from a dict: the read-only table is copied per key.
+    include = {k: dict(v) if isinstance(v, Mapping) else v for k, v in PLANNED_FIELDS.items()}
+    h = hashlib.blake2b(spec.model_dump_json(include=include).encode(), digest_size=16)
     for part in more:
         h.update(b"\0" + part.encode())
     return h.digest()

@@ -7,6 +7,7 @@ reads never gets a stale one."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -187,7 +188,7 @@ def _recording(model: Any, read: set[str], prefix: str = "") -> Any:
     values = {k: getattr(model, k) for k in fields}
     if not prefix:
         for name, sub in candidates.PLANNED_FIELDS.items():
-            if isinstance(sub, dict) and values.get(name) is not None:
+            if isinstance(sub, Mapping) and values.get(name) is not None:
                 values[name] = _recording(values[name], read, f"{name}.")
     out = Recording.model_construct(**values)
     out.__pydantic_fields_set__ = set(model.model_fields_set)
@@ -197,7 +198,7 @@ def _recording(model: Any, read: set[str], prefix: str = "") -> Any:
 def _in_key(name: str) -> bool:
     top, _, sub = name.partition(".")
     want = candidates.PLANNED_FIELDS.get(top)
-    return want is True or (isinstance(want, dict) and (not sub or sub in want))
+    return want is True or (isinstance(want, Mapping) and (not sub or sub in want))
 
 
 def _specs() -> list[AcceleratorJobSpec]:
