@@ -123,6 +123,19 @@ def test_extending_the_open_interval_gives_the_full_recomputes_ledger(
                 job = dataclasses.replace(job, status=job.status.model_copy(update={"cost": final}))
 
 
+def _count_accrues(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """The arguments of every full ``accrual.accrue`` from now on (the recompute a shortcut skips)."""
+    calls: list[object] = []
+    real = accrual.accrue
+
+    def counting(*a: Any, **kw: Any) -> CostStatus:
+        calls.append(a)
+        return real(*a, **kw)
+
+    monkeypatch.setattr(accrual, "accrue", counting)
+    return calls
+
+
 def test_the_shortcut_is_taken_when_only_the_time_moved(monkeypatch: pytest.MonkeyPatch) -> None:
     """The property above holds trivially if the shortcut never runs: it does, for a running job
     whose ledger this process computed, and not after a price change or a restart."""
@@ -133,14 +146,7 @@ def test_the_shortcut_is_taken_when_only_the_time_moved(monkeypatch: pytest.Monk
     first, memo = accrual.step(None, job, None, accrual.Tick(price, 0.0, now, pods=pods))
     assert memo is not None
     memo.final = first
-    calls: list[object] = []
-    real = accrual.accrue
-
-    def counting(*a: Any, **kw: Any) -> CostStatus:
-        calls.append(a)
-        return real(*a, **kw)
-
-    monkeypatch.setattr(accrual, "accrue", counting)
+    calls = _count_accrues(monkeypatch)
     later = now + HOUR
     second, memo2 = accrual.step(memo, job, first, accrual.Tick(price, 0.0, later, pods=pods))
     assert calls == []  # extended
@@ -158,14 +164,8 @@ def test_a_job_whose_pods_have_not_started_is_not_recomputed(monkeypatch: pytest
     to it at any time, and a step whose inputs did not move restamps the last ledger instead of
     the full recompute, which it still is for a running job with no pod in view (the grace)."""
     price = accrual.Price(3.6, 8.0)
-    calls: list[object] = []
     real = accrual.accrue
-
-    def counting(*a: Any, **kw: Any) -> CostStatus:
-        calls.append(a)
-        return real(*a, **kw)
-
-    monkeypatch.setattr(accrual, "accrue", counting)
+    calls = _count_accrues(monkeypatch)
     for phase, in_view, shortcut in [("Admitted", 3, True), ("Running", 3, True), ("Running", 0, False)]:
         calls.clear()
         job, pods = _job(phase, in_view)
