@@ -253,12 +253,9 @@ class Scheduler:
         dirty, marks.dirty = marks.dirty, set()
         # A job whose last decision is still being written is decided by no pass before that
         # write ends: set aside until then (Applier._acted), not ordered and skipped by this one.
-        busy = self.applier.acting
-        if busy and dirty:
-            aside = dirty & busy
-            if aside:
-                dirty -= aside
-                marks.deferred |= aside
+        aside = dirty & self.applier.acting
+        dirty -= aside
+        marks.deferred |= aside
         self.observed.track = True
         self.index.sync(
             snap.jobs, self.observed.waiting, self.observed.changed, self.plans, rebuilds=self.observed.rebuilds
